@@ -1,0 +1,152 @@
+#include "backends/device/device_backend.hpp"
+
+#include "backends/device/sim/sim_device.hpp"
+#include "tvmm/config.hpp"
+#include "tvmm/errors.hpp"
+
+namespace tvmm::backend {
+
+const char* errc_name(Errc e) noexcept {
+  switch (e) {
+    case Errc::ok: return "ok";
+    case Errc::not_ready: return "not_ready";
+    case Errc::out_of_memory: return "out_of_memory";
+    case Errc::invalid_value: return "invalid_value";
+    case Errc::not_mapped: return "not_mapped";
+    case Errc::already_mapped: return "already_mapped";
+    case Errc::not_supported: return "not_supported";
+    case Errc::system_error: return "system_error";
+  }
+  return "unknown";
+}
+
+DeviceBackend::~DeviceBackend() = default;
+
+BackendCounters DeviceBackend::counters() const noexcept {
+  BackendCounters c;
+  c.maps = maps_.load(std::memory_order_relaxed);
+  c.unmaps = unmaps_.load(std::memory_order_relaxed);
+  c.set_access = set_access_.load(std::memory_order_relaxed);
+  c.copies = copies_.load(std::memory_order_relaxed);
+  c.copy_bytes = copy_bytes_.load(std::memory_order_relaxed);
+  c.chunks_created = chunks_.load(std::memory_order_relaxed);
+  return c;
+}
+
+namespace {
+constexpr auto relaxed = std::memory_order_relaxed;
+Status invalid() noexcept { return Status::fail(Errc::invalid_value); }
+}  // namespace
+
+Status DeviceBackend::reserve(std::size_t bytes, DevPtr* out) {
+  if (bytes == 0 || !aligned(bytes) || out == nullptr) return invalid();
+  return do_reserve(bytes, out);
+}
+
+Status DeviceBackend::release_reservation(DevPtr base, std::size_t bytes) {
+  if (base == 0 || bytes == 0 || !aligned(base) || !aligned(bytes)) return invalid();
+  return do_release_reservation(base, bytes);
+}
+
+Status DeviceBackend::create_chunk(std::size_t bytes, ChunkHandle* out) {
+  if (bytes == 0 || !aligned(bytes) || out == nullptr) return invalid();
+  auto s = do_create_chunk(bytes, out);
+  if (s.ok()) chunks_.fetch_add(1, relaxed);
+  return s;
+}
+
+Status DeviceBackend::release_chunk(ChunkHandle chunk) { return do_release_chunk(chunk); }
+
+Status DeviceBackend::map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
+  if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
+  maps_.fetch_add(1, relaxed);
+  return do_map(va, bytes, chunk);
+}
+
+Status DeviceBackend::set_access(DevPtr va, std::size_t bytes) {
+  if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
+  set_access_.fetch_add(1, relaxed);
+  return do_set_access(va, bytes);
+}
+
+Status DeviceBackend::unmap(DevPtr va, std::size_t bytes) {
+  if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
+  unmaps_.fetch_add(1, relaxed);
+  return do_unmap(va, bytes);
+}
+
+Status DeviceBackend::alloc_host(std::size_t bytes, void** out) {
+  if (bytes == 0 || out == nullptr) return invalid();
+  return do_alloc_host(bytes, out);
+}
+
+Status DeviceBackend::free_host(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr) return invalid();
+  return do_free_host(ptr, bytes);
+}
+
+Status DeviceBackend::create_stream(StreamHandle* out) {
+  if (out == nullptr) return invalid();
+  return do_create_stream(out);
+}
+
+Status DeviceBackend::destroy_stream(StreamHandle stream) {
+  if (stream == nullptr) return invalid();
+  return do_destroy_stream(stream);
+}
+
+Status DeviceBackend::memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
+                                   StreamHandle stream) {
+  if (dst == nullptr || src == nullptr || stream == nullptr) return invalid();
+  copies_.fetch_add(1, relaxed);
+  copy_bytes_.fetch_add(bytes, relaxed);
+  return do_memcpy_async(dst, src, bytes, kind, stream);
+}
+
+Status DeviceBackend::launch_host(StreamHandle stream, HostFn fn, void* user) {
+  if (stream == nullptr || fn == nullptr) return invalid();
+  return do_launch_host(stream, fn, user);
+}
+
+Status DeviceBackend::synchronize_stream(StreamHandle stream) {
+  if (stream == nullptr) return invalid();
+  return do_synchronize_stream(stream);
+}
+
+Status DeviceBackend::create_event(EventHandle* out) {
+  if (out == nullptr) return invalid();
+  return do_create_event(out);
+}
+
+Status DeviceBackend::destroy_event(EventHandle event) {
+  if (event == nullptr) return invalid();
+  return do_destroy_event(event);
+}
+
+Status DeviceBackend::record_event(EventHandle event, StreamHandle stream) {
+  if (event == nullptr || stream == nullptr) return invalid();
+  return do_record_event(event, stream);
+}
+
+Status DeviceBackend::stream_wait_event(StreamHandle stream, EventHandle event) {
+  if (event == nullptr || stream == nullptr) return invalid();
+  return do_stream_wait_event(stream, event);
+}
+
+Status DeviceBackend::query_event(EventHandle event) {
+  if (event == nullptr) return invalid();
+  return do_query_event(event);
+}
+
+Status DeviceBackend::synchronize_event(EventHandle event) {
+  if (event == nullptr) return invalid();
+  return do_synchronize_event(event);
+}
+
+std::unique_ptr<DeviceBackend> make_device_backend(const Config& config) {
+  if (config.device_backend == "sim") return std::make_unique<SimDevice>(config.sim, config.device_budget);
+  throw config_error("device_backend = \"" + config.device_backend +
+                     "\" is not a known device backend; use \"sim\" (the simulated GPU)");
+}
+
+}  // namespace tvmm::backend

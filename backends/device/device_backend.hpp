@@ -1,0 +1,164 @@
+#pragma once
+// Contract of the device-backend plug-point (simulator now, CUDA driver later).
+//
+// The interface follows the CUDA VMM model: a device virtual-address range is reserved once; physical
+// chunks are created, mapped into it, given access, unmapped and released; copies, host callables and
+// event records run in order on streams. Public methods are non-virtual: they validate arguments and
+// count calls, then call the private do_* primitive. Primitives return a Status; they never throw.
+//
+// Pre- and post-conditions of each primitive (every backend must honour them; the conformance suite
+// in tests/conformance checks them):
+//   reserve(bytes)      bytes > 0 and a multiple of granularity. Post: a granularity-aligned range that
+//                       is not accessible (any access faults) and belongs to no other reservation.
+//   release_reservation all mappings inside were unmapped.
+//   create_chunk(bytes) bytes a multiple of granularity. Fails with out_of_memory past the device's
+//                       physical capacity (a hard limit). Contents are undefined.
+//   map(va, bytes, c)   va..va+bytes inside a reservation, aligned, not mapped. Post: mapped, but not
+//                       accessible until set_access.
+//   set_access(va, n)   the range is mapped. Post: readable and writable by device work.
+//   unmap(va, n)        the range is mapped exactly as one or more whole map() calls. Not stream-ordered:
+//                       the caller must have waited for all work that uses the range.
+//   memcpy_async        runs in stream order on the direction's copy engine.
+//   launch_host(s,f,u)  f(u) runs in stream order (cuLaunchHostFunc); f must not call the backend's
+//                       synchronous functions.
+//   record_event(e, s)  e completes when the work queued on s so far has completed. An event never
+//                       recorded counts as completed.
+//   stream_wait_event   work queued on s after this call waits for e's latest record.
+//   query_event         ok when completed, not_ready otherwise.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tvmm {
+struct Config;
+}
+
+namespace tvmm::backend {
+
+//! A device virtual address.
+using DevPtr = std::uintptr_t;
+
+//! Result codes shared by every backend.
+enum class Errc : std::uint8_t {
+  ok = 0,
+  not_ready,          //!< query: the work has not completed yet
+  out_of_memory,      //!< the device's physical capacity is exhausted
+  invalid_value,      //!< an argument is out of range, misaligned or of the wrong state
+  not_mapped,         //!< unmap/set_access of a range that is not mapped
+  already_mapped,     //!< map over a range that is mapped
+  not_supported,      //!< the backend cannot do this
+  system_error,       //!< an operating-system call failed (errno in Status::sys_errno)
+};
+
+//! Returns the error's name, e.g. "out_of_memory".
+const char* errc_name(Errc e) noexcept;
+
+//! The result of a primitive: a code and, for system errors, the errno.
+struct [[nodiscard]] Status {
+  Errc code = Errc::ok;
+  int sys_errno = 0;
+  [[nodiscard]] bool ok() const noexcept { return code == Errc::ok; }
+  static Status success() noexcept { return {}; }
+  static Status fail(Errc e, int err = 0) noexcept { return {e, err}; }
+};
+
+//! A physical chunk of device memory (cuMemGenericAllocationHandle).
+struct ChunkHandle {
+  std::uint64_t value = 0;
+};
+//! An opaque stream handle.
+using StreamHandle = void*;
+//! An opaque event handle.
+using EventHandle = void*;
+//! Direction of a copy; each direction has its own copy engine.
+enum class CopyKind : std::uint8_t { host_to_device, device_to_host };
+//! A host callable run in stream order.
+using HostFn = void (*)(void* user);
+
+//! Facts about a device.
+struct DeviceProperties {
+  std::string name;              //!< backend name, e.g. "sim"
+  std::size_t granularity = 0;   //!< mapping granularity in bytes
+  std::size_t capacity = 0;      //!< physical memory in bytes
+  bool host_accessible = false;  //!< device addresses can be dereferenced by the host (simulator)
+};
+
+//! Calls made through a backend, counted by the non-virtual front end.
+struct BackendCounters {
+  std::uint64_t maps = 0, unmaps = 0, set_access = 0, copies = 0, copy_bytes = 0, chunks_created = 0;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend();
+  DeviceBackend(const DeviceBackend&) = delete;
+  DeviceBackend& operator=(const DeviceBackend&) = delete;
+
+  [[nodiscard]] const DeviceProperties& properties() const noexcept { return props_; }
+  [[nodiscard]] BackendCounters counters() const noexcept;
+
+  Status reserve(std::size_t bytes, DevPtr* out);
+  Status release_reservation(DevPtr base, std::size_t bytes);
+  Status create_chunk(std::size_t bytes, ChunkHandle* out);
+  Status release_chunk(ChunkHandle chunk);
+  Status map(DevPtr va, std::size_t bytes, ChunkHandle chunk);
+  Status set_access(DevPtr va, std::size_t bytes);
+  Status unmap(DevPtr va, std::size_t bytes);
+
+  //! Host memory for the host tier (pinned on a real GPU, plain memory on the simulator).
+  Status alloc_host(std::size_t bytes, void** out);
+  Status free_host(void* ptr, std::size_t bytes);
+
+  Status create_stream(StreamHandle* out);
+  Status destroy_stream(StreamHandle stream);
+  Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream);
+  Status launch_host(StreamHandle stream, HostFn fn, void* user);
+  Status synchronize_stream(StreamHandle stream);
+
+  Status create_event(EventHandle* out);
+  Status destroy_event(EventHandle event);
+  Status record_event(EventHandle event, StreamHandle stream);
+  Status stream_wait_event(StreamHandle stream, EventHandle event);
+  Status query_event(EventHandle event);
+  Status synchronize_event(EventHandle event);
+
+ protected:
+  explicit DeviceBackend(DeviceProperties props) : props_(std::move(props)) {}
+
+ private:
+  virtual Status do_reserve(std::size_t bytes, DevPtr* out) = 0;
+  virtual Status do_release_reservation(DevPtr base, std::size_t bytes) = 0;
+  virtual Status do_create_chunk(std::size_t bytes, ChunkHandle* out) = 0;
+  virtual Status do_release_chunk(ChunkHandle chunk) = 0;
+  virtual Status do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) = 0;
+  virtual Status do_set_access(DevPtr va, std::size_t bytes) = 0;
+  virtual Status do_unmap(DevPtr va, std::size_t bytes) = 0;
+  virtual Status do_alloc_host(std::size_t bytes, void** out) = 0;
+  virtual Status do_free_host(void* ptr, std::size_t bytes) = 0;
+  virtual Status do_create_stream(StreamHandle* out) = 0;
+  virtual Status do_destroy_stream(StreamHandle stream) = 0;
+  virtual Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
+                                 StreamHandle stream) = 0;
+  virtual Status do_launch_host(StreamHandle stream, HostFn fn, void* user) = 0;
+  virtual Status do_synchronize_stream(StreamHandle stream) = 0;
+  virtual Status do_create_event(EventHandle* out) = 0;
+  virtual Status do_destroy_event(EventHandle event) = 0;
+  virtual Status do_record_event(EventHandle event, StreamHandle stream) = 0;
+  virtual Status do_stream_wait_event(StreamHandle stream, EventHandle event) = 0;
+  virtual Status do_query_event(EventHandle event) = 0;
+  virtual Status do_synchronize_event(EventHandle event) = 0;
+
+  [[nodiscard]] bool aligned(std::size_t v) const noexcept { return v % props_.granularity == 0; }
+
+  DeviceProperties props_;
+  std::atomic<std::uint64_t> maps_{0}, unmaps_{0}, set_access_{0}, copies_{0}, copy_bytes_{0}, chunks_{0};
+};
+
+//! Creates the backend named by `config.device_backend`; throws tvmm::config_error for an unknown name
+//! and tvmm::device_error when it cannot start.
+std::unique_ptr<DeviceBackend> make_device_backend(const Config& config);
+
+}  // namespace tvmm::backend

@@ -1,0 +1,289 @@
+#include "backends/device/sim/sim_device.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "backends/device/sim/copy_engine.hpp"
+#include "backends/device/sim/sim_stream.hpp"
+#include "tvmm/errors.hpp"
+
+namespace tvmm::backend {
+
+namespace {
+
+DeviceProperties sim_properties(const SimDeviceConfig& c, std::size_t device_budget) {
+  DeviceProperties p;
+  p.name = "sim";
+  p.granularity = c.granularity;
+  const std::size_t want = c.capacity != 0 ? c.capacity : device_budget;
+  p.capacity = c.granularity == 0 ? want : (want + c.granularity - 1) / c.granularity * c.granularity;
+  p.host_accessible = true;
+  return p;
+}
+
+void* as_ptr(DevPtr p) noexcept { return reinterpret_cast<void*>(p); }
+sim::SimStream* as_stream(StreamHandle s) noexcept { return static_cast<sim::SimStream*>(s); }
+sim::SimEvent* as_event(EventHandle e) noexcept { return static_cast<sim::SimEvent*>(e); }
+Status sys_fail() noexcept { return Status::fail(Errc::system_error, errno); }
+
+// Replaces [va, va+bytes) with inaccessible anonymous memory: the state of reserved, unmapped VA.
+bool make_inaccessible(DevPtr va, std::size_t bytes) noexcept {
+  return ::mmap(as_ptr(va), bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) !=
+         MAP_FAILED;
+}
+
+}  // namespace
+
+SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
+    : DeviceBackend(sim_properties(config, device_budget)) {
+  const auto& props = properties();
+  const auto host_page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  if (props.granularity == 0 || (props.granularity & (props.granularity - 1)) != 0 ||
+      props.granularity % host_page != 0) {
+    throw config_error("sim.granularity = " + std::to_string(props.granularity) +
+                       " must be a power of two and a multiple of the host page size (" +
+                       std::to_string(host_page) + "); the default is 2 MiB");
+  }
+  if (props.capacity == 0) throw config_error("sim.capacity resolves to 0 bytes; set device_budget or sim.capacity");
+  memfd_ = ::memfd_create("tvmm-sim-device", MFD_CLOEXEC);
+  if (memfd_ < 0) throw device_error(std::string("sim: memfd_create failed: ") + std::strerror(errno), "system_error");
+  if (::ftruncate(memfd_, static_cast<off_t>(props.capacity)) != 0) {
+    const int err = errno;
+    ::close(memfd_);
+    throw device_error("sim: cannot size the simulated device memory to " + format_bytes(props.capacity) + ": " +
+                           std::strerror(err),
+                       "system_error");
+  }
+  free_granules_.emplace(0, props.capacity);
+  h2d_ = std::make_unique<sim::CopyEngine>("h2d", config.bandwidth_bytes_per_s, config.copy_latency);
+  d2h_ = std::make_unique<sim::CopyEngine>("d2h", config.bandwidth_bytes_per_s, config.copy_latency);
+}
+
+SimDevice::~SimDevice() {
+  h2d_.reset();
+  d2h_.reset();
+  for (auto& [base, bytes] : reservations_) ::munmap(as_ptr(base), bytes);
+  if (memfd_ >= 0) ::close(memfd_);
+}
+
+bool SimDevice::inside_reservation(DevPtr va, std::size_t bytes) const {
+  auto it = reservations_.upper_bound(va);
+  if (it == reservations_.begin()) return false;
+  --it;
+  return va >= it->first && va + bytes <= it->first + it->second;
+}
+
+Status SimDevice::do_reserve(std::size_t bytes, DevPtr* out) {
+  const std::size_t g = properties().granularity;
+  // Over-reserve by one granule, then trim, to get a granularity-aligned base.
+  void* p = ::mmap(nullptr, bytes + g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return Status::fail(Errc::out_of_memory, errno);
+  const auto raw = reinterpret_cast<DevPtr>(p);
+  const DevPtr base = (raw + g - 1) / g * g;
+  if (base > raw) ::munmap(p, base - raw);
+  if (base + bytes < raw + bytes + g) ::munmap(as_ptr(base + bytes), raw + bytes + g - (base + bytes));
+  std::lock_guard lk(mu_);
+  reservations_.emplace(base, bytes);
+  *out = base;
+  return Status::success();
+}
+
+Status SimDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
+  std::lock_guard lk(mu_);
+  auto it = reservations_.find(base);
+  if (it == reservations_.end() || it->second != bytes) return Status::fail(Errc::invalid_value);
+  auto m = mappings_.lower_bound(base);
+  if (m != mappings_.end() && m->first < base + bytes) return Status::fail(Errc::invalid_value);  // still mapped
+  if (::munmap(as_ptr(base), bytes) != 0) return sys_fail();
+  reservations_.erase(it);
+  return Status::success();
+}
+
+Status SimDevice::do_create_chunk(std::size_t bytes, ChunkHandle* out) {
+  std::lock_guard lk(mu_);
+  for (auto it = free_granules_.begin(); it != free_granules_.end(); ++it) {
+    if (it->second < bytes) continue;
+    const std::size_t off = it->first;
+    const std::size_t rest = it->second - bytes;
+    free_granules_.erase(it);
+    if (rest != 0) free_granules_.emplace(off + bytes, rest);
+    const std::uint64_t handle = off + 1;  // never 0
+    chunks_.emplace(handle, bytes);
+    out->value = handle;
+    return Status::success();
+  }
+  return Status::fail(Errc::out_of_memory);
+}
+
+Status SimDevice::do_release_chunk(ChunkHandle chunk) {
+  std::lock_guard lk(mu_);
+  auto it = chunks_.find(chunk.value);
+  if (it == chunks_.end()) return Status::fail(Errc::invalid_value);
+  if (auto m = chunk_maps_.find(chunk.value); m != chunk_maps_.end() && m->second > 0) {
+    return Status::fail(Errc::invalid_value);  // still mapped: unmap first
+  }
+  std::size_t off = chunk.value - 1;
+  std::size_t len = it->second;
+  chunks_.erase(it);
+  chunk_maps_.erase(chunk.value);
+  // Give the memory back to the host, as releasing device memory would.
+  ::fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off), static_cast<off_t>(len));
+  // Insert and coalesce with neighbours.
+  auto next = free_granules_.lower_bound(off);
+  if (next != free_granules_.end() && off + len == next->first) {
+    len += next->second;
+    next = free_granules_.erase(next);
+  }
+  if (next != free_granules_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      prev->second += len;
+      return Status::success();
+    }
+  }
+  free_granules_.emplace(off, len);
+  return Status::success();
+}
+
+Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
+  std::lock_guard lk(mu_);
+  auto c = chunks_.find(chunk.value);
+  if (c == chunks_.end() || bytes > c->second) return Status::fail(Errc::invalid_value);
+  if (!inside_reservation(va, bytes)) return Status::fail(Errc::invalid_value);
+  auto after = mappings_.lower_bound(va);
+  if (after != mappings_.end() && after->first < va + bytes) return Status::fail(Errc::already_mapped);
+  if (after != mappings_.begin()) {
+    auto before = std::prev(after);
+    if (before->first + before->second.bytes > va) return Status::fail(Errc::already_mapped);
+  }
+  if (::mmap(as_ptr(va), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, memfd_, static_cast<off_t>(chunk.value - 1)) ==
+      MAP_FAILED) {
+    return sys_fail();
+  }
+  mappings_.emplace(va, Mapping{bytes, chunk.value});
+  ++chunk_maps_[chunk.value];
+  return Status::success();
+}
+
+Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
+  std::lock_guard lk(mu_);
+  // The range must be covered by contiguous mappings.
+  DevPtr at = va;
+  auto m = mappings_.find(va);
+  while (at < va + bytes) {
+    if (m == mappings_.end() || m->first != at) return Status::fail(Errc::not_mapped);
+    at += m->second.bytes;
+    ++m;
+  }
+  if (at != va + bytes) return Status::fail(Errc::invalid_value);
+  if (::mprotect(as_ptr(va), bytes, PROT_READ | PROT_WRITE) != 0) return sys_fail();
+  return Status::success();
+}
+
+Status SimDevice::do_unmap(DevPtr va, std::size_t bytes) {
+  std::lock_guard lk(mu_);
+  DevPtr at = va;
+  auto m = mappings_.find(va);
+  auto first = m;
+  while (at < va + bytes) {
+    if (m == mappings_.end() || m->first != at) return Status::fail(Errc::not_mapped);
+    at += m->second.bytes;
+    ++m;
+  }
+  if (at != va + bytes) return Status::fail(Errc::invalid_value);
+  if (!make_inaccessible(va, bytes)) return sys_fail();
+  for (auto it = first; it != m;) {
+    --chunk_maps_[it->second.chunk];
+    it = mappings_.erase(it);
+  }
+  return Status::success();
+}
+
+Status SimDevice::do_alloc_host(std::size_t bytes, void** out) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return Status::fail(Errc::out_of_memory, errno);
+  *out = p;
+  return Status::success();
+}
+
+Status SimDevice::do_free_host(void* ptr, std::size_t bytes) {
+  return ::munmap(ptr, bytes) == 0 ? Status::success() : sys_fail();
+}
+
+Status SimDevice::do_create_stream(StreamHandle* out) {
+  *out = new sim::SimStream(h2d_.get(), d2h_.get());
+  return Status::success();
+}
+
+Status SimDevice::do_destroy_stream(StreamHandle stream) {
+  delete as_stream(stream);
+  return Status::success();
+}
+
+Status SimDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) {
+  sim::SimOp op;
+  op.kind = sim::SimOp::Kind::copy;
+  op.copy_kind = kind;
+  op.dst = dst;
+  op.src = src;
+  op.bytes = bytes;
+  as_stream(stream)->enqueue(op);
+  return Status::success();
+}
+
+Status SimDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {
+  sim::SimOp op;
+  op.kind = sim::SimOp::Kind::host;
+  op.fn = fn;
+  op.user = user;
+  as_stream(stream)->enqueue(op);
+  return Status::success();
+}
+
+Status SimDevice::do_synchronize_stream(StreamHandle stream) {
+  as_stream(stream)->synchronize();
+  return Status::success();
+}
+
+Status SimDevice::do_create_event(EventHandle* out) {
+  *out = new sim::SimEvent();
+  return Status::success();
+}
+
+Status SimDevice::do_destroy_event(EventHandle event) {
+  delete as_event(event);
+  return Status::success();
+}
+
+Status SimDevice::do_record_event(EventHandle event, StreamHandle stream) {
+  sim::SimOp op;
+  op.kind = sim::SimOp::Kind::record;
+  op.event = as_event(event);
+  op.generation = op.event->begin_record();
+  as_stream(stream)->enqueue(op);
+  return Status::success();
+}
+
+Status SimDevice::do_stream_wait_event(StreamHandle stream, EventHandle event) {
+  sim::SimOp op;
+  op.kind = sim::SimOp::Kind::wait;
+  op.event = as_event(event);
+  op.generation = op.event->latest();
+  as_stream(stream)->enqueue(op);
+  return Status::success();
+}
+
+Status SimDevice::do_query_event(EventHandle event) {
+  return as_event(event)->is_complete() ? Status::success() : Status::fail(Errc::not_ready);
+}
+
+Status SimDevice::do_synchronize_event(EventHandle event) {
+  as_event(event)->wait_latest();
+  return Status::success();
+}
+
+}  // namespace tvmm::backend

@@ -1,0 +1,68 @@
+#pragma once
+// The simulated GPU, faithful to the CUDA VMM model: a device VA reservation is an mmap(PROT_NONE)
+// region; physical memory is a memfd of the device's capacity; a chunk is a run of its granules; map is
+// mmap(MAP_FIXED|MAP_SHARED) of the chunk's file range (still PROT_NONE), set_access makes it
+// read-write, unmap puts PROT_NONE anonymous memory back. Device addresses are host addresses, so host
+// callables launched on a stream act as kernels.
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "backends/device/device_backend.hpp"
+#include "tvmm/config.hpp"
+
+namespace tvmm::backend::sim {
+class CopyEngine;
+}
+
+namespace tvmm::backend {
+
+class SimDevice final : public DeviceBackend {
+ public:
+  // capacity 0 in `config` means `device_budget` rounded up to the granularity.
+  SimDevice(const SimDeviceConfig& config, std::size_t device_budget);
+  ~SimDevice() override;
+
+ private:
+  Status do_reserve(std::size_t bytes, DevPtr* out) override;
+  Status do_release_reservation(DevPtr base, std::size_t bytes) override;
+  Status do_create_chunk(std::size_t bytes, ChunkHandle* out) override;
+  Status do_release_chunk(ChunkHandle chunk) override;
+  Status do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) override;
+  Status do_set_access(DevPtr va, std::size_t bytes) override;
+  Status do_unmap(DevPtr va, std::size_t bytes) override;
+  Status do_alloc_host(std::size_t bytes, void** out) override;
+  Status do_free_host(void* ptr, std::size_t bytes) override;
+  Status do_create_stream(StreamHandle* out) override;
+  Status do_destroy_stream(StreamHandle stream) override;
+  Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
+                         StreamHandle stream) override;
+  Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
+  Status do_synchronize_stream(StreamHandle stream) override;
+  Status do_create_event(EventHandle* out) override;
+  Status do_destroy_event(EventHandle event) override;
+  Status do_record_event(EventHandle event, StreamHandle stream) override;
+  Status do_stream_wait_event(StreamHandle stream, EventHandle event) override;
+  Status do_query_event(EventHandle event) override;
+  Status do_synchronize_event(EventHandle event) override;
+
+  // Must hold mu_. True when [va, va+bytes) lies inside one reservation.
+  [[nodiscard]] bool inside_reservation(DevPtr va, std::size_t bytes) const;
+
+  struct Mapping {
+    std::size_t bytes;
+    std::uint64_t chunk;
+  };
+  int memfd_ = -1;
+  std::mutex mu_;
+  std::map<std::size_t, std::size_t> free_granules_;  // file offset -> length (coalesced)
+  std::map<std::uint64_t, std::size_t> chunks_;       // handle (offset + 1) -> bytes
+  std::map<std::uint64_t, int> chunk_maps_;           // handle -> live mappings
+  std::map<DevPtr, std::size_t> reservations_;        // base -> bytes
+  std::map<DevPtr, Mapping> mappings_;                // va -> mapping
+  std::unique_ptr<sim::CopyEngine> h2d_;
+  std::unique_ptr<sim::CopyEngine> d2h_;
+};
+
+}  // namespace tvmm::backend

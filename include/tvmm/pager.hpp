@@ -1,0 +1,197 @@
+#pragma once
+//! @file pager.hpp
+//! The linked C++ API: `Pager`, `Tensor`, `Pin` and `Stream`.
+//!
+//! A `Pager` owns a device backend, one virtual-address reservation and the tiers. `Pager::allocate`
+//! returns a `Tensor` whose device address never changes while it lives; its pages move between the
+//! device and host tiers. Code that touches a tensor's memory first pins it: a `Pin` keeps the pages on
+//! the device for as long as it lives (host-synchronous pin) or until the given stream passes the point
+//! where the pin was released (stream-ordered pin).
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tvmm/config.hpp"
+#include "tvmm/errors.hpp"
+#include "tvmm/stats.hpp"
+
+namespace tvmm {
+
+namespace detail {
+class PagerImpl;
+struct Allocation;
+}  // namespace detail
+
+//! How the pinned code will use a tensor's pages.
+enum class Access : std::uint8_t {
+  read,        //!< Reads only. Contents are loaded.
+  read_write,  //!< Reads and writes. Contents are loaded.
+  write,       //!< Overwrites every byte before reading any: non-resident contents are NOT loaded,
+               //!< so the pinned bytes are undefined until written (saves a page-in).
+};
+
+//! Where a page lives now (for inspection and tests).
+enum class Tier : std::uint8_t {
+  none,     //!< Never written: no tier holds data for it yet.
+  device,   //!< On the device (resident, mapped at its address).
+  host,     //!< On the host tier (its address is unmapped on the device).
+  transit,  //!< Being moved by some thread right now.
+};
+
+//! Returns "none", "device", "host" or "transit".
+[[nodiscard]] const char* to_string(Tier tier) noexcept;
+
+//! Optional facts about a tensor that help the pager place it.
+struct Hints {
+  std::string name;  //!< Shown in errors and traces.
+};
+
+//! An in-order queue of work on the device (a CUDA stream, or a worker thread on the simulator).
+//! Created by `Pager::create_stream()`; must be destroyed before its Pager and after every stream
+//! `Pin` on it. Destruction waits for queued work.
+class Stream {
+ public:
+  Stream() = default;
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+
+  //! Queues a host callable as a "kernel": it runs after the stream's earlier work, on the device
+  //! backend's stream thread. On the simulator it may read and write pinned tensors' device addresses.
+  //! The callable must not throw (an exception terminates the process, as a kernel fault would).
+  void launch(std::function<void()> fn);
+  //! Blocks until all work queued so far on this stream has completed.
+  void synchronize();
+  //! The backend's handle (on CUDA, the CUstream); for interoperation.
+  [[nodiscard]] void* native_handle() const noexcept { return handle_; }
+  //! True if this object holds a stream.
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+ private:
+  friend class Pager;
+  Stream(detail::PagerImpl* pager, void* handle) noexcept : pager_(pager), handle_(handle) {}
+  detail::PagerImpl* pager_ = nullptr;
+  void* handle_ = nullptr;
+};
+
+//! Keeps a tensor's pages resident on the device. Move-only; releases on destruction (noexcept).
+//!
+//! A host-synchronous pin (from `Tensor::pin(Access)`) releases at once. A stream-ordered pin (from
+//! `Tensor::pin(Stream&, Access)`) records the release point on its stream: the pages are evicted only
+//! after the stream's work queued before the release has completed.
+class Pin {
+ public:
+  Pin() = default;
+  Pin(Pin&& other) noexcept;
+  Pin& operator=(Pin&& other) noexcept;
+  Pin(const Pin&) = delete;
+  Pin& operator=(const Pin&) = delete;
+  ~Pin() { release(); }
+
+  //! The pinned tensor's device address (the same as `Tensor::data()`).
+  [[nodiscard]] void* data() const noexcept;
+  //! The pinned tensor's size in bytes.
+  [[nodiscard]] std::size_t size() const noexcept;
+  //! Releases the pin now (idempotent).
+  void release() noexcept;
+  //! True if this object holds a pin.
+  explicit operator bool() const noexcept { return alloc_ != nullptr; }
+
+ private:
+  friend class Tensor;
+  Pin(detail::PagerImpl* pager, detail::Allocation* alloc, void* stream) noexcept
+      : pager_(pager), alloc_(alloc), stream_(stream) {}
+  detail::PagerImpl* pager_ = nullptr;
+  detail::Allocation* alloc_ = nullptr;
+  void* stream_ = nullptr;
+};
+
+//! A tensor: a range of device virtual addresses whose pages the pager moves between tiers. Move-only;
+//! frees on destruction (noexcept). If pins are still alive, the memory is reclaimed when the last one
+//! is released. Must be destroyed before its Pager.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(Tensor&& other) noexcept;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  ~Tensor() { reset(); }
+
+  //! The device address; never changes while the tensor lives. Dereference it only through a pin.
+  [[nodiscard]] void* data() const noexcept;
+  //! Size in bytes as asked at allocation.
+  [[nodiscard]] std::size_t size() const noexcept;
+  //! The name from the hints (may be empty).
+  [[nodiscard]] const std::string& name() const noexcept;
+
+  //! Stream-ordered pin: work queued on `stream` after this call sees the pages resident; the calling
+  //! thread does not wait for page-ins (it may wait for an eviction's write-back before a frame can be
+  //! remapped). Throws `tvmm::out_of_memory` when the pinned working set cannot fit the device budget.
+  [[nodiscard]] Pin pin(Stream& stream, Access access = Access::read_write);
+  //! Host-synchronous pin: returns when the pages are resident (on the simulator, readable and
+  //! writable from the host at `data()`).
+  [[nodiscard]] Pin pin(Access access = Access::read_write);
+  //! Starts moving the tensor's pages to the device on the copy engines without pinning them; `stream`
+  //! is made to wait for the page-ins. Never evicts pinned pages.
+  void prefetch(Stream& stream);
+  //! Where the page holding byte `offset` of this tensor lives now.
+  [[nodiscard]] Tier tier(std::size_t offset = 0) const;
+
+  //! Frees now (idempotent). Equivalent to destruction.
+  void reset() noexcept;
+  //! Gives up ownership and returns the address; free it later with `Pager::free`.
+  [[nodiscard]] void* release() noexcept;
+  //! True if this object holds a tensor.
+  explicit operator bool() const noexcept { return alloc_ != nullptr; }
+
+ private:
+  friend class Pager;
+  Tensor(detail::PagerImpl* pager, detail::Allocation* alloc) noexcept : pager_(pager), alloc_(alloc) {}
+  detail::PagerImpl* pager_ = nullptr;
+  detail::Allocation* alloc_ = nullptr;
+};
+
+//! The pager: a device backend, a device-address reservation, a device tier (frame pool), a host tier,
+//! an eviction policy and a transfer engine. Thread-safe: any thread may allocate, pin and free.
+class Pager {
+ public:
+  //! Builds a pager. Throws `tvmm::config_error` for invalid settings and `tvmm::device_error` when
+  //! the backend cannot start.
+  explicit Pager(const Config& config);
+  ~Pager();
+  Pager(const Pager&) = delete;
+  Pager& operator=(const Pager&) = delete;
+
+  //! Allocates a tensor of `bytes` (rounded up to whole pages internally). No tier holds its data until
+  //! it is first pinned. Throws `tvmm::invalid_argument` for 0 bytes and `tvmm::out_of_memory` when the
+  //! tiers together cannot hold it (the message gives the size asked and what is free).
+  [[nodiscard]] Tensor allocate(std::size_t bytes, Hints hints = {});
+  //! Frees memory returned by `Tensor::release()`. Throws `tvmm::invalid_argument`, changing nothing,
+  //! for a pointer that is not a live released tvmm allocation (double free, foreign pointer).
+  void free(void* ptr);
+  //! Creates a stream on this pager's device.
+  [[nodiscard]] Stream create_stream();
+
+  //! A snapshot of the counters.
+  [[nodiscard]] Stats stats() const;
+  //! Where the page holding `addr` lives now. Throws `tvmm::invalid_argument` outside live tensors.
+  [[nodiscard]] Tier tier_of(const void* addr) const;
+  //! Verifies the pager's internal invariants (budgets, frame and slot ownership, page states);
+  //! throws `tvmm::error` describing the first violation. For tests and debugging; takes the lock.
+  void check_invariants() const;
+  //! The effective configuration (page size and budgets resolved).
+  [[nodiscard]] const Config& config() const noexcept;
+  //! Name of the device backend in use, e.g. "sim".
+  [[nodiscard]] const char* backend_name() const noexcept;
+
+ private:
+  std::unique_ptr<detail::PagerImpl> impl_;
+};
+
+}  // namespace tvmm

@@ -1,0 +1,43 @@
+#pragma once
+//! @file stats.hpp
+//! `tvmm::Stats`: a snapshot of a pager's counters.
+
+#include <cstdint>
+
+namespace tvmm {
+
+//! Traffic in one direction between two tiers.
+struct Traffic {
+  std::uint64_t bytes = 0;  //!< Bytes moved.
+  std::uint64_t pages = 0;  //!< Pages moved.
+};
+
+//! A consistent-enough snapshot of a pager's counters (each counter is read atomically; the set is
+//! not one atomic snapshot while other threads run).
+struct Stats {
+  Traffic host_to_device;         //!< Page-ins from the host tier.
+  Traffic device_to_host;         //!< Write-backs of evicted pages to the host tier.
+  std::uint64_t pins = 0;         //!< Pin calls.
+  std::uint64_t hits = 0;         //!< Pages found resident at pin time.
+  std::uint64_t misses = 0;       //!< Pages that had to be made resident at pin or prefetch time.
+  std::uint64_t evictions = 0;    //!< Pages evicted from the device tier.
+  std::uint64_t prefetched = 0;   //!< Pages made resident by prefetch().
+  std::uint64_t stall_ns = 0;     //!< Time calling threads spent blocked inside pin().
+  std::uint64_t allocations = 0;  //!< Tensors allocated so far.
+  std::uint64_t live_bytes = 0;   //!< Bytes of live tensors (rounded up to pages).
+  std::uint64_t device_used_bytes = 0;  //!< Device frames in use now.
+  std::uint64_t device_peak_bytes = 0;  //!< Most device frames ever in use at once.
+  std::uint64_t host_used_bytes = 0;    //!< Host frames in use now.
+  std::uint64_t host_peak_bytes = 0;    //!< Most host frames ever in use at once.
+  std::uint64_t device_budget = 0;      //!< Device budget in bytes (whole pages).
+  std::uint64_t host_budget = 0;        //!< Host budget in bytes (whole pages).
+  std::uint64_t page_size = 0;          //!< Page size in bytes.
+
+  //! Pages found resident over pages asked for by pins, in [0, 1]; 1 when nothing was pinned.
+  [[nodiscard]] double hit_rate() const noexcept {
+    const auto total = hits + misses;
+    return total == 0 ? 1.0 : static_cast<double>(hits) / static_cast<double>(total);
+  }
+};
+
+}  // namespace tvmm

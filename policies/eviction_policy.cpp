@@ -1,0 +1,15 @@
+#include "policies/eviction_policy.hpp"
+
+#include <string>
+
+#include "policies/lru.hpp"
+#include "tvmm/errors.hpp"
+
+namespace tvmm::policies {
+
+std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name) {
+  if (name == "lru") return std::make_unique<LruPolicy>();
+  throw config_error("eviction = \"" + std::string(name) + "\" is not a known eviction policy; use \"lru\"");
+}
+
+}  // namespace tvmm::policies

@@ -1,0 +1,43 @@
+#pragma once
+// Contract of the eviction-policy plug-point.
+//
+// A policy orders the device-resident pages and proposes victims. It is internally synchronised (the
+// pin hit path calls touch() without the pager lock), so every method may be called from any thread.
+//   insert(p)    p just became resident and is not in the policy. Post: p is a candidate.
+//   touch(ps, n) the n pages starting at ps were used; pages not in the policy are ignored.
+//   remove(p)    p is no longer resident (or is being released); no-op if absent.
+//   select(k, claim)
+//                walks candidates from the best victim on and offers each to `claim` (called with the
+//                policy lock held; it must not call back into the policy). A page for which claim
+//                returns true is removed from the policy. Stops after k claims or when candidates run
+//                out; returns the number claimed. Claim decides pin/state checks, so the policy never
+//                evicts pinned pages on its own.
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+
+#include "vmm/detail/function_ref.hpp"
+#include "vmm/page_table.hpp"
+
+namespace tvmm::policies {
+
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+  EvictionPolicy() = default;
+  EvictionPolicy(const EvictionPolicy&) = delete;
+  EvictionPolicy& operator=(const EvictionPolicy&) = delete;
+
+  [[nodiscard]] virtual const char* name() const noexcept = 0;
+  virtual void insert(detail::PageEntry& page) = 0;
+  virtual void touch(detail::PageEntry* pages, std::size_t n) = 0;
+  virtual void remove(detail::PageEntry& page) = 0;
+  virtual std::size_t select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) = 0;
+  [[nodiscard]] virtual std::size_t size() const = 0;
+};
+
+//! Creates the policy named `name` ("lru"); throws tvmm::config_error for an unknown name.
+std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name);
+
+}  // namespace tvmm::policies

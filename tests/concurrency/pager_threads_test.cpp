@@ -1,0 +1,116 @@
+// Concurrency: threads pin, write, unpin, re-pin and verify their own tensors under a device budget of
+// a few pages. Also run under ThreadSanitizer (ctest label "concurrency").
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+using namespace tvmm;
+
+namespace {
+
+void hammer(bool streams, int threads, int iterations, std::size_t device_pages) {
+  auto cfg = test::small_config(device_pages, 64);
+  cfg.wait_timeout = std::chrono::milliseconds(60'000);
+  Pager p(cfg);
+  std::atomic<std::size_t> bad{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+      std::vector<Tensor> mine;
+      std::vector<std::uint64_t> seeds;
+      for (int i = 0; i < 3; ++i) {
+        mine.push_back(p.allocate((1 + (t + i) % 2) * 64 * KiB - 100 * static_cast<std::size_t>(i),
+                                  {"t" + std::to_string(t) + "." + std::to_string(i)}));
+        seeds.push_back(0);
+      }
+      Stream s = streams ? p.create_stream() : Stream();
+      for (int it = 0; it < iterations; ++it) {
+        const auto k = rng() % mine.size();
+        const std::uint64_t old_seed = seeds[k];
+        const std::uint64_t new_seed = (static_cast<std::uint64_t>(t) << 32) | static_cast<std::uint64_t>(it + 1);
+        Tensor& tensor = mine[k];
+        if (streams) {
+          auto pin = tensor.pin(s, Access::read_write);
+          void* d = pin.data();
+          const auto n = tensor.size();
+          s.launch([d, n, old_seed, new_seed, &bad] {
+            if (old_seed != 0) bad += test::mismatches(d, n, old_seed);
+            test::fill(d, n, new_seed);
+          });
+        } else {
+          auto pin = tensor.pin(Access::read_write);
+          if (old_seed != 0) bad += test::mismatches(pin.data(), tensor.size(), old_seed);
+          test::fill(pin.data(), tensor.size(), new_seed);
+        }
+        seeds[k] = new_seed;
+      }
+      if (streams) s.synchronize();
+      for (std::size_t k = 0; k < mine.size(); ++k) {
+        if (seeds[k] == 0) continue;
+        auto pin = mine[k].pin(Access::read);
+        bad += test::mismatches(pin.data(), mine[k].size(), seeds[k]);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(bad.load(), 0u);
+  const auto st = p.stats();
+  EXPECT_LE(st.device_peak_bytes, st.device_budget);
+  EXPECT_LE(st.host_peak_bytes, st.host_budget);
+  EXPECT_GT(st.evictions, 0u);
+  EXPECT_EQ(st.live_bytes, 0u);
+  p.check_invariants();
+}
+
+}  // namespace
+
+TEST(PagerThreads, EightThreadsHostPins) { hammer(false, 8, 150, 4); }
+
+TEST(PagerThreads, EightThreadsStreamPins) { hammer(true, 8, 150, 4); }
+
+TEST(PagerThreads, SharedTensorPinnedByManyThreads) {
+  Pager p(test::small_config(3, 16));
+  auto shared = p.allocate(2 * 64 * KiB);
+  { auto pin = shared.pin(Access::write); test::fill(pin.data(), shared.size(), 77); }
+  std::atomic<std::size_t> bad{0};
+  std::vector<std::thread> ws;
+  for (int t = 0; t < 8; ++t) {
+    ws.emplace_back([&, t] {
+      auto own = p.allocate(64 * KiB);
+      for (int i = 0; i < 100; ++i) {
+        { auto pin = own.pin(Access::write); test::fill(pin.data(), own.size(), static_cast<std::uint64_t>(t)); }
+        auto pin = shared.pin(Access::read);
+        bad += test::mismatches(pin.data(), shared.size(), 77);
+      }
+    });
+  }
+  for (auto& w : ws) w.join();
+  EXPECT_EQ(bad.load(), 0u);
+  p.check_invariants();
+}
+
+TEST(PagerThreads, ConcurrentAllocateAndFree) {
+  Pager p(test::small_config(4, 32));
+  std::vector<std::thread> ws;
+  std::atomic<std::size_t> bad{0};
+  for (int t = 0; t < 8; ++t) {
+    ws.emplace_back([&, t] {
+      for (int i = 0; i < 60; ++i) {
+        auto x = p.allocate(64 * KiB * (1 + static_cast<std::size_t>(i % 2)));
+        auto pin = x.pin(Access::write);
+        test::fill(pin.data(), x.size(), static_cast<std::uint64_t>(t * 1000 + i));
+        bad += test::mismatches(pin.data(), x.size(), static_cast<std::uint64_t>(t * 1000 + i));
+      }
+    });
+  }
+  for (auto& w : ws) w.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(p.stats().live_bytes, 0u);
+  p.check_invariants();
+}

@@ -1,0 +1,238 @@
+// The device-backend conformance suite: one typed suite, instantiated for every backend (the simulator
+// now; the CUDA backend joins it with the gpu label). Each test checks a contract in
+// backends/device/device_backend.hpp.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backends/device/device_backend.hpp"
+#include "backends/device/sim/sim_device.hpp"
+#include "test_support.hpp"
+
+using namespace tvmm;
+using namespace tvmm::backend;
+
+namespace {
+
+struct SimFactory {
+  static constexpr std::size_t kGranularity = 64 * KiB;
+  static std::unique_ptr<DeviceBackend> make(std::size_t capacity) {
+    SimDeviceConfig c;
+    c.granularity = kGranularity;
+    c.capacity = capacity;
+    return std::make_unique<SimDevice>(c, capacity);
+  }
+};
+
+template <class Factory>
+class DeviceBackendConformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dev_ = Factory::make(8 * Factory::kGranularity);
+    g_ = dev_->properties().granularity;
+  }
+  std::unique_ptr<DeviceBackend> dev_;
+  std::size_t g_ = 0;
+};
+
+using Backends = ::testing::Types<SimFactory>;
+TYPED_TEST_SUITE(DeviceBackendConformance, Backends);
+
+TYPED_TEST(DeviceBackendConformance, ReservationIsAlignedAndReleasable) {
+  auto& dev = *this->dev_;
+  DevPtr va = 0;
+  ASSERT_TRUE(dev.reserve(4 * this->g_, &va).ok());
+  EXPECT_EQ(va % this->g_, 0u);
+  EXPECT_TRUE(dev.release_reservation(va, 4 * this->g_).ok());
+  EXPECT_EQ(dev.reserve(this->g_ + 1, &va).code, Errc::invalid_value);
+}
+
+TYPED_TEST(DeviceBackendConformance, MapSetAccessUnmapRoundTrip) {
+  auto& dev = *this->dev_;
+  const auto g = this->g_;
+  DevPtr va = 0;
+  ASSERT_TRUE(dev.reserve(4 * g, &va).ok());
+  ChunkHandle a, b;
+  ASSERT_TRUE(dev.create_chunk(g, &a).ok());
+  ASSERT_TRUE(dev.create_chunk(g, &b).ok());
+  ASSERT_TRUE(dev.map(va, g, a).ok());
+  ASSERT_TRUE(dev.map(va + g, g, b).ok());
+  EXPECT_EQ(dev.map(va, g, b).code, Errc::already_mapped);
+  // One access grant over a run of two mappings.
+  ASSERT_TRUE(dev.set_access(va, 2 * g).ok());
+  EXPECT_EQ(dev.set_access(va + 2 * g, g).code, Errc::not_mapped);
+  if (dev.properties().host_accessible) {
+    test::fill(reinterpret_cast<void*>(va), 2 * g, 11);
+    // Data lives in the chunk: unmapping and mapping the chunk elsewhere shows the same bytes.
+    ASSERT_TRUE(dev.unmap(va, g).ok());
+    ASSERT_TRUE(dev.map(va + 3 * g, g, a).ok());
+    ASSERT_TRUE(dev.set_access(va + 3 * g, g).ok());
+    EXPECT_EQ(test::mismatches(reinterpret_cast<void*>(va + 3 * g), g, 11), 0u);
+    ASSERT_TRUE(dev.unmap(va + 3 * g, g).ok());
+  } else {
+    ASSERT_TRUE(dev.unmap(va, g).ok());
+  }
+  EXPECT_EQ(dev.unmap(va, g).code, Errc::not_mapped);
+  EXPECT_EQ(dev.release_chunk(b).code, Errc::invalid_value);  // still mapped
+  ASSERT_TRUE(dev.unmap(va + g, g).ok());
+  EXPECT_TRUE(dev.release_chunk(a).ok());
+  EXPECT_TRUE(dev.release_chunk(b).ok());
+  EXPECT_TRUE(dev.release_reservation(va, 4 * g).ok());
+}
+
+TYPED_TEST(DeviceBackendConformance, MapOutsideReservationIsRejected) {
+  auto& dev = *this->dev_;
+  DevPtr va = 0;
+  ASSERT_TRUE(dev.reserve(2 * this->g_, &va).ok());
+  ChunkHandle c;
+  ASSERT_TRUE(dev.create_chunk(this->g_, &c).ok());
+  EXPECT_EQ(dev.map(va + 2 * this->g_, this->g_, c).code, Errc::invalid_value);
+  EXPECT_EQ(dev.map(va + 1, this->g_, c).code, Errc::invalid_value);  // misaligned
+  EXPECT_TRUE(dev.release_chunk(c).ok());
+  EXPECT_TRUE(dev.release_reservation(va, 2 * this->g_).ok());
+}
+
+TYPED_TEST(DeviceBackendConformance, CapacityIsAHardLimit) {
+  auto& dev = *this->dev_;
+  const auto cap = dev.properties().capacity / this->g_;
+  std::vector<ChunkHandle> chunks(cap);
+  for (auto& c : chunks) ASSERT_TRUE(dev.create_chunk(this->g_, &c).ok());
+  ChunkHandle extra;
+  EXPECT_EQ(dev.create_chunk(this->g_, &extra).code, Errc::out_of_memory);
+  ASSERT_TRUE(dev.release_chunk(chunks.back()).ok());
+  EXPECT_TRUE(dev.create_chunk(this->g_, &chunks.back()).ok());  // freed memory is reusable
+  for (auto& c : chunks) EXPECT_TRUE(dev.release_chunk(c).ok());
+}
+
+TYPED_TEST(DeviceBackendConformance, StreamRunsWorkInOrderAndEventsTrackIt) {
+  auto& dev = *this->dev_;
+  StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  EventHandle e = nullptr;
+  ASSERT_TRUE(dev.create_event(&e).ok());
+  EXPECT_TRUE(dev.query_event(e).ok());  // never recorded: complete
+  std::atomic<bool> release{false};
+  std::vector<int> order;
+  struct Ctx {
+    std::atomic<bool>* release;
+    std::vector<int>* order;
+  } ctx{&release, &order};
+  ASSERT_TRUE(dev.launch_host(s, [](void* u) {
+    auto* c = static_cast<Ctx*>(u);
+    while (!c->release->load()) std::this_thread::yield();
+    c->order->push_back(1);
+  }, &ctx).ok());
+  ASSERT_TRUE(dev.record_event(e, s).ok());
+  ASSERT_TRUE(dev.launch_host(s, [](void* u) { static_cast<Ctx*>(u)->order->push_back(2); }, &ctx).ok());
+  EXPECT_EQ(dev.query_event(e).code, Errc::not_ready);
+  release = true;
+  ASSERT_TRUE(dev.synchronize_event(e).ok());
+  EXPECT_TRUE(dev.query_event(e).ok());
+  ASSERT_TRUE(dev.synchronize_stream(s).ok());
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(dev.destroy_event(e).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+}
+
+TYPED_TEST(DeviceBackendConformance, StreamWaitEventOrdersAcrossStreams) {
+  auto& dev = *this->dev_;
+  StreamHandle a = nullptr, b = nullptr;
+  ASSERT_TRUE(dev.create_stream(&a).ok());
+  ASSERT_TRUE(dev.create_stream(&b).ok());
+  EventHandle e = nullptr;
+  ASSERT_TRUE(dev.create_event(&e).ok());
+  std::atomic<bool> gate{false};
+  std::atomic<int> seen{-1};
+  ASSERT_TRUE(dev.launch_host(a, [](void* u) {
+    auto* g = static_cast<std::atomic<bool>*>(u);
+    while (!g->load()) std::this_thread::yield();
+  }, &gate).ok());
+  ASSERT_TRUE(dev.record_event(e, a).ok());
+  ASSERT_TRUE(dev.stream_wait_event(b, e).ok());
+  struct Ctx {
+    std::atomic<bool>* gate;
+    std::atomic<int>* seen;
+  } ctx{&gate, &seen};
+  ASSERT_TRUE(dev.launch_host(b, [](void* u) {
+    auto* c = static_cast<Ctx*>(u);
+    c->seen->store(c->gate->load() ? 1 : 0);
+  }, &ctx).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(seen.load(), -1);  // b is held behind a's event
+  gate = true;
+  ASSERT_TRUE(dev.synchronize_stream(b).ok());
+  EXPECT_EQ(seen.load(), 1);
+  EXPECT_TRUE(dev.destroy_event(e).ok());
+  EXPECT_TRUE(dev.destroy_stream(a).ok());
+  EXPECT_TRUE(dev.destroy_stream(b).ok());
+}
+
+TYPED_TEST(DeviceBackendConformance, CopiesMoveBytesBothWays) {
+  auto& dev = *this->dev_;
+  const auto g = this->g_;
+  DevPtr va = 0;
+  ASSERT_TRUE(dev.reserve(g, &va).ok());
+  ChunkHandle c;
+  ASSERT_TRUE(dev.create_chunk(g, &c).ok());
+  ASSERT_TRUE(dev.map(va, g, c).ok());
+  ASSERT_TRUE(dev.set_access(va, g).ok());
+  void* h1 = nullptr;
+  void* h2 = nullptr;
+  ASSERT_TRUE(dev.alloc_host(g, &h1).ok());
+  ASSERT_TRUE(dev.alloc_host(g, &h2).ok());
+  test::fill(h1, g, 5);
+  StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  ASSERT_TRUE(dev.memcpy_async(reinterpret_cast<void*>(va), h1, g, CopyKind::host_to_device, s).ok());
+  ASSERT_TRUE(dev.memcpy_async(h2, reinterpret_cast<void*>(va), g, CopyKind::device_to_host, s).ok());
+  ASSERT_TRUE(dev.synchronize_stream(s).ok());
+  EXPECT_EQ(test::mismatches(h2, g, 5), 0u);
+  const auto counters = dev.counters();
+  EXPECT_EQ(counters.copies, 2u);
+  EXPECT_EQ(counters.copy_bytes, 2 * g);
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+  EXPECT_TRUE(dev.free_host(h1, g).ok());
+  EXPECT_TRUE(dev.free_host(h2, g).ok());
+  EXPECT_TRUE(dev.unmap(va, g).ok());
+  EXPECT_TRUE(dev.release_chunk(c).ok());
+  EXPECT_TRUE(dev.release_reservation(va, g).ok());
+}
+
+}  // namespace
+
+// Simulator-specific: unmapped device addresses are really inaccessible, and throttling models a bus.
+TEST(SimDevice, UnmappedAddressFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the simulator runs copy-engine threads
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  SimDevice dev(c, 4 * 64 * KiB);
+  DevPtr va = 0;
+  ASSERT_TRUE(dev.reserve(64 * KiB, &va).ok());
+  EXPECT_DEATH({ *reinterpret_cast<volatile char*>(va) = 1; }, "");
+  EXPECT_TRUE(dev.release_reservation(va, 64 * KiB).ok());
+}
+
+TEST(SimDevice, ThrottledCopyTakesAtLeastTheModelledTime) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  c.bandwidth_bytes_per_s = 64.0 * 1024 * 1024;  // 64 MiB/s: 1 MiB takes >= 15.6 ms
+  c.copy_latency = std::chrono::milliseconds(2);
+  SimDevice dev(c, 4 * 64 * KiB);
+  void* a = nullptr;
+  void* b = nullptr;
+  ASSERT_TRUE(dev.alloc_host(MiB, &a).ok());
+  ASSERT_TRUE(dev.alloc_host(MiB, &b).ok());
+  StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(dev.memcpy_async(b, a, MiB, CopyKind::host_to_device, s).ok());
+  ASSERT_TRUE(dev.synchronize_stream(s).ok());
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(elapsed, std::chrono::microseconds(15'625 + 2'000));  // a lower bound: sleeping never ends early
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+  EXPECT_TRUE(dev.free_host(a, MiB).ok());
+  EXPECT_TRUE(dev.free_host(b, MiB).ok());
+}

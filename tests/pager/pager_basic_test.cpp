@@ -1,0 +1,204 @@
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "test_support.hpp"
+
+using namespace tvmm;
+
+TEST(Pager, AllocatedTensorStartsWithNoData) {
+  Pager p(test::small_config(4, 8));
+  auto t = p.allocate(100 * KiB, {"a"});
+  EXPECT_EQ(t.size(), 100 * KiB);
+  EXPECT_EQ(t.name(), "a");
+  EXPECT_NE(t.data(), nullptr);
+  EXPECT_EQ(t.tier(), Tier::none);
+  EXPECT_EQ(p.stats().device_used_bytes, 0u);
+}
+
+TEST(Pager, HostPinMakesDataReadableAndWritable) {
+  Pager p(test::small_config(4, 8));
+  auto t = p.allocate(150 * KiB);
+  {
+    auto pin = t.pin(Access::write);
+    EXPECT_EQ(pin.data(), t.data());
+    EXPECT_EQ(t.tier(), Tier::device);
+    test::fill(pin.data(), t.size(), 1);
+  }
+  auto pin = t.pin(Access::read);
+  EXPECT_EQ(test::mismatches(pin.data(), t.size(), 1), 0u);
+  const auto s = p.stats();
+  EXPECT_EQ(s.pins, 2u);
+  EXPECT_EQ(s.misses, 3u);  // three fresh pages made resident once
+  EXPECT_EQ(s.hits, 3u);
+}
+
+TEST(Pager, AddressesAreStableAcrossEvictions) {
+  Pager p(test::small_config(2, 16));
+  std::vector<Tensor> ts;
+  std::vector<void*> addrs;
+  for (int i = 0; i < 8; ++i) {
+    ts.push_back(p.allocate(64 * KiB));
+    addrs.push_back(ts.back().data());
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      auto pin = ts[i].pin(round == 0 ? Access::write : Access::read_write);
+      EXPECT_EQ(pin.data(), addrs[i]);
+      if (round == 0) {
+        test::fill(pin.data(), ts[i].size(), i);
+      } else {
+        EXPECT_EQ(test::mismatches(pin.data(), ts[i].size(), i), 0u) << "tensor " << i << " round " << round;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < ts.size(); ++i) EXPECT_EQ(ts[i].data(), addrs[i]);
+  EXPECT_GT(p.stats().evictions, 0u);
+  p.check_invariants();
+}
+
+TEST(Pager, EvictedPagesGoToHostAndComeBack) {
+  Pager p(test::small_config(1, 4));
+  auto a = p.allocate(64 * KiB);
+  auto b = p.allocate(64 * KiB);
+  { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), 3); }
+  { auto pin = b.pin(Access::write); test::fill(pin.data(), b.size(), 4); }
+  EXPECT_EQ(a.tier(), Tier::host);
+  EXPECT_EQ(b.tier(), Tier::device);
+  EXPECT_EQ(p.tier_of(a.data()), Tier::host);
+  auto s = p.stats();
+  EXPECT_EQ(s.evictions, 1u);
+  EXPECT_EQ(s.device_to_host.pages, 1u);
+  EXPECT_EQ(s.device_to_host.bytes, 64 * KiB);
+  {
+    auto pin = a.pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), a.size(), 3), 0u);
+  }
+  s = p.stats();
+  EXPECT_EQ(s.host_to_device.pages, 1u);
+  EXPECT_EQ(b.tier(), Tier::host);
+  p.check_invariants();
+}
+
+TEST(Pager, WriteAccessSkipsThePageIn) {
+  Pager p(test::small_config(1, 4));
+  auto a = p.allocate(64 * KiB);
+  auto b = p.allocate(64 * KiB);
+  { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), 1); }
+  { auto pin = b.pin(Access::write); }
+  ASSERT_EQ(a.tier(), Tier::host);
+  { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), 2); }
+  EXPECT_EQ(p.stats().host_to_device.pages, 0u);  // overwritten, so never loaded
+  { auto pin = b.pin(Access::read); }
+  { auto pin = a.pin(Access::read); EXPECT_EQ(test::mismatches(pin.data(), a.size(), 2), 0u); }
+  p.check_invariants();
+}
+
+TEST(Pager, PinnedPagesAreNeverEvicted) {
+  Pager p(test::small_config(3, 16));
+  auto keep = p.allocate(2 * 64 * KiB);
+  auto pin = keep.pin(Access::write);
+  test::fill(pin.data(), keep.size(), 99);
+  std::vector<Tensor> others;
+  for (int i = 0; i < 10; ++i) others.push_back(p.allocate(64 * KiB));
+  for (int round = 0; round < 3; ++round) {
+    for (auto& t : others) {
+      auto op = t.pin(Access::write);
+      test::fill(op.data(), t.size(), 5);
+      ASSERT_EQ(keep.tier(0), Tier::device);
+      ASSERT_EQ(keep.tier(64 * KiB), Tier::device);
+    }
+  }
+  EXPECT_EQ(test::mismatches(pin.data(), keep.size(), 99), 0u);
+  EXPECT_GE(p.stats().evictions, 25u);
+}
+
+TEST(Pager, StreamPinOrdersKernelsAfterPageIns) {
+  Pager p(test::small_config(2, 8));
+  auto s = p.create_stream();
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 6; ++i) ts.push_back(p.allocate(64 * KiB));
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    auto pin = ts[i].pin(s, Access::write);
+    void* d = pin.data();
+    const auto n = ts[i].size();
+    s.launch([d, n, i] { test::fill(d, n, i + 100); });
+  }  // pins released in stream order; evictions wait for the kernels
+  std::atomic<std::size_t> bad{0};
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    auto pin = ts[i].pin(s, Access::read);
+    void* d = pin.data();
+    const auto n = ts[i].size();
+    s.launch([d, n, i, &bad] { bad += test::mismatches(d, n, i + 100); });
+  }
+  s.synchronize();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(p.stats().evictions, 0u);
+}
+
+TEST(Pager, PrefetchLoadsWithoutPinning) {
+  Pager p(test::small_config(2, 8));
+  auto s = p.create_stream();
+  auto a = p.allocate(2 * 64 * KiB);
+  auto b = p.allocate(2 * 64 * KiB);
+  { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), 8); }
+  { auto pin = b.pin(Access::write); }
+  ASSERT_EQ(a.tier(), Tier::host);
+  a.prefetch(s);
+  s.synchronize();
+  EXPECT_EQ(a.tier(0), Tier::device);
+  EXPECT_EQ(a.tier(64 * KiB), Tier::device);
+  EXPECT_EQ(p.stats().prefetched, 2u);
+  const auto misses = p.stats().misses;
+  auto pin = a.pin(Access::read);
+  EXPECT_EQ(p.stats().misses, misses);  // the pin found it resident
+  EXPECT_EQ(test::mismatches(pin.data(), a.size(), 8), 0u);
+}
+
+TEST(Pager, PrefetchNeverEvictsPinnedPages) {
+  Pager p(test::small_config(2, 8));
+  auto s = p.create_stream();
+  auto a = p.allocate(2 * 64 * KiB);
+  auto b = p.allocate(2 * 64 * KiB);
+  { auto pin = a.pin(Access::write); }
+  auto pb = b.pin(Access::write);  // a is on the host now; b holds every frame
+  a.prefetch(s);
+  s.synchronize();
+  EXPECT_EQ(a.tier(), Tier::host);
+  EXPECT_EQ(b.tier(), Tier::device);
+}
+
+TEST(Pager, FreeWhilePinnedDefersReclaim) {
+  Pager p(test::small_config(2, 8));
+  auto t = p.allocate(64 * KiB);
+  auto pin = t.pin(Access::write);
+  test::fill(pin.data(), t.size(), 1);
+  t.reset();
+  EXPECT_EQ(test::mismatches(pin.data(), pin.size(), 1), 0u);  // still usable through the pin
+  EXPECT_EQ(p.stats().live_bytes, 64 * KiB);
+  pin.release();
+  EXPECT_EQ(p.stats().live_bytes, 0u);
+  EXPECT_EQ(p.stats().device_used_bytes, 0u);
+  p.check_invariants();
+}
+
+TEST(Pager, ReleasedTensorIsFreedByAddress) {
+  Pager p(test::small_config(2, 8));
+  void* raw = p.allocate(64 * KiB).release();
+  EXPECT_EQ(p.tier_of(raw), Tier::none);
+  p.free(raw);
+  EXPECT_EQ(p.stats().live_bytes, 0u);
+}
+
+TEST(Pager, FreedMemoryIsReused) {
+  Pager p(test::small_config(2, 3));  // capacity 4 pages
+  for (int i = 0; i < 20; ++i) {
+    auto a = p.allocate(2 * 64 * KiB);
+    auto b = p.allocate(2 * 64 * KiB - 1);  // together: all of the capacity
+    { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), i); }
+    { auto pin = b.pin(Access::write); }
+    auto pin = a.pin(Access::read);
+    ASSERT_EQ(test::mismatches(pin.data(), a.size(), i), 0u);
+  }
+  p.check_invariants();
+}

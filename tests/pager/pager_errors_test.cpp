@@ -1,0 +1,121 @@
+// Bad input gets a clear error and leaves the pager's state intact.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "test_support.hpp"
+
+using namespace tvmm;
+
+namespace {
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST(PagerErrors, ZeroSize) {
+  Pager p(test::small_config(4, 8));
+  try {
+    (void)p.allocate(0, {"weights"});
+    FAIL() << "expected invalid_argument";
+  } catch (const invalid_argument& e) {
+    EXPECT_TRUE(contains(e.what(), "size is 0 bytes")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "weights")) << e.what();
+  }
+  EXPECT_EQ(p.stats().allocations, 0u);
+  p.check_invariants();
+}
+
+TEST(PagerErrors, LargerThanAllTiersTogether) {
+  Pager p(test::small_config(4, 8));  // 4 + 8 - 1 = 11 pages can be allocated
+  auto keep = p.allocate(3 * 64 * KiB);
+  { auto pin = keep.pin(Access::write); test::fill(pin.data(), keep.size(), 42); }
+  try {
+    (void)p.allocate(9 * 64 * KiB);
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "cannot allocate 576 KiB")) << msg;  // what was asked
+    EXPECT_TRUE(contains(msg, "512 KiB free")) << msg;            // what is free
+    EXPECT_TRUE(contains(msg, "raise the budgets")) << msg;
+  }
+  // Also a std::bad_alloc and a tvmm::error.
+  EXPECT_THROW((void)p.allocate(std::size_t{1} << 40), std::bad_alloc);
+  EXPECT_THROW((void)p.allocate(std::size_t{1} << 40), tvmm::error);
+  // State intact: the earlier tensor is whole and the rest of the capacity is still usable.
+  auto more = p.allocate(8 * 64 * KiB);
+  EXPECT_EQ(p.stats().live_bytes, 11 * 64 * KiB);
+  auto pin = keep.pin(Access::read);
+  EXPECT_EQ(test::mismatches(pin.data(), keep.size(), 42), 0u);
+  p.check_invariants();
+}
+
+TEST(PagerErrors, DoubleFree) {
+  Pager p(test::small_config(4, 8));
+  void* raw = p.allocate(64 * KiB).release();
+  auto other = p.allocate(64 * KiB);
+  p.free(raw);
+  try {
+    p.free(raw);
+    FAIL() << "expected invalid_argument";
+  } catch (const invalid_argument& e) {
+    EXPECT_TRUE(contains(e.what(), "double free")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "nothing was changed")) << e.what();
+  }
+  EXPECT_THROW(p.free(reinterpret_cast<void*>(0x1234)), invalid_argument);
+  // Freeing a Tensor-owned address through the raw API is refused too.
+  EXPECT_THROW(p.free(other.data()), invalid_argument);
+  EXPECT_EQ(p.stats().live_bytes, 64 * KiB);
+  { auto pin = other.pin(Access::write); }
+  p.check_invariants();
+}
+
+TEST(PagerErrors, TensorLargerThanDeviceBudgetCannotBePinned) {
+  Pager p(test::small_config(2, 8));
+  auto big = p.allocate(3 * 64 * KiB);
+  try {
+    (void)big.pin();
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    EXPECT_TRUE(contains(e.what(), "needs 3 device pages but the device budget is 2")) << e.what();
+  }
+  p.check_invariants();
+  EXPECT_EQ(p.stats().device_used_bytes, 0u);
+}
+
+TEST(PagerErrors, PinnedWorkingSetLargerThanDeviceIsAnErrorNotAHang) {
+  auto c = test::small_config(3, 8);
+  c.wait_timeout = std::chrono::milliseconds(100);
+  Pager p(c);
+  auto a = p.allocate(2 * 64 * KiB);
+  auto b = p.allocate(2 * 64 * KiB);
+  auto pa = a.pin(Access::write);
+  test::fill(pa.data(), a.size(), 5);
+  try {
+    auto pb = b.pin(Access::write);
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    EXPECT_TRUE(contains(e.what(), "pinned working set exceeds the device budget")) << e.what();
+  }
+  // Intact: a is still pinned and whole; after releasing it, b can be pinned.
+  EXPECT_EQ(test::mismatches(pa.data(), a.size(), 5), 0u);
+  p.check_invariants();
+  pa.release();
+  auto pb = b.pin(Access::write);
+  // 3 frames: b took the free one and evicted one page of a.
+  EXPECT_EQ((a.tier(0) == Tier::device) + (a.tier(64 * KiB) == Tier::device), 1);
+  p.check_invariants();
+}
+
+TEST(PagerErrors, EmptyHandlesAreRejected) {
+  Pager p(test::small_config(2, 8));
+  Tensor t;
+  EXPECT_THROW((void)t.pin(), invalid_argument);
+  Stream s;
+  auto real = p.allocate(64 * KiB);
+  EXPECT_THROW((void)real.pin(s), invalid_argument);
+  EXPECT_THROW(s.synchronize(), invalid_argument);
+  EXPECT_THROW((void)real.tier(64 * KiB), invalid_argument);
+  EXPECT_THROW((void)p.tier_of(nullptr), invalid_argument);
+  t.reset();  // no-op
+  Pin pin;
+  pin.release();  // no-op
+}

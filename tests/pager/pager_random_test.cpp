@@ -1,0 +1,95 @@
+// Random workloads at 4x oversubscription: every byte verified, budgets and invariants checked at
+// every step.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "test_support.hpp"
+
+using namespace tvmm;
+
+namespace {
+
+struct Shadow {
+  Tensor t;
+  std::uint64_t seed = 0;  // 0: never written
+};
+
+void run_random(std::uint32_t rng_seed, std::size_t device_pages, bool use_stream) {
+  const std::size_t page = 64 * KiB;
+  auto cfg = test::small_config(device_pages, 4 * device_pages);
+  Pager p(cfg);
+  std::mt19937_64 rng(rng_seed);
+  std::vector<Shadow> ts;
+  std::size_t total_pages = 0;
+  // Tensors of 1..3 pages (some not page-multiples) until the data is 4x the device budget.
+  while (total_pages < 4 * device_pages) {
+    const std::size_t pages = 1 + rng() % 3;
+    const std::size_t bytes = pages * page - (rng() % 2 ? 0 : rng() % 1000);
+    ts.push_back({p.allocate(bytes), 0});
+    total_pages += pages;
+  }
+  std::vector<void*> addrs;
+  for (auto& s : ts) addrs.push_back(s.t.data());
+  auto stream = p.create_stream();
+  std::atomic<std::size_t> bad{0};
+  std::uint64_t next_seed = 1;
+  const auto budget = p.stats().device_budget;
+  const auto host_budget = p.stats().host_budget;
+  for (int step = 0; step < 400; ++step) {
+    auto& s = ts[rng() % ts.size()];
+    const bool write = s.seed == 0 || rng() % 2 == 0;
+    const std::uint64_t old_seed = s.seed;
+    const std::uint64_t new_seed = write ? next_seed++ : s.seed;
+    {
+      auto pin = use_stream ? s.t.pin(stream, write ? Access::read_write : Access::read)
+                            : s.t.pin(write ? Access::read_write : Access::read);
+      void* d = pin.data();
+      const auto n = s.t.size();
+      auto work = [d, n, old_seed, new_seed, write, &bad] {
+        if (old_seed != 0) bad += test::mismatches(d, n, old_seed);
+        if (write) test::fill(d, n, new_seed);
+      };
+      if (use_stream) {
+        stream.launch(work);
+      } else {
+        work();
+      }
+    }
+    s.seed = new_seed;
+    const auto st = p.stats();
+    ASSERT_LE(st.device_used_bytes, budget) << "step " << step;
+    ASSERT_LE(st.host_used_bytes, host_budget) << "step " << step;
+    if (step % 16 == 0) {
+      if (use_stream) stream.synchronize();
+      p.check_invariants();
+    }
+  }
+  stream.synchronize();
+  EXPECT_EQ(bad.load(), 0u);
+  // Every byte of every tensor, read back through host pins.
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    EXPECT_EQ(ts[i].t.data(), addrs[i]) << "address of tensor " << i << " changed";
+    if (ts[i].seed == 0) continue;
+    auto pin = ts[i].t.pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), ts[i].t.size(), ts[i].seed), 0u) << "tensor " << i;
+  }
+  const auto st = p.stats();
+  EXPECT_LE(st.device_peak_bytes, budget);
+  EXPECT_LE(st.host_peak_bytes, host_budget);
+  EXPECT_GT(st.evictions, 0u);
+  p.check_invariants();
+}
+
+}  // namespace
+
+TEST(PagerRandom, HostPinsAt4xOversubscription) {
+  for (std::uint32_t seed : {1u, 2u, 3u}) run_random(seed, 6, false);
+}
+
+TEST(PagerRandom, StreamPinsAt4xOversubscription) {
+  for (std::uint32_t seed : {4u, 5u, 6u}) run_random(seed, 6, true);
+}
+
+TEST(PagerRandom, DeviceOfThreePagesWithThreePageTensors) { run_random(7, 3, true); }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tvmm needs to build and test, only those missing.
+# Uses sudo when not root. Safe to run repeatedly: it does nothing when all are present.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libboost-dev          # Boost.Intrusive (header-only)
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "tvmm: missing packages: ${missing[*]}; install them with your package manager (apt-get not found)" >&2
+  exit 1
+fi
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo_cmd=(sudo)
+  else
+    echo "tvmm: missing packages: ${missing[*]}; run as root or install sudo" >&2
+    exit 1
+  fi
+fi
+
+echo "tvmm: installing missing packages: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

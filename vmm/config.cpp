@@ -1,0 +1,49 @@
+#include <cstdio>
+#include <string>
+
+#include "tvmm/config.hpp"
+#include "tvmm/errors.hpp"
+
+namespace tvmm {
+
+std::string format_bytes(std::size_t bytes) {
+  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0 || v == static_cast<double>(static_cast<std::size_t>(v))) {
+    std::snprintf(buf, sizeof buf, "%zu %s", static_cast<std::size_t>(v), units[u]);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  }
+  return buf;
+}
+
+void Config::validate() const {
+  if (device_budget == 0) {
+    throw config_error("device_budget is 0: the device tier needs at least one page; set it to e.g. 256 MiB");
+  }
+  if (host_budget == 0) {
+    throw config_error("host_budget is 0: evicted pages need a host tier of at least one page; set it to e.g. 1 GiB");
+  }
+  if (wait_timeout.count() <= 0) {
+    throw config_error("wait_timeout must be positive (it bounds how long a pin waits for others to unpin)");
+  }
+  if (eviction != "lru") {
+    throw config_error("eviction = \"" + eviction + "\" is not a known eviction policy; use \"lru\"");
+  }
+  if (sim.granularity == 0 || (sim.granularity & (sim.granularity - 1)) != 0) {
+    throw config_error("sim.granularity = " + std::to_string(sim.granularity) +
+                       " must be a power of two (a real GPU reports 2 MiB)");
+  }
+  if (sim.bandwidth_bytes_per_s < 0.0) {
+    throw config_error("sim.bandwidth_bytes_per_s must be >= 0 (0 = unthrottled)");
+  }
+  if (sim.copy_latency.count() < 0) throw config_error("sim.copy_latency must be >= 0");
+}
+
+}  // namespace tvmm

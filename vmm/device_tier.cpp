@@ -1,0 +1,47 @@
+#include "vmm/device_tier.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "vmm/detail/check.hpp"
+
+namespace tvmm::detail {
+
+DeviceTier::DeviceTier(backend::DeviceBackend& dev, std::size_t page_size, std::uint32_t budget_frames)
+    : dev_(dev), page_size_(page_size), budget_(budget_frames) {
+  chunks_.reserve(budget_frames);
+  free_.reserve(budget_frames);
+}
+
+DeviceTier::~DeviceTier() {
+  for (auto c : chunks_) {
+    if (auto s = dev_.release_chunk(c); !s.ok()) {
+      std::fprintf(stderr, "tvmm: releasing a device frame failed: %s\n", backend::errc_name(s.code));
+    }
+  }
+}
+
+std::optional<std::uint32_t> DeviceTier::try_acquire() {
+  std::uint32_t f;
+  if (!free_.empty()) {
+    f = free_.back();
+    free_.pop_back();
+  } else if (chunks_.size() < budget_) {
+    backend::ChunkHandle c;
+    TVMM_CHECK(dev_.create_chunk(page_size_, &c));
+    f = static_cast<std::uint32_t>(chunks_.size());
+    chunks_.push_back(c);
+  } else {
+    return std::nullopt;
+  }
+  ++in_use_;
+  peak_ = std::max(peak_, in_use_);
+  return f;
+}
+
+void DeviceTier::release(std::uint32_t frame) noexcept {
+  free_.push_back(frame);
+  --in_use_;
+}
+
+}  // namespace tvmm::detail

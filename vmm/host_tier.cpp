@@ -1,0 +1,39 @@
+#include "vmm/host_tier.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "vmm/detail/check.hpp"
+
+namespace tvmm::detail {
+
+HostTier::HostTier(backend::DeviceBackend& dev, std::size_t page_size, std::uint32_t slots)
+    : dev_(dev), page_size_(page_size), slots_(slots) {
+  void* p = nullptr;
+  TVMM_CHECK(dev_.alloc_host(page_size_ * slots_, &p));
+  base_ = static_cast<std::byte*>(p);
+  free_.reserve(slots_);
+  for (std::uint32_t s = slots_; s-- > 0;) free_.push_back(s);  // hand out low slots first
+}
+
+HostTier::~HostTier() {
+  if (auto s = dev_.free_host(base_, page_size_ * slots_); !s.ok()) {
+    std::fprintf(stderr, "tvmm: freeing the host tier failed: %s\n", backend::errc_name(s.code));
+  }
+}
+
+std::optional<std::uint32_t> HostTier::try_acquire() noexcept {
+  if (free_.empty()) return std::nullopt;
+  const auto s = free_.back();
+  free_.pop_back();
+  ++in_use_;
+  peak_ = std::max(peak_, in_use_);
+  return s;
+}
+
+void HostTier::release(std::uint32_t slot) noexcept {
+  free_.push_back(slot);
+  --in_use_;
+}
+
+}  // namespace tvmm::detail

@@ -1,0 +1,87 @@
+#pragma once
+// The page table: one PageEntry per page of the address-space reservation, indexed by
+// (addr - base) / page_size. Each entry's state lives in one atomic word (vmcache-style) so the pin hit
+// path is a single compare-and-swap; the other fields change only under the pager lock.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include <boost/intrusive/list_hook.hpp>
+
+namespace tvmm::detail {
+
+struct Allocation;
+struct Event;
+
+//! Named states of a page.
+enum class PageState : std::uint8_t {
+  unused = 0,   //!< Not part of a live allocation.
+  fresh = 1,    //!< Allocated, never made resident: no tier holds data.
+  host = 2,     //!< Data in a host-tier slot; address unmapped.
+  device = 3,   //!< Data in a device frame mapped at the page's address.
+  transit = 4,  //!< Locked by one thread that is moving or releasing it; others wait.
+};
+
+const char* to_string(PageState s) noexcept;
+
+//! Layout of the state word: state (3 bits) | page-in pending (1) | pins (24) | version (32).
+//! "Page-in pending" means the page is resident but its page-in copy may still be running: a pin must
+//! order itself after that copy, so the lock-free hit path declines such pages.
+namespace word {
+inline constexpr std::uint64_t kStateMask = 0x7;
+inline constexpr std::uint64_t kPending = 0x8;
+inline constexpr int kPinShift = 8;
+inline constexpr std::uint64_t kPinOne = std::uint64_t{1} << kPinShift;
+inline constexpr std::uint64_t kPinMax = (std::uint64_t{1} << 24) - 1;
+inline constexpr std::uint64_t kPinMask = kPinMax << kPinShift;
+inline constexpr int kVersionShift = 32;
+inline constexpr std::uint64_t kVersionOne = std::uint64_t{1} << kVersionShift;
+
+constexpr PageState state(std::uint64_t w) noexcept { return static_cast<PageState>(w & kStateMask); }
+constexpr bool pending(std::uint64_t w) noexcept { return (w & kPending) != 0; }
+constexpr std::uint64_t pins(std::uint64_t w) noexcept { return (w & kPinMask) >> kPinShift; }
+constexpr std::uint32_t version(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w >> kVersionShift); }
+//! `w` with a new state and pending flag, the same pins, and the version advanced.
+constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = false) noexcept {
+  return ((w & kPinMask) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
+         ((w >> kVersionShift) + 1) * kVersionOne;
+}
+}  // namespace word
+
+inline constexpr std::uint32_t kNoFrame = UINT32_MAX;
+inline constexpr std::uint32_t kNoSlot = UINT32_MAX;
+
+struct PageEntry {
+  std::atomic<std::uint64_t> word{0};  //!< state word (see word::)
+  std::uint32_t frame = kNoFrame;      //!< device frame, when state is device (or transit from device)
+  std::uint32_t host_slot = kNoSlot;   //!< host slot: the data (host state), the write-back target
+                                       //!< (evicting), or the source of a page-in still pending
+  Allocation* owner = nullptr;         //!< the allocation this page belongs to
+  Event* ready = nullptr;              //!< page-in completion while pending (one reference held)
+  //! Hook of the eviction policy's list; the policy's own lock guards it.
+  boost::intrusive::list_member_hook<> policy_hook;
+
+  [[nodiscard]] PageState state() const noexcept { return word::state(word.load(std::memory_order_acquire)); }
+  //! Sets the state (keeping the pin count) with a CAS loop, since pins change without the lock.
+  void set_state(PageState s, bool pending = false) noexcept;
+};
+
+static_assert(sizeof(PageEntry) <= 64, "page metadata must stay within 64 bytes per page");
+
+class PageTable {
+ public:
+  explicit PageTable(std::uint32_t pages) : pages_(pages), entries_(new PageEntry[pages]) {}
+  [[nodiscard]] PageEntry& operator[](std::uint32_t index) noexcept { return entries_[index]; }
+  [[nodiscard]] const PageEntry& operator[](std::uint32_t index) const noexcept { return entries_[index]; }
+  [[nodiscard]] std::uint32_t size() const noexcept { return pages_; }
+  [[nodiscard]] std::uint32_t index_of(const PageEntry& e) const noexcept {
+    return static_cast<std::uint32_t>(&e - entries_.get());
+  }
+
+ private:
+  std::uint32_t pages_;
+  std::unique_ptr<PageEntry[]> entries_;
+};
+
+}  // namespace tvmm::detail

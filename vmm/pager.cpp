@@ -1,0 +1,163 @@
+// The public C++ API: thin handles over PagerImpl.
+#include "tvmm/pager.hpp"
+
+#include <utility>
+
+#include "vmm/pager_impl.hpp"
+
+namespace tvmm {
+
+const char* to_string(Tier tier) noexcept {
+  switch (tier) {
+    case Tier::none: return "none";
+    case Tier::device: return "device";
+    case Tier::host: return "host";
+    case Tier::transit: return "transit";
+  }
+  return "invalid";
+}
+
+// --- Stream ---------------------------------------------------------------------------------------------
+
+Stream::Stream(Stream&& other) noexcept
+    : pager_(std::exchange(other.pager_, nullptr)), handle_(std::exchange(other.handle_, nullptr)) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    if (handle_ != nullptr) pager_->destroy_stream(handle_);
+    pager_ = std::exchange(other.pager_, nullptr);
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+
+Stream::~Stream() {
+  if (handle_ != nullptr) pager_->destroy_stream(handle_);
+}
+
+void Stream::launch(std::function<void()> fn) {
+  if (handle_ == nullptr) throw invalid_argument("tvmm::Stream::launch: the stream is empty (moved from?)");
+  pager_->launch(handle_, std::move(fn));
+}
+
+void Stream::synchronize() {
+  if (handle_ == nullptr) throw invalid_argument("tvmm::Stream::synchronize: the stream is empty (moved from?)");
+  pager_->synchronize(handle_);
+}
+
+// --- Pin ------------------------------------------------------------------------------------------------
+
+Pin::Pin(Pin&& other) noexcept
+    : pager_(std::exchange(other.pager_, nullptr)),
+      alloc_(std::exchange(other.alloc_, nullptr)),
+      stream_(std::exchange(other.stream_, nullptr)) {}
+
+Pin& Pin::operator=(Pin&& other) noexcept {
+  if (this != &other) {
+    release();
+    pager_ = std::exchange(other.pager_, nullptr);
+    alloc_ = std::exchange(other.alloc_, nullptr);
+    stream_ = std::exchange(other.stream_, nullptr);
+  }
+  return *this;
+}
+
+void* Pin::data() const noexcept { return alloc_ ? reinterpret_cast<void*>(alloc_->base) : nullptr; }
+std::size_t Pin::size() const noexcept { return alloc_ ? alloc_->bytes : 0; }
+
+void Pin::release() noexcept {
+  if (alloc_ == nullptr) return;
+  pager_->unpin(std::exchange(alloc_, nullptr), std::exchange(stream_, nullptr));
+}
+
+// --- Tensor ---------------------------------------------------------------------------------------------
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : pager_(std::exchange(other.pager_, nullptr)), alloc_(std::exchange(other.alloc_, nullptr)) {}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    reset();
+    pager_ = std::exchange(other.pager_, nullptr);
+    alloc_ = std::exchange(other.alloc_, nullptr);
+  }
+  return *this;
+}
+
+void* Tensor::data() const noexcept { return alloc_ ? reinterpret_cast<void*>(alloc_->base) : nullptr; }
+std::size_t Tensor::size() const noexcept { return alloc_ ? alloc_->bytes : 0; }
+
+const std::string& Tensor::name() const noexcept {
+  static const std::string empty;
+  return alloc_ ? alloc_->name : empty;
+}
+
+namespace {
+void require(const detail::Allocation* a, const char* what) {
+  if (a == nullptr) throw invalid_argument(std::string("tvmm::Tensor::") + what + ": the tensor is empty (moved from or reset)");
+}
+}  // namespace
+
+Pin Tensor::pin(Stream& stream, Access access) {
+  require(alloc_, "pin");
+  if (!stream) throw invalid_argument("tvmm::Tensor::pin: the stream is empty (moved from?)");
+  pager_->pin(alloc_, access, stream.native_handle());
+  return Pin(pager_, alloc_, stream.native_handle());
+}
+
+Pin Tensor::pin(Access access) {
+  require(alloc_, "pin");
+  pager_->pin(alloc_, access, nullptr);
+  return Pin(pager_, alloc_, nullptr);
+}
+
+void Tensor::prefetch(Stream& stream) {
+  require(alloc_, "prefetch");
+  if (!stream) throw invalid_argument("tvmm::Tensor::prefetch: the stream is empty (moved from?)");
+  pager_->prefetch(alloc_, stream.native_handle());
+}
+
+Tier Tensor::tier(std::size_t offset) const {
+  require(alloc_, "tier");
+  return pager_->tier(alloc_, offset);
+}
+
+void Tensor::reset() noexcept {
+  if (alloc_ == nullptr) return;
+  pager_->drop_owner(std::exchange(alloc_, nullptr));
+  pager_ = nullptr;
+}
+
+void* Tensor::release() noexcept {
+  if (alloc_ == nullptr) return nullptr;
+  pager_->mark_raw(alloc_);
+  void* p = reinterpret_cast<void*>(alloc_->base);
+  alloc_ = nullptr;
+  pager_ = nullptr;
+  return p;
+}
+
+// --- Pager ----------------------------------------------------------------------------------------------
+
+Pager::Pager(const Config& config) : impl_(std::make_unique<detail::PagerImpl>(config)) {}
+Pager::~Pager() = default;
+
+Tensor Pager::allocate(std::size_t bytes, Hints hints) {
+  return Tensor(impl_.get(), impl_->allocate(bytes, std::move(hints)));
+}
+
+void Pager::free(void* ptr) { impl_->free_raw(ptr); }
+
+Stream Pager::create_stream() { return Stream(impl_.get(), impl_->create_stream()); }
+
+Stats Pager::stats() const { return impl_->stats(); }
+
+Tier Pager::tier_of(const void* addr) const { return impl_->tier_of(reinterpret_cast<backend::DevPtr>(addr)); }
+
+void Pager::check_invariants() const { impl_->check_invariants(); }
+
+const Config& Pager::config() const noexcept { return impl_->config(); }
+
+const char* Pager::backend_name() const noexcept { return impl_->device().properties().name.c_str(); }
+
+}  // namespace tvmm

@@ -1,0 +1,131 @@
+#pragma once
+// The pager: ties the address space, page table, device and host tiers, eviction policy and transfer
+// engine together, and implements pin, unpin, prefetch, eviction and free.
+//
+// Locking: one pager mutex (mu_) guards page-table fields other than the state word, the tiers, the
+// allocation map and the pending page-in list. The pin hit path takes no pager lock: it CASes the state
+// word and touches the policy (which has its own lock). Lock order: mu_ -> policy lock; mu_ ->
+// Allocation::uses_mu. No thread waits for a transfer while holding mu_.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/device/device_backend.hpp"
+#include "policies/eviction_policy.hpp"
+#include "tvmm/pager.hpp"
+#include "vmm/address_space.hpp"
+#include "vmm/allocation.hpp"
+#include "vmm/device_tier.hpp"
+#include "vmm/event_pool.hpp"
+#include "vmm/host_tier.hpp"
+#include "vmm/page_table.hpp"
+#include "vmm/transfer_engine.hpp"
+
+namespace tvmm::detail {
+
+class PagerImpl {
+ public:
+  explicit PagerImpl(const Config& config);
+  ~PagerImpl();
+  PagerImpl(const PagerImpl&) = delete;
+  PagerImpl& operator=(const PagerImpl&) = delete;
+
+  Allocation* allocate(std::size_t bytes, Hints hints);
+  //! The owner lets go (Tensor destroyed/reset, or Pager::free). Reclaims when no pin remains.
+  void drop_owner(Allocation* a) noexcept;
+  void mark_raw(Allocation* a) noexcept;
+  void free_raw(void* ptr);
+
+  //! Pins every page of `a` (stream == nullptr: host-synchronous). On success one reference is added
+  //! to `a` for the Pin.
+  void pin(Allocation* a, Access access, backend::StreamHandle stream);
+  void unpin(Allocation* a, backend::StreamHandle stream) noexcept;
+  void prefetch(Allocation* a, backend::StreamHandle stream);
+
+  [[nodiscard]] Tier tier_of(backend::DevPtr addr) const;
+  [[nodiscard]] Tier tier(const Allocation* a, std::size_t offset) const;
+  [[nodiscard]] Stats stats() const;
+  void check_invariants() const;
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] backend::DeviceBackend& device() noexcept { return *dev_; }
+
+  backend::StreamHandle create_stream();
+  void destroy_stream(backend::StreamHandle s) noexcept;
+  void launch(backend::StreamHandle s, std::function<void()> fn);
+  void synchronize(backend::StreamHandle s);
+
+ private:
+  using Lock = std::unique_lock<std::mutex>;
+  using Clock = std::chrono::steady_clock;
+
+  struct LoadBatch {
+    EventRef done;
+    std::vector<std::uint32_t> pages;
+  };
+
+  [[nodiscard]] PageEntry* pages_of(const Allocation* a) noexcept { return &table_[a->first_page]; }
+  [[nodiscard]] backend::DevPtr va_of(const PageEntry& p) const noexcept { return va_.addr(table_.index_of(p)); }
+
+  // Pin counts. The *_locked variants are for callers holding mu_.
+  bool try_pin_resident(PageEntry& p) noexcept;
+  void pin_page(PageEntry& p) noexcept;
+  void unpin_page(PageEntry& p) noexcept;
+  void unpin_page_locked(PageEntry& p) noexcept;
+  void wake_waiters() noexcept;
+
+  void pin_slow(Allocation* a, Access access, backend::StreamHandle stream);
+  // Makes every page of `a` resident; returns the page-in events a user must order after.
+  std::vector<EventRef> make_resident(Lock& lk, Allocation* a, Access access, Clock::time_point deadline,
+                                      std::uint64_t& misses);
+  // Loads `todo` (fresh or host pages); with may_wait false, loads only what free or evictable frames
+  // allow and returns the number loaded.
+  std::size_t load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
+                         bool may_wait);
+  // Maps `frames` at `pages` and queues their page-ins; on success the pages are resident.
+  void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before,
+                  std::vector<std::uint32_t>& frames, Access access);
+  std::vector<std::uint32_t> acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline,
+                                            bool may_wait);
+  std::vector<PageEntry*> select_victims(std::size_t count);
+  std::vector<std::uint32_t> evict(Lock& lk, std::vector<PageEntry*>& victims);
+  void reap_loads(Lock& lk);
+  void reclaim(Allocation* a) noexcept;
+  // Waits on cv_ until notified or the deadline; false once the deadline has passed.
+  bool wait_for_change(Lock& lk, Clock::time_point deadline);
+  [[nodiscard]] std::string describe_device() const;
+
+  Config cfg_;
+  std::unique_ptr<backend::DeviceBackend> dev_;
+  std::size_t page_size_ = 0;
+  std::unique_ptr<AddressSpace> va_storage_;
+  AddressSpace& va_;
+  std::unique_ptr<PageTable> table_storage_;
+  PageTable& table_;
+  EventPool events_;
+  std::unique_ptr<DeviceTier> device_;
+  std::unique_ptr<HostTier> host_;
+  std::unique_ptr<TransferEngine> xfer_;
+  std::unique_ptr<policies::EvictionPolicy> policy_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // page left transit, pins dropped, frames or slots freed
+  std::atomic<std::uint32_t> waiters_{0};
+  std::atomic<std::uint64_t> pinned_pages_{0};  // pages with pins > 0
+  std::uint64_t allocated_pages_ = 0;           // guarded by mu_
+  std::uint64_t capacity_pages_ = 0;
+  std::unordered_map<backend::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
+  std::deque<LoadBatch> loads_;                             // page-ins not yet known complete
+
+  struct Counters {
+    std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, stall_ns{0},
+        allocations{0}, live_bytes{0}, live_tensors{0};
+  } counters_;
+};
+
+}  // namespace tvmm::detail

@@ -1,0 +1,81 @@
+#include "vmm/transfer_engine.hpp"
+
+#include <cstdio>
+
+#include "vmm/detail/check.hpp"
+
+namespace tvmm::detail {
+
+namespace {
+void* host_ptr(backend::DevPtr p) noexcept { return reinterpret_cast<void*>(p); }
+}  // namespace
+
+TransferEngine::TransferEngine(backend::DeviceBackend& dev, EventPool& events, std::size_t page_size)
+    : dev_(dev), events_(events), page_size_(page_size) {
+  TVMM_CHECK(dev_.create_stream(&in_));
+  if (auto s = dev_.create_stream(&out_); !s.ok()) {
+    (void)dev_.destroy_stream(in_);
+    TVMM_CHECK(s);
+  }
+}
+
+TransferEngine::~TransferEngine() {
+  for (auto s : {in_, out_}) {
+    (void)dev_.synchronize_stream(s);
+    if (auto st = dev_.destroy_stream(s); !st.ok()) {
+      std::fprintf(stderr, "tvmm: destroying a copy stream failed: %s\n", backend::errc_name(st.code));
+    }
+  }
+}
+
+void TransferEngine::map(std::span<const MapRequest> reqs) {
+  std::size_t mapped = 0;
+  try {
+    std::size_t run_start = 0;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      TVMM_CHECK(dev_.map(reqs[i].va, page_size_, reqs[i].chunk));
+      mapped = i + 1;
+      const bool run_ends = i + 1 == reqs.size() || reqs[i + 1].va != reqs[i].va + page_size_;
+      if (run_ends) {
+        TVMM_CHECK(dev_.set_access(reqs[run_start].va, (i + 1 - run_start) * page_size_));
+        run_start = i + 1;
+      }
+    }
+  } catch (...) {
+    // All or nothing: the caller gets its frames back unmapped.
+    for (std::size_t i = 0; i < mapped; ++i) (void)dev_.unmap(reqs[i].va, page_size_);
+    throw;
+  }
+}
+
+void TransferEngine::unmap(backend::DevPtr va) { TVMM_CHECK(dev_.unmap(va, page_size_)); }
+
+void TransferEngine::copy_in(backend::DevPtr va, const void* host) {
+  TVMM_CHECK(dev_.memcpy_async(host_ptr(va), host, page_size_, backend::CopyKind::host_to_device, in_));
+  pages_in_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void TransferEngine::copy_out(void* host, backend::DevPtr va) {
+  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), page_size_, backend::CopyKind::device_to_host, out_));
+  pages_out_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void TransferEngine::order_copy_out_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(out_, e->handle)); }
+
+EventRef TransferEngine::record_in() {
+  EventRef e = events_.acquire();
+  TVMM_CHECK(dev_.record_event(e.get()->handle, in_));
+  return e;
+}
+
+EventRef TransferEngine::record_out() {
+  EventRef e = events_.acquire();
+  TVMM_CHECK(dev_.record_event(e.get()->handle, out_));
+  return e;
+}
+
+void TransferEngine::stream_wait(backend::StreamHandle stream, Event* e) {
+  TVMM_CHECK(dev_.stream_wait_event(stream, e->handle));
+}
+
+}  // namespace tvmm::detail

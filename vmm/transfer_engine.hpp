@@ -1,0 +1,58 @@
+#pragma once
+// The transfer engine owns every map/unmap call and the two copy streams (one per direction, so both
+// copy engines work at once). Page moves are queued asynchronously; completion is tracked by events.
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+
+#include "backends/device/device_backend.hpp"
+#include "vmm/event_pool.hpp"
+
+namespace tvmm::detail {
+
+struct MapRequest {
+  backend::DevPtr va;
+  backend::ChunkHandle chunk;
+};
+
+class TransferEngine {
+ public:
+  TransferEngine(backend::DeviceBackend& dev, EventPool& events, std::size_t page_size);
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  //! Maps one frame per page, then grants access once per contiguous run of addresses (one
+  //! set-access call per run, not per page). `reqs` must be sorted by address.
+  void map(std::span<const MapRequest> reqs);
+  //! Unmaps one page. Not stream-ordered: callers wait for every use of the page first.
+  void unmap(backend::DevPtr va);
+
+  //! Queues a page-in (host slot -> device address) on the host-to-device stream.
+  void copy_in(backend::DevPtr va, const void* host);
+  //! Queues a write-back (device address -> host slot) on the device-to-host stream.
+  void copy_out(void* host, backend::DevPtr va);
+  //! Makes later write-backs wait for `e` (a last use or a page-in).
+  void order_copy_out_after(Event* e);
+  //! An event that completes when the page-ins queued so far have completed.
+  EventRef record_in();
+  //! An event that completes when the write-backs queued so far have completed.
+  EventRef record_out();
+  //! Makes `stream` wait for `e` without blocking the calling thread.
+  void stream_wait(backend::StreamHandle stream, Event* e);
+
+  [[nodiscard]] std::uint64_t pages_in() const noexcept { return pages_in_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t pages_out() const noexcept { return pages_out_.load(std::memory_order_relaxed); }
+
+ private:
+  backend::DeviceBackend& dev_;
+  EventPool& events_;
+  std::size_t page_size_;
+  backend::StreamHandle in_ = nullptr;
+  backend::StreamHandle out_ = nullptr;
+  std::atomic<std::uint64_t> pages_in_{0};
+  std::atomic<std::uint64_t> pages_out_{0};
+};
+
+}  // namespace tvmm::detail
