@@ -25,10 +25,15 @@ struct Allocation {
   //! Owned through a raw pointer (after Tensor::release); guarded by the pager lock.
   bool raw_owned = false;
 
-  //! Release points of stream pins (events recorded on the pin's stream at unpin) that may not have
-  //! completed; an eviction's write-back and a free wait for them. Guarded by uses_mu.
+  //! The latest release point of a stream pin per stream (an event recorded on that stream at
+  //! unpin); an eviction's write-back and a free wait for them. A later release on the same stream
+  //! supersedes an earlier one (stream order), so this stays as small as the number of streams.
+  struct Use {
+    backend::StreamHandle stream;
+    EventRef done;
+  };
   std::mutex uses_mu;
-  std::vector<EventRef> uses;
+  std::vector<Use> uses;
 };
 
 }  // namespace tvmm::detail

@@ -194,7 +194,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   }
   {
     std::lock_guard ul(a->uses_mu);
-    for (auto& e : a->uses) waits.push_back(std::move(e));
+    for (auto& u : a->uses) waits.push_back(std::move(u.done));
     a->uses.clear();
   }
   // 3. Wait, without the lock, for queued work that may still touch the pages: their last stream uses
@@ -573,8 +573,8 @@ std::vector<std::uint32_t> PagerImpl::evict(Lock& lk, std::vector<PageEntry*>& v
       if (v->ready != nullptr) after.push_back(v->ready);
       std::lock_guard ul(v->owner->uses_mu);
       auto& uses = v->owner->uses;
-      std::erase_if(uses, [&](const EventRef& e) { return events_.is_done(e.get()); });
-      for (auto& e : uses) after.push_back(e.get());
+      std::erase_if(uses, [&](const Allocation::Use& u) { return events_.is_done(u.done.get()); });
+      for (auto& u : uses) after.push_back(u.done.get());
     }
     std::sort(after.begin(), after.end());
     after.erase(std::unique(after.begin(), after.end()), after.end());
@@ -654,8 +654,12 @@ void PagerImpl::unpin(Allocation* a, backend::StreamHandle stream) noexcept {
       EventRef e = events_.acquire();
       TVMM_CHECK(dev_->record_event(e.get()->handle, stream));
       std::lock_guard ul(a->uses_mu);
-      std::erase_if(a->uses, [&](const EventRef& u) { return u.get()->done.load(std::memory_order_relaxed); });
-      a->uses.push_back(std::move(e));
+      auto same = std::find_if(a->uses.begin(), a->uses.end(), [&](const Allocation::Use& u) { return u.stream == stream; });
+      if (same != a->uses.end()) {
+        same->done = std::move(e);
+      } else {
+        a->uses.push_back({stream, std::move(e)});
+      }
     } catch (const std::exception& ex) {
       // Without an event the only safe release point is now: wait for the stream.
       std::fprintf(stderr, "tvmm: recording the release of %s failed (%s); synchronizing its stream\n",

@@ -1,47 +1,38 @@
 #pragma once
-// A simulated copy engine: one thread per direction that performs copies in order and, when throttled,
-// takes as long as a bus of the given bandwidth and latency would (modelled time, not busy-waiting).
+// A simulated copy engine (one per direction). It is a lane with its own bus clock rather than a
+// thread: the stream worker that issues a copy runs it while holding the lane, so copies of one
+// direction are serialised across all streams while the two directions overlap, and a throttled copy
+// reserves the next slot on the bus clock (latency + bytes / bandwidth) and completes at its end.
+// A thread per engine modelled the same thing but cost two extra thread wake-ups per copy (measured:
+// ~107 us fixed cost per copy on a 2-core VM, more than a 2 MiB memcpy).
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
+#include <cstdint>
 #include <mutex>
 #include <string>
-#include <thread>
 
 namespace tvmm::backend::sim {
 
 class CopyEngine {
  public:
   CopyEngine(std::string name, double bandwidth_bytes_per_s, std::chrono::nanoseconds latency);
-  ~CopyEngine();
   CopyEngine(const CopyEngine&) = delete;
   CopyEngine& operator=(const CopyEngine&) = delete;
 
-  // Performs the copy on the engine thread; returns when it (and its modelled duration) has completed.
-  // Called by stream workers; copies from several streams share the engine in arrival order.
+  // Performs the copy; returns when it and its modelled duration have completed.
   void copy(void* dst, const void* src, std::size_t bytes);
 
- private:
-  struct Job {
-    void* dst;
-    const void* src;
-    std::size_t bytes;
-    bool done = false;
-  };
-  void run();
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] std::uint64_t copies() const noexcept;
 
+ private:
   const std::string name_;
   const double bandwidth_;
   const std::chrono::nanoseconds latency_;
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  std::deque<Job*> queue_;
-  bool stop_ = false;
+  mutable std::mutex mu_;  // the lane: one copy on the bus at a time
   std::chrono::steady_clock::time_point busy_until_{};
-  std::thread thread_;
+  std::uint64_t copies_ = 0;
 };
 
 }  // namespace tvmm::backend::sim

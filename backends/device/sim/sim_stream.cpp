@@ -10,10 +10,9 @@ std::uint64_t SimEvent::begin_record() {
 }
 
 void SimEvent::complete(std::uint64_t generation) {
-  {
-    std::lock_guard lk(mu_);
-    if (generation > completed_) completed_ = generation;
-  }
+  // Notify while holding the lock: a waiter that sees the completion may destroy the event at once.
+  std::lock_guard lk(mu_);
+  if (generation > completed_) completed_ = generation;
   cv_.notify_all();
 }
 

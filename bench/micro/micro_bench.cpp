@@ -1,0 +1,195 @@
+// Micro benchmarks of the pager's hot paths (targets in docs/benchmarks.md, checked here, never by
+// timed unit tests):
+//   pin+unpin of a resident one-page tensor (hit path)      <= 200 ns
+//   LRU touch                                               <= 30 ns
+//   unthrottled simulated page move                         >= 0.8 x memcpy of the same size
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backends/device/sim/sim_device.hpp"
+#include "policies/lru.hpp"
+#include "tvmm/tvmm.hpp"
+
+namespace {
+
+constexpr std::size_t kPage = 2 * tvmm::MiB;
+
+tvmm::Config sim_config(std::size_t device_pages, std::size_t host_pages) {
+  tvmm::Config c;
+  c.device_budget = device_pages * kPage;
+  c.host_budget = host_pages * kPage;
+  return c;
+}
+
+void BM_PinUnpinHit_Host(benchmark::State& state) {
+  tvmm::Pager pager(sim_config(4, 4));
+  auto t = pager.allocate(kPage);
+  { auto warm = t.pin(tvmm::Access::write); }
+  for (auto _ : state) {
+    auto pin = t.pin(tvmm::Access::read);
+    benchmark::DoNotOptimize(pin.data());
+  }
+  if (pager.stats().misses != 1) state.SkipWithError("hit path missed");
+}
+BENCHMARK(BM_PinUnpinHit_Host);
+
+void BM_PinUnpinHit_Stream(benchmark::State& state) {
+  tvmm::Pager pager(sim_config(4, 4));
+  auto s = pager.create_stream();
+  auto t = pager.allocate(kPage);
+  { auto warm = t.pin(tvmm::Access::write); }
+  for (auto _ : state) {
+    auto pin = t.pin(s, tvmm::Access::read);
+    benchmark::DoNotOptimize(pin.data());
+  }
+  s.synchronize();
+}
+BENCHMARK(BM_PinUnpinHit_Stream);
+
+void BM_PinUnpinHit_Threads(benchmark::State& state) {
+  static tvmm::Pager* pager = nullptr;
+  static std::vector<tvmm::Tensor>* tensors = nullptr;
+  if (state.thread_index() == 0) {
+    pager = new tvmm::Pager(sim_config(16, 4));
+    tensors = new std::vector<tvmm::Tensor>();
+    for (int i = 0; i < state.threads(); ++i) {
+      tensors->push_back(pager->allocate(kPage));
+      auto warm = tensors->back().pin(tvmm::Access::write);
+    }
+  }
+  // Google Benchmark starts timing for all threads together after thread 0's setup.
+  for (auto _ : state) {
+    auto pin = (*tensors)[static_cast<std::size_t>(state.thread_index())].pin(tvmm::Access::read);
+    benchmark::DoNotOptimize(pin.data());
+  }
+  if (state.thread_index() == 0) {
+    delete tensors;
+    delete pager;
+  }
+}
+BENCHMARK(BM_PinUnpinHit_Threads)->Threads(2)->UseRealTime();
+
+void BM_LruTouch(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  std::vector<tvmm::detail::PageEntry> pages(n);
+  tvmm::policies::LruPolicy lru;
+  for (auto& p : pages) lru.insert(p);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    lru.touch(&pages[i], 1);
+    i = (i + 7919) % n;
+  }
+}
+BENCHMARK(BM_LruTouch)->Arg(1024)->Arg(1 << 16);
+
+// A plain memcpy of one page, the reference for the page-move benchmarks below.
+void BM_Memcpy(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+}
+BENCHMARK(BM_Memcpy)->Arg(kPage);
+
+// One page through the simulator's copy engine: stream + engine threads, event-tracked completion.
+void BM_SimCopyEngine(benchmark::State& state) {
+  using namespace tvmm::backend;
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  tvmm::SimDeviceConfig c;
+  SimDevice dev(c, 8 * kPage);
+  void* a = nullptr;
+  void* b = nullptr;
+  (void)dev.alloc_host(bytes, &a);
+  (void)dev.alloc_host(bytes, &b);
+  std::memset(a, 1, bytes);
+  std::memset(b, 2, bytes);
+  StreamHandle s = nullptr;
+  (void)dev.create_stream(&s);
+  EventHandle e = nullptr;
+  (void)dev.create_event(&e);
+  for (auto _ : state) {
+    (void)dev.memcpy_async(b, a, bytes, CopyKind::device_to_host, s);
+    (void)dev.record_event(e, s);
+    (void)dev.synchronize_event(e);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+  (void)dev.destroy_event(e);
+  (void)dev.destroy_stream(s);
+  (void)dev.free_host(a, bytes);
+  (void)dev.free_host(b, bytes);
+}
+BENCHMARK(BM_SimCopyEngine)->Arg(4096)->Arg(kPage)->UseRealTime();
+
+// Eight pages per completion event, as the pager queues a chunk of page-ins or write-backs.
+void BM_SimCopyEngineBatch8(benchmark::State& state) {
+  using namespace tvmm::backend;
+  constexpr std::size_t kBatch = 8;
+  tvmm::SimDeviceConfig c;
+  SimDevice dev(c, 8 * kPage);
+  void* a = nullptr;
+  void* b = nullptr;
+  (void)dev.alloc_host(kBatch * kPage, &a);
+  (void)dev.alloc_host(kBatch * kPage, &b);
+  std::memset(a, 1, kBatch * kPage);
+  std::memset(b, 2, kBatch * kPage);
+  StreamHandle s = nullptr;
+  (void)dev.create_stream(&s);
+  EventHandle e = nullptr;
+  (void)dev.create_event(&e);
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < kBatch; ++i) {
+      (void)dev.memcpy_async(static_cast<char*>(b) + i * kPage, static_cast<char*>(a) + i * kPage, kPage,
+                             CopyKind::device_to_host, s);
+    }
+    (void)dev.record_event(e, s);
+    (void)dev.synchronize_event(e);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kBatch * kPage));
+  (void)dev.destroy_event(e);
+  (void)dev.destroy_stream(s);
+  (void)dev.free_host(a, kBatch * kPage);
+  (void)dev.free_host(b, kBatch * kPage);
+}
+BENCHMARK(BM_SimCopyEngineBatch8)->UseRealTime();
+
+// Reference for the batch: memcpy of the same eight pages.
+void BM_MemcpyBatch8(benchmark::State& state) {
+  constexpr std::size_t kBytes = 8 * kPage;
+  std::vector<char> a(kBytes, 1), b(kBytes, 2);
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), kBytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kBytes));
+}
+BENCHMARK(BM_MemcpyBatch8);
+
+// The pager's swap: one device frame, two one-page tensors pinned in turn, so every pin evicts one page
+// (device -> host) and loads the other (host -> device). Bytes counted: both moves.
+void BM_PagerSwap(benchmark::State& state) {
+  tvmm::Pager pager(sim_config(1, 4));
+  auto a = pager.allocate(kPage);
+  auto b = pager.allocate(kPage);
+  { auto p = a.pin(tvmm::Access::write); std::memset(p.data(), 1, kPage); }
+  { auto p = b.pin(tvmm::Access::write); std::memset(p.data(), 2, kPage); }
+  bool flip = false;
+  for (auto _ : state) {
+    auto pin = (flip ? b : a).pin(tvmm::Access::read);
+    benchmark::DoNotOptimize(pin.data());
+    flip = !flip;
+  }
+  const auto s = pager.stats();
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * kPage));
+  state.counters["evictions"] = static_cast<double>(s.evictions);
+}
+BENCHMARK(BM_PagerSwap)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
