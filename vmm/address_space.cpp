@@ -8,7 +8,10 @@
 namespace tvmm::detail {
 
 AddressSpace::AddressSpace(backend::DeviceBackend& dev, std::size_t bytes, std::size_t page_size)
-    : dev_(dev), page_size_(page_size), bytes_(bytes), pages_(static_cast<std::uint32_t>(bytes / page_size)),
+    : dev_(dev),
+      page_size_(page_size),
+      bytes_(bytes),
+      pages_(static_cast<std::uint32_t>(bytes / page_size)),
       free_pages_(pages_) {
   TVMM_CHECK(dev_.reserve(bytes_, &base_));
   free_.emplace(0, pages_);

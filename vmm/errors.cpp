@@ -6,8 +6,8 @@
 namespace tvmm::detail {
 
 void throw_status(backend::Status status, const char* call, const char* file, int line) {
-  std::string msg = std::string("tvmm: device backend call `") + call + "` failed with " +
-                    backend::errc_name(status.code);
+  std::string msg =
+      std::string("tvmm: device backend call `") + call + "` failed with " + backend::errc_name(status.code);
   if (status.sys_errno != 0) msg += " (errno " + std::to_string(status.sys_errno) + ")";
   msg += " at " + std::string(file) + ":" + std::to_string(line);
   if (status.code == backend::Errc::out_of_memory) {

@@ -39,7 +39,10 @@ class EventRef {
   [[nodiscard]] Event* get() const noexcept { return e_; }
   //! Gives the reference to the caller (who must later call EventRef::drop).
   [[nodiscard]] Event* detach() noexcept { return std::exchange(e_, nullptr); }
-  static void drop(Event* e) noexcept { EventRef r; r.e_ = e; }
+  static void drop(Event* e) noexcept {
+    EventRef r;
+    r.e_ = e;
+  }
   explicit operator bool() const noexcept { return e_ != nullptr; }
 
  private:

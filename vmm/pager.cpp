@@ -94,7 +94,8 @@ const std::string& Tensor::name() const noexcept {
 
 namespace {
 void require(const detail::Allocation* a, const char* what) {
-  if (a == nullptr) throw invalid_argument(std::string("tvmm::Tensor::") + what + ": the tensor is empty (moved from or reset)");
+  if (a == nullptr)
+    throw invalid_argument(std::string("tvmm::Tensor::") + what + ": the tensor is empty (moved from or reset)");
 }
 }  // namespace
 

@@ -51,8 +51,8 @@ Config resolve(Config cfg, const backend::DeviceProperties& props) {
   if (cfg.va_size == 0) cfg.va_size = std::max<std::size_t>(4 * (cfg.device_budget + cfg.host_budget), GiB);
   cfg.va_size = (cfg.va_size + p - 1) / p * p;
   if (cfg.va_size / p > UINT32_MAX) {
-    throw config_error("va_size = " + format_bytes(cfg.va_size) + " holds more than 2^32 pages of " +
-                       format_bytes(p) + "; lower va_size or raise page_size");
+    throw config_error("va_size = " + format_bytes(cfg.va_size) + " holds more than 2^32 pages of " + format_bytes(p) +
+                       "; lower va_size or raise page_size");
   }
   return cfg;
 }
@@ -86,8 +86,10 @@ PagerImpl::~PagerImpl() {
     for (auto& [base, a] : owned_) live.push_back(a);
   }
   if (!live.empty()) {
-    std::fprintf(stderr, "tvmm: Pager destroyed with %zu live tensor(s); freeing them (destroy tensors, pins "
-                         "and streams before their Pager)\n", live.size());
+    std::fprintf(stderr,
+                 "tvmm: Pager destroyed with %zu live tensor(s); freeing them (destroy tensors, pins "
+                 "and streams before their Pager)\n",
+                 live.size());
     for (Allocation* a : live) drop_owner(a);
   }
   xfer_.reset();  // drains the copy streams before the tiers go away
@@ -109,8 +111,8 @@ Allocation* PagerImpl::allocate(std::size_t bytes, Hints hints) {
   const std::uint64_t free_pages = capacity_pages_ - allocated_pages_;
   if (pages > free_pages) {
     throw out_of_memory("tvmm::Pager::allocate" + label + ": cannot allocate " + format_bytes(bytes) + " (" +
-                        std::to_string(pages) + " pages of " + format_bytes(page_size_) + "): " +
-                        format_bytes(free_pages * page_size_) + " free of " +
+                        std::to_string(pages) + " pages of " + format_bytes(page_size_) +
+                        "): " + format_bytes(free_pages * page_size_) + " free of " +
                         format_bytes(capacity_pages_ * page_size_) + " (device budget " +
                         format_bytes(cfg_.device_budget) + " + host budget " + format_bytes(cfg_.host_budget) +
                         " - one page kept for swapping); free tensors or raise the budgets");
@@ -405,8 +407,8 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access a
   return waits;
 }
 
-std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access,
-                                  Clock::time_point deadline, bool may_wait) {
+std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
+                                  bool may_wait) {
   // 1. Claim the pages: in transit, no other thread loads, evicts or frees them.
   std::vector<PageState> before(todo.size());
   for (std::size_t i = 0; i < todo.size(); ++i) {
@@ -424,8 +426,8 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
     // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
     std::vector<std::uint32_t> frames = acquire_frames(lk, todo.size() - loaded, deadline, may_wait);
     if (frames.empty()) break;  // only without may_wait: nothing evictable now
-    load_chunk(std::span(todo).subspan(loaded, frames.size()), std::span(before).subspan(loaded, frames.size()),
-               frames, access);
+    load_chunk(std::span(todo).subspan(loaded, frames.size()), std::span(before).subspan(loaded, frames.size()), frames,
+               access);
     loaded += frames.size();
   }
   return loaded;  // `restore` puts back any page left without a frame and wakes waiters
@@ -636,8 +638,8 @@ void PagerImpl::reap_loads(Lock& /*lk*/) {
       p.host_slot = kNoSlot;
       EventRef::drop(std::exchange(p.ready, nullptr));
       std::uint64_t w = p.word.load(std::memory_order_relaxed);
-      while (!p.word.compare_exchange_weak(w, w & ~word::kPending, std::memory_order_acq_rel,
-                                           std::memory_order_relaxed)) {
+      while (
+          !p.word.compare_exchange_weak(w, w & ~word::kPending, std::memory_order_acq_rel, std::memory_order_relaxed)) {
       }
     }
     loads_.pop_front();
@@ -654,7 +656,8 @@ void PagerImpl::unpin(Allocation* a, backend::StreamHandle stream) noexcept {
       EventRef e = events_.acquire();
       TVMM_CHECK(dev_->record_event(e.get()->handle, stream));
       std::lock_guard ul(a->uses_mu);
-      auto same = std::find_if(a->uses.begin(), a->uses.end(), [&](const Allocation::Use& u) { return u.stream == stream; });
+      auto same =
+          std::find_if(a->uses.begin(), a->uses.end(), [&](const Allocation::Use& u) { return u.stream == stream; });
       if (same != a->uses.end()) {
         same->done = std::move(e);
       } else {
@@ -742,8 +745,7 @@ Tier tier_from(PageState s) noexcept {
 
 Tier PagerImpl::tier(const Allocation* a, std::size_t offset) const {
   if (offset >= a->bytes) {
-    throw invalid_argument("tvmm::Tensor::tier: offset " + std::to_string(offset) + " is outside " +
-                           tensor_label(a));
+    throw invalid_argument("tvmm::Tensor::tier: offset " + std::to_string(offset) + " is outside " + tensor_label(a));
   }
   return tier_from(table_[a->first_page + static_cast<std::uint32_t>(offset / page_size_)].state());
 }
@@ -792,13 +794,15 @@ std::string PagerImpl::describe_device() const {
     if (word::state(w) == PageState::transit) ++transit;
   }
   return std::to_string(device_->budget()) + " device pages (" + format_bytes(cfg_.device_budget) + "), " +
-         std::to_string(resident) + " holding data, " + std::to_string(pinned) + " pinned, " +
-         std::to_string(transit) + " in transit";
+         std::to_string(resident) + " holding data, " + std::to_string(pinned) + " pinned, " + std::to_string(transit) +
+         " in transit";
 }
 
 void PagerImpl::check_invariants() const {
   std::lock_guard lk(mu_);
-  auto fail = [](const std::string& what) { throw tvmm::device_error("tvmm invariant violated: " + what, "invariant"); };
+  auto fail = [](const std::string& what) {
+    throw tvmm::device_error("tvmm invariant violated: " + what, "invariant");
+  };
   std::vector<std::uint8_t> frame_owner(device_->created(), 0);
   std::vector<std::uint8_t> slot_owner(host_->budget(), 0);
   std::uint64_t frames = 0, slots = 0, device_pages = 0, pinned = 0, pages = 0;
@@ -830,16 +834,19 @@ void PagerImpl::check_invariants() const {
       ++slots;
     }
   }
-  if (frames != device_->in_use()) fail("device tier counts " + std::to_string(device_->in_use()) +
-                                        " frames in use but pages hold " + std::to_string(frames));
-  if (slots != host_->in_use()) fail("host tier counts " + std::to_string(host_->in_use()) +
-                                     " slots in use but pages hold " + std::to_string(slots));
+  if (frames != device_->in_use())
+    fail("device tier counts " + std::to_string(device_->in_use()) + " frames in use but pages hold " +
+         std::to_string(frames));
+  if (slots != host_->in_use())
+    fail("host tier counts " + std::to_string(host_->in_use()) + " slots in use but pages hold " +
+         std::to_string(slots));
   if (device_->in_use() > device_->budget() || device_->peak() > device_->budget()) fail("device budget exceeded");
   if (host_->in_use() > host_->budget() || host_->peak() > host_->budget()) fail("host budget exceeded");
   if (pinned != pinned_pages_.load()) fail("pinned page count is off");
   if (pages != allocated_pages_) fail("allocated page count is off");
-  if (policy_->size() != device_pages) fail("policy tracks " + std::to_string(policy_->size()) +
-                                            " pages but " + std::to_string(device_pages) + " are resident");
+  if (policy_->size() != device_pages)
+    fail("policy tracks " + std::to_string(policy_->size()) + " pages but " + std::to_string(device_pages) +
+         " are resident");
 }
 
 }  // namespace tvmm::detail

@@ -90,8 +90,7 @@ class PagerImpl {
   // Maps `frames` at `pages` and queues their page-ins; on success the pages are resident.
   void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before,
                   std::vector<std::uint32_t>& frames, Access access);
-  std::vector<std::uint32_t> acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline,
-                                            bool may_wait);
+  std::vector<std::uint32_t> acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait);
   std::vector<PageEntry*> select_victims(std::size_t count);
   std::vector<std::uint32_t> evict(Lock& lk, std::vector<PageEntry*>& victims);
   void reap_loads(Lock& lk);
@@ -123,8 +122,8 @@ class PagerImpl {
   std::deque<LoadBatch> loads_;                             // page-ins not yet known complete
 
   struct Counters {
-    std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, stall_ns{0},
-        allocations{0}, live_bytes{0}, live_tensors{0};
+    std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, stall_ns{0}, allocations{0},
+        live_bytes{0}, live_tensors{0};
   } counters_;
 };
 

@@ -95,8 +95,7 @@ Status DeviceBackend::destroy_stream(StreamHandle stream) {
   return do_destroy_stream(stream);
 }
 
-Status DeviceBackend::memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
-                                   StreamHandle stream) {
+Status DeviceBackend::memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) {
   if (dst == nullptr || src == nullptr || stream == nullptr) return invalid();
   copies_.fetch_add(1, relaxed);
   copy_bytes_.fetch_add(bytes, relaxed);

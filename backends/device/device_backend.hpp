@@ -44,13 +44,13 @@ using DevPtr = std::uintptr_t;
 //! Result codes shared by every backend.
 enum class Errc : std::uint8_t {
   ok = 0,
-  not_ready,          //!< query: the work has not completed yet
-  out_of_memory,      //!< the device's physical capacity is exhausted
-  invalid_value,      //!< an argument is out of range, misaligned or of the wrong state
-  not_mapped,         //!< unmap/set_access of a range that is not mapped
-  already_mapped,     //!< map over a range that is mapped
-  not_supported,      //!< the backend cannot do this
-  system_error,       //!< an operating-system call failed (errno in Status::sys_errno)
+  not_ready,       //!< query: the work has not completed yet
+  out_of_memory,   //!< the device's physical capacity is exhausted
+  invalid_value,   //!< an argument is out of range, misaligned or of the wrong state
+  not_mapped,      //!< unmap/set_access of a range that is not mapped
+  already_mapped,  //!< map over a range that is mapped
+  not_supported,   //!< the backend cannot do this
+  system_error,    //!< an operating-system call failed (errno in Status::sys_errno)
 };
 
 //! Returns the error's name, e.g. "out_of_memory".
@@ -140,8 +140,7 @@ class DeviceBackend {
   virtual Status do_free_host(void* ptr, std::size_t bytes) = 0;
   virtual Status do_create_stream(StreamHandle* out) = 0;
   virtual Status do_destroy_stream(StreamHandle stream) = 0;
-  virtual Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
-                                 StreamHandle stream) = 0;
+  virtual Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) = 0;
   virtual Status do_launch_host(StreamHandle stream, HostFn fn, void* user) = 0;
   virtual Status do_synchronize_stream(StreamHandle stream) = 0;
   virtual Status do_create_event(EventHandle* out) = 0;

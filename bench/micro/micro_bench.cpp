@@ -176,8 +176,14 @@ void BM_PagerSwap(benchmark::State& state) {
   tvmm::Pager pager(sim_config(1, 4));
   auto a = pager.allocate(kPage);
   auto b = pager.allocate(kPage);
-  { auto p = a.pin(tvmm::Access::write); std::memset(p.data(), 1, kPage); }
-  { auto p = b.pin(tvmm::Access::write); std::memset(p.data(), 2, kPage); }
+  {
+    auto p = a.pin(tvmm::Access::write);
+    std::memset(p.data(), 1, kPage);
+  }
+  {
+    auto p = b.pin(tvmm::Access::write);
+    std::memset(p.data(), 2, kPage);
+  }
   bool flip = false;
   for (auto _ : state) {
     auto pin = (flip ? b : a).pin(tvmm::Access::read);

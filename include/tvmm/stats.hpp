@@ -15,16 +15,16 @@ struct Traffic {
 //! A consistent-enough snapshot of a pager's counters (each counter is read atomically; the set is
 //! not one atomic snapshot while other threads run).
 struct Stats {
-  Traffic host_to_device;         //!< Page-ins from the host tier.
-  Traffic device_to_host;         //!< Write-backs of evicted pages to the host tier.
-  std::uint64_t pins = 0;         //!< Pin calls.
-  std::uint64_t hits = 0;         //!< Pages found resident at pin time.
-  std::uint64_t misses = 0;       //!< Pages that had to be made resident at pin or prefetch time.
-  std::uint64_t evictions = 0;    //!< Pages evicted from the device tier.
-  std::uint64_t prefetched = 0;   //!< Pages made resident by prefetch().
-  std::uint64_t stall_ns = 0;     //!< Time calling threads spent blocked inside pin().
-  std::uint64_t allocations = 0;  //!< Tensors allocated so far.
-  std::uint64_t live_bytes = 0;   //!< Bytes of live tensors (rounded up to pages).
+  Traffic host_to_device;               //!< Page-ins from the host tier.
+  Traffic device_to_host;               //!< Write-backs of evicted pages to the host tier.
+  std::uint64_t pins = 0;               //!< Pin calls.
+  std::uint64_t hits = 0;               //!< Pages found resident at pin time.
+  std::uint64_t misses = 0;             //!< Pages that had to be made resident at pin or prefetch time.
+  std::uint64_t evictions = 0;          //!< Pages evicted from the device tier.
+  std::uint64_t prefetched = 0;         //!< Pages made resident by prefetch().
+  std::uint64_t stall_ns = 0;           //!< Time calling threads spent blocked inside pin().
+  std::uint64_t allocations = 0;        //!< Tensors allocated so far.
+  std::uint64_t live_bytes = 0;         //!< Bytes of live tensors (rounded up to pages).
   std::uint64_t device_used_bytes = 0;  //!< Device frames in use now.
   std::uint64_t device_peak_bytes = 0;  //!< Most device frames ever in use at once.
   std::uint64_t host_used_bytes = 0;    //!< Host frames in use now.

@@ -77,14 +77,20 @@ TEST(PagerThreads, EightThreadsStreamPins) { hammer(true, 8, 150, 4); }
 TEST(PagerThreads, SharedTensorPinnedByManyThreads) {
   Pager p(test::small_config(3, 16));
   auto shared = p.allocate(2 * 64 * KiB);
-  { auto pin = shared.pin(Access::write); test::fill(pin.data(), shared.size(), 77); }
+  {
+    auto pin = shared.pin(Access::write);
+    test::fill(pin.data(), shared.size(), 77);
+  }
   std::atomic<std::size_t> bad{0};
   std::vector<std::thread> ws;
   for (int t = 0; t < 8; ++t) {
     ws.emplace_back([&, t] {
       auto own = p.allocate(64 * KiB);
       for (int i = 0; i < 100; ++i) {
-        { auto pin = own.pin(Access::write); test::fill(pin.data(), own.size(), static_cast<std::uint64_t>(t)); }
+        {
+          auto pin = own.pin(Access::write);
+          test::fill(pin.data(), own.size(), static_cast<std::uint64_t>(t));
+        }
         auto pin = shared.pin(Access::read);
         bad += test::mismatches(pin.data(), shared.size(), 77);
       }

@@ -31,7 +31,8 @@ TEST(SimStreams, ManyStreamsShareTheCopyEngines) {
       for (int i = 0; i < 50; ++i) {
         const auto seed = static_cast<std::uint64_t>(t * 100 + i);
         test::fill(a, 64 * KiB, seed);
-        ASSERT_TRUE(dev.memcpy_async(b, a, 64 * KiB, i % 2 ? CopyKind::host_to_device : CopyKind::device_to_host, s).ok());
+        ASSERT_TRUE(
+            dev.memcpy_async(b, a, 64 * KiB, i % 2 ? CopyKind::host_to_device : CopyKind::device_to_host, s).ok());
         ASSERT_TRUE(dev.record_event(e, s).ok());
         ASSERT_TRUE(dev.synchronize_event(e).ok());
         bad += test::mismatches(b, 64 * KiB, seed);

@@ -120,13 +120,19 @@ TYPED_TEST(DeviceBackendConformance, StreamRunsWorkInOrderAndEventsTrackIt) {
     std::atomic<bool>* release;
     std::vector<int>* order;
   } ctx{&release, &order};
-  ASSERT_TRUE(dev.launch_host(s, [](void* u) {
-    auto* c = static_cast<Ctx*>(u);
-    while (!c->release->load()) std::this_thread::yield();
-    c->order->push_back(1);
-  }, &ctx).ok());
+  ASSERT_TRUE(dev.launch_host(
+                     s,
+                     [](void* u) {
+                       auto* c = static_cast<Ctx*>(u);
+                       while (!c->release->load()) std::this_thread::yield();
+                       c->order->push_back(1);
+                     },
+                     &ctx)
+                  .ok());
   ASSERT_TRUE(dev.record_event(e, s).ok());
-  ASSERT_TRUE(dev.launch_host(s, [](void* u) { static_cast<Ctx*>(u)->order->push_back(2); }, &ctx).ok());
+  ASSERT_TRUE(dev.launch_host(
+                     s, [](void* u) { static_cast<Ctx*>(u)->order->push_back(2); }, &ctx)
+                  .ok());
   EXPECT_EQ(dev.query_event(e).code, Errc::not_ready);
   release = true;
   ASSERT_TRUE(dev.synchronize_event(e).ok());
@@ -146,20 +152,28 @@ TYPED_TEST(DeviceBackendConformance, StreamWaitEventOrdersAcrossStreams) {
   ASSERT_TRUE(dev.create_event(&e).ok());
   std::atomic<bool> gate{false};
   std::atomic<int> seen{-1};
-  ASSERT_TRUE(dev.launch_host(a, [](void* u) {
-    auto* g = static_cast<std::atomic<bool>*>(u);
-    while (!g->load()) std::this_thread::yield();
-  }, &gate).ok());
+  ASSERT_TRUE(dev.launch_host(
+                     a,
+                     [](void* u) {
+                       auto* g = static_cast<std::atomic<bool>*>(u);
+                       while (!g->load()) std::this_thread::yield();
+                     },
+                     &gate)
+                  .ok());
   ASSERT_TRUE(dev.record_event(e, a).ok());
   ASSERT_TRUE(dev.stream_wait_event(b, e).ok());
   struct Ctx {
     std::atomic<bool>* gate;
     std::atomic<int>* seen;
   } ctx{&gate, &seen};
-  ASSERT_TRUE(dev.launch_host(b, [](void* u) {
-    auto* c = static_cast<Ctx*>(u);
-    c->seen->store(c->gate->load() ? 1 : 0);
-  }, &ctx).ok());
+  ASSERT_TRUE(dev.launch_host(
+                     b,
+                     [](void* u) {
+                       auto* c = static_cast<Ctx*>(u);
+                       c->seen->store(c->gate->load() ? 1 : 0);
+                     },
+                     &ctx)
+                  .ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(seen.load(), -1);  // b is held behind a's event
   gate = true;

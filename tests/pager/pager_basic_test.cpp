@@ -61,8 +61,14 @@ TEST(Pager, EvictedPagesGoToHostAndComeBack) {
   Pager p(test::small_config(1, 4));
   auto a = p.allocate(64 * KiB);
   auto b = p.allocate(64 * KiB);
-  { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), 3); }
-  { auto pin = b.pin(Access::write); test::fill(pin.data(), b.size(), 4); }
+  {
+    auto pin = a.pin(Access::write);
+    test::fill(pin.data(), a.size(), 3);
+  }
+  {
+    auto pin = b.pin(Access::write);
+    test::fill(pin.data(), b.size(), 4);
+  }
   EXPECT_EQ(a.tier(), Tier::host);
   EXPECT_EQ(b.tier(), Tier::device);
   EXPECT_EQ(p.tier_of(a.data()), Tier::host);
@@ -84,13 +90,22 @@ TEST(Pager, WriteAccessSkipsThePageIn) {
   Pager p(test::small_config(1, 4));
   auto a = p.allocate(64 * KiB);
   auto b = p.allocate(64 * KiB);
-  { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), 1); }
+  {
+    auto pin = a.pin(Access::write);
+    test::fill(pin.data(), a.size(), 1);
+  }
   { auto pin = b.pin(Access::write); }
   ASSERT_EQ(a.tier(), Tier::host);
-  { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), 2); }
+  {
+    auto pin = a.pin(Access::write);
+    test::fill(pin.data(), a.size(), 2);
+  }
   EXPECT_EQ(p.stats().host_to_device.pages, 0u);  // overwritten, so never loaded
   { auto pin = b.pin(Access::read); }
-  { auto pin = a.pin(Access::read); EXPECT_EQ(test::mismatches(pin.data(), a.size(), 2), 0u); }
+  {
+    auto pin = a.pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), a.size(), 2), 0u);
+  }
   p.check_invariants();
 }
 
@@ -141,7 +156,10 @@ TEST(Pager, PrefetchLoadsWithoutPinning) {
   auto s = p.create_stream();
   auto a = p.allocate(2 * 64 * KiB);
   auto b = p.allocate(2 * 64 * KiB);
-  { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), 8); }
+  {
+    auto pin = a.pin(Access::write);
+    test::fill(pin.data(), a.size(), 8);
+  }
   { auto pin = b.pin(Access::write); }
   ASSERT_EQ(a.tier(), Tier::host);
   a.prefetch(s);
@@ -195,7 +213,10 @@ TEST(Pager, FreedMemoryIsReused) {
   for (int i = 0; i < 20; ++i) {
     auto a = p.allocate(2 * 64 * KiB);
     auto b = p.allocate(2 * 64 * KiB - 1);  // together: all of the capacity
-    { auto pin = a.pin(Access::write); test::fill(pin.data(), a.size(), i); }
+    {
+      auto pin = a.pin(Access::write);
+      test::fill(pin.data(), a.size(), i);
+    }
     { auto pin = b.pin(Access::write); }
     auto pin = a.pin(Access::read);
     ASSERT_EQ(test::mismatches(pin.data(), a.size(), i), 0u);

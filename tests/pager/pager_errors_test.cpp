@@ -27,14 +27,17 @@ TEST(PagerErrors, ZeroSize) {
 TEST(PagerErrors, LargerThanAllTiersTogether) {
   Pager p(test::small_config(4, 8));  // 4 + 8 - 1 = 11 pages can be allocated
   auto keep = p.allocate(3 * 64 * KiB);
-  { auto pin = keep.pin(Access::write); test::fill(pin.data(), keep.size(), 42); }
+  {
+    auto pin = keep.pin(Access::write);
+    test::fill(pin.data(), keep.size(), 42);
+  }
   try {
     (void)p.allocate(9 * 64 * KiB);
     FAIL() << "expected out_of_memory";
   } catch (const out_of_memory& e) {
     const std::string msg = e.what();
     EXPECT_TRUE(contains(msg, "cannot allocate 576 KiB")) << msg;  // what was asked
-    EXPECT_TRUE(contains(msg, "512 KiB free")) << msg;            // what is free
+    EXPECT_TRUE(contains(msg, "512 KiB free")) << msg;             // what is free
     EXPECT_TRUE(contains(msg, "raise the budgets")) << msg;
   }
   // Also a std::bad_alloc and a tvmm::error.

@@ -66,11 +66,16 @@ Options parse(int argc, char** argv) {
       o.iterations = 1;
       continue;
     }
-    if (a == "--device-mib") o.device_mib = static_cast<std::size_t>(parse_number(a.c_str(), next, 2));
-    else if (a == "--layers") o.layers = static_cast<std::size_t>(parse_number(a.c_str(), next, 1));
-    else if (a == "--tensor-mib") o.tensor_mib = static_cast<std::size_t>(parse_number(a.c_str(), next, 1));
-    else if (a == "--iterations") o.iterations = static_cast<int>(parse_number(a.c_str(), next, 1));
-    else if (a == "--bandwidth-gbs") o.bandwidth_gbs = parse_number(a.c_str(), next, 0);
+    if (a == "--device-mib")
+      o.device_mib = static_cast<std::size_t>(parse_number(a.c_str(), next, 2));
+    else if (a == "--layers")
+      o.layers = static_cast<std::size_t>(parse_number(a.c_str(), next, 1));
+    else if (a == "--tensor-mib")
+      o.tensor_mib = static_cast<std::size_t>(parse_number(a.c_str(), next, 1));
+    else if (a == "--iterations")
+      o.iterations = static_cast<int>(parse_number(a.c_str(), next, 1));
+    else if (a == "--bandwidth-gbs")
+      o.bandwidth_gbs = parse_number(a.c_str(), next, 0);
     else {
       std::fprintf(stderr, "tvmm-demo: unknown option '%s'\n", a.c_str());
       usage(2);
@@ -156,9 +161,18 @@ int main(int argc, char** argv) {
     if (progress) std::fprintf(stderr, "\n");
     // Final read-back of every tensor through host pins.
     for (std::size_t l = 0; l < o.layers; ++l) {
-      { auto p = w[l].pin(tvmm::Access::read); verify(p.data(), tensor_bytes, seed(kWeights, l, o.iterations)); }
-      { auto p = act[l].pin(tvmm::Access::read); verify(p.data(), tensor_bytes, seed(kActivations, l, o.iterations - 1)); }
-      { auto p = grad[l].pin(tvmm::Access::read); verify(p.data(), tensor_bytes, seed(kGradients, l, o.iterations - 1)); }
+      {
+        auto p = w[l].pin(tvmm::Access::read);
+        verify(p.data(), tensor_bytes, seed(kWeights, l, o.iterations));
+      }
+      {
+        auto p = act[l].pin(tvmm::Access::read);
+        verify(p.data(), tensor_bytes, seed(kActivations, l, o.iterations - 1));
+      }
+      {
+        auto p = grad[l].pin(tvmm::Access::read);
+        verify(p.data(), tensor_bytes, seed(kGradients, l, o.iterations - 1));
+      }
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto s = pager.stats();
@@ -169,11 +183,12 @@ int main(int argc, char** argv) {
                 tvmm::format_bytes(s.device_to_host.bytes).c_str());
     std::printf("%-18s %10s %12s\n", "device peak", "", tvmm::format_bytes(s.device_peak_bytes).c_str());
     std::printf("%-18s %10s %12s\n", "host peak", "", tvmm::format_bytes(s.host_peak_bytes).c_str());
-    std::printf("\npins %llu, page hits %llu, misses %llu, hit rate %.1f%%, evictions %llu, pin stall %.1f ms, "
-                "%.2f s\n",
-                static_cast<unsigned long long>(s.pins), static_cast<unsigned long long>(s.hits),
-                static_cast<unsigned long long>(s.misses), 100.0 * s.hit_rate(),
-                static_cast<unsigned long long>(s.evictions), static_cast<double>(s.stall_ns) / 1e6, secs);
+    std::printf(
+        "\npins %llu, page hits %llu, misses %llu, hit rate %.1f%%, evictions %llu, pin stall %.1f ms, "
+        "%.2f s\n",
+        static_cast<unsigned long long>(s.pins), static_cast<unsigned long long>(s.hits),
+        static_cast<unsigned long long>(s.misses), 100.0 * s.hit_rate(), static_cast<unsigned long long>(s.evictions),
+        static_cast<double>(s.stall_ns) / 1e6, secs);
     if (bad.load() != 0) {
       std::printf("verified %llu bytes: %llu bytes differ (FAILED)\n", static_cast<unsigned long long>(checked.load()),
                   static_cast<unsigned long long>(bad.load()));

@@ -10,9 +10,8 @@ namespace tvmm::detail {
 
 }  // namespace tvmm::detail
 
-#define TVMM_CHECK(call)                                                         \
-  do {                                                                           \
-    const ::tvmm::backend::Status tvmm_check_status_ = (call);                   \
-    if (!tvmm_check_status_.ok())                                                \
-      ::tvmm::detail::throw_status(tvmm_check_status_, #call, __FILE__, __LINE__); \
+#define TVMM_CHECK(call)                                                                                       \
+  do {                                                                                                         \
+    const ::tvmm::backend::Status tvmm_check_status_ = (call);                                                 \
+    if (!tvmm_check_status_.ok()) ::tvmm::detail::throw_status(tvmm_check_status_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -17,9 +17,10 @@ void CopyEngine::copy(void* dst, const void* src, std::size_t bytes) {
     std::lock_guard lk(mu_);
     if (throttled) {
       // Reserve the next slot on the bus: it starts when the previous copy's slot ends (or now).
-      const auto transfer = bandwidth_ > 0.0 ? std::chrono::nanoseconds(static_cast<std::int64_t>(
-                                                   static_cast<double>(bytes) / bandwidth_ * 1e9))
-                                             : std::chrono::nanoseconds{0};
+      const auto transfer =
+          bandwidth_ > 0.0
+              ? std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) / bandwidth_ * 1e9))
+              : std::chrono::nanoseconds{0};
       finish = std::max(clock::now(), busy_until_) + latency_ + transfer;
       busy_until_ = finish;
     }

@@ -45,8 +45,8 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
   if (props.granularity == 0 || (props.granularity & (props.granularity - 1)) != 0 ||
       props.granularity % host_page != 0) {
     throw config_error("sim.granularity = " + std::to_string(props.granularity) +
-                       " must be a power of two and a multiple of the host page size (" +
-                       std::to_string(host_page) + "); the default is 2 MiB");
+                       " must be a power of two and a multiple of the host page size (" + std::to_string(host_page) +
+                       "); the default is 2 MiB");
   }
   if (props.capacity == 0) throw config_error("sim.capacity resolves to 0 bytes; set device_budget or sim.capacity");
   memfd_ = ::memfd_create("tvmm-sim-device", MFD_CLOEXEC);
@@ -54,9 +54,9 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
   if (::ftruncate(memfd_, static_cast<off_t>(props.capacity)) != 0) {
     const int err = errno;
     ::close(memfd_);
-    throw device_error("sim: cannot size the simulated device memory to " + format_bytes(props.capacity) + ": " +
-                           std::strerror(err),
-                       "system_error");
+    throw device_error(
+        "sim: cannot size the simulated device memory to " + format_bytes(props.capacity) + ": " + std::strerror(err),
+        "system_error");
   }
   free_granules_.emplace(0, props.capacity);
   h2d_ = std::make_unique<sim::CopyEngine>("h2d", config.bandwidth_bytes_per_s, config.copy_latency);

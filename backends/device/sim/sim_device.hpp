@@ -36,8 +36,7 @@ class SimDevice final : public DeviceBackend {
   Status do_free_host(void* ptr, std::size_t bytes) override;
   Status do_create_stream(StreamHandle* out) override;
   Status do_destroy_stream(StreamHandle stream) override;
-  Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
-                         StreamHandle stream) override;
+  Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) override;
   Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
   Status do_synchronize_stream(StreamHandle stream) override;
   Status do_create_event(EventHandle* out) override;

@@ -92,15 +92,9 @@ void SimStream::execute(const SimOp& op) {
     case SimOp::Kind::copy:
       (op.copy_kind == CopyKind::host_to_device ? h2d_ : d2h_)->copy(op.dst, op.src, op.bytes);
       break;
-    case SimOp::Kind::host:
-      op.fn(op.user);
-      break;
-    case SimOp::Kind::record:
-      op.event->complete(op.generation);
-      break;
-    case SimOp::Kind::wait:
-      op.event->wait(op.generation);
-      break;
+    case SimOp::Kind::host: op.fn(op.user); break;
+    case SimOp::Kind::record: op.event->complete(op.generation); break;
+    case SimOp::Kind::wait: op.event->wait(op.generation); break;
   }
 }
 
