@@ -3,10 +3,10 @@
 // over a coalescing free list). Addresses never move: a range belongs to one allocation for its life.
 
 #include <cstdint>
-#include <map>
 #include <optional>
 
 #include "backends/device/device_backend.hpp"
+#include "vmm/detail/range_allocator.hpp"
 
 namespace tvmm::detail {
 
@@ -25,8 +25,8 @@ class AddressSpace {
 
   [[nodiscard]] backend::DevPtr base() const noexcept { return base_; }
   [[nodiscard]] std::uint32_t pages() const noexcept { return pages_; }
-  [[nodiscard]] std::uint64_t free_pages() const noexcept { return free_pages_; }
-  [[nodiscard]] std::uint32_t largest_free_run() const noexcept;
+  [[nodiscard]] std::uint64_t free_pages() const noexcept { return runs_.free_total(); }
+  [[nodiscard]] std::uint32_t largest_free_run() const noexcept { return runs_.largest_free_run(); }
   [[nodiscard]] backend::DevPtr addr(std::uint32_t page) const noexcept { return base_ + page * page_size_; }
   //! The page index of `p`, or nullopt outside the reservation.
   [[nodiscard]] std::optional<std::uint32_t> page_of(backend::DevPtr p) const noexcept {
@@ -40,8 +40,7 @@ class AddressSpace {
   std::size_t bytes_;
   backend::DevPtr base_ = 0;
   std::uint32_t pages_;
-  std::uint64_t free_pages_;
-  std::map<std::uint32_t, std::uint32_t> free_;  // first page -> run length
+  RangeAllocator<std::uint32_t> runs_;
 };
 
 }  // namespace tvmm::detail

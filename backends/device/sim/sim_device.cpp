@@ -39,7 +39,7 @@ bool make_inaccessible(DevPtr va, std::size_t bytes) noexcept {
 }  // namespace
 
 SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
-    : DeviceBackend(sim_properties(config, device_budget)) {
+    : DeviceBackend(sim_properties(config, device_budget)), granules_(properties().capacity) {
   const auto& props = properties();
   const auto host_page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   if (props.granularity == 0 || (props.granularity & (props.granularity - 1)) != 0 ||
@@ -58,7 +58,6 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
         "sim: cannot size the simulated device memory to " + format_bytes(props.capacity) + ": " + std::strerror(err),
         "system_error");
   }
-  free_granules_.emplace(0, props.capacity);
   h2d_ = std::make_unique<sim::CopyEngine>("h2d", config.bandwidth_bytes_per_s, config.copy_latency);
   d2h_ = std::make_unique<sim::CopyEngine>("d2h", config.bandwidth_bytes_per_s, config.copy_latency);
 }
@@ -105,18 +104,12 @@ Status SimDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
 
 Status SimDevice::do_create_chunk(std::size_t bytes, ChunkHandle* out) {
   std::lock_guard lk(mu_);
-  for (auto it = free_granules_.begin(); it != free_granules_.end(); ++it) {
-    if (it->second < bytes) continue;
-    const std::size_t off = it->first;
-    const std::size_t rest = it->second - bytes;
-    free_granules_.erase(it);
-    if (rest != 0) free_granules_.emplace(off + bytes, rest);
-    const std::uint64_t handle = off + 1;  // never 0
-    chunks_.emplace(handle, bytes);
-    out->value = handle;
-    return Status::success();
-  }
-  return Status::fail(Errc::out_of_memory);
+  const auto off = granules_.allocate(bytes);
+  if (!off) return Status::fail(Errc::out_of_memory);
+  const std::uint64_t handle = *off + 1;  // never 0
+  chunks_.emplace(handle, bytes);
+  out->value = handle;
+  return Status::success();
 }
 
 Status SimDevice::do_release_chunk(ChunkHandle chunk) {
@@ -126,26 +119,13 @@ Status SimDevice::do_release_chunk(ChunkHandle chunk) {
   if (auto m = chunk_maps_.find(chunk.value); m != chunk_maps_.end() && m->second > 0) {
     return Status::fail(Errc::invalid_value);  // still mapped: unmap first
   }
-  std::size_t off = chunk.value - 1;
-  std::size_t len = it->second;
+  const std::size_t off = chunk.value - 1;
+  const std::size_t len = it->second;
   chunks_.erase(it);
   chunk_maps_.erase(chunk.value);
   // Give the memory back to the host, as releasing device memory would.
   ::fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off), static_cast<off_t>(len));
-  // Insert and coalesce with neighbours.
-  auto next = free_granules_.lower_bound(off);
-  if (next != free_granules_.end() && off + len == next->first) {
-    len += next->second;
-    next = free_granules_.erase(next);
-  }
-  if (next != free_granules_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == off) {
-      prev->second += len;
-      return Status::success();
-    }
-  }
-  free_granules_.emplace(off, len);
+  granules_.free(off, len);
   return Status::success();
 }
 
@@ -175,34 +155,33 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   return Status::success();
 }
 
-Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
-  std::lock_guard lk(mu_);
-  // The range must be covered by contiguous mappings.
+Status SimDevice::covering_mappings(DevPtr va, std::size_t bytes, MappingIt* first, MappingIt* last) {
   DevPtr at = va;
   auto m = mappings_.find(va);
+  *first = m;
   while (at < va + bytes) {
     if (m == mappings_.end() || m->first != at) return Status::fail(Errc::not_mapped);
     at += m->second.bytes;
     ++m;
   }
-  if (at != va + bytes) return Status::fail(Errc::invalid_value);
+  *last = m;
+  return at == va + bytes ? Status::success() : Status::fail(Errc::invalid_value);
+}
+
+Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
+  std::lock_guard lk(mu_);
+  MappingIt first, last;
+  if (auto s = covering_mappings(va, bytes, &first, &last); !s.ok()) return s;
   if (::mprotect(as_ptr(va), bytes, PROT_READ | PROT_WRITE) != 0) return sys_fail();
   return Status::success();
 }
 
 Status SimDevice::do_unmap(DevPtr va, std::size_t bytes) {
   std::lock_guard lk(mu_);
-  DevPtr at = va;
-  auto m = mappings_.find(va);
-  auto first = m;
-  while (at < va + bytes) {
-    if (m == mappings_.end() || m->first != at) return Status::fail(Errc::not_mapped);
-    at += m->second.bytes;
-    ++m;
-  }
-  if (at != va + bytes) return Status::fail(Errc::invalid_value);
+  MappingIt first, last;
+  if (auto s = covering_mappings(va, bytes, &first, &last); !s.ok()) return s;
   if (!make_inaccessible(va, bytes)) return sys_fail();
-  for (auto it = first; it != m;) {
+  for (auto it = first; it != last;) {
     --chunk_maps_[it->second.chunk];
     it = mappings_.erase(it);
   }

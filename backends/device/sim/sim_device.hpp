@@ -11,6 +11,7 @@
 
 #include "backends/device/device_backend.hpp"
 #include "tvmm/config.hpp"
+#include "vmm/detail/range_allocator.hpp"
 
 namespace tvmm::backend::sim {
 class CopyEngine;
@@ -46,20 +47,25 @@ class SimDevice final : public DeviceBackend {
   Status do_query_event(EventHandle event) override;
   Status do_synchronize_event(EventHandle event) override;
 
-  // Must hold mu_. True when [va, va+bytes) lies inside one reservation.
-  [[nodiscard]] bool inside_reservation(DevPtr va, std::size_t bytes) const;
-
   struct Mapping {
     std::size_t bytes;
     std::uint64_t chunk;
   };
+  using MappingIt = std::map<DevPtr, Mapping>::iterator;
+
+  // Must hold mu_. True when [va, va+bytes) lies inside one reservation.
+  [[nodiscard]] bool inside_reservation(DevPtr va, std::size_t bytes) const;
+  // Must hold mu_. The mappings that exactly tile [va, va+bytes), as [first, last); fails with
+  // not_mapped or invalid_value when the range is not tiled by whole mappings.
+  Status covering_mappings(DevPtr va, std::size_t bytes, MappingIt* first, MappingIt* last);
+
   int memfd_ = -1;
   std::mutex mu_;
-  std::map<std::size_t, std::size_t> free_granules_;  // file offset -> length (coalesced)
-  std::map<std::uint64_t, std::size_t> chunks_;       // handle (offset + 1) -> bytes
-  std::map<std::uint64_t, int> chunk_maps_;           // handle -> live mappings
-  std::map<DevPtr, std::size_t> reservations_;        // base -> bytes
-  std::map<DevPtr, Mapping> mappings_;                // va -> mapping
+  detail::RangeAllocator<std::size_t> granules_;  // free byte ranges of the memfd
+  std::map<std::uint64_t, std::size_t> chunks_;   // handle (offset + 1) -> bytes
+  std::map<std::uint64_t, int> chunk_maps_;       // handle -> live mappings
+  std::map<DevPtr, std::size_t> reservations_;    // base -> bytes
+  std::map<DevPtr, Mapping> mappings_;            // va -> mapping
   std::unique_ptr<sim::CopyEngine> h2d_;
   std::unique_ptr<sim::CopyEngine> d2h_;
 };
