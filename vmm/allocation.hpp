@@ -34,6 +34,8 @@ struct Allocation {
   };
   std::mutex uses_mu;
   std::vector<Use> uses;
+  //! uses.size(), readable without uses_mu: a host pin skips the lock when nothing is outstanding.
+  std::atomic<std::uint32_t> use_count{0};
 };
 
 }  // namespace tvmm::detail

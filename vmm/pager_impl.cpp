@@ -198,6 +198,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
     std::lock_guard ul(a->uses_mu);
     for (auto& u : a->uses) waits.push_back(std::move(u.done));
     a->uses.clear();
+    a->use_count.store(0, std::memory_order_release);
   }
   // 3. Wait, without the lock, for queued work that may still touch the pages: their last stream uses
   //    and page-ins. Unmapping is not stream-ordered.
@@ -300,12 +301,36 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
   if (i == n) {
     policy_->touch(pages, n);
     counters_.hits.fetch_add(n, std::memory_order_relaxed);
-    a->refs.fetch_add(1, std::memory_order_relaxed);
-    return;
+  } else {
+    while (i > 0) unpin_page(pages[--i]);
+    pin_slow(a, access, stream);
   }
-  while (i > 0) unpin_page(pages[--i]);
-  pin_slow(a, access, stream);
+  if (stream == nullptr && a->use_count.load(std::memory_order_acquire) != 0) {
+    try {
+      wait_for_uses(a);
+    } catch (...) {
+      for (std::uint32_t k = 0; k < n; ++k) unpin_page(pages[k]);
+      throw;
+    }
+  }
   a->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+// A host pin sees the tensor as the device left it: wait for the work that stream pins queued on it.
+void PagerImpl::wait_for_uses(Allocation* a) {
+  std::vector<EventRef> waits;
+  {
+    std::lock_guard ul(a->uses_mu);
+    for (auto& u : a->uses) waits.push_back(u.done);
+  }
+  const auto t0 = Clock::now();
+  for (auto& e : waits) events_.wait(e.get());
+  counters_.stall_ns.fetch_add(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()),
+      std::memory_order_relaxed);
+  std::lock_guard ul(a->uses_mu);
+  std::erase_if(a->uses, [&](const Allocation::Use& u) { return u.done.get()->done.load(std::memory_order_acquire); });
+  a->use_count.store(static_cast<std::uint32_t>(a->uses.size()), std::memory_order_release);
 }
 
 void PagerImpl::pin_slow(Allocation* a, Access access, backend::StreamHandle stream) {
@@ -576,6 +601,7 @@ std::vector<std::uint32_t> PagerImpl::evict(Lock& lk, std::vector<PageEntry*>& v
       std::lock_guard ul(v->owner->uses_mu);
       auto& uses = v->owner->uses;
       std::erase_if(uses, [&](const Allocation::Use& u) { return events_.is_done(u.done.get()); });
+      v->owner->use_count.store(static_cast<std::uint32_t>(uses.size()), std::memory_order_release);
       for (auto& u : uses) after.push_back(u.done.get());
     }
     std::sort(after.begin(), after.end());
@@ -662,6 +688,7 @@ void PagerImpl::unpin(Allocation* a, backend::StreamHandle stream) noexcept {
         same->done = std::move(e);
       } else {
         a->uses.push_back({stream, std::move(e)});
+        a->use_count.store(static_cast<std::uint32_t>(a->uses.size()), std::memory_order_release);
       }
     } catch (const std::exception& ex) {
       // Without an event the only safe release point is now: wait for the stream.

@@ -80,6 +80,7 @@ class PagerImpl {
   void wake_waiters() noexcept;
 
   void pin_slow(Allocation* a, Access access, backend::StreamHandle stream);
+  void wait_for_uses(Allocation* a);
   // Makes every page of `a` resident; returns the page-in events a user must order after.
   std::vector<EventRef> make_resident(Lock& lk, Allocation* a, Access access, Clock::time_point deadline,
                                       std::uint64_t& misses);

@@ -134,8 +134,10 @@ class Tensor {
   //! thread does not wait for page-ins (it may wait for an eviction's write-back before a frame can be
   //! remapped). Throws `tvmm::out_of_memory` when the pinned working set cannot fit the device budget.
   [[nodiscard]] Pin pin(Stream& stream, Access access = Access::read_write);
-  //! Host-synchronous pin: returns when the pages are resident (on the simulator, readable and
-  //! writable from the host at `data()`).
+  //! Host-synchronous pin: returns when the pages are resident and the work that earlier stream pins
+  //! queued on this tensor has completed (on the simulator, `data()` is then readable and writable
+  //! from the host). Streams themselves are not ordered against each other: as in CUDA, order two
+  //! streams that share a tensor yourself.
   [[nodiscard]] Pin pin(Access access = Access::read_write);
   //! Starts moving the tensor's pages to the device on the copy engines without pinning them; `stream`
   //! is made to wait for the page-ins. Never evicts pinned pages.

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <thread>
 #include <vector>
 
 #include "test_support.hpp"
@@ -222,4 +223,19 @@ TEST(Pager, FreedMemoryIsReused) {
     ASSERT_EQ(test::mismatches(pin.data(), a.size(), i), 0u);
   }
   p.check_invariants();
+}
+
+TEST(Pager, HostPinWaitsForEarlierStreamWork) {
+  Pager p(test::small_config(2, 8));
+  auto s = p.create_stream();
+  auto t = p.allocate(64 * KiB);
+  {
+    auto pin = t.pin(s, Access::write);
+    s.launch([d = pin.data(), n = t.size()] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      test::fill(d, n, 31);
+    });
+  }
+  auto pin = t.pin(Access::read);  // must not return before the kernel above has written
+  EXPECT_EQ(test::mismatches(pin.data(), t.size(), 31), 0u);
 }
