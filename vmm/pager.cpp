@@ -141,7 +141,10 @@ void* Tensor::release() noexcept {
 // --- Pager ----------------------------------------------------------------------------------------------
 
 Pager::Pager(const Config& config) : impl_(std::make_unique<detail::PagerImpl>(config)) {}
+Pager::Pager(std::unique_ptr<detail::PagerImpl> impl) noexcept : impl_(std::move(impl)) {}
 Pager::~Pager() = default;
+Pager::Pager(Pager&&) noexcept = default;
+Pager& Pager::operator=(Pager&&) noexcept = default;
 
 Tensor Pager::allocate(std::size_t bytes, Hints hints) {
   return Tensor(impl_.get(), impl_->allocate(bytes, std::move(hints)));

@@ -59,9 +59,9 @@ Config resolve(Config cfg, const backend::DeviceProperties& props) {
 
 }  // namespace
 
-PagerImpl::PagerImpl(const Config& config)
+PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBackend> backend)
     : cfg_((config.validate(), config)),
-      dev_(backend::make_device_backend(cfg_)),
+      dev_(backend ? std::move(backend) : backend::make_device_backend(cfg_)),
       page_size_((cfg_ = resolve(cfg_, dev_->properties())).page_size),
       va_storage_(std::make_unique<AddressSpace>(*dev_, cfg_.va_size, page_size_)),
       va_(*va_storage_),
@@ -478,14 +478,16 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
       copied.push_back(table_.index_of(*pages[i]));
     }
   } catch (...) {
-    // Copies already queued may still run: wait for them before unmapping and reusing the frames. The
+    // Copies already queued may still run: drain them before unmapping and reusing the frames. The
     // host copies were not touched, so the pages stay readable where they were.
-    try {
-      EventRef drained = xfer_->record_in();
-      events_.wait(drained.get());
-    } catch (...) {
+    if (xfer_->drain()) {
+      for (std::size_t i = 0; i < count; ++i) (void)dev_->unmap(va_of(*pages[i]), page_size_);
+    } else {
+      // The device cannot tell when its copies end: keep the frames mapped and out of the pool rather
+      // than let a copy land in reused memory.
+      std::fprintf(stderr, "tvmm: copy streams cannot be drained; retiring %zu device frames\n", count);
+      frames.clear();
     }
-    for (std::size_t i = 0; i < count; ++i) (void)dev_->unmap(va_of(*pages[i]), page_size_);
     throw;
   }
   EventRef done = copied.empty() ? EventRef() : xfer_->record_in();
@@ -571,23 +573,16 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
 // Evicts `victims` (claimed: in transit, unpinned, out of the policy) to the host tier and returns
 // their frames, unmapped and ready for reuse.
 std::vector<std::uint32_t> PagerImpl::evict(Lock& lk, std::vector<PageEntry*>& victims) {
-  std::vector<bool> new_slot(victims.size());
-  for (std::size_t i = 0; i < victims.size(); ++i) {
-    PageEntry& v = *victims[i];
-    if (v.host_slot == kNoSlot) {
-      v.host_slot = *host_->try_acquire();  // select_victims counted free slots
-      new_slot[i] = true;
-    }
+  for (PageEntry* v : victims) {
+    if (v->host_slot == kNoSlot) v->host_slot = *host_->try_acquire();  // select_victims counted free slots
   }
+  // On failure the victims stay resident with their data. Each keeps its host slot: a write-back may
+  // already be queued into it, so no other page may take it; the page's next eviction reuses it, after
+  // that copy on the same stream.
   auto restore = [&] {
-    for (std::size_t i = 0; i < victims.size(); ++i) {
-      PageEntry& v = *victims[i];
-      if (new_slot[i]) {
-        host_->release(v.host_slot);
-        v.host_slot = kNoSlot;
-      }
-      policy_->insert(v);
-      v.set_state(PageState::device, v.ready != nullptr);
+    for (PageEntry* v : victims) {
+      policy_->insert(*v);
+      v->set_state(PageState::device, v->ready != nullptr);
     }
     cv_.notify_all();
   };
@@ -643,7 +638,6 @@ std::vector<std::uint32_t> PagerImpl::evict(Lock& lk, std::vector<PageEntry*>& v
     // Victims not yet unmapped stay resident (their data is still mapped); the others are on the host.
     for (auto f : frames) device_->release(f);
     victims.erase(victims.begin(), victims.begin() + static_cast<std::ptrdiff_t>(i));
-    new_slot.erase(new_slot.begin(), new_slot.begin() + static_cast<std::ptrdiff_t>(i));
     restore();
     throw;
   }

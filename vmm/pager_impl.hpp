@@ -31,7 +31,9 @@ namespace tvmm::detail {
 
 class PagerImpl {
  public:
-  explicit PagerImpl(const Config& config);
+  //! With `backend` null, creates the backend named by the config; otherwise uses `backend` (tests
+  //! wrap a backend, e.g. in FaultyDevice).
+  explicit PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBackend> backend = nullptr);
   ~PagerImpl();
   PagerImpl(const PagerImpl&) = delete;
   PagerImpl& operator=(const PagerImpl&) = delete;
@@ -126,6 +128,13 @@ class PagerImpl {
     std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, stall_ns{0}, allocations{0},
         live_bytes{0}, live_tensors{0};
   } counters_;
+};
+
+//! Builds a public Pager around an implementation (for tests that supply their own backend).
+struct PagerAccess {
+  static Pager make(const Config& config, std::unique_ptr<backend::DeviceBackend> backend) {
+    return Pager(std::make_unique<PagerImpl>(config, std::move(backend)));
+  }
 };
 
 }  // namespace tvmm::detail

@@ -74,6 +74,12 @@ EventRef TransferEngine::record_out() {
   return e;
 }
 
+bool TransferEngine::drain() noexcept {
+  const bool in_ok = dev_.synchronize_stream(in_).ok();
+  const bool out_ok = dev_.synchronize_stream(out_).ok();
+  return in_ok && out_ok;
+}
+
 void TransferEngine::stream_wait(backend::StreamHandle stream, Event* e) {
   TVMM_CHECK(dev_.stream_wait_event(stream, e->handle));
 }

@@ -39,6 +39,8 @@ class TransferEngine {
   EventRef record_in();
   //! An event that completes when the write-backs queued so far have completed.
   EventRef record_out();
+  //! Waits for every queued copy in both directions; false if the device cannot say (never throws).
+  bool drain() noexcept;
   //! Makes `stream` wait for `e` without blocking the calling thread.
   void stream_wait(backend::StreamHandle stream, Event* e);
 

@@ -23,6 +23,7 @@ namespace tvmm {
 namespace detail {
 class PagerImpl;
 struct Allocation;
+struct PagerAccess;
 }  // namespace detail
 
 //! How the pinned code will use a tensor's pages.
@@ -167,6 +168,8 @@ class Pager {
   //! the backend cannot start.
   explicit Pager(const Config& config);
   ~Pager();
+  Pager(Pager&&) noexcept;
+  Pager& operator=(Pager&&) noexcept;
   Pager(const Pager&) = delete;
   Pager& operator=(const Pager&) = delete;
 
@@ -193,6 +196,8 @@ class Pager {
   [[nodiscard]] const char* backend_name() const noexcept;
 
  private:
+  friend struct detail::PagerAccess;
+  explicit Pager(std::unique_ptr<detail::PagerImpl> impl) noexcept;
   std::unique_ptr<detail::PagerImpl> impl_;
 };
 

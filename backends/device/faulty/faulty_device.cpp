@@ -1,0 +1,122 @@
+#include "backends/device/faulty/faulty_device.hpp"
+
+namespace tvmm::backend {
+
+namespace {
+DeviceProperties faulty_properties(const DeviceBackend& inner) {
+  DeviceProperties p = inner.properties();
+  p.name = "faulty:" + p.name;
+  return p;
+}
+std::size_t idx(FaultyDevice::Op op) noexcept { return static_cast<std::size_t>(op); }
+}  // namespace
+
+FaultyDevice::FaultyDevice(std::unique_ptr<DeviceBackend> inner)
+    : DeviceBackend(faulty_properties(*inner)), inner_(std::move(inner)) {}
+
+FaultyDevice::~FaultyDevice() = default;
+
+void FaultyDevice::fail_once(Op op, Errc err, unsigned skip) {
+  std::lock_guard lk(mu_);
+  rules_[idx(op)] = Rule{Rule::Mode::once, skip, err};
+}
+
+void FaultyDevice::fail_always(Op op, Errc err) {
+  std::lock_guard lk(mu_);
+  rules_[idx(op)] = Rule{Rule::Mode::always, 0, err};
+}
+
+void FaultyDevice::clear() {
+  std::lock_guard lk(mu_);
+  rules_.fill(Rule{});
+}
+
+std::uint64_t FaultyDevice::calls(Op op) const {
+  std::lock_guard lk(mu_);
+  return calls_[idx(op)];
+}
+
+std::uint64_t FaultyDevice::injected() const {
+  std::lock_guard lk(mu_);
+  return injected_;
+}
+
+bool FaultyDevice::should_fail(Op op, Errc* err) {
+  std::lock_guard lk(mu_);
+  ++calls_[idx(op)];
+  Rule& r = rules_[idx(op)];
+  switch (r.mode) {
+    case Rule::Mode::none: return false;
+    case Rule::Mode::once:
+      if (r.skip > 0) {
+        --r.skip;
+        return false;
+      }
+      r.mode = Rule::Mode::none;
+      break;
+    case Rule::Mode::always: break;
+  }
+  *err = r.err;
+  ++injected_;
+  return true;
+}
+
+#define TVMM_FAULT(op)                                                     \
+  do {                                                                     \
+    Errc injected_err;                                                     \
+    if (should_fail(op, &injected_err)) return Status::fail(injected_err); \
+  } while (0)
+
+Status FaultyDevice::do_reserve(std::size_t bytes, DevPtr* out) { return inner_->reserve(bytes, out); }
+Status FaultyDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
+  return inner_->release_reservation(base, bytes);
+}
+Status FaultyDevice::do_create_chunk(std::size_t bytes, ChunkHandle* out) {
+  TVMM_FAULT(Op::create_chunk);
+  return inner_->create_chunk(bytes, out);
+}
+Status FaultyDevice::do_release_chunk(ChunkHandle chunk) { return inner_->release_chunk(chunk); }
+Status FaultyDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
+  TVMM_FAULT(Op::map);
+  return inner_->map(va, bytes, chunk);
+}
+Status FaultyDevice::do_set_access(DevPtr va, std::size_t bytes) {
+  TVMM_FAULT(Op::set_access);
+  return inner_->set_access(va, bytes);
+}
+Status FaultyDevice::do_unmap(DevPtr va, std::size_t bytes) {
+  TVMM_FAULT(Op::unmap);
+  return inner_->unmap(va, bytes);
+}
+Status FaultyDevice::do_alloc_host(std::size_t bytes, void** out) { return inner_->alloc_host(bytes, out); }
+Status FaultyDevice::do_free_host(void* ptr, std::size_t bytes) { return inner_->free_host(ptr, bytes); }
+Status FaultyDevice::do_create_stream(StreamHandle* out) { return inner_->create_stream(out); }
+Status FaultyDevice::do_destroy_stream(StreamHandle stream) { return inner_->destroy_stream(stream); }
+Status FaultyDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
+                                     StreamHandle stream) {
+  TVMM_FAULT(kind == CopyKind::host_to_device ? Op::copy_in : Op::copy_out);
+  return inner_->memcpy_async(dst, src, bytes, kind, stream);
+}
+Status FaultyDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {
+  return inner_->launch_host(stream, fn, user);
+}
+Status FaultyDevice::do_synchronize_stream(StreamHandle stream) { return inner_->synchronize_stream(stream); }
+Status FaultyDevice::do_create_event(EventHandle* out) { return inner_->create_event(out); }
+Status FaultyDevice::do_destroy_event(EventHandle event) { return inner_->destroy_event(event); }
+Status FaultyDevice::do_record_event(EventHandle event, StreamHandle stream) {
+  TVMM_FAULT(Op::record_event);
+  return inner_->record_event(event, stream);
+}
+Status FaultyDevice::do_stream_wait_event(StreamHandle stream, EventHandle event) {
+  TVMM_FAULT(Op::stream_wait_event);
+  return inner_->stream_wait_event(stream, event);
+}
+Status FaultyDevice::do_query_event(EventHandle event) { return inner_->query_event(event); }
+Status FaultyDevice::do_synchronize_event(EventHandle event) {
+  TVMM_FAULT(Op::synchronize_event);
+  return inner_->synchronize_event(event);
+}
+
+#undef TVMM_FAULT
+
+}  // namespace tvmm::backend

@@ -1,0 +1,83 @@
+#pragma once
+// A device backend adaptor that injects failures into another backend's primitives, by rule: fail the
+// Nth next call of an operation once, or every call until cleared. Used by the tests to drive the
+// pager's failure paths (a failed map, copy, unmap or event record must leave every page readable
+// where it was, and the error must reach the caller).
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "backends/device/device_backend.hpp"
+
+namespace tvmm::backend {
+
+class FaultyDevice final : public DeviceBackend {
+ public:
+  //! Operations that can be made to fail.
+  enum class Op : std::uint8_t {
+    create_chunk,
+    map,
+    set_access,
+    unmap,
+    copy_in,   //!< memcpy_async host-to-device
+    copy_out,  //!< memcpy_async device-to-host
+    record_event,
+    stream_wait_event,
+    synchronize_event,
+    count_
+  };
+
+  explicit FaultyDevice(std::unique_ptr<DeviceBackend> inner);
+  ~FaultyDevice() override;
+
+  //! The call of `op` after `skip` more successful ones fails with `err`, once.
+  void fail_once(Op op, Errc err, unsigned skip = 0);
+  //! Every call of `op` fails with `err` until clear().
+  void fail_always(Op op, Errc err);
+  //! Removes every rule.
+  void clear();
+  //! Calls of `op` seen so far (failed or not).
+  [[nodiscard]] std::uint64_t calls(Op op) const;
+  //! Failures injected so far.
+  [[nodiscard]] std::uint64_t injected() const;
+
+ private:
+  struct Rule {
+    enum class Mode : std::uint8_t { none, once, always } mode = Mode::none;
+    unsigned skip = 0;
+    Errc err = Errc::ok;
+  };
+  // Counts the call; true (with the error) when a rule makes it fail.
+  bool should_fail(Op op, Errc* err);
+
+  Status do_reserve(std::size_t bytes, DevPtr* out) override;
+  Status do_release_reservation(DevPtr base, std::size_t bytes) override;
+  Status do_create_chunk(std::size_t bytes, ChunkHandle* out) override;
+  Status do_release_chunk(ChunkHandle chunk) override;
+  Status do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) override;
+  Status do_set_access(DevPtr va, std::size_t bytes) override;
+  Status do_unmap(DevPtr va, std::size_t bytes) override;
+  Status do_alloc_host(std::size_t bytes, void** out) override;
+  Status do_free_host(void* ptr, std::size_t bytes) override;
+  Status do_create_stream(StreamHandle* out) override;
+  Status do_destroy_stream(StreamHandle stream) override;
+  Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) override;
+  Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
+  Status do_synchronize_stream(StreamHandle stream) override;
+  Status do_create_event(EventHandle* out) override;
+  Status do_destroy_event(EventHandle event) override;
+  Status do_record_event(EventHandle event, StreamHandle stream) override;
+  Status do_stream_wait_event(StreamHandle stream, EventHandle event) override;
+  Status do_query_event(EventHandle event) override;
+  Status do_synchronize_event(EventHandle event) override;
+
+  std::unique_ptr<DeviceBackend> inner_;
+  mutable std::mutex mu_;
+  std::array<Rule, static_cast<std::size_t>(Op::count_)> rules_{};
+  std::array<std::uint64_t, static_cast<std::size_t>(Op::count_)> calls_{};
+  std::uint64_t injected_ = 0;
+};
+
+}  // namespace tvmm::backend

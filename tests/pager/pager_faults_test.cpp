@@ -1,0 +1,190 @@
+// Failure paths: each device primitive the pager uses is made to fail inside a pin, an eviction or an
+// unpin. The error must reach the caller, every page must stay readable where it was, and the pager
+// must keep working once the device behaves again.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <thread>
+
+#include "backends/device/faulty/faulty_device.hpp"
+#include "test_support.hpp"
+#include "vmm/pager_impl.hpp"
+
+using namespace tvmm;
+using backend::Errc;
+using Op = backend::FaultyDevice::Op;
+
+namespace {
+
+class PagerFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Config c = test::small_config(1, 8);
+    auto faulty = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
+    dev_ = faulty.get();
+    pager_ = std::make_unique<Pager>(detail::PagerAccess::make(c, std::move(faulty)));
+    a_ = pager_->allocate(64 * KiB, {"a"});
+    b_ = pager_->allocate(64 * KiB, {"b"});
+    {
+      auto pin = a_.pin(Access::write);
+      test::fill(pin.data(), a_.size(), 1);
+    }
+    {
+      auto pin = b_.pin(Access::write);  // evicts a: a on the host, b on the device
+      test::fill(pin.data(), b_.size(), 2);
+    }
+    ASSERT_EQ(a_.tier(), Tier::host);
+    ASSERT_EQ(b_.tier(), Tier::device);
+  }
+
+  // After the fault: invariants hold and both tensors read back whole with the device healthy.
+  void expect_intact() {
+    pager_->check_invariants();
+    dev_->clear();
+    for (int round = 0; round < 2; ++round) {
+      {
+        auto pin = a_.pin(Access::read);
+        EXPECT_EQ(test::mismatches(pin.data(), a_.size(), 1), 0u);
+      }
+      {
+        auto pin = b_.pin(Access::read);
+        EXPECT_EQ(test::mismatches(pin.data(), b_.size(), 2), 0u);
+      }
+    }
+    pager_->check_invariants();
+  }
+
+  template <class E>
+  void expect_pin_a_fails(const char* error_name) {
+    try {
+      auto pin = a_.pin(Access::read);
+      FAIL() << "expected an exception";
+    } catch (const E& e) {
+      EXPECT_NE(std::string(e.what()).find(error_name), std::string::npos) << e.what();
+    }
+    EXPECT_GT(dev_->injected(), 0u);
+  }
+
+  backend::FaultyDevice* dev_ = nullptr;
+  std::unique_ptr<Pager> pager_;
+  Tensor a_, b_;
+};
+
+}  // namespace
+
+TEST_F(PagerFaults, MapFailsDuringPageIn) {
+  dev_->fail_once(Op::map, Errc::invalid_value);
+  expect_pin_a_fails<device_error>("invalid_value");
+  EXPECT_EQ(a_.tier(), Tier::host);  // not loaded; its host copy is untouched
+  expect_intact();
+}
+
+TEST_F(PagerFaults, SetAccessFailsDuringPageIn) {
+  dev_->fail_once(Op::set_access, Errc::invalid_value);
+  expect_pin_a_fails<device_error>("set_access");
+  EXPECT_EQ(a_.tier(), Tier::host);
+  expect_intact();
+}
+
+TEST_F(PagerFaults, CopyInFailsDuringPageIn) {
+  dev_->fail_once(Op::copy_in, Errc::invalid_value);
+  expect_pin_a_fails<device_error>("memcpy_async");
+  EXPECT_EQ(a_.tier(), Tier::host);
+  expect_intact();
+}
+
+TEST_F(PagerFaults, WriteBackFailsDuringEviction) {
+  dev_->fail_once(Op::copy_out, Errc::invalid_value);
+  expect_pin_a_fails<device_error>("memcpy_async");
+  EXPECT_EQ(b_.tier(), Tier::device);  // the victim stays resident with its data
+  EXPECT_EQ(a_.tier(), Tier::host);
+  expect_intact();
+}
+
+TEST_F(PagerFaults, WaitingForWriteBackFails) {
+  dev_->fail_once(Op::synchronize_event, Errc::invalid_value);
+  expect_pin_a_fails<device_error>("synchronize_event");
+  EXPECT_EQ(b_.tier(), Tier::device);
+  expect_intact();
+}
+
+TEST_F(PagerFaults, UnmapFailsDuringEviction) {
+  dev_->fail_once(Op::unmap, Errc::invalid_value);
+  expect_pin_a_fails<device_error>("unmap");
+  EXPECT_EQ(b_.tier(), Tier::device);
+  expect_intact();
+}
+
+TEST_F(PagerFaults, FramesAreRecycledNotCreatedOnTheHotPath) {
+  dev_->fail_always(Op::create_chunk, Errc::out_of_memory);
+  auto fresh = pager_->allocate(64 * KiB);
+  { auto pin = fresh.pin(Access::write); }       // evicts b and reuses its frame
+  EXPECT_EQ(dev_->calls(Op::create_chunk), 1u);  // the one frame, created before the fault was armed
+  fresh.reset();
+  expect_intact();
+}
+
+TEST(PagerFaultsStart, FrameCreationFailureIsOutOfMemory) {
+  const Config c = test::small_config(2, 8);
+  auto faulty = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
+  auto* dev = faulty.get();
+  Pager pager = detail::PagerAccess::make(c, std::move(faulty));
+  auto t = pager.allocate(64 * KiB);
+  dev->fail_once(Op::create_chunk, Errc::out_of_memory);
+  EXPECT_THROW((void)t.pin(Access::write), out_of_memory);
+  pager.check_invariants();
+  auto pin = t.pin(Access::write);  // the device recovered
+  test::fill(pin.data(), t.size(), 3);
+  EXPECT_EQ(test::mismatches(pin.data(), t.size(), 3), 0u);
+}
+
+TEST(PagerFaultsStart, StreamWaitFailsAfterPageIn) {
+  Config c = test::small_config(1, 8);
+  c.sim.copy_latency = std::chrono::milliseconds(20);  // the page-in is still running when the pin orders
+  auto faulty = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
+  auto* dev = faulty.get();
+  Pager pager = detail::PagerAccess::make(c, std::move(faulty));
+  auto a = pager.allocate(64 * KiB);
+  auto b = pager.allocate(64 * KiB);
+  {
+    auto pin = a.pin(Access::write);
+    test::fill(pin.data(), a.size(), 1);
+  }
+  { auto pin = b.pin(Access::write); }
+  auto s = pager.create_stream();
+  dev->fail_once(Op::stream_wait_event, Errc::invalid_value);
+  try {
+    auto pin = a.pin(s, Access::read);
+    FAIL() << "expected device_error";
+  } catch (const device_error& e) {
+    EXPECT_NE(std::string(e.what()).find("stream_wait_event"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(dev->injected(), 1u);
+  s.synchronize();
+  pager.check_invariants();  // no pin left behind
+  auto pin = a.pin(Access::read);
+  EXPECT_EQ(test::mismatches(pin.data(), a.size(), 1), 0u);
+}
+
+TEST_F(PagerFaults, ReleaseEventFailureSynchronizesTheStream) {
+  auto s = pager_->create_stream();
+  {
+    auto pin = a_.pin(Access::write);
+    test::fill(pin.data(), a_.size(), 9);  // stale bytes: an early write-back would keep these
+  }
+  {
+    auto pin = a_.pin(s, Access::write);
+    s.launch([d = pin.data(), n = a_.size()] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      test::fill(d, n, 1);  // the bytes expect_intact() checks, written late
+    });
+    dev_->fail_once(Op::record_event, Errc::invalid_value);
+  }  // unpin cannot record its release point: it must wait for the kernel instead
+  EXPECT_EQ(dev_->injected(), 1u);
+  // Evicting a now must not copy out before the kernel has written.
+  {
+    auto pin = b_.pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), b_.size(), 2), 0u);
+  }
+  expect_intact();
+}
