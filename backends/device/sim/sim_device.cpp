@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
+#include <system_error>
 
 #include "backends/device/sim/copy_engine.hpp"
 #include "backends/device/sim/sim_stream.hpp"
@@ -50,13 +50,14 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
   }
   if (props.capacity == 0) throw config_error("sim.capacity resolves to 0 bytes; set device_budget or sim.capacity");
   memfd_ = ::memfd_create("tvmm-sim-device", MFD_CLOEXEC);
-  if (memfd_ < 0) throw device_error(std::string("sim: memfd_create failed: ") + std::strerror(errno), "system_error");
+  if (memfd_ < 0)
+    throw device_error("sim: memfd_create failed: " + std::generic_category().message(errno), "system_error");
   if (::ftruncate(memfd_, static_cast<off_t>(props.capacity)) != 0) {
     const int err = errno;
     ::close(memfd_);
-    throw device_error(
-        "sim: cannot size the simulated device memory to " + format_bytes(props.capacity) + ": " + std::strerror(err),
-        "system_error");
+    throw device_error("sim: cannot size the simulated device memory to " + format_bytes(props.capacity) + ": " +
+                           std::generic_category().message(err),
+                       "system_error");
   }
   h2d_ = std::make_unique<sim::CopyEngine>("h2d", config.bandwidth_bytes_per_s, config.copy_latency);
   d2h_ = std::make_unique<sim::CopyEngine>("d2h", config.bandwidth_bytes_per_s, config.copy_latency);
