@@ -59,6 +59,7 @@ struct PageEntry {
                                        //!< (evicting), or the source of a page-in still pending
   Allocation* owner = nullptr;         //!< the allocation this page belongs to
   Event* ready = nullptr;              //!< page-in completion while pending (one reference held)
+  bool stale_mapping = false;          //!< an eviction failed to unmap the address; unmap before mapping
   //! Hook of the eviction policy's list; the policy's own lock guards it.
   boost::intrusive::list_member_hook<> policy_hook;
 

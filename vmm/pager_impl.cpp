@@ -92,8 +92,14 @@ PagerImpl::~PagerImpl() {
                  live.size());
     for (Allocation* a : live) drop_owner(a);
   }
+  {
+    Lock lk(mu_);
+    (void)xfer_->drain();
+    reap(lk);  // unmaps the old addresses of finished evictions
+  }
   xfer_.reset();  // drains the copy streams before the tiers go away
   loads_.clear();
+  evictions_.clear();
   policy_.reset();
   host_.reset();
   device_.reset();
@@ -179,13 +185,19 @@ void PagerImpl::drop_owner(Allocation* a) noexcept {
 void PagerImpl::reclaim(Allocation* a) noexcept {
   PageEntry* pages = pages_of(a);
   Lock lk(mu_);
-  // 1. Wait for transfers other threads run on these pages (eviction picks any unpinned page). Pages
-  //    leave transit only under mu_, so this wait needs no waiter registration.
-  cv_.wait(lk, [&] {
-    for (std::uint32_t i = 0; i < a->pages; ++i)
-      if (pages[i].state() == PageState::transit) return false;
-    return true;
-  });
+  // 1. Wait for transfers other threads run on these pages (eviction picks any unpinned page), retiring
+  //    completed write-backs as they finish. Pages leave transit only under mu_.
+  for (;;) {
+    bool busy = false;
+    for (std::uint32_t i = 0; i < a->pages && !busy; ++i) busy = pages[i].state() == PageState::transit;
+    if (!busy) break;
+    try {
+      (void)wait_progress(lk, Clock::time_point::max());
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "tvmm: waiting for transfers of %s: %s\n", tensor_label(a).c_str(), ex.what());
+      cv_.wait_for(lk, std::chrono::milliseconds(1));
+    }
+  }
   // 2. Claim every page so no other thread can choose one as a victim meanwhile.
   std::vector<EventRef> waits;
   for (std::uint32_t i = 0; i < a->pages; ++i) {
@@ -212,6 +224,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   }
   waits.clear();
   lk.lock();
+  reap(lk);
   // 4. Unmap, return frames and slots, and give the address range back.
   for (std::uint32_t i = 0; i < a->pages; ++i) {
     PageEntry& p = pages[i];
@@ -344,7 +357,7 @@ void PagerImpl::pin_slow(Allocation* a, Access access, backend::StreamHandle str
   waiters_.fetch_add(1);
   ScopeGuard unregister([&] { waiters_.fetch_sub(1); });
   Lock lk(mu_);
-  reap_loads(lk);
+  reap(lk);
 
   // 1. Admission: the pinned working set must fit the device budget. A tensor larger than the budget
   //    never fits; otherwise wait (bounded) for other pins to be released.
@@ -419,7 +432,7 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access a
     }
     if (!busy) break;
     // Another thread is moving some of these pages (evicting them, or loading them for its own pin).
-    if (!wait_for_change(lk, deadline)) {
+    if (!wait_progress(lk, deadline)) {
       throw timeout_error("tvmm: pinning " + tensor_label(a) + ": its pages stayed in transit for " +
                           std::to_string(cfg_.wait_timeout.count()) + " ms");
     }
@@ -449,34 +462,46 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
   // swapping a tensor in never waits on its own slots.
   while (loaded < todo.size()) {
     // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
-    std::vector<std::uint32_t> frames = acquire_frames(lk, todo.size() - loaded, deadline, may_wait);
-    if (frames.empty()) break;  // only without may_wait: nothing evictable now
-    load_chunk(std::span(todo).subspan(loaded, frames.size()), std::span(before).subspan(loaded, frames.size()), frames,
-               access);
-    loaded += frames.size();
+    Frames got = acquire_frames(lk, todo.size() - loaded, deadline, may_wait);
+    if (got.frames.empty()) break;  // only without may_wait: nothing evictable now
+    const std::size_t n = got.frames.size();
+    load_chunk(std::span(todo).subspan(loaded, n), std::span(before).subspan(loaded, n), got, access);
+    loaded += n;
   }
   return loaded;  // `restore` puts back any page left without a frame and wakes waiters
 }
 
-void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before,
-                           std::vector<std::uint32_t>& frames, Access access) {
+void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
+                           Access access) {
   const std::size_t count = pages.size();
-  ScopeGuard give_back([&] {
-    for (auto f : frames) device_->release(f);
-  });
-  // 3. Map the pages at their addresses (grouping access grants per contiguous run), then queue the
-  //    page-ins of pages that hold data, unless the caller will overwrite them (Access::write).
+  ScopeGuard give_back([&] { release_frames(got); });
+  // 3. Map the pages at their addresses (grouping access grants per contiguous run). A frame taken from
+  //    a victim is still mapped at the victim's address until its write-back is retired: one physical
+  //    frame may be mapped at two addresses, and every use at the new one is ordered after `got.after`.
+  for (PageEntry* p : pages) {
+    if (p->stale_mapping) {  // an earlier eviction could not unmap this address: try again first
+      (void)dev_->unmap(va_of(*p), page_size_);
+      p->stale_mapping = false;
+    }
+  }
   std::vector<MapRequest> reqs(count);
-  for (std::size_t i = 0; i < count; ++i) reqs[i] = {va_of(*pages[i]), device_->chunk(frames[i])};
+  for (std::size_t i = 0; i < count; ++i) reqs[i] = {va_of(*pages[i]), device_->chunk(got.frames[i])};
   xfer_->map(reqs);
+  // 4. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
+  //    after the write-backs of the frames' previous pages.
   auto needs_copy = [&](std::size_t i) { return before[i] == PageState::host && access != Access::write; };
   std::vector<std::uint32_t> copied;
+  EventRef done;
   try {
+    for (auto& e : got.after) xfer_->order_copy_in_after(e.get());
     for (std::size_t i = 0; i < count; ++i) {
       if (!needs_copy(i)) continue;
       xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot));
       copied.push_back(table_.index_of(*pages[i]));
     }
+    // One event for the chunk: it also implies the write-backs it waited for, so pages that were not
+    // copied (fresh, or Access::write) are usable once it completes.
+    if (!copied.empty() || !got.after.empty()) done = xfer_->record_in();
   } catch (...) {
     // Copies already queued may still run: drain them before unmapping and reusing the frames. The
     // host copies were not touched, so the pages stay readable where they were.
@@ -486,63 +511,70 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
       // The device cannot tell when its copies end: keep the frames mapped and out of the pool rather
       // than let a copy land in reused memory.
       std::fprintf(stderr, "tvmm: copy streams cannot be drained; retiring %zu device frames\n", count);
-      frames.clear();
+      got.frames.clear();
     }
     throw;
   }
-  EventRef done = copied.empty() ? EventRef() : xfer_->record_in();
 
-  // 4. Publish: resident, known to the policy, page-in pending until `done` completes.
+  // 5. Publish: resident, known to the policy, pending until `done` completes.
   for (std::size_t i = 0; i < count; ++i) {
     PageEntry& p = *pages[i];
-    p.frame = frames[i];
-    const bool pending = needs_copy(i);
-    if (pending) {
-      p.ready = EventRef(done).detach();
-    } else if (p.host_slot != kNoSlot) {
+    p.frame = got.frames[i];
+    if (!needs_copy(i) && p.host_slot != kNoSlot) {
       host_->release(p.host_slot);  // contents discarded (Access::write): the host copy is dead
       p.host_slot = kNoSlot;
     }
+    if (done) p.ready = EventRef(done).detach();
     policy_->insert(p);
-    p.set_state(PageState::device, pending);
+    p.set_state(PageState::device, static_cast<bool>(done));
   }
-  if (done) loads_.push_back(LoadBatch{std::move(done), std::move(copied)});
+  if (done) {
+    std::vector<std::uint32_t> idx(count);
+    for (std::size_t i = 0; i < count; ++i) idx[i] = table_.index_of(*pages[i]);
+    loads_.push_back(LoadBatch{std::move(done), std::move(idx)});
+  }
+  got.frames.clear();
+  got.after.clear();
   give_back.dismiss();
+}
+
+void PagerImpl::release_frames(Frames& got) noexcept {
+  // Frames from victims may still be written back: the pool must not hand them out before that, so
+  // wait here (only failure paths get here with pending write-backs).
+  for (auto& e : got.after) {
+    try {
+      events_.wait(e.get());
+    } catch (...) {
+      got.frames.clear();  // the device cannot say when the copies end: retire the frames
+    }
+  }
+  for (auto f : got.frames) device_->release(f);
+  got.frames.clear();
+  got.after.clear();
 }
 
 // Returns between 1 and `count` frames (0 only without may_wait): rather than block while holding
 // frames, it hands back what it has so the caller can start those page-ins.
-std::vector<std::uint32_t> PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline,
-                                                     bool may_wait) {
-  std::vector<std::uint32_t> got;
-  ScopeGuard give_back([&] {
-    for (auto f : got) device_->release(f);
-  });
-  while (got.size() < count) {
-    while (got.size() < count) {
+PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait) {
+  Frames got;
+  ScopeGuard give_back([&] { release_frames(got); });
+  while (got.frames.size() < count) {
+    while (got.frames.size() < count) {
       auto f = device_->try_acquire();
       if (!f) break;
-      got.push_back(*f);
+      got.frames.push_back(*f);
     }
-    if (got.size() == count) break;
-    reap_loads(lk);
-    std::vector<PageEntry*> victims = select_victims(count - got.size());
+    if (got.frames.size() == count) break;
+    reap(lk);
+    std::vector<PageEntry*> victims = select_victims(count - got.frames.size());
     if (!victims.empty()) {
-      auto freed = evict(lk, victims);
-      got.insert(got.end(), freed.begin(), freed.end());
+      got.after.push_back(evict(victims, got.frames));
       continue;
     }
-    if (!got.empty() || !may_wait) break;
-    // Nothing evictable now. If page-ins are in flight their host slots free up when they finish;
-    // otherwise the device is full of pinned or in-transit pages: wait for an unpin or a transfer.
-    if (!loads_.empty()) {
-      EventRef oldest = loads_.front().done;
-      lk.unlock();
-      events_.wait(oldest.get());
-      lk.lock();
-      continue;
-    }
-    if (!wait_for_change(lk, deadline)) {
+    if (!got.frames.empty() || !may_wait) break;
+    // Nothing evictable now: the device is full of pinned or in-transit pages, or the host tier has no
+    // slot for a victim until a page-in completes. Wait for a transfer, an unpin or the deadline.
+    if (!wait_progress(lk, deadline)) {
       throw out_of_memory("tvmm: no device frame can be freed: " + describe_device() + "; waited " +
                           std::to_string(cfg_.wait_timeout.count()) +
                           " ms for pins to be released. The pinned working set exceeds the device budget");
@@ -570,22 +602,14 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
   return victims;
 }
 
-// Evicts `victims` (claimed: in transit, unpinned, out of the policy) to the host tier and returns
-// their frames, unmapped and ready for reuse.
-std::vector<std::uint32_t> PagerImpl::evict(Lock& lk, std::vector<PageEntry*>& victims) {
+// Starts evicting `victims` (claimed: in transit, unpinned, out of the policy) to the host tier and
+// appends their frames to `frames` at once, without waiting: the returned event completes when the
+// write-backs have, and every use of the frames must be ordered after it. The victims stay in transit,
+// still mapped at their own addresses, until reap() sees the event complete and unmaps them.
+EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uint32_t>& frames) {
   for (PageEntry* v : victims) {
     if (v->host_slot == kNoSlot) v->host_slot = *host_->try_acquire();  // select_victims counted free slots
   }
-  // On failure the victims stay resident with their data. Each keeps its host slot: a write-back may
-  // already be queued into it, so no other page may take it; the page's next eviction reuses it, after
-  // that copy on the same stream.
-  auto restore = [&] {
-    for (PageEntry* v : victims) {
-      policy_->insert(*v);
-      v->set_state(PageState::device, v->ready != nullptr);
-    }
-    cv_.notify_all();
-  };
   EventRef done;
   try {
     // 1. Order the write-backs after each victim's last uses (stream pins' release points) and after
@@ -608,54 +632,42 @@ std::vector<std::uint32_t> PagerImpl::evict(Lock& lk, std::vector<PageEntry*>& v
     for (PageEntry* v : victims) xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
     done = xfer_->record_out();
   } catch (...) {
-    restore();
-    throw;
-  }
-  // 3. Wait without the lock: unmapping is not stream-ordered, so the host must see the copies finish.
-  lk.unlock();
-  try {
-    events_.wait(done.get());
-  } catch (...) {
-    lk.lock();
-    restore();
-    throw;
-  }
-  lk.lock();
-  // 4. Unmap, publish the victims as host-resident, and hand their frames to the caller.
-  std::vector<std::uint32_t> frames;
-  frames.reserve(victims.size());
-  std::size_t i = 0;
-  try {
-    for (; i < victims.size(); ++i) {
-      PageEntry* v = victims[i];
-      xfer_->unmap(va_of(*v));
-      frames.push_back(v->frame);
-      v->frame = kNoFrame;
-      if (v->ready != nullptr) EventRef::drop(std::exchange(v->ready, nullptr));
-      v->set_state(PageState::host);
+    // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
+    // queued into it, so no other page may take it; the page's next eviction reuses it, after that copy.
+    for (PageEntry* v : victims) {
+      policy_->insert(*v);
+      v->set_state(PageState::device, v->ready != nullptr);
     }
-  } catch (...) {
-    // Victims not yet unmapped stay resident (their data is still mapped); the others are on the host.
-    for (auto f : frames) device_->release(f);
-    victims.erase(victims.begin(), victims.begin() + static_cast<std::ptrdiff_t>(i));
-    restore();
+    cv_.notify_all();
     throw;
   }
+  // 3. Hand the frames over now; the victims stay mapped (and in transit) until reap() retires them.
+  EvictionBatch batch{done, {}};
+  for (PageEntry* v : victims) {
+    frames.push_back(v->frame);
+    v->frame = kNoFrame;
+    if (v->ready != nullptr) EventRef::drop(std::exchange(v->ready, nullptr));
+    batch.pages.push_back(table_.index_of(*v));
+  }
+  evictions_.push_back(std::move(batch));
   counters_.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
-  cv_.notify_all();
-  return frames;
+  return done;
 }
 
-// Releases the host slots of page-ins that have completed and clears their pages' pending flags.
-void PagerImpl::reap_loads(Lock& /*lk*/) {
+// Retires completed transfers, oldest first: page-ins release their host slots and clear their pages'
+// pending flags; write-backs unmap their victims' old addresses and publish the victims on the host.
+bool PagerImpl::reap(Lock& /*lk*/) {
+  bool retired = false;
   while (!loads_.empty() && events_.is_done(loads_.front().done.get())) {
     LoadBatch& b = loads_.front();
     for (auto idx : b.pages) {
       PageEntry& p = table_[idx];
       // A page evicted or freed since then no longer refers to this batch (its slot is in use again).
       if (p.ready != b.done.get() || p.state() != PageState::device) continue;
-      host_->release(p.host_slot);
-      p.host_slot = kNoSlot;
+      if (p.host_slot != kNoSlot) {
+        host_->release(p.host_slot);
+        p.host_slot = kNoSlot;
+      }
       EventRef::drop(std::exchange(p.ready, nullptr));
       std::uint64_t w = p.word.load(std::memory_order_relaxed);
       while (
@@ -663,7 +675,48 @@ void PagerImpl::reap_loads(Lock& /*lk*/) {
       }
     }
     loads_.pop_front();
+    retired = true;
   }
+  while (!evictions_.empty() && events_.is_done(evictions_.front().done.get())) {
+    for (auto idx : evictions_.front().pages) {
+      PageEntry& v = table_[idx];
+      if (!dev_->unmap(va_of(v), page_size_).ok()) {
+        // The data is safe on the host; the next load of this page unmaps before mapping again.
+        std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
+                     hex(va_of(v)).c_str());
+        v.stale_mapping = true;
+      }
+      v.set_state(PageState::host);
+    }
+    evictions_.pop_front();
+    retired = true;
+  }
+  if (retired) cv_.notify_all();
+  return retired;
+}
+
+bool PagerImpl::wait_progress(Lock& lk, Clock::time_point deadline) {
+  if (reap(lk)) return true;  // that was the progress: the caller re-checks its condition
+  // Transfers in flight make progress by themselves: wait for the oldest, then retire it.
+  EventRef oldest;
+  if (!evictions_.empty()) {
+    oldest = evictions_.front().done;
+  } else if (!loads_.empty()) {
+    oldest = loads_.front().done;
+  }
+  if (oldest) {
+    lk.unlock();
+    try {
+      events_.wait(oldest.get());
+    } catch (...) {
+      lk.lock();
+      throw;
+    }
+    lk.lock();
+    reap(lk);
+    return true;
+  }
+  return wait_for_change(lk, deadline);
 }
 
 // --- unpin and prefetch ---------------------------------------------------------------------------------
@@ -699,7 +752,7 @@ void PagerImpl::unpin(Allocation* a, backend::StreamHandle stream) noexcept {
 void PagerImpl::prefetch(Allocation* a, backend::StreamHandle stream) {
   PageEntry* pages = pages_of(a);
   Lock lk(mu_);
-  reap_loads(lk);
+  reap(lk);
   // Prefetch is a hint: it loads what fits beside the pinned pages, never waits for pins, and skips
   // pages that are fresh (no data) or already moving.
   const std::uint64_t room = device_->budget() - std::min<std::uint64_t>(device_->budget(), pinned_pages_.load());
@@ -764,19 +817,22 @@ Tier tier_from(PageState s) noexcept {
 }
 }  // namespace
 
-Tier PagerImpl::tier(const Allocation* a, std::size_t offset) const {
+Tier PagerImpl::tier(const Allocation* a, std::size_t offset) {
   if (offset >= a->bytes) {
     throw invalid_argument("tvmm::Tensor::tier: offset " + std::to_string(offset) + " is outside " + tensor_label(a));
   }
+  Lock lk(mu_);
+  reap(lk);
   return tier_from(table_[a->first_page + static_cast<std::uint32_t>(offset / page_size_)].state());
 }
 
-Tier PagerImpl::tier_of(backend::DevPtr addr) const {
+Tier PagerImpl::tier_of(backend::DevPtr addr) {
   const auto page = va_.page_of(addr);
-  std::lock_guard lk(mu_);
+  Lock lk(mu_);
   if (!page || table_[*page].owner == nullptr || addr >= table_[*page].owner->base + table_[*page].owner->bytes) {
     throw invalid_argument("tvmm::Pager::tier_of(" + hex(addr) + "): not inside a live tvmm tensor");
   }
+  reap(lk);
   return tier_from(table_[*page].state());
 }
 

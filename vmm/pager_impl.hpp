@@ -50,8 +50,9 @@ class PagerImpl {
   void unpin(Allocation* a, backend::StreamHandle stream) noexcept;
   void prefetch(Allocation* a, backend::StreamHandle stream);
 
-  [[nodiscard]] Tier tier_of(backend::DevPtr addr) const;
-  [[nodiscard]] Tier tier(const Allocation* a, std::size_t offset) const;
+  // Both retire completed transfers first, so a finished eviction reads as `host`.
+  [[nodiscard]] Tier tier_of(backend::DevPtr addr);
+  [[nodiscard]] Tier tier(const Allocation* a, std::size_t offset);
   [[nodiscard]] Stats stats() const;
   void check_invariants() const;
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
@@ -66,9 +67,17 @@ class PagerImpl {
   using Lock = std::unique_lock<std::mutex>;
   using Clock = std::chrono::steady_clock;
 
-  struct LoadBatch {
+  struct LoadBatch {  // page-ins (and, for uncopied pages, the write-backs they wait for)
     EventRef done;
     std::vector<std::uint32_t> pages;
+  };
+  struct EvictionBatch {  // write-backs whose victims are still mapped at their old addresses
+    EventRef done;
+    std::vector<std::uint32_t> pages;
+  };
+  struct Frames {  // frames for a chunk, and the write-backs every use of them must follow
+    std::vector<std::uint32_t> frames;
+    std::vector<EventRef> after;
   };
 
   [[nodiscard]] PageEntry* pages_of(const Allocation* a) noexcept { return &table_[a->first_page]; }
@@ -90,16 +99,19 @@ class PagerImpl {
   // allow and returns the number loaded.
   std::size_t load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
                          bool may_wait);
-  // Maps `frames` at `pages` and queues their page-ins; on success the pages are resident.
-  void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before,
-                  std::vector<std::uint32_t>& frames, Access access);
-  std::vector<std::uint32_t> acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait);
+  // Maps `got.frames` at `pages` and queues their page-ins; on success the pages are resident.
+  void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got, Access access);
+  Frames acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait);
+  void release_frames(Frames& got) noexcept;
   std::vector<PageEntry*> select_victims(std::size_t count);
-  std::vector<std::uint32_t> evict(Lock& lk, std::vector<PageEntry*>& victims);
-  void reap_loads(Lock& lk);
+  EventRef evict(std::vector<PageEntry*>& victims, std::vector<std::uint32_t>& frames);
+  // Retires completed page-ins and write-backs; true if it retired any.
+  bool reap(Lock& lk);
   void reclaim(Allocation* a) noexcept;
   // Waits on cv_ until notified or the deadline; false once the deadline has passed.
   bool wait_for_change(Lock& lk, Clock::time_point deadline);
+  // Waits for the oldest transfer in flight (and retires it), or else as wait_for_change.
+  bool wait_progress(Lock& lk, Clock::time_point deadline);
   [[nodiscard]] std::string describe_device() const;
 
   Config cfg_;
@@ -122,7 +134,8 @@ class PagerImpl {
   std::uint64_t allocated_pages_ = 0;           // guarded by mu_
   std::uint64_t capacity_pages_ = 0;
   std::unordered_map<backend::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
-  std::deque<LoadBatch> loads_;                             // page-ins not yet known complete
+  std::deque<LoadBatch> loads_;                             // page-ins not yet retired
+  std::deque<EvictionBatch> evictions_;                     // write-backs not yet retired
 
   struct Counters {
     std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, stall_ns{0}, allocations{0},

@@ -62,6 +62,8 @@ void TransferEngine::copy_out(void* host, backend::DevPtr va) {
 
 void TransferEngine::order_copy_out_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(out_, e->handle)); }
 
+void TransferEngine::order_copy_in_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(in_, e->handle)); }
+
 EventRef TransferEngine::record_in() {
   EventRef e = events_.acquire();
   TVMM_CHECK(dev_.record_event(e.get()->handle, in_));

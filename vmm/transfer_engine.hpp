@@ -35,6 +35,8 @@ class TransferEngine {
   void copy_out(void* host, backend::DevPtr va);
   //! Makes later write-backs wait for `e` (a last use or a page-in).
   void order_copy_out_after(Event* e);
+  //! Makes later page-ins wait for `e` (the write-back of the frame's previous page).
+  void order_copy_in_after(Event* e);
   //! An event that completes when the page-ins queued so far have completed.
   EventRef record_in();
   //! An event that completes when the write-backs queued so far have completed.

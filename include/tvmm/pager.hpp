@@ -131,9 +131,9 @@ class Tensor {
   //! The name from the hints (may be empty).
   [[nodiscard]] const std::string& name() const noexcept;
 
-  //! Stream-ordered pin: work queued on `stream` after this call sees the pages resident; the calling
-  //! thread does not wait for page-ins (it may wait for an eviction's write-back before a frame can be
-  //! remapped). Throws `tvmm::out_of_memory` when the pinned working set cannot fit the device budget.
+  //! Stream-ordered pin: work queued on `stream` after this call sees the pages resident. The calling
+  //! thread waits neither for page-ins nor for the write-backs of pages evicted to make room: the
+  //! stream does. Throws `tvmm::out_of_memory` when the pinned working set cannot fit the device budget.
   [[nodiscard]] Pin pin(Stream& stream, Access access = Access::read_write);
   //! Host-synchronous pin: returns when the pages are resident and the work that earlier stream pins
   //! queued on this tensor has completed (on the simulator, `data()` is then readable and writable

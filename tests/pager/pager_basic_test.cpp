@@ -239,3 +239,45 @@ TEST(Pager, HostPinWaitsForEarlierStreamWork) {
   auto pin = t.pin(Access::read);  // must not return before the kernel above has written
   EXPECT_EQ(test::mismatches(pin.data(), t.size(), 31), 0u);
 }
+
+TEST(Pager, StreamPinThatEvictsDoesNotBlockTheThread) {
+  Pager p(test::small_config(1, 8));
+  auto s1 = p.create_stream();
+  auto s2 = p.create_stream();
+  auto a = p.allocate(64 * KiB);
+  auto b = p.allocate(64 * KiB);
+  std::atomic<bool> gate{false};
+  {
+    auto pin = a.pin(s1, Access::write);
+    s1.launch([&gate, d = pin.data(), n = a.size()] {
+      while (!gate.load()) std::this_thread::yield();  // a's last use is still running...
+      test::fill(d, n, 61);
+    });
+  }
+  // ...when b needs a's frame. The old design waited here for a's write-back, which waits for the gate.
+  std::atomic<bool> watchdog_opened{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 200 && !gate.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!gate.exchange(true)) watchdog_opened = true;
+  });
+  {
+    auto pin = b.pin(s2, Access::write);  // must return with the gate still closed
+    EXPECT_FALSE(gate.load()) << "the pin waited for the victim's last use";
+    s2.launch([d = pin.data(), n = b.size()] { test::fill(d, n, 62); });
+  }
+  gate = true;
+  watchdog.join();
+  EXPECT_FALSE(watchdog_opened.load());
+  s1.synchronize();
+  s2.synchronize();
+  // Ordering held: a's write-back happened after its kernel, and b's kernel wrote only after that.
+  {
+    auto pin = a.pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), a.size(), 61), 0u);
+  }
+  {
+    auto pin = b.pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), b.size(), 62), 0u);
+  }
+  p.check_invariants();
+}
