@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "vmm/detail/spin_lock.hpp"
+
 #include <boost/intrusive/list.hpp>
 
 #include "policies/eviction_policy.hpp"
@@ -27,7 +29,7 @@ class LruPolicy final : public EvictionPolicy {
                                              &detail::PageEntry::policy_hook>;
   using List = boost::intrusive::list<detail::PageEntry, Hook, boost::intrusive::constant_time_size<true>>;
 
-  mutable std::mutex mu_;
+  mutable detail::SpinLock mu_;
   List list_;
 };
 
