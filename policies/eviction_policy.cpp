@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "policies/clock.hpp"
+#include "policies/fifo.hpp"
 #include "policies/lru.hpp"
 #include "tvmm/errors.hpp"
 
@@ -9,7 +11,10 @@ namespace tvmm::policies {
 
 std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name) {
   if (name == "lru") return std::make_unique<LruPolicy>();
-  throw config_error("eviction = \"" + std::string(name) + "\" is not a known eviction policy; use \"lru\"");
+  if (name == "fifo") return std::make_unique<FifoPolicy>();
+  if (name == "clock") return std::make_unique<ClockPolicy>();
+  throw config_error("eviction = \"" + std::string(name) +
+                     "\" is not a known eviction policy; use \"lru\", \"fifo\" or \"clock\"");
 }
 
 }  // namespace tvmm::policies

@@ -37,7 +37,7 @@ class EvictionPolicy {
   [[nodiscard]] virtual std::size_t size() const = 0;
 };
 
-//! Creates the policy named `name` ("lru"); throws tvmm::config_error for an unknown name.
+//! Creates the policy named `name` ("lru", "fifo", "clock"); throws tvmm::config_error otherwise.
 std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name);
 
 }  // namespace tvmm::policies

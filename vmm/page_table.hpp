@@ -25,12 +25,14 @@ enum class PageState : std::uint8_t {
 
 const char* to_string(PageState s) noexcept;
 
-//! Layout of the state word: state (3 bits) | page-in pending (1) | pins (24) | version (32).
+//! Layout of the state word: state (3 bits) | page-in pending (1) | referenced (1, for CLOCK) |
+//! pins (24, from bit 8) | version (32).
 //! "Page-in pending" means the page is resident but its page-in copy may still be running: a pin must
 //! order itself after that copy, so the lock-free hit path declines such pages.
 namespace word {
 inline constexpr std::uint64_t kStateMask = 0x7;
 inline constexpr std::uint64_t kPending = 0x8;
+inline constexpr std::uint64_t kReferenced = 0x10;  //!< set by CLOCK's touch, cleared by its sweep
 inline constexpr int kPinShift = 8;
 inline constexpr std::uint64_t kPinOne = std::uint64_t{1} << kPinShift;
 inline constexpr std::uint64_t kPinMax = (std::uint64_t{1} << 24) - 1;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/device/sim/sim_device.hpp"
+#include "policies/clock.hpp"
 #include "policies/lru.hpp"
 #include "tvmm/tvmm.hpp"
 
@@ -84,6 +85,20 @@ void BM_LruTouch(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_LruTouch)->Arg(1024)->Arg(1 << 16);
+
+void BM_ClockTouch(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  std::vector<tvmm::detail::PageEntry> pages(n);
+  tvmm::policies::ClockPolicy clock;
+  for (auto& p : pages) clock.insert(p);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    clock.touch(&pages[i], 1);
+    pages[i].word.fetch_and(~tvmm::detail::word::kReferenced, std::memory_order_relaxed);  // as a sweep would
+    i = (i + 7919) % n;
+  }
+}
+BENCHMARK(BM_ClockTouch)->Arg(1024)->Arg(1 << 16);
 
 // A plain memcpy of one page, the reference for the page-move benchmarks below.
 void BM_Memcpy(benchmark::State& state) {

@@ -44,7 +44,8 @@ struct Config {
   //! Size of the device virtual-address reservation. 0 = 4 x (device_budget + host_budget), at least
   //! 1 GiB. Allocations are carved out of it, so it bounds the total size of live tensors.
   std::size_t va_size = 0;
-  //! Eviction policy: "lru".
+  //! Eviction policy: "lru" (least recently used), "fifo" (first in, first out) or "clock" (second
+  //! chance; lock-free touch). Checked when the Pager is built.
   std::string eviction = "lru";
   //! How long a pin may wait for other threads to unpin pages before failing with
   //! `tvmm::out_of_memory`: a pinned working set that never fits is an error, never a hang.

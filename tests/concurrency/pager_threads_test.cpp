@@ -13,8 +13,9 @@ using namespace tvmm;
 
 namespace {
 
-void hammer(bool streams, int threads, int iterations, std::size_t device_pages) {
+void hammer(bool streams, int threads, int iterations, std::size_t device_pages, const char* policy = "lru") {
   auto cfg = test::small_config(device_pages, 64);
+  cfg.eviction = policy;
   cfg.wait_timeout = std::chrono::milliseconds(60'000);
   Pager p(cfg);
   std::atomic<std::size_t> bad{0};
@@ -73,6 +74,9 @@ void hammer(bool streams, int threads, int iterations, std::size_t device_pages)
 TEST(PagerThreads, EightThreadsHostPins) { hammer(false, 8, 150, 4); }
 
 TEST(PagerThreads, EightThreadsStreamPins) { hammer(true, 8, 150, 4); }
+
+// CLOCK's touch sets a bit in the page word without the policy lock while sweeps clear it.
+TEST(PagerThreads, EightThreadsStreamPinsClock) { hammer(true, 8, 150, 4, "clock"); }
 
 TEST(PagerThreads, SharedTensorPinnedByManyThreads) {
   Pager p(test::small_config(3, 16));

@@ -16,9 +16,10 @@ struct Shadow {
   std::uint64_t seed = 0;  // 0: never written
 };
 
-void run_random(std::uint32_t rng_seed, std::size_t device_pages, bool use_stream) {
+void run_random(std::uint32_t rng_seed, std::size_t device_pages, bool use_stream, const char* policy = "lru") {
   const std::size_t page = 64 * KiB;
   auto cfg = test::small_config(device_pages, 4 * device_pages);
+  cfg.eviction = policy;
   Pager p(cfg);
   std::mt19937_64 rng(rng_seed);
   std::vector<Shadow> ts;
@@ -93,3 +94,13 @@ TEST(PagerRandom, StreamPinsAt4xOversubscription) {
 }
 
 TEST(PagerRandom, DeviceOfThreePagesWithThreePageTensors) { run_random(7, 3, true); }
+
+// The same integrity run under every eviction policy.
+class PagerRandomPolicy : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PagerRandomPolicy, StreamPinsAt4xOversubscription) {
+  for (std::uint32_t seed : {11u, 12u}) run_random(seed, 6, true, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PagerRandomPolicy, ::testing::Values("lru", "fifo", "clock"),
+                         [](const auto& param_info) { return std::string(param_info.param); });

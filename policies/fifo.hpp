@@ -1,0 +1,14 @@
+#pragma once
+// First in, first out: pages leave in the order they became resident; use does not matter.
+
+#include "policies/list_policy.hpp"
+
+namespace tvmm::policies {
+
+class FifoPolicy final : public ListPolicy {
+ public:
+  [[nodiscard]] const char* name() const noexcept override { return "fifo"; }
+  void touch(detail::PageEntry* /*pages*/, std::size_t /*n*/) override {}
+};
+
+}  // namespace tvmm::policies

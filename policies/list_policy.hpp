@@ -1,0 +1,35 @@
+#pragma once
+// The one mechanism under the list-based eviction policies (LRU, FIFO, CLOCK): a Boost.Intrusive list
+// threaded through the page entries, under a spin lock. Victims are offered from the front; a policy
+// may give a candidate a second chance (CLOCK), which moves it to the back instead. The policies
+// differ only in touch() and second_chance().
+
+#include <boost/intrusive/list.hpp>
+
+#include "policies/eviction_policy.hpp"
+#include "vmm/detail/spin_lock.hpp"
+
+namespace tvmm::policies {
+
+class ListPolicy : public EvictionPolicy {
+ public:
+  ~ListPolicy() override;
+
+  void insert(detail::PageEntry& page) final;
+  void remove(detail::PageEntry& page) final;
+  std::size_t select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) final;
+  [[nodiscard]] std::size_t size() const final;
+
+ protected:
+  using Hook = boost::intrusive::member_hook<detail::PageEntry, boost::intrusive::list_member_hook<>,
+                                             &detail::PageEntry::policy_hook>;
+  using List = boost::intrusive::list<detail::PageEntry, Hook, boost::intrusive::constant_time_size<true>>;
+
+  //! Called with the lock held for each candidate; true skips it this sweep and moves it to the back.
+  virtual bool second_chance(detail::PageEntry& /*page*/) { return false; }
+
+  mutable detail::SpinLock mu_;
+  List list_;  // front = next victim
+};
+
+}  // namespace tvmm::policies

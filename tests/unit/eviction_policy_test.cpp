@@ -1,0 +1,121 @@
+// Eviction policies: one typed conformance suite for every policy, then each policy's decisions on
+// small hand-checked traces.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "policies/clock.hpp"
+#include "policies/eviction_policy.hpp"
+#include "policies/fifo.hpp"
+#include "policies/lru.hpp"
+#include "tvmm/errors.hpp"
+
+using namespace tvmm::detail;
+using namespace tvmm::policies;
+
+namespace {
+
+std::vector<std::size_t> take(EvictionPolicy& p, PageEntry* base, std::size_t max) {
+  std::vector<std::size_t> order;
+  p.select(max, [&](PageEntry& e) {
+    order.push_back(static_cast<std::size_t>(&e - base));
+    return true;
+  });
+  return order;
+}
+
+template <class P>
+class PolicyConformance : public ::testing::Test {};
+using Policies = ::testing::Types<LruPolicy, FifoPolicy, ClockPolicy>;
+TYPED_TEST_SUITE(PolicyConformance, Policies);
+
+TYPED_TEST(PolicyConformance, EveryInsertedPageIsOfferedOnceThenGone) {
+  std::vector<PageEntry> pages(16);
+  TypeParam policy;
+  for (auto& p : pages) policy.insert(p);
+  policy.touch(&pages[3], 4);
+  EXPECT_EQ(policy.size(), 16u);
+  const auto order = take(policy, pages.data(), 100);
+  EXPECT_EQ(order.size(), 16u);
+  EXPECT_EQ(std::set<std::size_t>(order.begin(), order.end()).size(), 16u);
+  EXPECT_EQ(policy.size(), 0u);
+  EXPECT_TRUE(take(policy, pages.data(), 1).empty());
+}
+
+TYPED_TEST(PolicyConformance, DeclinedPagesStayAndRemovedPagesAreNeverOffered) {
+  std::vector<PageEntry> pages(6);
+  TypeParam policy;
+  for (auto& p : pages) policy.insert(p);
+  policy.remove(pages[2]);
+  policy.remove(pages[2]);  // removing twice is a no-op
+  std::set<std::size_t> offered;
+  const auto n = policy.select(10, [&](PageEntry& e) {
+    const auto i = static_cast<std::size_t>(&e - pages.data());
+    offered.insert(i);
+    return i % 2 == 1;  // decline even pages (as if pinned)
+  });
+  EXPECT_EQ(n, 3u);  // 1, 3, 5
+  EXPECT_EQ(offered.count(2), 0u);
+  EXPECT_EQ(policy.size(), 2u);  // 0 and 4 stay
+  EXPECT_EQ(take(policy, pages.data(), 10).size(), 2u);
+}
+
+TYPED_TEST(PolicyConformance, TouchOfPagesNotInThePolicyIsIgnored) {
+  std::vector<PageEntry> pages(2);
+  TypeParam policy;
+  policy.insert(pages[0]);
+  policy.touch(&pages[1], 1);
+  EXPECT_EQ(take(policy, pages.data(), 5), (std::vector<std::size_t>{0}));
+}
+
+}  // namespace
+
+TEST(Lru, VictimsInLeastRecentlyUsedOrder) {
+  std::vector<PageEntry> pages(5);
+  LruPolicy lru;
+  for (auto& p : pages) lru.insert(p);
+  lru.touch(&pages[1], 1);
+  lru.touch(&pages[3], 2);  // pages 3 and 4
+  lru.touch(&pages[0], 1);
+  EXPECT_EQ(take(lru, pages.data(), 5), (std::vector<std::size_t>{2, 1, 3, 4, 0}));
+}
+
+TEST(Fifo, VictimsInArrivalOrderWhateverTheUse) {
+  std::vector<PageEntry> pages(4);
+  FifoPolicy fifo;
+  for (auto& p : pages) fifo.insert(p);
+  fifo.touch(&pages[0], 1);
+  fifo.touch(&pages[0], 1);
+  EXPECT_EQ(take(fifo, pages.data(), 4), (std::vector<std::size_t>{0, 1, 2, 3}));
+}
+
+TEST(Clock, ReferencedPagesGetASecondChance) {
+  std::vector<PageEntry> pages(4);
+  ClockPolicy clock;
+  for (auto& p : pages) clock.insert(p);
+  clock.touch(&pages[0], 2);  // 0 and 1 referenced
+  // Sweep: 0 and 1 lose their bits and go to the back; 2 is the first victim, then 3, then 0, 1.
+  EXPECT_EQ(take(clock, pages.data(), 1), (std::vector<std::size_t>{2}));
+  clock.touch(&pages[0], 1);  // 0 referenced again: it survives the next pass over it
+  EXPECT_EQ(take(clock, pages.data(), 3), (std::vector<std::size_t>{3, 1, 0}));
+}
+
+TEST(Clock, AllReferencedStillYieldsVictims) {
+  std::vector<PageEntry> pages(3);
+  ClockPolicy clock;
+  for (auto& p : pages) clock.insert(p);
+  clock.touch(pages.data(), 3);
+  EXPECT_EQ(take(clock, pages.data(), 1), (std::vector<std::size_t>{0}));  // a full sweep clears all bits
+}
+
+TEST(Policies, FactoryKnowsTheNamesAndRejectsOthers) {
+  for (const char* n : {"lru", "fifo", "clock"}) EXPECT_STREQ(make_eviction_policy(n)->name(), n);
+  try {
+    (void)make_eviction_policy("lfu");
+    FAIL() << "expected config_error";
+  } catch (const tvmm::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"lfu\""), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("\"clock\""), std::string::npos);  // lists the valid ones
+  }
+}
