@@ -4,7 +4,9 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR := $(if $(CI),ON,OFF)
 
-.PHONY: demo test build deps asan tsan clean
+FUZZ_SECONDS ?= 60
+
+.PHONY: demo test build deps asan tsan fuzz clean
 
 deps:
 	@bash tools/setup/install-deps.sh
@@ -29,5 +31,13 @@ tsan: deps
 	cmake --build --preset tsan -j $(JOBS)
 	ctest --preset tsan -j $(JOBS)
 
+# The config-loader fuzzer, built with clang (libFuzzer + ASan + UBSan), run for FUZZ_SECONDS.
+fuzz:
+	@bash tools/setup/install-deps.sh fuzz
+	CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTVMM_BUILD_FUZZERS=ON \
+	  -DTVMM_BUILD_TESTS=OFF -DTVMM_BUILD_BENCH=OFF -DTVMM_WERROR=$(WERROR)
+	cmake --build build-fuzz -j $(JOBS) --target tvmm-config-fuzz
+	bash tests/fuzz/run.sh build-fuzz/bin/tvmm-config-fuzz $(FUZZ_SECONDS)
+
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace tvmm {
 
@@ -14,6 +16,8 @@ inline constexpr std::size_t KiB = std::size_t{1} << 10;
 inline constexpr std::size_t MiB = std::size_t{1} << 20;
 //! One gibibyte.
 inline constexpr std::size_t GiB = std::size_t{1} << 30;
+//! One tebibyte.
+inline constexpr std::size_t TiB = std::size_t{1} << 40;
 
 //! Settings of the simulated GPU (`device_backend = "sim"`).
 struct SimDeviceConfig {
@@ -59,5 +63,27 @@ struct Config {
 
 //! Formats a byte count for people: "512 MiB", "1.5 GiB", "300 B".
 [[nodiscard]] std::string format_bytes(std::size_t bytes);
+
+//! Parses a size: a number of bytes ("4096") or a number with a unit ("512MiB", "2 GiB", "1.5GiB",
+//! "64KiB"; KiB/MiB/GiB/TiB = powers of 1024, KB/MB/GB/TB = powers of 1000, B = bytes). Throws
+//! `tvmm::config_error` saying what was expected.
+[[nodiscard]] std::size_t parse_size(std::string_view text);
+
+//! Reads a TOML policy file (see docs/configuration.md), then applies the `TVMM_<SECTION>_<KEY>`
+//! environment overrides. Unknown keys and bad values throw `tvmm::config_error` with file:line:column,
+//! the key, what was expected and, for a misspelt key, the closest valid one.
+[[nodiscard]] Config load_config(const std::string& path);
+
+//! Parses TOML text into a Config (defaults for absent keys); `source` names it in error messages.
+//! Does not read the environment.
+[[nodiscard]] Config parse_config(std::string_view toml, std::string_view source = "<string>");
+
+//! Applies every set `TVMM_<SECTION>_<KEY>` environment variable to `config` (e.g. TVMM_DEVICE_BUDGET,
+//! TVMM_DEVICE_SIM_BANDWIDTH_GBS, TVMM_POLICY_EVICTION_NAME) and returns the names applied; throws
+//! `tvmm::config_error` naming the variable for a bad value.
+std::vector<std::string> apply_environment(Config& config);
+
+//! The configuration as TOML, every key present: what `tvmm check-config` prints.
+[[nodiscard]] std::string to_toml(const Config& config);
 
 }  // namespace tvmm

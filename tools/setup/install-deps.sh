@@ -8,7 +8,14 @@ packages=(
   libboost-dev          # Boost.Intrusive (header-only)
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
+  libtomlplusplus-dev   # TOML policy config files
+  libcli11-dev          # the tvmm command-line tool
 )
+
+# `install-deps.sh fuzz` also installs clang and its libFuzzer runtime.
+if [ "${1:-}" = "fuzz" ]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

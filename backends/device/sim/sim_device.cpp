@@ -190,7 +190,8 @@ Status SimDevice::do_unmap(DevPtr va, std::size_t bytes) {
 }
 
 Status SimDevice::do_alloc_host(std::size_t bytes, void** out) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Reserved lazily, like the rest of the simulator: a large host budget costs nothing until used.
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return Status::fail(Errc::out_of_memory, errno);
   *out = p;
   return Status::success();

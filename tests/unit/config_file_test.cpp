@@ -1,0 +1,248 @@
+// Policy config files: every key, every error case with its promised message, environment overrides,
+// the example configs, and the docs listing every key.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "test_support.hpp"
+#include "vmm/config_keys.hpp"
+
+using namespace tvmm;
+
+namespace {
+
+std::string error_of(std::string_view toml) {
+  try {
+    (void)parse_config(toml, "test.toml");
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Sets an environment variable for one test; restores it on exit.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::string read(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST(ConfigFile, EveryKeyIsRead) {
+  const auto c = parse_config(R"(
+[device]
+backend = "sim"
+budget = "96MiB"
+page_size = "4MiB"
+va_size = "8GiB"
+[device.sim]
+capacity = "128MiB"
+granularity = "1MiB"
+bandwidth_gbs = 12.5
+copy_latency_us = 3
+[host]
+budget = 1073741824
+[pager]
+wait_timeout_ms = 250
+[policy.eviction]
+name = "clock"
+)");
+  EXPECT_EQ(c.device_backend, "sim");
+  EXPECT_EQ(c.device_budget, 96 * MiB);
+  EXPECT_EQ(c.page_size, 4 * MiB);
+  EXPECT_EQ(c.va_size, 8 * GiB);
+  EXPECT_EQ(c.sim.capacity, 128 * MiB);
+  EXPECT_EQ(c.sim.granularity, 1 * MiB);
+  EXPECT_DOUBLE_EQ(c.sim.bandwidth_bytes_per_s, 12.5e9);
+  EXPECT_EQ(c.sim.copy_latency, std::chrono::microseconds(3));
+  EXPECT_EQ(c.host_budget, GiB);
+  EXPECT_EQ(c.wait_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(c.eviction, "clock");
+}
+
+TEST(ConfigFile, AbsentKeysKeepDefaultsAndAutoMeansResolveLater) {
+  const auto c = parse_config("[device]\npage_size = \"auto\"\n");
+  const Config d;
+  EXPECT_EQ(c.page_size, 0u);
+  EXPECT_EQ(c.device_budget, d.device_budget);
+  EXPECT_EQ(c.eviction, d.eviction);
+}
+
+TEST(ConfigFile, Sizes) {
+  EXPECT_EQ(parse_size("4096"), 4096u);
+  EXPECT_EQ(parse_size("512MiB"), 512 * MiB);
+  EXPECT_EQ(parse_size(" 2 GiB "), 2 * GiB);
+  EXPECT_EQ(parse_size("1.5GiB"), 3 * GiB / 2);
+  EXPECT_EQ(parse_size("64kib"), 64 * KiB);
+  EXPECT_EQ(parse_size("1GB"), 1000000000u);
+  EXPECT_EQ(parse_size("10B"), 10u);
+  for (const char* bad : {"", "MiB", "-1MiB", "1.2.3", "12 parsecs", "0.5B"}) {
+    try {
+      (void)parse_size(bad);
+      FAIL() << "accepted '" << bad << "'";
+    } catch (const config_error& e) {
+      EXPECT_TRUE(has(e.what(), "512MiB")) << e.what();  // says what a size looks like
+    }
+  }
+}
+
+TEST(ConfigFile, MisspeltKeyGivesLocationAndClosestKey) {
+  const auto msg = error_of("[device]\nbackend = \"sim\"\n  budgte = \"1GiB\"\n");
+  EXPECT_TRUE(has(msg, "test.toml:3:3")) << msg;
+  EXPECT_TRUE(has(msg, "unknown key 'budgte' in [device]")) << msg;
+  EXPECT_TRUE(has(msg, "Did you mean 'budget'?")) << msg;
+  EXPECT_TRUE(has(msg, "valid keys: backend, budget")) << msg;
+}
+
+TEST(ConfigFile, UnknownKeyFarFromAnyGetsNoGuess) {
+  const auto msg = error_of("[host]\nfrobnicate = 1\n");
+  EXPECT_TRUE(has(msg, "unknown key 'frobnicate' in [host]")) << msg;
+  EXPECT_FALSE(has(msg, "Did you mean")) << msg;
+}
+
+TEST(ConfigFile, UnknownSectionAndKeysOutsideSections) {
+  auto msg = error_of("[devise]\nbudget = 1\n");
+  EXPECT_TRUE(has(msg, "test.toml:1:2")) << msg;
+  EXPECT_TRUE(has(msg, "unknown section [devise]")) << msg;
+  EXPECT_TRUE(has(msg, "Did you mean 'device'?")) << msg;
+  msg = error_of("[policy.evictoin]\nname = \"lru\"\n");
+  EXPECT_TRUE(has(msg, "Did you mean 'policy.eviction'?")) << msg;
+  msg = error_of("budget = \"1GiB\"\n");
+  EXPECT_TRUE(has(msg, "outside a section")) << msg;
+}
+
+TEST(ConfigFile, BadValuesSayWhatWasExpected) {
+  struct Case {
+    const char* toml;
+    const char* where;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"[device]\nbudget = true\n", "test.toml:2:10", "device.budget = true: expected a size like \"512MiB\""},
+      {"[device]\nbudget = \"lots\"\n", "test.toml:2:10", "device.budget = \"lots\": expected a size"},
+      {"[device]\nbudget = -5\n", "test.toml:2:10", "device.budget = -5: expected a size"},
+      {"[device.sim]\nbandwidth_gbs = -1\n", "test.toml:2:17", "expected a number of GB/s >= 0"},
+      {"[pager]\nwait_timeout_ms = 0\n", "test.toml:2:19", "expected a number of milliseconds >= 1"},
+      {"[policy.eviction]\nname = 5\n", "test.toml:2:8", "policy.eviction.name = 5: expected one of"},
+      {"[policy.eviction]\nname = \"lur\"\n", "test.toml:2:8", "Did you mean 'lru'?"},
+      {"[device]\nbackend = \"cuda9\"\n", "test.toml:2:11", "expected one of: \"sim\""},
+      {"[device]\nbudget = [1, 2]\n", "test.toml:2:10", "(a table or array)"},
+  };
+  for (const auto& c : cases) {
+    const auto msg = error_of(c.toml);
+    EXPECT_TRUE(has(msg, c.where)) << c.toml << " -> " << msg;
+    EXPECT_TRUE(has(msg, c.expect)) << c.toml << " -> " << msg;
+  }
+}
+
+TEST(ConfigFile, SyntaxErrorsHaveALocation) {
+  const auto msg = error_of("[device\nbudget = 1\n");
+  EXPECT_TRUE(has(msg, "test.toml:1:")) << msg;
+  EXPECT_TRUE(has(msg, "not valid TOML")) << msg;
+}
+
+TEST(ConfigFile, EnvironmentOverridesWin) {
+  const auto path = std::filesystem::temp_directory_path() / "tvmm_env_test.toml";
+  { std::ofstream(path) << "[device]\nbudget = \"64MiB\"\n[policy.eviction]\nname = \"lru\"\n"; }
+  ScopedEnv a("TVMM_DEVICE_BUDGET", "128MiB");
+  ScopedEnv b("TVMM_POLICY_EVICTION_NAME", "fifo");
+  ScopedEnv c("TVMM_DEVICE_SIM_BANDWIDTH_GBS", "8");
+  const auto cfg = load_config(path.string());
+  EXPECT_EQ(cfg.device_budget, 128 * MiB);
+  EXPECT_EQ(cfg.eviction, "fifo");
+  EXPECT_DOUBLE_EQ(cfg.sim.bandwidth_bytes_per_s, 8e9);
+  Config d;
+  EXPECT_EQ(apply_environment(d), (std::vector<std::string>{"TVMM_DEVICE_BUDGET", "TVMM_DEVICE_SIM_BANDWIDTH_GBS",
+                                                            "TVMM_POLICY_EVICTION_NAME"}));
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigFile, BadEnvironmentValueNamesTheVariable) {
+  ScopedEnv a("TVMM_HOST_BUDGET", "plenty");
+  Config c;
+  try {
+    (void)apply_environment(c);
+    FAIL() << "expected config_error";
+  } catch (const config_error& e) {
+    EXPECT_TRUE(has(e.what(), "TVMM_HOST_BUDGET = \"plenty\": expected a size")) << e.what();
+    EXPECT_EQ(e.location(), "environment");
+  }
+  EXPECT_EQ(c.host_budget, Config{}.host_budget);  // left intact
+}
+
+TEST(ConfigFile, MissingFile) {
+  try {
+    (void)load_config("/nonexistent/tvmm.toml");
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_TRUE(has(e.what(), "cannot open the config file '/nonexistent/tvmm.toml'")) << e.what();
+  }
+}
+
+TEST(ConfigFile, PrintedConfigurationReadsBackTheSame) {
+  Config c;
+  c.device_budget = 96 * MiB;
+  c.page_size = 4 * MiB;
+  c.sim.bandwidth_bytes_per_s = 12.5e9;
+  c.sim.copy_latency = std::chrono::microseconds(7);
+  c.eviction = "fifo";
+  c.wait_timeout = std::chrono::milliseconds(1234);
+  const auto text = to_toml(c);
+  const auto back = parse_config(text);
+  EXPECT_EQ(to_toml(back), text);
+  EXPECT_EQ(back.device_budget, c.device_budget);
+  EXPECT_EQ(back.eviction, "fifo");
+  EXPECT_EQ(back.sim.copy_latency, c.sim.copy_latency);
+}
+
+TEST(ConfigFile, EveryExampleConfigLoadsAndBuildsAPager) {
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(TVMM_SOURCE_DIR "/configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    ++seen;
+    SCOPED_TRACE(entry.path().string());
+    const Config cfg = parse_config(read(entry.path()), entry.path().string());
+    Pager pager(cfg);
+    auto t = pager.allocate(pager.config().page_size);
+    auto pin = t.pin(Access::write);
+    test::fill(pin.data(), t.size(), 5);
+    EXPECT_EQ(test::mismatches(pin.data(), t.size(), 5), 0u);
+  }
+  EXPECT_GE(seen, 2);
+}
+
+TEST(ConfigFile, DocsListEveryKeyWithItsEnvironmentVariable) {
+  const auto doc = read(TVMM_SOURCE_DIR "/docs/configuration.md");
+  for (const auto& k : detail::config_keys()) {
+    const std::string key = std::string(k.section) + "." + std::string(k.key);
+    EXPECT_TRUE(has(doc, "`" + key + "`")) << key << " is missing from docs/configuration.md";
+    EXPECT_TRUE(has(doc, detail::environment_variable(k))) << detail::environment_variable(k) << " is missing";
+  }
+}

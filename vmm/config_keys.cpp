@@ -1,0 +1,139 @@
+#include "vmm/config_keys.hpp"
+
+#include <sstream>
+
+namespace tvmm::detail {
+
+std::string toml_number(double d) {
+  std::ostringstream os;
+  os << d;
+  return os.str();
+}
+
+namespace {
+
+// A size as a TOML string with the largest binary unit that divides it: "256MiB", "4096B".
+std::string toml_size(std::size_t bytes, bool allows_auto) {
+  if (bytes == 0 && allows_auto) return "\"auto\"";
+  static constexpr const char* units[] = {"TiB", "GiB", "MiB", "KiB"};
+  static constexpr std::size_t scales[] = {TiB, GiB, MiB, KiB};
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (bytes != 0 && bytes % scales[i] == 0) return "\"" + std::to_string(bytes / scales[i]) + units[i] + "\"";
+  }
+  return "\"" + std::to_string(bytes) + "B\"";
+}
+
+ConfigKey size_key(std::string_view section, std::string_view key, const char* meaning, bool allows_auto,
+                   std::size_t Config::*field) {
+  return ConfigKey{section,
+                   key,
+                   KeyType::size,
+                   allows_auto ? "a size like \"512MiB\" or \"2GiB\" (or a number of bytes), or \"auto\""
+                               : "a size like \"512MiB\" or \"2GiB\" (or a number of bytes)",
+                   meaning,
+                   allows_auto,
+                   0.0,
+                   {},
+                   [field](Config& c, const KeyValue& v) { c.*field = v.size; },
+                   [field, allows_auto](const Config& c) { return toml_size(c.*field, allows_auto); }};
+}
+
+ConfigKey sim_size_key(std::string_view key, const char* meaning, bool allows_auto,
+                       std::size_t SimDeviceConfig::*field) {
+  return ConfigKey{"device.sim",
+                   key,
+                   KeyType::size,
+                   allows_auto ? "a size like \"512MiB\" (or a number of bytes), or \"auto\""
+                               : "a size like \"2MiB\" (or a number of bytes)",
+                   meaning,
+                   allows_auto,
+                   0.0,
+                   {},
+                   [field](Config& c, const KeyValue& v) { c.sim.*field = v.size; },
+                   [field, allows_auto](const Config& c) { return toml_size(c.sim.*field, allows_auto); }};
+}
+
+std::vector<ConfigKey> make_keys() {
+  std::vector<ConfigKey> keys;
+  keys.push_back({"device",
+                  "backend",
+                  KeyType::text,
+                  "one of: \"sim\"",
+                  "device backend: \"sim\" is the simulated GPU (the CUDA backend joins later)",
+                  false,
+                  0.0,
+                  {"sim"},
+                  [](Config& c, const KeyValue& v) { c.device_backend = v.text; },
+                  [](const Config& c) { return "\"" + c.device_backend + "\""; }});
+  keys.push_back(size_key("device", "budget", "device memory the pager may use for pages (whole pages)", false,
+                          &Config::device_budget));
+  keys.push_back(size_key("device", "page_size",
+                          "unit of residency; \"auto\" = the backend's granularity, else a multiple of it", true,
+                          &Config::page_size));
+  keys.push_back(size_key("device", "va_size",
+                          "device address reservation; bounds the total size of live tensors; \"auto\" = 4 x "
+                          "(device + host budgets), at least 1 GiB",
+                          true, &Config::va_size));
+  keys.push_back(sim_size_key("capacity",
+                              "physical memory of the simulated GPU (a hard limit); \"auto\" = the "
+                              "device budget",
+                              true, &SimDeviceConfig::capacity));
+  keys.push_back(sim_size_key("granularity", "mapping granularity of the simulated GPU (a power of two)", false,
+                              &SimDeviceConfig::granularity));
+  keys.push_back({"device.sim",
+                  "bandwidth_gbs",
+                  KeyType::number,
+                  "a number of GB/s >= 0",
+                  "modelled bus bandwidth per copy direction in GB/s (1e9 bytes/s); 0 = unthrottled",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.sim.bandwidth_bytes_per_s = v.number * 1e9; },
+                  [](const Config& c) { return toml_number(c.sim.bandwidth_bytes_per_s / 1e9); }});
+  keys.push_back({"device.sim",
+                  "copy_latency_us",
+                  KeyType::number,
+                  "a number of microseconds >= 0",
+                  "modelled fixed cost of every copy, in microseconds",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) {
+                    c.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(v.number * 1e3));
+                  },
+                  [](const Config& c) { return toml_number(static_cast<double>(c.sim.copy_latency.count()) / 1e3); }});
+  keys.push_back(size_key("host", "budget", "host memory the pager may use for evicted pages (whole pages)", false,
+                          &Config::host_budget));
+  keys.push_back({"pager",
+                  "wait_timeout_ms",
+                  KeyType::number,
+                  "a number of milliseconds >= 1",
+                  "how long a pin waits for other threads to unpin before failing with out_of_memory",
+                  false,
+                  1.0,
+                  {},
+                  [](Config& c, const KeyValue& v) {
+                    c.wait_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(v.number));
+                  },
+                  [](const Config& c) { return std::to_string(c.wait_timeout.count()); }});
+  keys.push_back({"policy.eviction",
+                  "name",
+                  KeyType::text,
+                  "one of: \"lru\", \"fifo\", \"clock\"",
+                  "eviction policy: lru (least recently used), fifo, clock (second chance)",
+                  false,
+                  0.0,
+                  {"lru", "fifo", "clock"},
+                  [](Config& c, const KeyValue& v) { c.eviction = v.text; },
+                  [](const Config& c) { return "\"" + c.eviction + "\""; }});
+  return keys;
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = make_keys();
+  return keys;
+}
+
+}  // namespace tvmm::detail

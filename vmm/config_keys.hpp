@@ -1,0 +1,43 @@
+#pragma once
+// The table of configuration keys: section, name, type, what is expected, the default, and how to set
+// and print it. The loader, the environment overrides, `tvmm check-config` and the docs test all read
+// this one table.
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tvmm/config.hpp"
+
+namespace tvmm::detail {
+
+enum class KeyType { size, number, text };
+
+struct KeyValue {
+  std::size_t size = 0;
+  double number = 0.0;
+  std::string text;
+};
+
+struct ConfigKey {
+  std::string_view section;  // "device", "device.sim", "host", "pager", "policy.eviction"
+  std::string_view key;
+  KeyType type;
+  const char* expected;              // for errors: what a valid value looks like
+  const char* meaning;               // for docs and check-config
+  bool allows_auto = false;          // sizes: "auto" means 0 (resolved by the pager)
+  double min = 0.0;                  // numbers: smallest valid value
+  std::vector<std::string> choices;  // text: the valid values
+  std::function<void(Config&, const KeyValue&)> set;
+  std::function<std::string(const Config&)> get;  // the value as TOML
+};
+
+//! Every key, grouped by section in printing order.
+const std::vector<ConfigKey>& config_keys();
+//! `TVMM_<SECTION>_<KEY>` for a key (dots and lower case become underscores and upper case).
+std::string environment_variable(const ConfigKey& key);
+//! A number as TOML ("25", "0.5").
+std::string toml_number(double d);
+
+}  // namespace tvmm::detail
