@@ -13,6 +13,8 @@
 
 namespace tvmm::detail {
 
+struct ArenaPage;
+
 struct Allocation {
   backend::DevPtr base = 0;
   std::size_t bytes = 0;
@@ -24,6 +26,16 @@ struct Allocation {
   std::atomic<std::uint32_t> refs{1};
   //! Owned through a raw pointer (after Tensor::release); guarded by the pager lock.
   bool raw_owned = false;
+  //! Below the admission threshold: pinned for life (one extra pin and reference, released when the
+  //! owner lets go), so never evicted. Arena pages are pinned for life too.
+  bool pinned_for_life = false;
+  //! A user's tensor (false for an arena page, which the arena owns).
+  bool owned = true;
+  //! For a small allocation packed into the arena: its page and run of 256-byte units. Such an
+  //! allocation owns no page-table entries (the arena page's backing allocation does).
+  ArenaPage* arena = nullptr;
+  std::uint32_t arena_unit = 0;
+  std::uint32_t arena_units = 0;
 
   //! The latest release point of a stream pin per stream (an event recorded on that stream at
   //! unpin); an eviction's write-back and a free wait for them. A later release on the same stream

@@ -116,6 +116,10 @@ std::vector<ConfigKey> make_keys() {
                     c.wait_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(v.number));
                   },
                   [](const Config& c) { return std::to_string(c.wait_timeout.count()); }});
+  keys.push_back(size_key("policy.admission", "min_bytes",
+                          "allocations smaller than this are never evicted; those that fit a page share pages "
+                          "of a resident small-object arena; 0 = all evictable",
+                          false, &Config::min_bytes));
   keys.push_back({"policy.eviction",
                   "name",
                   KeyType::text,

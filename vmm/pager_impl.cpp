@@ -67,7 +67,8 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
       va_(*va_storage_),
       table_storage_(std::make_unique<PageTable>(va_.pages())),
       table_(*table_storage_),
-      events_(*dev_) {
+      events_(*dev_),
+      arena_(page_size_) {
   const auto frames = static_cast<std::uint32_t>(cfg_.device_budget / page_size_);
   const auto slots = static_cast<std::uint32_t>(cfg_.host_budget / page_size_);
   device_ = std::make_unique<DeviceTier>(*dev_, page_size_, frames);
@@ -92,6 +93,12 @@ PagerImpl::~PagerImpl() {
                  live.size());
     for (Allocation* a : live) drop_owner(a);
   }
+  std::vector<Allocation*> arena_pages;
+  {
+    std::lock_guard lk(mu_);
+    arena_pages = arena_.take_all();  // normally none: a page goes when its last allocation does
+  }
+  for (Allocation* backing : arena_pages) drop_owner(backing);
   {
     Lock lk(mu_);
     (void)xfer_->drain();
@@ -108,10 +115,60 @@ PagerImpl::~PagerImpl() {
 // --- allocation -------------------------------------------------------------------------------------
 
 Allocation* PagerImpl::allocate(std::size_t bytes, Hints hints) {
-  const std::string label = hints.name.empty() ? std::string() : " '" + hints.name + "'";
   if (bytes == 0) {
+    const std::string label = hints.name.empty() ? std::string() : " '" + hints.name + "'";
     throw invalid_argument("tvmm::Pager::allocate" + label + ": size is 0 bytes; ask for at least 1 byte");
   }
+  // Admission: below the threshold an allocation is never evicted; if it fits a page it shares one.
+  const bool small = cfg_.min_bytes != 0 && bytes < cfg_.min_bytes;
+  if (small && bytes <= page_size_) return allocate_small(bytes, std::move(hints));
+  Allocation* a = allocate_pages(bytes, std::move(hints), true);
+  if (small) pin_for_life(a);
+  return a;
+}
+
+void PagerImpl::pin_for_life(Allocation* a) {
+  try {
+    pin(a, Access::write, nullptr);  // fresh pages: frames are mapped, nothing is copied
+  } catch (...) {
+    drop_owner(a);
+    throw;
+  }
+  std::lock_guard lk(mu_);
+  a->pinned_for_life = true;
+}
+
+Allocation* PagerImpl::allocate_small(std::size_t bytes, Hints hints) {
+  const std::uint32_t units = SmallArena::units_for(bytes);
+  Lock lk(mu_);
+  auto place = arena_.place(units);
+  while (!place) {
+    // A new arena page: an ordinary one-page allocation, pinned for life. Made without the lock.
+    lk.unlock();
+    Allocation* backing = allocate_pages(page_size_, Hints{"small-object arena"}, false);
+    pin_for_life(backing);
+    lk.lock();
+    arena_.add_page(backing);
+    place = arena_.place(units);
+  }
+  auto a = std::make_unique<Allocation>();
+  a->base = place->addr;
+  a->bytes = bytes;
+  a->first_page = place->page->backing->first_page;
+  a->pages = 1;
+  a->name = std::move(hints.name);
+  a->arena = place->page;
+  a->arena_unit = place->unit;
+  a->arena_units = units;
+  owned_.emplace(a->base, a.get());
+  counters_.allocations.fetch_add(1, std::memory_order_relaxed);
+  counters_.live_bytes.fetch_add(std::uint64_t{units} * SmallArena::kUnit, std::memory_order_relaxed);
+  counters_.live_tensors.fetch_add(1, std::memory_order_relaxed);
+  return a.release();
+}
+
+Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned) {
+  const std::string label = hints.name.empty() ? std::string() : " '" + hints.name + "'";
   const std::uint64_t pages = bytes / page_size_ + (bytes % page_size_ != 0 ? 1 : 0);
   Lock lk(mu_);
   const std::uint64_t free_pages = capacity_pages_ - allocated_pages_;
@@ -141,10 +198,13 @@ Allocation* PagerImpl::allocate(std::size_t bytes, Hints hints) {
     p.set_state(PageState::fresh);
   }
   allocated_pages_ += pages;
-  owned_.emplace(a->base, a.get());
-  counters_.allocations.fetch_add(1, std::memory_order_relaxed);
-  counters_.live_bytes.fetch_add(pages * page_size_, std::memory_order_relaxed);
-  counters_.live_tensors.fetch_add(1, std::memory_order_relaxed);
+  if (owned) {
+    owned_.emplace(a->base, a.get());
+    counters_.allocations.fetch_add(1, std::memory_order_relaxed);
+    counters_.live_bytes.fetch_add(pages * page_size_, std::memory_order_relaxed);
+    counters_.live_tensors.fetch_add(1, std::memory_order_relaxed);
+  }
+  a->owned = owned;
   return a.release();
 }
 
@@ -174,15 +234,22 @@ void PagerImpl::free_raw(void* ptr) {
 }
 
 void PagerImpl::drop_owner(Allocation* a) noexcept {
+  bool for_life = false;
   {
     std::lock_guard lk(mu_);
-    owned_.erase(a->base);
+    if (a->owned) owned_.erase(a->base);
+    for_life = std::exchange(a->pinned_for_life, false);
   }
+  if (for_life) unpin(a, nullptr);  // the pin taken at allocation; its reference goes with it
   if (a->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) reclaim(a);
 }
 
 // Frees an allocation no one references. Waits for every transfer and queued use of its pages.
 void PagerImpl::reclaim(Allocation* a) noexcept {
+  if (a->arena != nullptr) {
+    reclaim_small(a);
+    return;
+  }
   PageEntry* pages = pages_of(a);
   Lock lk(mu_);
   // 1. Wait for transfers other threads run on these pages (eviction picks any unpinned page), retiring
@@ -248,11 +315,40 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   }
   va_.free(a->first_page, a->pages);
   allocated_pages_ -= a->pages;
-  counters_.live_bytes.fetch_sub(std::uint64_t{a->pages} * page_size_, std::memory_order_relaxed);
-  counters_.live_tensors.fetch_sub(1, std::memory_order_relaxed);
+  if (a->owned) {
+    counters_.live_bytes.fetch_sub(std::uint64_t{a->pages} * page_size_, std::memory_order_relaxed);
+    counters_.live_tensors.fetch_sub(1, std::memory_order_relaxed);
+  }
   lk.unlock();
   cv_.notify_all();
   delete a;
+}
+
+// A small allocation owns no pages: wait for its last stream uses, then return its units to the arena
+// (and release the arena page if it became empty).
+void PagerImpl::reclaim_small(Allocation* a) noexcept {
+  std::vector<EventRef> waits;
+  {
+    std::lock_guard ul(a->uses_mu);
+    for (auto& u : a->uses) waits.push_back(std::move(u.done));
+    a->uses.clear();
+  }
+  for (auto& e : waits) {
+    try {
+      events_.wait(e.get());
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "tvmm: waiting for the last use of %s failed: %s\n", tensor_label(a).c_str(), ex.what());
+    }
+  }
+  Allocation* empty_page = nullptr;
+  {
+    std::lock_guard lk(mu_);
+    empty_page = arena_.release(a->arena, a->arena_unit, a->arena_units);
+  }
+  counters_.live_bytes.fetch_sub(std::uint64_t{a->arena_units} * SmallArena::kUnit, std::memory_order_relaxed);
+  counters_.live_tensors.fetch_sub(1, std::memory_order_relaxed);
+  delete a;
+  if (empty_page != nullptr) drop_owner(empty_page);
 }
 
 // --- pin counts ---------------------------------------------------------------------------------------
@@ -305,6 +401,12 @@ bool PagerImpl::wait_for_change(Lock& lk, Clock::time_point deadline) {
 
 void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) {
   counters_.pins.fetch_add(1, std::memory_order_relaxed);
+  if (a->arena != nullptr) {  // in the resident arena: nothing moves; a host pin still orders after uses
+    if (stream == nullptr && a->use_count.load(std::memory_order_acquire) != 0) wait_for_uses(a);
+    counters_.hits.fetch_add(1, std::memory_order_relaxed);
+    a->refs.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   PageEntry* pages = pages_of(a);
   const std::uint32_t n = a->pages;
   // Hit path: every page resident with its page-in complete. Only pin counts and recency change; the
@@ -744,12 +846,15 @@ void PagerImpl::unpin(Allocation* a, backend::StreamHandle stream) noexcept {
       (void)dev_->synchronize_stream(stream);
     }
   }
-  PageEntry* pages = pages_of(a);
-  for (std::uint32_t i = 0; i < a->pages; ++i) unpin_page(pages[i]);
+  if (a->arena == nullptr) {
+    PageEntry* pages = pages_of(a);
+    for (std::uint32_t i = 0; i < a->pages; ++i) unpin_page(pages[i]);
+  }
   if (a->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) reclaim(a);
 }
 
 void PagerImpl::prefetch(Allocation* a, backend::StreamHandle stream) {
+  if (a->arena != nullptr) return;  // always resident
   PageEntry* pages = pages_of(a);
   Lock lk(mu_);
   reap(lk);
@@ -821,6 +926,7 @@ Tier PagerImpl::tier(const Allocation* a, std::size_t offset) {
   if (offset >= a->bytes) {
     throw invalid_argument("tvmm::Tensor::tier: offset " + std::to_string(offset) + " is outside " + tensor_label(a));
   }
+  if (a->arena != nullptr) return Tier::device;
   Lock lk(mu_);
   reap(lk);
   return tier_from(table_[a->first_page + static_cast<std::uint32_t>(offset / page_size_)].state());

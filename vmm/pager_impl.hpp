@@ -25,6 +25,7 @@
 #include "vmm/event_pool.hpp"
 #include "vmm/host_tier.hpp"
 #include "vmm/page_table.hpp"
+#include "vmm/small_arena.hpp"
 #include "vmm/transfer_engine.hpp"
 
 namespace tvmm::detail {
@@ -90,6 +91,12 @@ class PagerImpl {
   void unpin_page_locked(PageEntry& p) noexcept;
   void wake_waiters() noexcept;
 
+  // `owned`: a user's tensor (in owned_, counted in stats), or false for an arena page.
+  Allocation* allocate_pages(std::size_t bytes, Hints hints, bool owned);
+  Allocation* allocate_small(std::size_t bytes, Hints hints);
+  // Pins a fresh allocation until its owner lets go; on failure frees it and rethrows.
+  void pin_for_life(Allocation* a);
+  void reclaim_small(Allocation* a) noexcept;
   void pin_slow(Allocation* a, Access access, backend::StreamHandle stream);
   void wait_for_uses(Allocation* a);
   // Makes every page of `a` resident; returns the page-in events a user must order after.
@@ -122,6 +129,7 @@ class PagerImpl {
   std::unique_ptr<PageTable> table_storage_;
   PageTable& table_;
   EventPool events_;
+  SmallArena arena_;  // guarded by mu_
   std::unique_ptr<DeviceTier> device_;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<TransferEngine> xfer_;

@@ -48,6 +48,10 @@ struct Config {
   //! Size of the device virtual-address reservation. 0 = 4 x (device_budget + host_budget), at least
   //! 1 GiB. Allocations are carved out of it, so it bounds the total size of live tensors.
   std::size_t va_size = 0;
+  //! Admission threshold: allocations smaller than this are never evicted (pinned for life); those
+  //! that fit in a page share pages of a resident small-object arena instead of each taking a page.
+  //! 0 = every allocation is evictable.
+  std::size_t min_bytes = 1 * MiB;
   //! Eviction policy: "lru" (least recently used), "fifo" (first in, first out) or "clock" (second
   //! chance; lock-free touch). Checked when the Pager is built.
   std::string eviction = "lru";

@@ -124,3 +124,34 @@ TEST(PagerThreads, ConcurrentAllocateAndFree) {
   EXPECT_EQ(p.stats().live_bytes, 0u);
   p.check_invariants();
 }
+
+TEST(PagerThreads, ConcurrentSmallAllocationsInTheArena) {
+  auto cfg = test::small_config(4, 32);
+  cfg.min_bytes = 16 * KiB;  // everything below goes to the shared arena pages
+  Pager p(cfg);
+  std::vector<std::thread> ws;
+  std::atomic<std::size_t> bad{0};
+  for (int t = 0; t < 8; ++t) {
+    ws.emplace_back([&, t] {
+      auto s = p.create_stream();
+      for (int i = 0; i < 40; ++i) {
+        std::vector<Tensor> mine;
+        for (int k = 0; k < 5; ++k) mine.push_back(p.allocate(300 + static_cast<std::size_t>(k * 700)));
+        for (std::size_t k = 0; k < mine.size(); ++k) {
+          auto pin = mine[k].pin(s, Access::write);
+          const auto seed = static_cast<std::uint64_t>(t * 100000 + i * 10 + static_cast<int>(k));
+          s.launch([d = pin.data(), n = mine[k].size(), seed] { test::fill(d, n, seed); });
+        }
+        for (std::size_t k = 0; k < mine.size(); ++k) {
+          auto pin = mine[k].pin(Access::read);  // waits for the kernel above
+          bad += test::mismatches(pin.data(), mine[k].size(),
+                                  static_cast<std::uint64_t>(t * 100000 + i * 10 + static_cast<int>(k)));
+        }
+      }
+    });
+  }
+  for (auto& w : ws) w.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(p.stats().live_bytes, 0u);
+  p.check_invariants();
+}
