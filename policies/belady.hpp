@@ -1,0 +1,38 @@
+#pragma once
+// Belady's optimal replacement (evict the page whose next use is farthest), simulated offline over a
+// recorded access trace: the lower bound on bytes moved that benchmarks compare policies against.
+
+#include <cstdint>
+#include <vector>
+
+namespace tvmm::policies {
+
+//! One pin in a trace: a tensor (by allocation id) of `pages` pages, and whether its contents were
+//! discarded (Access::write), so a miss loads nothing.
+struct TraceAccess {
+  std::uint64_t tensor = 0;
+  std::uint32_t pages = 0;
+  bool discard = false;
+  bool operator==(const TraceAccess&) const = default;
+};
+
+//! Pages moved by the offline optimum over the measured iterations of a trace.
+struct BeladyCost {
+  std::uint64_t loads = 0;        //!< pages copied host -> device
+  std::uint64_t write_backs = 0;  //!< pages copied device -> host (every eviction, as the pager does)
+  int iterations = 0;             //!< iterations measured
+  [[nodiscard]] std::uint64_t pages() const noexcept { return loads + write_backs; }
+  //! Pages moved per iteration in the steady state.
+  [[nodiscard]] double pages_per_iteration() const noexcept {
+    return iterations == 0 ? 0.0 : static_cast<double>(pages()) / iterations;
+  }
+};
+
+//! Replays `iteration` `repeat` (>= 3) times with `frames` device frames, all pages of one access
+//! resident together, evicting the page whose next use is farthest; counts the repetitions between
+//! the first (cold) and the last (no future to plan against). A page's first access loads nothing (no
+//! data yet); later misses load unless the access discards. Throws std::invalid_argument if one access
+//! needs more pages than there are frames.
+BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat = 8);
+
+}  // namespace tvmm::policies

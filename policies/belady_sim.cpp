@@ -1,0 +1,74 @@
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "policies/belady.hpp"
+
+namespace tvmm::policies {
+
+BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat) {
+  if (repeat < 3) throw std::invalid_argument("simulate_belady: repeat must be at least 3");
+  // The page reference string, access by access, over `repeat` iterations.
+  struct Ref {
+    std::uint64_t page;  // tensor << 32 | page index
+    std::size_t access;  // which access (for "resident together")
+    bool discard;
+    int rep;
+  };
+  std::vector<Ref> refs;
+  for (int r = 0; r < repeat; ++r) {
+    for (std::size_t a = 0; a < iteration.size(); ++a) {
+      const auto& acc = iteration[a];
+      if (acc.pages > frames) {
+        throw std::invalid_argument("simulate_belady: an access needs " + std::to_string(acc.pages) +
+                                    " pages but there are " + std::to_string(frames) + " frames");
+      }
+      for (std::uint32_t i = 0; i < acc.pages; ++i) {
+        refs.push_back({(acc.tensor << 32) | i, static_cast<std::size_t>(r) * iteration.size() + a, acc.discard, r});
+      }
+    }
+  }
+  // next[p]: the position of the next reference to the same page, or "never".
+  constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> next(refs.size(), kNever);
+  std::map<std::uint64_t, std::size_t> seen;
+  for (std::size_t p = refs.size(); p-- > 0;) {
+    auto it = seen.find(refs[p].page);
+    if (it != seen.end()) next[p] = it->second;
+    seen[refs[p].page] = p;
+  }
+  std::map<std::uint64_t, std::size_t> resident;  // page -> its next use
+  std::map<std::uint64_t, bool> has_data;         // pages that hold data somewhere
+  BeladyCost cost;
+  cost.iterations = repeat - 2;
+  for (std::size_t p = 0; p < refs.size(); ++p) {
+    const Ref& ref = refs[p];
+    const bool measured = ref.rep >= 1 && ref.rep <= repeat - 2;  // the steady state, with a future
+    auto it = resident.find(ref.page);
+    if (it != resident.end()) {
+      it->second = next[p];
+    } else {
+      if (resident.size() == frames) {
+        // Evict the farthest next use among pages not used by the current access.
+        auto victim = resident.end();
+        for (auto r = resident.begin(); r != resident.end(); ++r) {
+          bool current = false;
+          for (std::size_t q = p; q-- > 0 && refs[q].access == ref.access;)
+            current = current || refs[q].page == r->first;
+          if (current) continue;
+          if (victim == resident.end() || r->second > victim->second) victim = r;
+        }
+        if (measured) ++cost.write_backs;
+        resident.erase(victim);
+      }
+      if (has_data[ref.page] && !ref.discard && measured) ++cost.loads;
+      resident.emplace(ref.page, next[p]);
+    }
+    has_data[ref.page] = true;
+  }
+  return cost;
+}
+
+}  // namespace tvmm::policies
