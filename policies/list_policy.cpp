@@ -36,6 +36,14 @@ std::size_t ListPolicy::select(std::size_t max, detail::FunctionRef<bool(detail:
   return taken;
 }
 
+void ListPolicy::move_to_back(detail::PageEntry* pages, std::size_t n) {
+  std::lock_guard lk(mu_);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto& p = pages[i];
+    if (p.policy_hook.is_linked()) list_.splice(list_.end(), list_, list_.iterator_to(p));
+  }
+}
+
 std::size_t ListPolicy::size() const {
   std::lock_guard lk(mu_);
   return list_.size();

@@ -17,7 +17,7 @@ class ListPolicy : public EvictionPolicy {
 
   void insert(detail::PageEntry& page) final;
   void remove(detail::PageEntry& page) final;
-  std::size_t select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) final;
+  std::size_t select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) override;
   [[nodiscard]] std::size_t size() const final;
 
  protected:
@@ -27,6 +27,8 @@ class ListPolicy : public EvictionPolicy {
 
   //! Called with the lock held for each candidate; true skips it this sweep and moves it to the back.
   virtual bool second_chance(detail::PageEntry& /*page*/) { return false; }
+  //! Moves the linked pages among `pages[0, n)` to the back (most recently used); takes the lock.
+  void move_to_back(detail::PageEntry* pages, std::size_t n);
 
   mutable detail::SpinLock mu_;
   List list_;  // front = next victim

@@ -16,6 +16,7 @@ namespace tvmm::detail {
 struct ArenaPage;
 
 struct Allocation {
+  std::uint64_t id = 0;  //!< unique for the pager's life; names the tensor in access traces
   backend::DevPtr base = 0;
   std::size_t bytes = 0;
   std::uint32_t first_page = 0;

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "tvmm/errors.hpp"
+
 namespace tvmm::detail {
 
 std::string toml_number(double d) {
@@ -116,20 +118,46 @@ std::vector<ConfigKey> make_keys() {
                     c.wait_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(v.number));
                   },
                   [](const Config& c) { return std::to_string(c.wait_timeout.count()); }});
+  keys.push_back({"policy.prefetch",
+                  "name",
+                  KeyType::text,
+                  "one of: \"none\", \"trace\"",
+                  "prefetch policy: none (explicit prefetch only) or trace (replay the pins of the recorded "
+                  "iteration ahead)",
+                  false,
+                  0.0,
+                  {"none", "trace"},
+                  [](Config& c, const KeyValue& v) { c.prefetch = v.text; },
+                  [](const Config& c) { return "\"" + c.prefetch + "\""; }});
+  keys.push_back({"policy.prefetch",
+                  "distance",
+                  KeyType::number,
+                  "a whole number of pins >= 1",
+                  "how many pins ahead trace prefetch runs",
+                  false,
+                  1.0,
+                  {},
+                  [](Config& c, const KeyValue& v) {
+                    if (v.number != static_cast<double>(static_cast<std::size_t>(v.number))) throw config_error("");
+                    c.prefetch_distance = static_cast<std::size_t>(v.number);
+                  },
+                  [](const Config& c) { return std::to_string(c.prefetch_distance); }});
   keys.push_back(size_key("policy.admission", "min_bytes",
                           "allocations smaller than this are never evicted; those that fit a page share pages "
                           "of a resident small-object arena; 0 = all evictable",
                           false, &Config::min_bytes));
-  keys.push_back({"policy.eviction",
-                  "name",
-                  KeyType::text,
-                  "one of: \"lru\", \"fifo\", \"clock\"",
-                  "eviction policy: lru (least recently used), fifo, clock (second chance)",
-                  false,
-                  0.0,
-                  {"lru", "fifo", "clock"},
-                  [](Config& c, const KeyValue& v) { c.eviction = v.text; },
-                  [](const Config& c) { return "\"" + c.eviction + "\""; }});
+  keys.push_back(
+      {"policy.eviction",
+       "name",
+       KeyType::text,
+       "one of: \"lru\", \"fifo\", \"clock\", \"belady\"",
+       "eviction policy: lru (least recently used), fifo, clock (second chance), belady (farthest next use in the "
+       "recorded trace)",
+       false,
+       0.0,
+       {"lru", "fifo", "clock", "belady"},
+       [](Config& c, const KeyValue& v) { c.eviction = v.text; },
+       [](const Config& c) { return "\"" + c.eviction + "\""; }});
   return keys;
 }
 

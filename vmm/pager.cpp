@@ -154,6 +154,8 @@ void Pager::free(void* ptr) { impl_->free_raw(ptr); }
 
 Stream Pager::create_stream() { return Stream(impl_.get(), impl_->create_stream()); }
 
+void Pager::mark_iteration() { impl_->mark_iteration(); }
+
 Stats Pager::stats() const { return impl_->stats(); }
 
 Tier Pager::tier_of(const void* addr) const { return impl_->tier_of(reinterpret_cast<backend::DevPtr>(addr)); }

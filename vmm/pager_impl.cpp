@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "policies/belady_policy.hpp"
 #include "vmm/detail/check.hpp"
 #include "vmm/detail/scope_guard.hpp"
 
@@ -74,7 +75,9 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   device_ = std::make_unique<DeviceTier>(*dev_, page_size_, frames);
   host_ = std::make_unique<HostTier>(*dev_, page_size_, slots);
   xfer_ = std::make_unique<TransferEngine>(*dev_, events_, page_size_);
-  policy_ = policies::make_eviction_policy(cfg_.eviction);
+  policy_ = cfg_.eviction == "belady" ? std::make_unique<policies::BeladyPolicy>(trace_)
+                                      : policies::make_eviction_policy(cfg_.eviction);
+  tracing_ = cfg_.prefetch == "trace" || cfg_.eviction == "belady";
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released).
   capacity_pages_ = std::uint64_t{frames} + slots - 1;
@@ -152,6 +155,8 @@ Allocation* PagerImpl::allocate_small(std::size_t bytes, Hints hints) {
     place = arena_.place(units);
   }
   auto a = std::make_unique<Allocation>();
+  a->id = next_id_++;
+  by_id_.emplace(a->id, a.get());
   a->base = place->addr;
   a->bytes = bytes;
   a->first_page = place->page->backing->first_page;
@@ -187,6 +192,8 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
                         std::to_string(va_.largest_free_run()) + " pages); raise va_size");
   }
   auto a = std::make_unique<Allocation>();
+  a->id = next_id_++;
+  by_id_.emplace(a->id, a.get());
   a->base = va_.addr(*first);
   a->bytes = bytes;
   a->first_page = *first;
@@ -315,6 +322,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   }
   va_.free(a->first_page, a->pages);
   allocated_pages_ -= a->pages;
+  by_id_.erase(a->id);
   if (a->owned) {
     counters_.live_bytes.fetch_sub(std::uint64_t{a->pages} * page_size_, std::memory_order_relaxed);
     counters_.live_tensors.fetch_sub(1, std::memory_order_relaxed);
@@ -344,6 +352,7 @@ void PagerImpl::reclaim_small(Allocation* a) noexcept {
   {
     std::lock_guard lk(mu_);
     empty_page = arena_.release(a->arena, a->arena_unit, a->arena_units);
+    by_id_.erase(a->id);
   }
   counters_.live_bytes.fetch_sub(std::uint64_t{a->arena_units} * SmallArena::kUnit, std::memory_order_relaxed);
   counters_.live_tensors.fetch_sub(1, std::memory_order_relaxed);
@@ -405,6 +414,7 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
     if (stream == nullptr && a->use_count.load(std::memory_order_acquire) != 0) wait_for_uses(a);
     counters_.hits.fetch_add(1, std::memory_order_relaxed);
     a->refs.fetch_add(1, std::memory_order_relaxed);
+    if (tracing_) record_pin(a, access);
     return;
   }
   PageEntry* pages = pages_of(a);
@@ -429,6 +439,52 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
     }
   }
   a->refs.fetch_add(1, std::memory_order_relaxed);
+  if (tracing_) record_pin(a, access);
+}
+
+// --- access trace: record, replay, prefetch ahead ------------------------------------------------------
+
+void PagerImpl::record_pin(const Allocation* a, Access access) noexcept {
+  const policies::TraceAccess acc{a->id, a->arena != nullptr ? 0 : a->pages, access == Access::write};
+  const auto ahead = trace_.on_pin(acc, cfg_.prefetch_distance);
+  if (cfg_.prefetch == "trace" && !ahead.empty()) prefetch_ahead(ahead);
+}
+
+void PagerImpl::mark_iteration() {
+  const auto ahead = trace_.on_iteration(cfg_.prefetch_distance);
+  if (tracing_ && cfg_.prefetch == "trace" && !ahead.empty()) prefetch_ahead(ahead);
+}
+
+void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept {
+  try {
+    Lock lk(mu_);
+    reap(lk);
+    for (const auto& target : ahead) {
+      auto it = by_id_.find(target.tensor);
+      if (it == by_id_.end() || it->second->arena != nullptr) continue;
+      Allocation* a = it->second;
+      PageEntry* pages = pages_of(a);
+      std::vector<PageEntry*> todo;
+      for (std::uint32_t i = 0; i < a->pages; ++i) {
+        if (pages[i].state() == PageState::host) todo.push_back(&pages[i]);
+      }
+      if (todo.empty()) continue;
+      // Never evict for this a page needed no later than it: its own, or any tensor pinned before it.
+      auto needed_sooner = [&](const PageEntry& p) {
+        return p.owner == a || trace_.next_use(p.owner->id) <= target.distance;
+      };
+      const FunctionRef<bool(const PageEntry&)> protect(needed_sooner);  // refers to the lambda above
+      protect_ = &protect;
+      ScopeGuard unset([&] { protect_ = nullptr; });
+      // No waiting: load what free or evictable frames allow (load_pages does not unlock without may_wait).
+      const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
+      counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
+      if (loaded < todo.size()) break;  // no room for this one: none for the ones after it either
+    }
+  } catch (const std::exception& ex) {
+    // Prefetch is a hint: a failure leaves the pages where they were; the pin that needs them reports.
+    std::fprintf(stderr, "tvmm: trace prefetch failed: %s\n", ex.what());
+  }
 }
 
 // A host pin sees the tensor as the device left it: wait for the work that stream pins queued on it.
@@ -690,6 +746,7 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
   std::vector<PageEntry*> victims;
   std::uint32_t slots = host_->free_count();
   policy_->select(count, [&](PageEntry& p) {
+    if (protect_ != nullptr && (*protect_)(p)) return false;
     const bool needs_slot = p.host_slot == kNoSlot;
     if (needs_slot && slots == 0) return false;
     std::uint64_t w = p.word.load(std::memory_order_acquire);
@@ -953,6 +1010,7 @@ Stats PagerImpl::stats() const {
   s.misses = counters_.misses.load(std::memory_order_relaxed);
   s.evictions = counters_.evictions.load(std::memory_order_relaxed);
   s.prefetched = counters_.prefetched.load(std::memory_order_relaxed);
+  s.trace_divergences = trace_.divergences();
   s.stall_ns = counters_.stall_ns.load(std::memory_order_relaxed);
   s.allocations = counters_.allocations.load(std::memory_order_relaxed);
   s.live_bytes = counters_.live_bytes.load(std::memory_order_relaxed);

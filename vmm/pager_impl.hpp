@@ -19,6 +19,7 @@
 #include "backends/device/device_backend.hpp"
 #include "policies/eviction_policy.hpp"
 #include "tvmm/pager.hpp"
+#include "vmm/access_trace.hpp"
 #include "vmm/address_space.hpp"
 #include "vmm/allocation.hpp"
 #include "vmm/device_tier.hpp"
@@ -50,6 +51,7 @@ class PagerImpl {
   void pin(Allocation* a, Access access, backend::StreamHandle stream);
   void unpin(Allocation* a, backend::StreamHandle stream) noexcept;
   void prefetch(Allocation* a, backend::StreamHandle stream);
+  void mark_iteration();
 
   // Both retire completed transfers first, so a finished eviction reads as `host`.
   [[nodiscard]] Tier tier_of(backend::DevPtr addr);
@@ -97,6 +99,10 @@ class PagerImpl {
   // Pins a fresh allocation until its owner lets go; on failure frees it and rethrows.
   void pin_for_life(Allocation* a);
   void reclaim_small(Allocation* a) noexcept;
+  // Trace prefetch: starts the page-ins of the tensors ahead, evicting only unpinned pages whose tensor
+  // is not needed before the one fetched.
+  void prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept;
+  void record_pin(const Allocation* a, Access access) noexcept;
   void pin_slow(Allocation* a, Access access, backend::StreamHandle stream);
   void wait_for_uses(Allocation* a);
   // Makes every page of `a` resident; returns the page-in events a user must order after.
@@ -111,6 +117,8 @@ class PagerImpl {
   Frames acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait);
   void release_frames(Frames& got) noexcept;
   std::vector<PageEntry*> select_victims(std::size_t count);
+  // While set (under mu_, by prefetch_ahead), select_victims skips pages for which it returns true.
+  const FunctionRef<bool(const PageEntry&)>* protect_ = nullptr;
   EventRef evict(std::vector<PageEntry*>& victims, std::vector<std::uint32_t>& frames);
   // Retires completed page-ins and write-backs; true if it retired any.
   bool reap(Lock& lk);
@@ -130,6 +138,10 @@ class PagerImpl {
   PageTable& table_;
   EventPool events_;
   SmallArena arena_;  // guarded by mu_
+  AccessTrace trace_;
+  bool tracing_ = false;                                  // trace prefetch or Belady: pins are recorded and replayed
+  std::uint64_t next_id_ = 1;                             // guarded by mu_
+  std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
   std::unique_ptr<DeviceTier> device_;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<TransferEngine> xfer_;

@@ -52,9 +52,17 @@ struct Config {
   //! that fit in a page share pages of a resident small-object arena instead of each taking a page.
   //! 0 = every allocation is evictable.
   std::size_t min_bytes = 1 * MiB;
-  //! Eviction policy: "lru" (least recently used), "fifo" (first in, first out) or "clock" (second
-  //! chance; lock-free touch). Checked when the Pager is built.
+  //! Eviction policy: "lru" (least recently used), "fifo" (first in, first out), "clock" (second
+  //! chance; lock-free touch) or "belady" (farthest next use in the recorded trace; LRU until one is
+  //! recorded; for studies). Checked when the Pager is built.
   std::string eviction = "lru";
+  //! Prefetch policy: "none" (only explicit Tensor::prefetch) or "trace": record the pins of one
+  //! iteration (between the first two Pager::mark_iteration calls), then in later iterations start the
+  //! page-ins of the tensors `prefetch_distance` pins ahead; a pin that differs from the trace drops it
+  //! and the next iteration is recorded again.
+  std::string prefetch = "none";
+  //! How many pins ahead trace prefetch runs.
+  std::size_t prefetch_distance = 4;
   //! How long a pin may wait for other threads to unpin pages before failing with
   //! `tvmm::out_of_memory`: a pinned working set that never fits is an error, never a hang.
   std::chrono::milliseconds wait_timeout{30'000};

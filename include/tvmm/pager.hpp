@@ -182,6 +182,9 @@ class Pager {
   void free(void* ptr);
   //! Creates a stream on this pager's device.
   [[nodiscard]] Stream create_stream();
+  //! Marks an iteration boundary (e.g. the start of each training step). With trace prefetch or the
+  //! Belady policy, the pins between the first two marks are recorded and replayed afterwards.
+  void mark_iteration();
 
   //! A snapshot of the counters.
   [[nodiscard]] Stats stats() const;

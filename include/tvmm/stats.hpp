@@ -21,7 +21,8 @@ struct Stats {
   std::uint64_t hits = 0;               //!< Pages found resident at pin time.
   std::uint64_t misses = 0;             //!< Pages that had to be made resident at pin or prefetch time.
   std::uint64_t evictions = 0;          //!< Pages evicted from the device tier.
-  std::uint64_t prefetched = 0;         //!< Pages made resident by prefetch().
+  std::uint64_t prefetched = 0;         //!< Pages made resident by prefetch() or trace prefetch.
+  std::uint64_t trace_divergences = 0;  //!< Times the program left the recorded trace (it was dropped).
   std::uint64_t stall_ns = 0;           //!< Time calling threads spent blocked inside pin().
   std::uint64_t allocations = 0;        //!< Tensors allocated so far.
   std::uint64_t live_bytes = 0;         //!< Bytes of live tensors (rounded up to pages).

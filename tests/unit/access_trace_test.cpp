@@ -1,0 +1,65 @@
+// The access trace: recording between the first two iteration marks, replay with prefetch ahead,
+// wrapping into the next iteration, next-use queries, and dropping the trace on divergence.
+#include <gtest/gtest.h>
+
+#include "vmm/access_trace.hpp"
+
+using tvmm::detail::AccessTrace;
+using tvmm::policies::TraceAccess;
+
+namespace {
+std::vector<std::uint64_t> tensors(const std::vector<AccessTrace::Ahead>& a) {
+  std::vector<std::uint64_t> out;
+  for (const auto& x : a) out.push_back(x.tensor);
+  return out;
+}
+TraceAccess acc(std::uint64_t t) { return {t, 1, false}; }
+}  // namespace
+
+TEST(AccessTrace, RecordsOneIterationThenReplaysAhead) {
+  AccessTrace tr;
+  EXPECT_TRUE(tr.on_pin(acc(9), 2).empty());  // before the first mark: warm-up, not recorded
+  EXPECT_TRUE(tr.on_iteration(2).empty());
+  EXPECT_EQ(tr.state(), AccessTrace::State::recording);
+  for (std::uint64_t t : {1, 2, 3, 4}) EXPECT_TRUE(tr.on_pin(acc(t), 2).empty());
+  EXPECT_EQ(tr.recorded().size(), 4u);
+  // Second mark: replay; the first two pins of the next iteration are issued at once.
+  EXPECT_EQ(tensors(tr.on_iteration(2)), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(tensors(tr.on_pin(acc(1), 2)), (std::vector<std::uint64_t>{3}));
+  EXPECT_EQ(tensors(tr.on_pin(acc(2), 2)), (std::vector<std::uint64_t>{4}));
+  EXPECT_EQ(tensors(tr.on_pin(acc(3), 2)), (std::vector<std::uint64_t>{1}));  // wraps: next iteration's first
+  EXPECT_EQ(tr.next_use(2), 2u);                                              // 4 then 1, then 2
+  EXPECT_EQ(tr.next_use(4), 0u);
+  EXPECT_EQ(tr.next_use(77), AccessTrace::kNever);
+  EXPECT_EQ(tensors(tr.on_pin(acc(4), 2)), (std::vector<std::uint64_t>{2}));
+  // The next mark keeps replaying without issuing what was issued already.
+  EXPECT_TRUE(tr.on_iteration(2).empty());
+  EXPECT_EQ(tensors(tr.on_pin(acc(1), 2)), (std::vector<std::uint64_t>{3}));
+  EXPECT_EQ(tr.divergences(), 0u);
+}
+
+TEST(AccessTrace, DivergenceDropsTheTraceAndTheNextIterationIsRecorded) {
+  AccessTrace tr;
+  (void)tr.on_iteration(1);
+  for (std::uint64_t t : {1, 2, 3}) (void)tr.on_pin(acc(t), 1);
+  (void)tr.on_iteration(1);
+  (void)tr.on_pin(acc(1), 1);
+  EXPECT_TRUE(tr.on_pin(acc(3), 1).empty());  // expected 2
+  EXPECT_EQ(tr.divergences(), 1u);
+  EXPECT_EQ(tr.state(), AccessTrace::State::waiting);
+  EXPECT_EQ(tr.next_use(1), AccessTrace::kNever);
+  (void)tr.on_iteration(1);  // records the new program
+  for (std::uint64_t t : {5, 6}) (void)tr.on_pin(acc(t), 1);
+  EXPECT_EQ(tensors(tr.on_iteration(1)), (std::vector<std::uint64_t>{5}));
+}
+
+TEST(AccessTrace, AnIterationThatEndsEarlyIsADivergence) {
+  AccessTrace tr;
+  (void)tr.on_iteration(1);
+  for (std::uint64_t t : {1, 2, 3}) (void)tr.on_pin(acc(t), 1);
+  (void)tr.on_iteration(1);
+  (void)tr.on_pin(acc(1), 1);
+  (void)tr.on_iteration(1);  // only one of three pins happened
+  EXPECT_EQ(tr.divergences(), 1u);
+  EXPECT_EQ(tr.state(), AccessTrace::State::recording);
+}

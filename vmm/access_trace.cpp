@@ -1,0 +1,103 @@
+#include "vmm/access_trace.hpp"
+
+#include <algorithm>
+
+namespace tvmm::detail {
+
+std::vector<AccessTrace::Ahead> AccessTrace::on_pin(const policies::TraceAccess& access, std::size_t distance) {
+  std::lock_guard lk(mu_);
+  switch (state_) {
+    case State::waiting: return {};
+    case State::recording:
+      positions_[access.tensor].push_back(trace_.size());
+      trace_.push_back(access);
+      return {};
+    case State::replaying:
+      if (cursor_ < trace_.size() && trace_[cursor_].tensor == access.tensor) {
+        ++cursor_;
+        return issue_locked(distance);
+      }
+      ++divergences_;
+      drop_locked();
+      return {};
+  }
+  return {};
+}
+
+std::vector<AccessTrace::Ahead> AccessTrace::on_iteration(std::size_t distance) {
+  std::lock_guard lk(mu_);
+  switch (state_) {
+    case State::waiting:
+      trace_.clear();
+      positions_.clear();
+      state_ = State::recording;
+      return {};
+    case State::recording:
+      if (trace_.empty()) return {};  // an empty iteration teaches nothing: keep recording
+      state_ = State::replaying;
+      cursor_ = 0;
+      issued_ = 0;
+      return issue_locked(distance);
+    case State::replaying:
+      if (cursor_ != trace_.size()) {  // the iteration ended early or late: the program changed
+        ++divergences_;
+        drop_locked();
+        trace_.clear();
+        positions_.clear();
+        state_ = State::recording;
+        return {};
+      }
+      cursor_ = 0;
+      issued_ = issued_ >= trace_.size() ? issued_ - trace_.size() : 0;
+      return issue_locked(distance);
+  }
+  return {};
+}
+
+std::vector<AccessTrace::Ahead> AccessTrace::issue_locked(std::size_t distance) {
+  std::vector<Ahead> out;
+  const std::size_t n = trace_.size();
+  issued_ = std::max(issued_, cursor_);
+  // Never more than one iteration ahead, so a position is not issued twice.
+  const std::size_t until = std::min(cursor_ + distance, cursor_ + n);
+  for (; issued_ < until; ++issued_) out.push_back({trace_[issued_ % n].tensor, issued_ - cursor_});
+  return out;
+}
+
+void AccessTrace::drop_locked() {
+  state_ = State::waiting;
+  cursor_ = 0;
+  issued_ = 0;
+}
+
+std::size_t AccessTrace::next_use_locked(std::uint64_t tensor) const {
+  if (state_ != State::replaying) return kNever;
+  auto it = positions_.find(tensor);
+  if (it == positions_.end()) return kNever;
+  const auto& pos = it->second;  // sorted
+  auto at = std::lower_bound(pos.begin(), pos.end(), cursor_);
+  if (at != pos.end()) return *at - cursor_;
+  return trace_.size() - cursor_ + pos.front();  // wraps into the next iteration
+}
+
+std::size_t AccessTrace::next_use(std::uint64_t tensor) const {
+  std::lock_guard lk(mu_);
+  return next_use_locked(tensor);
+}
+
+AccessTrace::State AccessTrace::state() const {
+  std::lock_guard lk(mu_);
+  return state_;
+}
+
+std::vector<policies::TraceAccess> AccessTrace::recorded() const {
+  std::lock_guard lk(mu_);
+  return trace_;
+}
+
+std::uint64_t AccessTrace::divergences() const {
+  std::lock_guard lk(mu_);
+  return divergences_;
+}
+
+}  // namespace tvmm::detail

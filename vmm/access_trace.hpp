@@ -1,0 +1,53 @@
+#pragma once
+// The access trace: the sequence of pins of one iteration (between the first two mark_iteration()
+// calls), replayed in later iterations to prefetch ahead and to rank victims by next use (Belady).
+// A pin that differs from the trace drops it; the next iteration is recorded afresh. Thread-safe.
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "policies/belady.hpp"
+
+namespace tvmm::detail {
+
+class AccessTrace {
+ public:
+  enum class State : std::uint8_t { waiting, recording, replaying };
+  static constexpr std::size_t kNever = SIZE_MAX;
+
+  //! A pin to prefetch for: the tensor, and how many pins ahead of now it is.
+  struct Ahead {
+    std::uint64_t tensor;
+    std::size_t distance;
+  };
+
+  //! Records or replays a pin. When replaying and it matches, returns the not yet issued pins up to
+  //! `distance` ahead (wrapping into the next iteration); on a mismatch the trace is dropped.
+  std::vector<Ahead> on_pin(const policies::TraceAccess& access, std::size_t distance);
+  //! An iteration boundary. Starts recording, starts replaying (returning the first pins to
+  //! prefetch), or, if an iteration ended early or late, drops the trace and records again.
+  std::vector<Ahead> on_iteration(std::size_t distance);
+  //! Pins from now until `tensor` is pinned next (0 = the very next pin), or kNever. Replaying only.
+  [[nodiscard]] std::size_t next_use(std::uint64_t tensor) const;
+
+  [[nodiscard]] State state() const;
+  [[nodiscard]] std::vector<policies::TraceAccess> recorded() const;
+  [[nodiscard]] std::uint64_t divergences() const;
+
+ private:
+  std::vector<Ahead> issue_locked(std::size_t distance);
+  [[nodiscard]] std::size_t next_use_locked(std::uint64_t tensor) const;
+  void drop_locked();
+
+  mutable std::mutex mu_;
+  State state_ = State::waiting;
+  std::vector<policies::TraceAccess> trace_;
+  std::unordered_map<std::uint64_t, std::vector<std::size_t>> positions_;  // tensor -> sorted positions
+  std::size_t cursor_ = 0;                                                 // position of the next expected pin
+  std::size_t issued_ = 0;  // prefetches issued for positions [cursor_, issued_) (may pass the end: wraps)
+  std::uint64_t divergences_ = 0;
+};
+
+}  // namespace tvmm::detail
