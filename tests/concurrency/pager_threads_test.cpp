@@ -155,3 +155,52 @@ TEST(PagerThreads, ConcurrentSmallAllocationsInTheArena) {
   EXPECT_EQ(p.stats().live_bytes, 0u);
   p.check_invariants();
 }
+
+TEST(PagerThreads, TracePrefetchWithInterleavedThreads) {
+  // Threads interleave their pins, so the recorded order rarely repeats: the trace is dropped and
+  // re-recorded again and again. Whatever it prefetches, every byte must stay correct.
+  auto cfg = test::small_config(4, 64);
+  cfg.prefetch = "trace";
+  cfg.eviction = "belady";
+  cfg.prefetch_distance = 3;
+  Pager p(cfg);
+  std::atomic<std::size_t> bad{0};
+  std::atomic<bool> stop{false};
+  std::thread marker([&] {
+    while (!stop.load()) {
+      p.mark_iteration();
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  });
+  std::vector<std::thread> ws;
+  for (int t = 0; t < 4; ++t) {
+    ws.emplace_back([&, t] {
+      auto s = p.create_stream();
+      std::vector<Tensor> mine;
+      std::vector<std::uint64_t> seeds(3, 0);
+      for (int i = 0; i < 3; ++i) mine.push_back(p.allocate(64 * KiB));
+      for (int it = 0; it < 60; ++it) {
+        for (std::size_t k = 0; k < mine.size(); ++k) {
+          auto pin = mine[k].pin(s, Access::read_write);
+          const auto old_seed = seeds[k];
+          const auto new_seed = static_cast<std::uint64_t>(t * 1000000 + it * 10 + static_cast<int>(k) + 1);
+          s.launch([&bad, d = pin.data(), old_seed, new_seed] {
+            if (old_seed != 0) bad += test::mismatches(d, 64 * KiB, old_seed);
+            test::fill(d, 64 * KiB, new_seed);
+          });
+          seeds[k] = new_seed;
+        }
+      }
+      s.synchronize();
+      for (std::size_t k = 0; k < mine.size(); ++k) {
+        auto pin = mine[k].pin(Access::read);
+        bad += test::mismatches(pin.data(), 64 * KiB, seeds[k]);
+      }
+    });
+  }
+  for (auto& w : ws) w.join();
+  stop = true;
+  marker.join();
+  EXPECT_EQ(bad.load(), 0u);
+  p.check_invariants();
+}
