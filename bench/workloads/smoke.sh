@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs a tiny tvmm-bench training matrix and checks the JSON has one record per run with the promised
+# fields. Args: TVMM_BENCH
+set -euo pipefail
+bench=$1
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+"$bench" --workload train --layers 3 --tensor-mib 2 --iterations 3 --ratios 2 --policies lru,trace --compute-us 200 \
+  --json "$out"
+records=$(grep -c '"workload": "train"' "$out")
+[ "$records" -eq 2 ] || { echo "expected 2 records, got $records"; cat "$out"; exit 1; }
+for field in workload backend policy oversubscription step_time_s bytes_moved bytes_vs_belady time_vs_bound; do
+  n=$(grep -o "\"$field\": " "$out" | wc -l)
+  [ "$n" -eq 2 ] || { echo "field $field appears $n times"; cat "$out"; exit 1; }
+done
+grep -q '"policy": "trace"' "$out"
+echo "tvmm-bench smoke: ok"

@@ -1,0 +1,241 @@
+// tvmm-bench: workload benchmarks. `--workload train` is a synthetic training loop: per layer a
+// weight, activation, gradient and optimizer-state tensor; forward reads weights and writes
+// activations, backward (in reverse) reads activations and weights and writes gradients, the optimizer
+// step updates weights and optimizer state. Kernels are modelled compute time on the simulated GPU;
+// copy engines are throttled to a modelled bus. For each policy and oversubscription ratio it reports
+// step time, bytes moved, bytes_vs_belady (bytes moved / Belady's on the same trace) and time_vs_bound
+// (step time / max(compute time, Belady bytes / bus bandwidth)), as a table and as JSON.
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "policies/belady.hpp"
+#include "tvmm/tvmm.hpp"
+
+namespace {
+
+struct Options {
+  std::size_t layers = 8;
+  std::size_t tensor_mib = 8;
+  int iterations = 6;
+  int warmup = 2;  // the recorded iteration and the first replay are not measured
+  std::vector<double> ratios = {1.5, 2.0, 4.0};
+  std::vector<std::string> policies = {"lru", "fifo", "clock", "trace", "belady"};
+  double bus_gbs = 25.0;
+  double latency_us = 5.0;
+  double compute_us = 2000.0;  // per forward kernel; backward costs 2x, the optimizer step 0.5x
+  std::size_t distance = 4;
+  std::string json;
+};
+
+struct Pin {
+  std::size_t tensor;
+  tvmm::Access access;
+};
+struct Kernel {
+  std::vector<Pin> pins;
+  double compute_us;
+};
+
+// The kernels of one training iteration. Tensors: 4 per layer (weights, activations, gradients,
+// optimizer state) at index 4 * layer + kind.
+std::vector<Kernel> training_step(const Options& o) {
+  enum { W, A, G, S };
+  auto t = [](std::size_t layer, int kind) { return 4 * layer + static_cast<std::size_t>(kind); };
+  std::vector<Kernel> ks;
+  for (std::size_t l = 0; l < o.layers; ++l) {
+    ks.push_back({{{t(l, W), tvmm::Access::read}, {t(l, A), tvmm::Access::write}}, o.compute_us});
+  }
+  for (std::size_t l = o.layers; l-- > 0;) {
+    ks.push_back({{{t(l, A), tvmm::Access::read}, {t(l, W), tvmm::Access::read}, {t(l, G), tvmm::Access::write}},
+                  2 * o.compute_us});
+  }
+  for (std::size_t l = 0; l < o.layers; ++l) {
+    ks.push_back(
+        {{{t(l, W), tvmm::Access::read_write}, {t(l, G), tvmm::Access::read}, {t(l, S), tvmm::Access::read_write}},
+         0.5 * o.compute_us});
+  }
+  return ks;
+}
+
+struct Result {
+  std::string policy;
+  double ratio = 0;
+  double step_time_s = 0;
+  double bytes_moved = 0;  // per iteration
+  double belady_bytes = 0;
+  double compute_s = 0;
+  double bytes_vs_belady = 0;
+  double time_vs_bound = 0;
+  std::uint64_t misses = 0, evictions = 0, prefetched = 0;
+};
+
+Result run(const Options& o, const std::string& policy, double ratio, bool progress) {
+  const std::size_t page = 2 * tvmm::MiB;
+  const std::size_t tensor_bytes = o.tensor_mib * tvmm::MiB;
+  const std::size_t tensor_pages = (tensor_bytes + page - 1) / page;
+  const std::size_t tensors = 4 * o.layers;
+  const std::size_t total_pages = tensors * tensor_pages;
+  const auto frames = static_cast<std::size_t>(std::floor(static_cast<double>(total_pages) / ratio));
+
+  tvmm::Config cfg;
+  cfg.page_size = page;
+  cfg.device_budget = frames * page;
+  cfg.host_budget = (total_pages + 2) * page;
+  cfg.sim.bandwidth_bytes_per_s = o.bus_gbs * 1e9;
+  cfg.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(o.latency_us * 1e3));
+  cfg.eviction = policy == "trace" ? "belady" : policy;  // with a trace, evict by next use too
+  cfg.prefetch = policy == "trace" ? "trace" : "none";
+  cfg.prefetch_distance = o.distance;
+  tvmm::Pager pager(cfg);
+  auto stream = pager.create_stream();
+  std::vector<tvmm::Tensor> ts;
+  for (std::size_t i = 0; i < tensors; ++i) ts.push_back(pager.allocate(tensor_bytes));
+  const auto kernels = training_step(o);
+
+  using clock = std::chrono::steady_clock;
+  clock::time_point t0;
+  tvmm::Stats before{};
+  for (int it = 0; it < o.iterations; ++it) {
+    if (it == o.warmup) {
+      stream.synchronize();
+      before = pager.stats();
+      t0 = clock::now();
+    }
+    pager.mark_iteration();
+    for (const auto& k : kernels) {
+      std::vector<tvmm::Pin> pins;
+      for (const auto& p : k.pins) pins.push_back(ts[p.tensor].pin(stream, p.access));
+      const auto us = k.compute_us;
+      stream.launch([us] { std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(us)); });
+    }
+    stream.synchronize();
+    if (progress) std::fprintf(stderr, "\r  %-6s %.1fx: iteration %d/%d ", policy.c_str(), ratio, it + 1, o.iterations);
+  }
+  const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+  const auto after = pager.stats();
+  const int measured = o.iterations - o.warmup;
+
+  // Belady's bytes on the same trace and budget.
+  std::vector<tvmm::policies::TraceAccess> trace;
+  for (const auto& k : kernels) {
+    for (const auto& p : k.pins) {
+      trace.push_back({p.tensor, static_cast<std::uint32_t>(tensor_pages), p.access == tvmm::Access::write});
+    }
+  }
+  const auto belady = tvmm::policies::simulate_belady(trace, static_cast<std::uint32_t>(frames));
+
+  Result r;
+  r.policy = policy;
+  r.ratio = ratio;
+  r.step_time_s = secs / measured;
+  r.bytes_moved = static_cast<double>((after.host_to_device.bytes + after.device_to_host.bytes) -
+                                      (before.host_to_device.bytes + before.device_to_host.bytes)) /
+                  measured;
+  r.belady_bytes = belady.pages_per_iteration() * static_cast<double>(page);
+  double compute_us = 0;
+  for (const auto& k : kernels) compute_us += k.compute_us;
+  r.compute_s = compute_us * 1e-6;
+  r.bytes_vs_belady = r.belady_bytes > 0 ? r.bytes_moved / r.belady_bytes : (r.bytes_moved == 0 ? 1.0 : INFINITY);
+  r.time_vs_bound = r.step_time_s / std::max(r.compute_s, r.belady_bytes / (o.bus_gbs * 1e9));
+  r.misses = after.misses - before.misses;
+  r.evictions = after.evictions - before.evictions;
+  r.prefetched = after.prefetched - before.prefetched;
+  return r;
+}
+
+std::string json_number(double d) {
+  if (!std::isfinite(d)) return "null";
+  std::ostringstream os;
+  os.precision(6);
+  os << d;
+  return os.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"tvmm-bench: workload benchmarks on the simulated GPU"};
+  std::string workload = "train";
+  bool quick = false;
+  app.add_option("--workload", workload, "Workload")->check(CLI::IsMember({"train"}));
+  app.add_flag("--quick", quick, "A small, fast run (6 layers of 4 MiB tensors, 5 iterations)");
+  app.add_option("--layers", o.layers, "Layers")->check(CLI::Range(1, 1000));
+  app.add_option("--tensor-mib", o.tensor_mib, "Size of each tensor in MiB")->check(CLI::Range(1, 4096));
+  app.add_option("--iterations", o.iterations, "Iterations (the first 2 are warm-up)")->check(CLI::Range(3, 1000));
+  app.add_option("--ratios", o.ratios, "Oversubscription ratios (tensor bytes / device budget)")
+      ->delimiter(',')
+      ->check(CLI::Range(1.0, 64.0));
+  app.add_option("--policies", o.policies,
+                 "Policies: lru, fifo, clock, trace (trace prefetch + next-use eviction), belady")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"lru", "fifo", "clock", "trace", "belady"}));
+  app.add_option("--bus-gbs", o.bus_gbs, "Modelled bus bandwidth per direction, GB/s")->check(CLI::Range(0.1, 1000.0));
+  app.add_option("--latency-us", o.latency_us, "Modelled cost per copy, microseconds")->check(CLI::Range(0.0, 1e6));
+  app.add_option("--compute-us", o.compute_us, "Modelled compute per forward kernel, microseconds")
+      ->check(CLI::Range(0.0, 1e7));
+  app.add_option("--distance", o.distance, "Trace prefetch distance, in pins")->check(CLI::Range(1, 1000));
+  app.add_option("--json", o.json, "Write the results as JSON to this file");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    o.layers = 6;
+    o.tensor_mib = 4;
+    o.iterations = 5;
+    o.compute_us = 1000;
+  }
+  const bool progress = ::isatty(STDERR_FILENO) != 0;
+
+  std::vector<Result> results;
+  try {
+    for (double ratio : o.ratios) {
+      for (const auto& policy : o.policies) results.push_back(run(o, policy, ratio, progress));
+    }
+  } catch (const tvmm::error& e) {
+    std::fprintf(stderr, "\ntvmm-bench: %s\n", e.what());
+    return 1;
+  }
+  if (progress) std::fprintf(stderr, "\n");
+
+  std::printf(
+      "workload train: %zu layers x 4 tensors of %zu MiB, bus %.1f GB/s per direction, compute %.1f ms per "
+      "iteration\n",
+      o.layers, o.tensor_mib, o.bus_gbs, results.empty() ? 0.0 : results.front().compute_s * 1e3);
+  std::printf("%-7s %6s %10s %12s %12s %10s %10s %8s %10s\n", "policy", "ratio", "step ms", "MiB moved", "Belady MiB",
+              "vs Belady", "vs bound", "misses", "prefetched");
+  for (const auto& r : results) {
+    std::printf("%-7s %5.1fx %10.1f %12.1f %12.1f %10.2f %10.2f %8llu %10llu\n", r.policy.c_str(), r.ratio,
+                r.step_time_s * 1e3, r.bytes_moved / tvmm::MiB, r.belady_bytes / tvmm::MiB, r.bytes_vs_belady,
+                r.time_vs_bound, static_cast<unsigned long long>(r.misses),
+                static_cast<unsigned long long>(r.prefetched));
+  }
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    if (!out) {
+      std::fprintf(stderr, "tvmm-bench: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+    out << "[\n";
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      out << "  {\"workload\": \"train\", \"backend\": \"sim\", \"policy\": \"" << r.policy
+          << "\", \"oversubscription\": " << json_number(r.ratio) << ", \"step_time_s\": " << json_number(r.step_time_s)
+          << ", \"bytes_moved\": " << json_number(r.bytes_moved)
+          << ", \"belady_bytes\": " << json_number(r.belady_bytes)
+          << ", \"bytes_vs_belady\": " << json_number(r.bytes_vs_belady)
+          << ", \"time_vs_bound\": " << json_number(r.time_vs_bound) << ", \"compute_s\": " << json_number(r.compute_s)
+          << ", \"misses\": " << r.misses << ", \"evictions\": " << r.evictions << ", \"prefetched\": " << r.prefetched
+          << "}" << (i + 1 < results.size() ? "," : "") << "\n";
+    }
+    out << "]\n";
+  }
+  return 0;
+}
