@@ -60,7 +60,10 @@ std::vector<AccessTrace::Ahead> AccessTrace::issue_locked(std::size_t distance) 
   issued_ = std::max(issued_, cursor_);
   // Never more than one iteration ahead, so a position is not issued twice.
   const std::size_t until = std::min(cursor_ + distance, cursor_ + n);
-  for (; issued_ < until; ++issued_) out.push_back({trace_[issued_ % n].tensor, issued_ - cursor_});
+  for (; issued_ < until; ++issued_) {
+    const auto& a = trace_[issued_ % n];
+    out.push_back({a.tensor, issued_ - cursor_, a.discard});
+  }
   return out;
 }
 

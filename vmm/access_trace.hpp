@@ -21,6 +21,7 @@ class AccessTrace {
   struct Ahead {
     std::uint64_t tensor;
     std::size_t distance;
+    bool discard;  // that pin overwrites the contents (Access::write): nothing worth loading
   };
 
   //! Records or replays a pin. When replaying and it matches, returns the not yet issued pins up to

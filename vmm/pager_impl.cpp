@@ -460,6 +460,9 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
     Lock lk(mu_);
     reap(lk);
     for (const auto& target : ahead) {
+      // A pin that overwrites its tensor needs no data: its own pin maps fresh frames. (Loading with
+      // discard here would lose data if the program's access changed: the trace only guides.)
+      if (target.discard) continue;
       auto it = by_id_.find(target.tensor);
       if (it == by_id_.end() || it->second->arena != nullptr) continue;
       Allocation* a = it->second;
