@@ -1,0 +1,148 @@
+// PagerImpl, part 4: eviction (victims, write-backs) and retiring completed transfers (reap).
+#include <algorithm>
+#include <cstdio>
+
+#include "vmm/detail/check.hpp"
+#include "vmm/detail/labels.hpp"
+#include "vmm/detail/scope_guard.hpp"
+#include "vmm/pager_impl.hpp"
+
+namespace tvmm::detail {
+
+std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
+  std::vector<PageEntry*> victims;
+  std::uint32_t slots = host_->free_count();
+  policy_->select(count, [&](PageEntry& p) {
+    if (protect_ != nullptr && (*protect_)(p)) return false;
+    const bool needs_slot = p.host_slot == kNoSlot;
+    if (needs_slot && slots == 0) return false;
+    std::uint64_t w = p.word.load(std::memory_order_acquire);
+    do {
+      if (word::state(w) != PageState::device || word::pins(w) != 0) return false;
+    } while (!p.word.compare_exchange_weak(w, word::with_state(w, PageState::transit), std::memory_order_acq_rel,
+                                           std::memory_order_acquire));
+    if (needs_slot) --slots;
+    victims.push_back(&p);
+    return true;
+  });
+  return victims;
+}
+
+// Starts evicting `victims` (claimed: in transit, unpinned, out of the policy) to the host tier and
+// appends their frames to `frames` at once, without waiting: the returned event completes when the
+// write-backs have, and every use of the frames must be ordered after it. The victims stay in transit,
+// still mapped at their own addresses, until reap() sees the event complete and unmaps them.
+EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uint32_t>& frames) {
+  for (PageEntry* v : victims) {
+    if (v->host_slot == kNoSlot) v->host_slot = *host_->try_acquire();  // select_victims counted free slots
+  }
+  EventRef done;
+  try {
+    // 1. Order the write-backs after each victim's last uses (stream pins' release points) and after
+    //    its own page-in, on the copy stream: the host does not wait for those.
+    std::vector<Event*> after;
+    for (PageEntry* v : victims) {
+      if (v->ready != nullptr) after.push_back(v->ready);
+      std::lock_guard ul(v->owner->uses_mu);
+      auto& uses = v->owner->uses;
+      std::erase_if(uses, [&](const Allocation::Use& u) { return events_.is_done(u.done.get()); });
+      v->owner->use_count.store(static_cast<std::uint32_t>(uses.size()), std::memory_order_release);
+      for (auto& u : uses) after.push_back(u.done.get());
+    }
+    std::sort(after.begin(), after.end());
+    after.erase(std::unique(after.begin(), after.end()), after.end());
+    for (Event* e : after) {
+      if (!events_.is_done(e)) xfer_->order_copy_out_after(e);
+    }
+    // 2. Queue the write-backs; one event marks them all.
+    for (PageEntry* v : victims) xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
+    done = xfer_->record_out();
+  } catch (...) {
+    // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
+    // queued into it, so no other page may take it; the page's next eviction reuses it, after that copy.
+    for (PageEntry* v : victims) {
+      policy_->insert(*v);
+      v->set_state(PageState::device, v->ready != nullptr);
+    }
+    cv_.notify_all();
+    throw;
+  }
+  // 3. Hand the frames over now; the victims stay mapped (and in transit) until reap() retires them.
+  EvictionBatch batch{done, {}};
+  for (PageEntry* v : victims) {
+    frames.push_back(v->frame);
+    v->frame = kNoFrame;
+    if (v->ready != nullptr) EventRef::drop(std::exchange(v->ready, nullptr));
+    batch.pages.push_back(table_.index_of(*v));
+  }
+  evictions_.push_back(std::move(batch));
+  counters_.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
+  return done;
+}
+
+// Retires completed transfers, oldest first: page-ins release their host slots and clear their pages'
+// pending flags; write-backs unmap their victims' old addresses and publish the victims on the host.
+bool PagerImpl::reap(Lock& /*lk*/) {
+  bool retired = false;
+  while (!loads_.empty() && events_.is_done(loads_.front().done.get())) {
+    LoadBatch& b = loads_.front();
+    for (auto idx : b.pages) {
+      PageEntry& p = table_[idx];
+      // A page evicted or freed since then no longer refers to this batch (its slot is in use again).
+      if (p.ready != b.done.get() || p.state() != PageState::device) continue;
+      if (p.host_slot != kNoSlot) {
+        host_->release(p.host_slot);
+        p.host_slot = kNoSlot;
+      }
+      EventRef::drop(std::exchange(p.ready, nullptr));
+      std::uint64_t w = p.word.load(std::memory_order_relaxed);
+      while (
+          !p.word.compare_exchange_weak(w, w & ~word::kPending, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+      }
+    }
+    loads_.pop_front();
+    retired = true;
+  }
+  while (!evictions_.empty() && events_.is_done(evictions_.front().done.get())) {
+    for (auto idx : evictions_.front().pages) {
+      PageEntry& v = table_[idx];
+      if (!dev_->unmap(va_of(v), page_size_).ok()) {
+        // The data is safe on the host; the next load of this page unmaps before mapping again.
+        std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
+                     hex(va_of(v)).c_str());
+        v.stale_mapping = true;
+      }
+      v.set_state(PageState::host);
+    }
+    evictions_.pop_front();
+    retired = true;
+  }
+  if (retired) cv_.notify_all();
+  return retired;
+}
+
+bool PagerImpl::wait_progress(Lock& lk, Clock::time_point deadline) {
+  if (reap(lk)) return true;  // that was the progress: the caller re-checks its condition
+  // Transfers in flight make progress by themselves: wait for the oldest, then retire it.
+  EventRef oldest;
+  if (!evictions_.empty()) {
+    oldest = evictions_.front().done;
+  } else if (!loads_.empty()) {
+    oldest = loads_.front().done;
+  }
+  if (oldest) {
+    lk.unlock();
+    try {
+      events_.wait(oldest.get());
+    } catch (...) {
+      lk.lock();
+      throw;
+    }
+    lk.lock();
+    reap(lk);
+    return true;
+  }
+  return wait_for_change(lk, deadline);
+}
+
+}  // namespace tvmm::detail

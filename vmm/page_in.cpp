@@ -1,0 +1,151 @@
+// PagerImpl, part 3: frames for pages and page-ins (load_pages, load_chunk, acquire_frames).
+#include <algorithm>
+#include <cstdio>
+
+#include "vmm/detail/check.hpp"
+#include "vmm/detail/labels.hpp"
+#include "vmm/detail/scope_guard.hpp"
+#include "vmm/pager_impl.hpp"
+
+namespace tvmm::detail {
+
+std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
+                                  bool may_wait) {
+  // 1. Claim the pages: in transit, no other thread loads, evicts or frees them.
+  std::vector<PageState> before(todo.size());
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    before[i] = todo[i]->state();
+    todo[i]->set_state(PageState::transit);
+  }
+  std::size_t loaded = 0;
+  ScopeGuard restore([&] {
+    for (std::size_t i = loaded; i < todo.size(); ++i) todo[i]->set_state(before[i]);
+    cv_.notify_all();
+  });
+  // Chunk by chunk: a chunk's page-ins release host slots that the next chunk's evictions may need, so
+  // swapping a tensor in never waits on its own slots.
+  while (loaded < todo.size()) {
+    // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
+    Frames got = acquire_frames(lk, todo.size() - loaded, deadline, may_wait);
+    if (got.frames.empty()) break;  // only without may_wait: nothing evictable now
+    const std::size_t n = got.frames.size();
+    load_chunk(std::span(todo).subspan(loaded, n), std::span(before).subspan(loaded, n), got, access);
+    loaded += n;
+  }
+  return loaded;  // `restore` puts back any page left without a frame and wakes waiters
+}
+
+void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
+                           Access access) {
+  const std::size_t count = pages.size();
+  ScopeGuard give_back([&] { release_frames(got); });
+  // 3. Map the pages at their addresses (grouping access grants per contiguous run). A frame taken from
+  //    a victim is still mapped at the victim's address until its write-back is retired: one physical
+  //    frame may be mapped at two addresses, and every use at the new one is ordered after `got.after`.
+  for (PageEntry* p : pages) {
+    if (p->stale_mapping) {  // an earlier eviction could not unmap this address: try again first
+      (void)dev_->unmap(va_of(*p), page_size_);
+      p->stale_mapping = false;
+    }
+  }
+  std::vector<MapRequest> reqs(count);
+  for (std::size_t i = 0; i < count; ++i) reqs[i] = {va_of(*pages[i]), device_->chunk(got.frames[i])};
+  xfer_->map(reqs);
+  // 4. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
+  //    after the write-backs of the frames' previous pages.
+  auto needs_copy = [&](std::size_t i) { return before[i] == PageState::host && access != Access::write; };
+  std::vector<std::uint32_t> copied;
+  EventRef done;
+  try {
+    for (auto& e : got.after) xfer_->order_copy_in_after(e.get());
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!needs_copy(i)) continue;
+      xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot));
+      copied.push_back(table_.index_of(*pages[i]));
+    }
+    // One event for the chunk: it also implies the write-backs it waited for, so pages that were not
+    // copied (fresh, or Access::write) are usable once it completes.
+    if (!copied.empty() || !got.after.empty()) done = xfer_->record_in();
+  } catch (...) {
+    // Copies already queued may still run: drain them before unmapping and reusing the frames. The
+    // host copies were not touched, so the pages stay readable where they were.
+    if (xfer_->drain()) {
+      for (std::size_t i = 0; i < count; ++i) (void)dev_->unmap(va_of(*pages[i]), page_size_);
+    } else {
+      // The device cannot tell when its copies end: keep the frames mapped and out of the pool rather
+      // than let a copy land in reused memory.
+      std::fprintf(stderr, "tvmm: copy streams cannot be drained; retiring %zu device frames\n", count);
+      got.frames.clear();
+    }
+    throw;
+  }
+
+  // 5. Publish: resident, known to the policy, pending until `done` completes.
+  for (std::size_t i = 0; i < count; ++i) {
+    PageEntry& p = *pages[i];
+    p.frame = got.frames[i];
+    if (!needs_copy(i) && p.host_slot != kNoSlot) {
+      host_->release(p.host_slot);  // contents discarded (Access::write): the host copy is dead
+      p.host_slot = kNoSlot;
+    }
+    if (done) p.ready = EventRef(done).detach();
+    policy_->insert(p);
+    p.set_state(PageState::device, static_cast<bool>(done));
+  }
+  if (done) {
+    std::vector<std::uint32_t> idx(count);
+    for (std::size_t i = 0; i < count; ++i) idx[i] = table_.index_of(*pages[i]);
+    loads_.push_back(LoadBatch{std::move(done), std::move(idx)});
+  }
+  got.frames.clear();
+  got.after.clear();
+  give_back.dismiss();
+}
+
+void PagerImpl::release_frames(Frames& got) noexcept {
+  // Frames from victims may still be written back: the pool must not hand them out before that, so
+  // wait here (only failure paths get here with pending write-backs).
+  for (auto& e : got.after) {
+    try {
+      events_.wait(e.get());
+    } catch (...) {
+      got.frames.clear();  // the device cannot say when the copies end: retire the frames
+    }
+  }
+  for (auto f : got.frames) device_->release(f);
+  got.frames.clear();
+  got.after.clear();
+}
+
+// Returns between 1 and `count` frames (0 only without may_wait): rather than block while holding
+// frames, it hands back what it has so the caller can start those page-ins.
+PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait) {
+  Frames got;
+  ScopeGuard give_back([&] { release_frames(got); });
+  while (got.frames.size() < count) {
+    while (got.frames.size() < count) {
+      auto f = device_->try_acquire();
+      if (!f) break;
+      got.frames.push_back(*f);
+    }
+    if (got.frames.size() == count) break;
+    reap(lk);
+    std::vector<PageEntry*> victims = select_victims(count - got.frames.size());
+    if (!victims.empty()) {
+      got.after.push_back(evict(victims, got.frames));
+      continue;
+    }
+    if (!got.frames.empty() || !may_wait) break;
+    // Nothing evictable now: the device is full of pinned or in-transit pages, or the host tier has no
+    // slot for a victim until a page-in completes. Wait for a transfer, an unpin or the deadline.
+    if (!wait_progress(lk, deadline)) {
+      throw out_of_memory("tvmm: no device frame can be freed: " + describe_device() + "; waited " +
+                          std::to_string(cfg_.wait_timeout.count()) +
+                          " ms for pins to be released. The pinned working set exceeds the device budget");
+    }
+  }
+  give_back.dismiss();
+  return got;
+}
+
+}  // namespace tvmm::detail

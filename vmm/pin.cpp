@@ -1,0 +1,314 @@
+// PagerImpl, part 2: pin counts, pin (hit path and slow path), unpin, prefetch and the access trace.
+#include <algorithm>
+#include <cstdio>
+
+#include "vmm/detail/check.hpp"
+#include "vmm/detail/labels.hpp"
+#include "vmm/detail/scope_guard.hpp"
+#include "vmm/pager_impl.hpp"
+
+namespace tvmm::detail {
+
+// --- pin counts ---------------------------------------------------------------------------------------
+
+bool PagerImpl::try_pin_resident(PageEntry& p) noexcept {
+  std::uint64_t w = p.word.load(std::memory_order_acquire);
+  do {
+    if (word::state(w) != PageState::device || word::pending(w) || word::pins(w) == word::kPinMax) return false;
+  } while (!p.word.compare_exchange_weak(w, w + word::kPinOne, std::memory_order_acq_rel, std::memory_order_acquire));
+  if (word::pins(w) == 0) pinned_pages_.fetch_add(1);
+  return true;
+}
+
+void PagerImpl::pin_page(PageEntry& p) noexcept {
+  const auto old = p.word.fetch_add(word::kPinOne, std::memory_order_acq_rel);
+  if (word::pins(old) == 0) pinned_pages_.fetch_add(1);
+}
+
+void PagerImpl::unpin_page_locked(PageEntry& p) noexcept {
+  const auto old = p.word.fetch_sub(word::kPinOne, std::memory_order_acq_rel);
+  if (word::pins(old) == 1) {
+    pinned_pages_.fetch_sub(1);
+    cv_.notify_all();
+  }
+}
+
+void PagerImpl::unpin_page(PageEntry& p) noexcept {
+  const auto old = p.word.fetch_sub(word::kPinOne, std::memory_order_acq_rel);
+  if (word::pins(old) == 1) {
+    pinned_pages_.fetch_sub(1);
+    wake_waiters();
+  }
+}
+
+void PagerImpl::wake_waiters() noexcept {
+  // A waiter registers in waiters_ before testing its condition under mu_; taking mu_ here orders this
+  // notification after that test, so the wake-up cannot be lost. With no waiter, unpin stays lock-free.
+  if (waiters_.load() == 0) return;
+  { std::lock_guard lk(mu_); }
+  cv_.notify_all();
+}
+
+bool PagerImpl::wait_for_change(Lock& lk, Clock::time_point deadline) {
+  if (Clock::now() >= deadline) return false;
+  cv_.wait_until(lk, deadline);
+  return true;
+}
+
+// --- pin ------------------------------------------------------------------------------------------------
+
+void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) {
+  counters_.pins.fetch_add(1, std::memory_order_relaxed);
+  if (a->arena != nullptr) {  // in the resident arena: nothing moves; a host pin still orders after uses
+    if (stream == nullptr && a->use_count.load(std::memory_order_acquire) != 0) wait_for_uses(a);
+    counters_.hits.fetch_add(1, std::memory_order_relaxed);
+    a->refs.fetch_add(1, std::memory_order_relaxed);
+    if (tracing_) record_pin(a, access);
+    return;
+  }
+  PageEntry* pages = pages_of(a);
+  const std::uint32_t n = a->pages;
+  // Hit path: every page resident with its page-in complete. Only pin counts and recency change; the
+  // caller's stream needs no ordering and the calling thread never blocks.
+  std::uint32_t i = 0;
+  while (i < n && try_pin_resident(pages[i])) ++i;
+  if (i == n) {
+    policy_->touch(pages, n);
+    counters_.hits.fetch_add(n, std::memory_order_relaxed);
+  } else {
+    while (i > 0) unpin_page(pages[--i]);
+    pin_slow(a, access, stream);
+  }
+  if (stream == nullptr && a->use_count.load(std::memory_order_acquire) != 0) {
+    try {
+      wait_for_uses(a);
+    } catch (...) {
+      for (std::uint32_t k = 0; k < n; ++k) unpin_page(pages[k]);
+      throw;
+    }
+  }
+  a->refs.fetch_add(1, std::memory_order_relaxed);
+  if (tracing_) record_pin(a, access);
+}
+
+// --- access trace: record, replay, prefetch ahead ------------------------------------------------------
+
+void PagerImpl::record_pin(const Allocation* a, Access access) noexcept {
+  const policies::TraceAccess acc{a->id, a->arena != nullptr ? 0 : a->pages, access == Access::write};
+  const auto ahead = trace_.on_pin(acc, cfg_.prefetch_distance);
+  if (cfg_.prefetch == "trace" && !ahead.empty()) prefetch_ahead(ahead);
+}
+
+void PagerImpl::mark_iteration() {
+  const auto ahead = trace_.on_iteration(cfg_.prefetch_distance);
+  if (tracing_ && cfg_.prefetch == "trace" && !ahead.empty()) prefetch_ahead(ahead);
+}
+
+void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept {
+  try {
+    Lock lk(mu_);
+    reap(lk);
+    for (const auto& target : ahead) {
+      // A pin that overwrites its tensor needs no data: its own pin maps fresh frames. (Loading with
+      // discard here would lose data if the program's access changed: the trace only guides.)
+      if (target.discard) continue;
+      auto it = by_id_.find(target.tensor);
+      if (it == by_id_.end() || it->second->arena != nullptr) continue;
+      Allocation* a = it->second;
+      PageEntry* pages = pages_of(a);
+      std::vector<PageEntry*> todo;
+      for (std::uint32_t i = 0; i < a->pages; ++i) {
+        if (pages[i].state() == PageState::host) todo.push_back(&pages[i]);
+      }
+      if (todo.empty()) continue;
+      // Never evict for this a page needed no later than it: its own, or any tensor pinned before it.
+      auto needed_sooner = [&](const PageEntry& p) {
+        return p.owner == a || trace_.next_use(p.owner->id) <= target.distance;
+      };
+      const FunctionRef<bool(const PageEntry&)> protect(needed_sooner);  // refers to the lambda above
+      protect_ = &protect;
+      ScopeGuard unset([&] { protect_ = nullptr; });
+      // No waiting: load what free or evictable frames allow (load_pages does not unlock without may_wait).
+      const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
+      counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
+      if (loaded < todo.size()) break;  // no room for this one: none for the ones after it either
+    }
+  } catch (const std::exception& ex) {
+    // Prefetch is a hint: a failure leaves the pages where they were; the pin that needs them reports.
+    std::fprintf(stderr, "tvmm: trace prefetch failed: %s\n", ex.what());
+  }
+}
+
+// A host pin sees the tensor as the device left it: wait for the work that stream pins queued on it.
+void PagerImpl::wait_for_uses(Allocation* a) {
+  std::vector<EventRef> waits;
+  {
+    std::lock_guard ul(a->uses_mu);
+    for (auto& u : a->uses) waits.push_back(u.done);
+  }
+  const auto t0 = Clock::now();
+  for (auto& e : waits) events_.wait(e.get());
+  counters_.stall_ns.fetch_add(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()),
+      std::memory_order_relaxed);
+  std::lock_guard ul(a->uses_mu);
+  std::erase_if(a->uses, [&](const Allocation::Use& u) { return u.done.get()->done.load(std::memory_order_acquire); });
+  a->use_count.store(static_cast<std::uint32_t>(a->uses.size()), std::memory_order_release);
+}
+
+void PagerImpl::pin_slow(Allocation* a, Access access, backend::StreamHandle stream) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + cfg_.wait_timeout;
+  PageEntry* pages = pages_of(a);
+  const std::uint32_t n = a->pages;
+  const std::uint32_t budget = device_->budget();
+  // Registered as a waiter for the whole slow path, before any condition is tested, so an unpin that
+  // races with a test below always takes mu_ before notifying (see wake_waiters).
+  waiters_.fetch_add(1);
+  ScopeGuard unregister([&] { waiters_.fetch_sub(1); });
+  Lock lk(mu_);
+  reap(lk);
+
+  // 1. Admission: the pinned working set must fit the device budget. A tensor larger than the budget
+  //    never fits; otherwise wait (bounded) for other pins to be released.
+  if (n > budget) {
+    throw out_of_memory("tvmm: cannot pin " + tensor_label(a) + ": it needs " + std::to_string(n) +
+                        " device pages but the device budget is " + std::to_string(budget) + " pages (" +
+                        format_bytes(cfg_.device_budget) + "); raise device_budget or split the tensor");
+  }
+  for (;;) {
+    std::uint64_t unpinned = 0;
+    for (std::uint32_t i = 0; i < n; ++i) unpinned += word::pins(pages[i].word.load()) == 0 ? 1 : 0;
+    if (pinned_pages_.load() + unpinned <= budget) break;
+    if (!wait_for_change(lk, deadline)) {
+      throw out_of_memory("tvmm: cannot pin " + tensor_label(a) + ": " + std::to_string(pinned_pages_.load()) +
+                          " of the " + std::to_string(budget) + " device pages are pinned and " +
+                          std::to_string(unpinned) + " more are needed; no pin was released within " +
+                          std::to_string(cfg_.wait_timeout.count()) +
+                          " ms. The pinned working set exceeds the device budget: release pins sooner or "
+                          "raise device_budget");
+    }
+  }
+
+  // 2. Pin every page first, so none of them is chosen as a victim while the others are loaded.
+  for (std::uint32_t i = 0; i < n; ++i) pin_page(pages[i]);
+  ScopeGuard rollback([&] {
+    for (std::uint32_t i = 0; i < n; ++i) unpin_page_locked(pages[i]);
+  });
+
+  // 3. Make every page resident; this may evict, and waits for transfers other threads run on them.
+  std::uint64_t misses = 0;
+  std::vector<EventRef> waits = make_resident(lk, a, access, deadline, misses);
+  rollback.dismiss();
+  policy_->touch(pages, n);
+  lk.unlock();
+  counters_.misses.fetch_add(misses, std::memory_order_relaxed);
+  counters_.hits.fetch_add(n - misses, std::memory_order_relaxed);
+
+  // 4. Order the caller after the page-ins: its stream waits (the thread does not), or, for a
+  //    host-synchronous pin, the thread waits.
+  try {
+    for (auto& e : waits) {
+      if (stream != nullptr) {
+        xfer_->stream_wait(stream, e.get());
+      } else {
+        events_.wait(e.get());
+      }
+    }
+  } catch (...) {
+    for (std::uint32_t i = 0; i < n; ++i) unpin_page(pages[i]);
+    throw;
+  }
+  counters_.stall_ns.fetch_add(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()),
+      std::memory_order_relaxed);
+}
+
+std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access access, Clock::time_point deadline,
+                                               std::uint64_t& misses) {
+  PageEntry* pages = pages_of(a);
+  std::vector<PageEntry*> todo;
+  for (;;) {
+    todo.clear();
+    bool busy = false;
+    for (std::uint32_t i = 0; i < a->pages; ++i) {
+      const auto s = pages[i].state();
+      if (s == PageState::fresh || s == PageState::host) todo.push_back(&pages[i]);
+      busy = busy || s == PageState::transit;
+    }
+    if (!todo.empty()) {
+      misses += load_pages(lk, todo, access, deadline, true);
+      continue;
+    }
+    if (!busy) break;
+    // Another thread is moving some of these pages (evicting them, or loading them for its own pin).
+    if (!wait_progress(lk, deadline)) {
+      throw timeout_error("tvmm: pinning " + tensor_label(a) + ": its pages stayed in transit for " +
+                          std::to_string(cfg_.wait_timeout.count()) + " ms");
+    }
+  }
+  std::vector<EventRef> waits;
+  for (std::uint32_t i = 0; i < a->pages; ++i) {
+    Event* e = pages[i].ready;
+    if (e != nullptr && (waits.empty() || waits.back().get() != e) && !events_.is_done(e)) waits.emplace_back(e);
+  }
+  return waits;
+}
+
+// --- unpin and prefetch ---------------------------------------------------------------------------------
+
+void PagerImpl::unpin(Allocation* a, backend::StreamHandle stream) noexcept {
+  if (stream != nullptr) {
+    // The release point: the stream's work queued so far. Recorded before the pin counts drop, so an
+    // evictor that sees zero pins also sees this event.
+    try {
+      EventRef e = events_.acquire();
+      TVMM_CHECK(dev_->record_event(e.get()->handle, stream));
+      std::lock_guard ul(a->uses_mu);
+      auto same =
+          std::find_if(a->uses.begin(), a->uses.end(), [&](const Allocation::Use& u) { return u.stream == stream; });
+      if (same != a->uses.end()) {
+        same->done = std::move(e);
+      } else {
+        a->uses.push_back({stream, std::move(e)});
+        a->use_count.store(static_cast<std::uint32_t>(a->uses.size()), std::memory_order_release);
+      }
+    } catch (const std::exception& ex) {
+      // Without an event the only safe release point is now: wait for the stream.
+      std::fprintf(stderr, "tvmm: recording the release of %s failed (%s); synchronizing its stream\n",
+                   tensor_label(a).c_str(), ex.what());
+      (void)dev_->synchronize_stream(stream);
+    }
+  }
+  if (a->arena == nullptr) {
+    PageEntry* pages = pages_of(a);
+    for (std::uint32_t i = 0; i < a->pages; ++i) unpin_page(pages[i]);
+  }
+  if (a->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) reclaim(a);
+}
+
+void PagerImpl::prefetch(Allocation* a, backend::StreamHandle stream) {
+  if (a->arena != nullptr) return;  // always resident
+  PageEntry* pages = pages_of(a);
+  Lock lk(mu_);
+  reap(lk);
+  // Prefetch is a hint: it loads what fits beside the pinned pages, never waits for pins, and skips
+  // pages that are fresh (no data) or already moving.
+  const std::uint64_t room = device_->budget() - std::min<std::uint64_t>(device_->budget(), pinned_pages_.load());
+  std::vector<PageEntry*> todo;
+  for (std::uint32_t i = 0; i < a->pages && todo.size() < room; ++i) {
+    if (pages[i].state() == PageState::host) todo.push_back(&pages[i]);
+  }
+  std::size_t loaded = 0;
+  if (!todo.empty()) loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
+  std::vector<EventRef> waits;
+  for (std::uint32_t i = 0; i < a->pages; ++i) {
+    Event* e = pages[i].ready;
+    if (e != nullptr && (waits.empty() || waits.back().get() != e)) waits.emplace_back(e);
+  }
+  lk.unlock();
+  counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
+  for (auto& e : waits) xfer_->stream_wait(stream, e.get());
+}
+
+}  // namespace tvmm::detail
