@@ -67,7 +67,8 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   xfer_ = std::make_unique<TransferEngine>(*dev_, events_, page_size_);
   policy_ = cfg_.eviction == "belady" ? std::make_unique<policies::BeladyPolicy>(trace_)
                                       : policies::make_eviction_policy(cfg_.eviction);
-  tracing_ = cfg_.prefetch == "trace" || cfg_.eviction == "belady";
+  trace_prefetch_ = cfg_.prefetch == "trace";
+  tracing_ = trace_prefetch_ || cfg_.eviction == "belady";
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released).
   capacity_pages_ = std::uint64_t{frames} + slots - 1;

@@ -140,6 +140,7 @@ class PagerImpl {
   SmallArena arena_;  // guarded by mu_
   AccessTrace trace_;
   bool tracing_ = false;                                  // trace prefetch or Belady: pins are recorded and replayed
+  bool trace_prefetch_ = false;                           // prefetch == "trace"
   std::uint64_t next_id_ = 1;                             // guarded by mu_
   std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
   std::unique_ptr<DeviceTier> device_;

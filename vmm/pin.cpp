@@ -96,12 +96,12 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
 void PagerImpl::record_pin(const Allocation* a, Access access) noexcept {
   const policies::TraceAccess acc{a->id, a->arena != nullptr ? 0 : a->pages, access == Access::write};
   const auto ahead = trace_.on_pin(acc, cfg_.prefetch_distance);
-  if (cfg_.prefetch == "trace" && !ahead.empty()) prefetch_ahead(ahead);
+  if (trace_prefetch_ && !ahead.empty()) prefetch_ahead(ahead);
 }
 
 void PagerImpl::mark_iteration() {
   const auto ahead = trace_.on_iteration(cfg_.prefetch_distance);
-  if (tracing_ && cfg_.prefetch == "trace" && !ahead.empty()) prefetch_ahead(ahead);
+  if (trace_prefetch_ && !ahead.empty()) prefetch_ahead(ahead);
 }
 
 void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept {
