@@ -25,7 +25,6 @@ class AddressSpace {
 
   [[nodiscard]] backend::DevPtr base() const noexcept { return base_; }
   [[nodiscard]] std::uint32_t pages() const noexcept { return pages_; }
-  [[nodiscard]] std::uint64_t free_pages() const noexcept { return runs_.free_total(); }
   [[nodiscard]] std::uint32_t largest_free_run() const noexcept { return runs_.largest_free_run(); }
   [[nodiscard]] backend::DevPtr addr(std::uint32_t page) const noexcept { return base_ + page * page_size_; }
   //! The page index of `p`, or nullopt outside the reservation.

@@ -45,7 +45,6 @@ class SmallArena {
   Allocation* release(ArenaPage* page, std::uint32_t unit, std::uint32_t units);
   //! Removes and returns every page's backing (at shutdown).
   std::vector<Allocation*> take_all();
-  [[nodiscard]] std::size_t pages() const noexcept { return pages_.size(); }
 
  private:
   std::uint32_t units_per_page_;

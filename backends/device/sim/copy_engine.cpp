@@ -6,8 +6,8 @@
 
 namespace tvmm::backend::sim {
 
-CopyEngine::CopyEngine(std::string name, double bandwidth_bytes_per_s, std::chrono::nanoseconds latency)
-    : name_(std::move(name)), bandwidth_(bandwidth_bytes_per_s), latency_(latency) {}
+CopyEngine::CopyEngine(double bandwidth_bytes_per_s, std::chrono::nanoseconds latency)
+    : bandwidth_(bandwidth_bytes_per_s), latency_(latency) {}
 
 void CopyEngine::copy(void* dst, const void* src, std::size_t bytes) {
   using clock = std::chrono::steady_clock;
@@ -25,15 +25,9 @@ void CopyEngine::copy(void* dst, const void* src, std::size_t bytes) {
       busy_until_ = finish;
     }
     std::memcpy(dst, src, bytes);
-    ++copies_;
   }
   // The modelled completion; the lane is free for the next copy to reserve its own, later slot.
   if (throttled) std::this_thread::sleep_until(finish);
-}
-
-std::uint64_t CopyEngine::copies() const noexcept {
-  std::lock_guard lk(mu_);
-  return copies_;
 }
 
 }  // namespace tvmm::backend::sim

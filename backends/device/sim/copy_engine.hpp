@@ -10,29 +10,23 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <string>
 
 namespace tvmm::backend::sim {
 
 class CopyEngine {
  public:
-  CopyEngine(std::string name, double bandwidth_bytes_per_s, std::chrono::nanoseconds latency);
+  CopyEngine(double bandwidth_bytes_per_s, std::chrono::nanoseconds latency);
   CopyEngine(const CopyEngine&) = delete;
   CopyEngine& operator=(const CopyEngine&) = delete;
 
   // Performs the copy; returns when it and its modelled duration have completed.
   void copy(void* dst, const void* src, std::size_t bytes);
 
-  [[nodiscard]] const std::string& name() const noexcept { return name_; }
-  [[nodiscard]] std::uint64_t copies() const noexcept;
-
  private:
-  const std::string name_;
   const double bandwidth_;
   const std::chrono::nanoseconds latency_;
-  mutable std::mutex mu_;  // the lane: one copy on the bus at a time
+  std::mutex mu_;  // the lane: one copy on the bus at a time
   std::chrono::steady_clock::time_point busy_until_{};
-  std::uint64_t copies_ = 0;
 };
 
 }  // namespace tvmm::backend::sim

@@ -59,8 +59,8 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
                            std::generic_category().message(err),
                        "system_error");
   }
-  h2d_ = std::make_unique<sim::CopyEngine>("h2d", config.bandwidth_bytes_per_s, config.copy_latency);
-  d2h_ = std::make_unique<sim::CopyEngine>("d2h", config.bandwidth_bytes_per_s, config.copy_latency);
+  h2d_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
+  d2h_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
 }
 
 SimDevice::~SimDevice() {
