@@ -44,10 +44,8 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
     for (PageEntry* v : victims) {
       if (v->ready != nullptr) after.push_back(v->ready);
       std::lock_guard ul(v->owner->uses_mu);
-      auto& uses = v->owner->uses;
-      std::erase_if(uses, [&](const Allocation::Use& u) { return events_.is_done(u.done.get()); });
-      v->owner->use_count.store(static_cast<std::uint32_t>(uses.size()), std::memory_order_release);
-      for (auto& u : uses) after.push_back(u.done.get());
+      prune_uses(*v->owner);
+      for (auto& u : v->owner->uses) after.push_back(u.done.get());
     }
     std::sort(after.begin(), after.end());
     after.erase(std::unique(after.begin(), after.end()), after.end());

@@ -271,23 +271,11 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
     p.set_state(PageState::transit);
     if (p.ready != nullptr) waits.emplace_back(p.ready);
   }
-  {
-    std::lock_guard ul(a->uses_mu);
-    for (auto& u : a->uses) waits.push_back(std::move(u.done));
-    a->uses.clear();
-    a->use_count.store(0, std::memory_order_release);
-  }
+  for (auto& e : take_uses(a)) waits.push_back(std::move(e));
   // 3. Wait, without the lock, for queued work that may still touch the pages: their last stream uses
   //    and page-ins. Unmapping is not stream-ordered.
   lk.unlock();
-  for (auto& e : waits) {
-    try {
-      events_.wait(e.get());
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "tvmm: waiting for the last use of %s failed: %s\n", tensor_label(a).c_str(), ex.what());
-    }
-  }
-  waits.clear();
+  wait_quietly(waits, a);
   lk.lock();
   reap(lk);
   // 4. Unmap, return frames and slots, and give the address range back.
@@ -326,19 +314,8 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
 // A small allocation owns no pages: wait for its last stream uses, then return its units to the arena
 // (and release the arena page if it became empty).
 void PagerImpl::reclaim_small(Allocation* a) noexcept {
-  std::vector<EventRef> waits;
-  {
-    std::lock_guard ul(a->uses_mu);
-    for (auto& u : a->uses) waits.push_back(std::move(u.done));
-    a->uses.clear();
-  }
-  for (auto& e : waits) {
-    try {
-      events_.wait(e.get());
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "tvmm: waiting for the last use of %s failed: %s\n", tensor_label(a).c_str(), ex.what());
-    }
-  }
+  std::vector<EventRef> waits = take_uses(a);
+  wait_quietly(waits, a);
   Allocation* empty_page = nullptr;
   {
     std::lock_guard lk(mu_);

@@ -105,6 +105,16 @@ class PagerImpl {
   void record_pin(const Allocation* a, Access access) noexcept;
   void pin_slow(Allocation* a, Access access, backend::StreamHandle stream);
   void wait_for_uses(Allocation* a);
+  // Stream release points of `a`: drop the completed ones (caller holds a->uses_mu), or take them all.
+  void prune_uses(Allocation& a);
+  std::vector<EventRef> take_uses(Allocation* a);
+  // Waits for every event, logging (not throwing) failures: for paths that cannot report.
+  void wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept;
+  // Page-ins of `a` still running (one reference each, deduplicated); caller holds mu_.
+  std::vector<EventRef> pending_page_ins(const Allocation* a);
+  // Pages of `a` on the host tier, at most `limit`; caller holds mu_.
+  std::vector<PageEntry*> host_pages(const Allocation* a, std::size_t limit = SIZE_MAX);
+  void add_stall(Clock::time_point since) noexcept;
   // Makes every page of `a` resident; returns the page-in events a user must order after.
   std::vector<EventRef> make_resident(Lock& lk, Allocation* a, Access access, Clock::time_point deadline,
                                       std::uint64_t& misses);

@@ -100,6 +100,7 @@ void PagerImpl::record_pin(const Allocation* a, Access access) noexcept {
 }
 
 void PagerImpl::mark_iteration() {
+  if (!tracing_) return;
   const auto ahead = trace_.on_iteration(cfg_.prefetch_distance);
   if (trace_prefetch_ && !ahead.empty()) prefetch_ahead(ahead);
 }
@@ -115,11 +116,7 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
       auto it = by_id_.find(target.tensor);
       if (it == by_id_.end() || it->second->arena != nullptr) continue;
       Allocation* a = it->second;
-      PageEntry* pages = pages_of(a);
-      std::vector<PageEntry*> todo;
-      for (std::uint32_t i = 0; i < a->pages; ++i) {
-        if (pages[i].state() == PageState::host) todo.push_back(&pages[i]);
-      }
+      std::vector<PageEntry*> todo = host_pages(a);
       if (todo.empty()) continue;
       // Never evict for this a page needed no later than it: its own, or any tensor pinned before it.
       auto needed_sooner = [&](const PageEntry& p) {
@@ -148,12 +145,59 @@ void PagerImpl::wait_for_uses(Allocation* a) {
   }
   const auto t0 = Clock::now();
   for (auto& e : waits) events_.wait(e.get());
-  counters_.stall_ns.fetch_add(
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()),
-      std::memory_order_relaxed);
+  add_stall(t0);
   std::lock_guard ul(a->uses_mu);
-  std::erase_if(a->uses, [&](const Allocation::Use& u) { return u.done.get()->done.load(std::memory_order_acquire); });
-  a->use_count.store(static_cast<std::uint32_t>(a->uses.size()), std::memory_order_release);
+  prune_uses(*a);
+}
+
+void PagerImpl::prune_uses(Allocation& a) {
+  std::erase_if(a.uses, [&](const Allocation::Use& u) { return events_.is_done(u.done.get()); });
+  a.use_count.store(static_cast<std::uint32_t>(a.uses.size()), std::memory_order_release);
+}
+
+std::vector<EventRef> PagerImpl::take_uses(Allocation* a) {
+  std::vector<EventRef> out;
+  std::lock_guard ul(a->uses_mu);
+  for (auto& u : a->uses) out.push_back(std::move(u.done));
+  a->uses.clear();
+  a->use_count.store(0, std::memory_order_release);
+  return out;
+}
+
+void PagerImpl::wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept {
+  for (auto& e : events) {
+    try {
+      events_.wait(e.get());
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "tvmm: waiting for the last use of %s failed: %s\n", tensor_label(a).c_str(), ex.what());
+    }
+  }
+  events.clear();
+}
+
+std::vector<EventRef> PagerImpl::pending_page_ins(const Allocation* a) {
+  const PageEntry* pages = &table_[a->first_page];
+  std::vector<EventRef> out;
+  for (std::uint32_t i = 0; i < a->pages; ++i) {
+    Event* e = pages[i].ready;
+    if (e != nullptr && (out.empty() || out.back().get() != e) && !events_.is_done(e)) out.emplace_back(e);
+  }
+  return out;
+}
+
+std::vector<PageEntry*> PagerImpl::host_pages(const Allocation* a, std::size_t limit) {
+  PageEntry* pages = &table_[a->first_page];
+  std::vector<PageEntry*> out;
+  for (std::uint32_t i = 0; i < a->pages && out.size() < limit; ++i) {
+    if (pages[i].state() == PageState::host) out.push_back(&pages[i]);
+  }
+  return out;
+}
+
+void PagerImpl::add_stall(Clock::time_point since) noexcept {
+  counters_.stall_ns.fetch_add(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count()),
+      std::memory_order_relaxed);
 }
 
 void PagerImpl::pin_slow(Allocation* a, Access access, backend::StreamHandle stream) {
@@ -219,9 +263,7 @@ void PagerImpl::pin_slow(Allocation* a, Access access, backend::StreamHandle str
     for (std::uint32_t i = 0; i < n; ++i) unpin_page(pages[i]);
     throw;
   }
-  counters_.stall_ns.fetch_add(
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()),
-      std::memory_order_relaxed);
+  add_stall(t0);
 }
 
 std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access access, Clock::time_point deadline,
@@ -247,12 +289,7 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access a
                           std::to_string(cfg_.wait_timeout.count()) + " ms");
     }
   }
-  std::vector<EventRef> waits;
-  for (std::uint32_t i = 0; i < a->pages; ++i) {
-    Event* e = pages[i].ready;
-    if (e != nullptr && (waits.empty() || waits.back().get() != e) && !events_.is_done(e)) waits.emplace_back(e);
-  }
-  return waits;
+  return pending_page_ins(a);
 }
 
 // --- unpin and prefetch ---------------------------------------------------------------------------------
@@ -289,26 +326,18 @@ void PagerImpl::unpin(Allocation* a, backend::StreamHandle stream) noexcept {
 
 void PagerImpl::prefetch(Allocation* a, backend::StreamHandle stream) {
   if (a->arena != nullptr) return;  // always resident
-  PageEntry* pages = pages_of(a);
   Lock lk(mu_);
   reap(lk);
   // Prefetch is a hint: it loads what fits beside the pinned pages, never waits for pins, and skips
   // pages that are fresh (no data) or already moving.
   const std::uint64_t room = device_->budget() - std::min<std::uint64_t>(device_->budget(), pinned_pages_.load());
-  std::vector<PageEntry*> todo;
-  for (std::uint32_t i = 0; i < a->pages && todo.size() < room; ++i) {
-    if (pages[i].state() == PageState::host) todo.push_back(&pages[i]);
-  }
+  std::vector<PageEntry*> todo = host_pages(a, room);
   std::size_t loaded = 0;
   if (!todo.empty()) loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
-  std::vector<EventRef> waits;
-  for (std::uint32_t i = 0; i < a->pages; ++i) {
-    Event* e = pages[i].ready;
-    if (e != nullptr && (waits.empty() || waits.back().get() != e)) waits.emplace_back(e);
-  }
+  const std::vector<EventRef> waits = pending_page_ins(a);
   lk.unlock();
   counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
-  for (auto& e : waits) xfer_->stream_wait(stream, e.get());
+  for (const auto& e : waits) xfer_->stream_wait(stream, e.get());
 }
 
 }  // namespace tvmm::detail
