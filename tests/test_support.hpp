@@ -3,7 +3,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <stdlib.h>
 #include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "kernels/pattern.hpp"
 #include "tvmm/tvmm.hpp"
@@ -31,5 +37,44 @@ inline void fill(void* p, std::size_t n, std::uint64_t seed) { kernels::fill_pat
 inline std::size_t mismatches(const void* p, std::size_t n, std::uint64_t seed) {
   return kernels::count_mismatches(p, n, seed);
 }
+
+//! A fresh directory under $TMPDIR (or /tmp), removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base != nullptr && *base != 0 ? base : "/tmp") + "/tvmm-test-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  //! Names of the entries in the directory now.
+  [[nodiscard]] std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().filename().string());
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+//! `n` bytes aligned for O_DIRECT, freed at scope exit.
+struct AlignedBuffer {
+  explicit AlignedBuffer(std::size_t n)
+      : bytes(n), data(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
+  ~AlignedBuffer() { std::free(data); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  std::byte* at(std::size_t i, std::size_t stride) const { return data + i * stride; }
+  std::size_t bytes;
+  std::byte* data;
+};
 
 }  // namespace tvmm::test

@@ -73,6 +73,19 @@ class device_error : public std::runtime_error, public error {
   std::string error_name_;
 };
 
+//! Storage I/O failed: a page could not be written to or read back from the NVMe tier, or its data
+//! failed its checksum. The message names the page and slot; the page stays readable where it was.
+class io_error : public std::runtime_error, public error {
+ public:
+  explicit io_error(const std::string& msg, int sys_errno = 0) : std::runtime_error(msg), errno_(sys_errno) {}
+  [[nodiscard]] const char* what() const noexcept override { return std::runtime_error::what(); }
+  //! The operating system's error number (EIO, ...), or 0 for a checksum mismatch.
+  [[nodiscard]] int sys_errno() const noexcept { return errno_; }
+
+ private:
+  int errno_;
+};
+
 //! A request could not complete in time, e.g. waiting for other threads to unpin pages.
 class timeout_error : public std::runtime_error, public error {
  public:

@@ -1,0 +1,115 @@
+#include "backends/storage/faulty/faulty_storage.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace tvmm::storage {
+
+FaultyStorage::FaultyStorage(std::unique_ptr<StorageBackend> inner) : inner_(std::move(inner)) {}
+
+FaultyStorage::~FaultyStorage() {
+  // Bounce buffers must outlive the writes that read them.
+  std::vector<IoCompletion> sink(64);
+  while (inner_->outstanding() > 0) (void)inner_->reap(sink, 1);
+}
+
+void FaultyStorage::set_rules(std::vector<FaultRule> rules) {
+  std::lock_guard lk(mu_);
+  rules_.clear();
+  for (auto& r : rules) rules_.push_back(Armed{r, 0, 0, std::mt19937_64(r.seed)});
+}
+
+std::uint64_t FaultyStorage::fired() const {
+  std::lock_guard lk(mu_);
+  return fired_;
+}
+
+std::vector<FaultRule::Kind> FaultyStorage::decide(const IoRequest& r) {
+  std::vector<FaultRule::Kind> kinds;
+  std::lock_guard lk(mu_);
+  for (auto& a : rules_) {
+    const FaultRule& rule = a.rule;
+    if ((rule.op && *rule.op != r.op) || (rule.slot && *rule.slot != r.slot)) continue;
+    ++a.matches;
+    bool fire = true;
+    if (rule.every_nth != 0) fire = a.matches % rule.every_nth == 0;
+    if (rule.probability > 0.0) {
+      fire = fire && std::uniform_real_distribution<double>(0.0, 1.0)(a.rng) < rule.probability;
+    }
+    if (!fire || a.fires >= rule.max_fires) continue;
+    ++a.fires;
+    ++fired_;
+    kinds.push_back(rule.kind);
+    if (rule.kind == FaultRule::Kind::latency) std::this_thread::sleep_for(rule.latency);
+  }
+  return kinds;
+}
+
+int FaultyStorage::submit(std::span<const IoRequest> reqs) {
+  // Validate first so that a refused batch changes nothing (no rule counts, no synthetic failures).
+  for (const auto& r : reqs) {
+    if (r.slot >= inner_->slots() || r.buf == nullptr || reinterpret_cast<std::uintptr_t>(r.buf) % kIoAlignment != 0)
+      return -EINVAL;
+  }
+  std::vector<IoRequest> forward;
+  for (const auto& r : reqs) {
+    const auto kinds = decide(r);
+    auto has = [&](FaultRule::Kind k) { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); };
+    if (has(FaultRule::Kind::eio) || has(FaultRule::Kind::enospc)) {
+      ready_.push_back({r.tag, has(FaultRule::Kind::eio) ? -EIO : -ENOSPC});
+      continue;
+    }
+    Pending p{r, has(FaultRule::Kind::short_io), has(FaultRule::Kind::bit_flip)};
+    IoRequest inner_req = r;
+    if (p.flip && r.op == IoOp::write) {
+      // Write a corrupted copy; the caller's buffer stays as it was.
+      void* mem = std::aligned_alloc(kIoAlignment, slot_size());
+      if (mem == nullptr) return -ENOMEM;
+      std::memcpy(mem, r.buf, slot_size());
+      static_cast<std::byte*>(mem)[slot_size() / 3] ^= std::byte{0x10};
+      p.bounce = {static_cast<std::byte*>(mem), std::free};
+      inner_req.buf = mem;
+    }
+    inner_req.tag = next_tag_++;
+    pending_.emplace(inner_req.tag, std::move(p));
+    forward.push_back(inner_req);
+  }
+  if (forward.empty()) return 0;
+  const int rc = inner_->submit(forward);
+  if (rc != 0) {
+    for (const auto& f : forward) pending_.erase(f.tag);
+  }
+  return rc;
+}
+
+std::size_t FaultyStorage::reap(std::span<IoCompletion> out, std::size_t min) {
+  std::size_t n = 0;
+  while (n < out.size() && !ready_.empty()) {
+    out[n++] = ready_.back();
+    ready_.pop_back();
+  }
+  if (n < out.size() && inner_->outstanding() > 0) {
+    std::vector<IoCompletion> got(out.size() - n);
+    const std::size_t k = inner_->reap(got, min > n ? min - n : 0);
+    for (std::size_t i = 0; i < k; ++i) {
+      auto it = pending_.find(got[i].tag);
+      Pending& p = it->second;
+      std::int64_t result = got[i].result;
+      if (result == static_cast<std::int64_t>(slot_size())) {
+        if (p.flip && p.req.op == IoOp::read) static_cast<std::byte*>(p.req.buf)[slot_size() / 3] ^= std::byte{0x10};
+        if (p.short_io) {
+          result = static_cast<std::int64_t>(slot_size() / 2);
+          if (p.req.op == IoOp::read) std::memset(static_cast<std::byte*>(p.req.buf) + slot_size() / 2, 0, slot_size() / 2);
+        }
+      }
+      out[n++] = {p.req.tag, result};
+      pending_.erase(it);
+    }
+  }
+  return n;
+}
+
+}  // namespace tvmm::storage

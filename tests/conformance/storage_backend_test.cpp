@@ -1,0 +1,316 @@
+// The storage-backend conformance suite: one typed suite run against uring, posix and faulty-wrapped
+// backends (with no rule set, a faulty backend must behave exactly like the one it wraps). Each test
+// checks a clause of backends/storage/storage_backend.hpp.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "backends/storage/faulty/faulty_storage.hpp"
+#include "backends/storage/posix/posix_storage.hpp"
+#include "backends/storage/uring/uring_storage.hpp"
+#include "test_support.hpp"
+
+using namespace tvmm;
+using namespace tvmm::storage;
+using tvmm::test::AlignedBuffer;
+using tvmm::test::TempDir;
+
+namespace {
+
+constexpr std::size_t kSlot = 64 * KiB;
+
+std::unique_ptr<StorageBackend> make_uring(const StorageOptions& o) {
+  int err = 0;
+  auto b = UringStorage::create(o, &err);
+  if (!b) throw std::runtime_error("io_uring unavailable: " + errno_text(-err));
+  return b;
+}
+struct Uring {
+  static std::unique_ptr<StorageBackend> make(const StorageOptions& o) { return make_uring(o); }
+};
+struct Posix {
+  static std::unique_ptr<StorageBackend> make(const StorageOptions& o) { return std::make_unique<PosixStorage>(o); }
+};
+struct FaultyUring {
+  static std::unique_ptr<StorageBackend> make(const StorageOptions& o) {
+    return std::make_unique<FaultyStorage>(make_uring(o));
+  }
+};
+struct FaultyPosix {
+  static std::unique_ptr<StorageBackend> make(const StorageOptions& o) {
+    return std::make_unique<FaultyStorage>(std::make_unique<PosixStorage>(o));
+  }
+};
+
+template <class Factory>
+class StorageConformance : public ::testing::Test {
+ protected:
+  StorageOptions options(std::uint32_t slots, unsigned depth = 4) {
+    StorageOptions o;
+    o.paths = {dir_a_.path(), dir_b_.path()};
+    o.slot_size = kSlot;
+    o.slots = slots;
+    o.queue_depth = depth;
+    return o;
+  }
+  TempDir dir_a_, dir_b_;
+};
+
+using Backends = ::testing::Types<Uring, Posix, FaultyUring, FaultyPosix>;
+TYPED_TEST_SUITE(StorageConformance, Backends);
+
+// More requests than the queue depth, striped over two directories: every slot reads back what was
+// written to it, and every completion carries its request's tag once.
+TYPED_TEST(StorageConformance, EverySlotReadsBackWhatWasWritten) {
+  const std::uint32_t slots = 37;
+  auto b = TypeParam::make(this->options(slots, 4));
+  EXPECT_EQ(b->slots(), slots);
+  EXPECT_EQ(b->slot_size(), kSlot);
+  AlignedBuffer out(slots * kSlot), in(slots * kSlot);
+  std::vector<IoRequest> writes, reads;
+  for (std::uint32_t s = 0; s < slots; ++s) {
+    test::fill(out.at(s, kSlot), kSlot, 1000 + s);
+    writes.push_back({IoOp::write, s, out.at(s, kSlot), 5000 + 3ULL * s});
+    reads.push_back({IoOp::read, slots - 1 - s, in.at(slots - 1 - s, kSlot), 9000 + 7ULL * s});
+  }
+  ASSERT_EQ(b->submit(writes), 0);
+  std::vector<IoCompletion> done(slots);
+  std::multiset<std::uint64_t> tags;
+  while (tags.size() < slots) {
+    const auto n = b->reap(done, 1);
+    ASSERT_GT(n, 0u);
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(done[i].result, static_cast<std::int64_t>(kSlot));
+      tags.insert(done[i].tag);
+    }
+  }
+  for (const auto& w : writes) EXPECT_EQ(tags.count(w.tag), 1u);
+  EXPECT_EQ(b->outstanding(), 0u);
+  std::vector<std::int64_t> results(slots);
+  ASSERT_EQ(run_batch(*b, reads, results), 0);
+  for (auto r : results) EXPECT_EQ(r, static_cast<std::int64_t>(kSlot));
+  for (std::uint32_t s = 0; s < slots; ++s) EXPECT_EQ(test::mismatches(in.at(s, kSlot), kSlot, 1000 + s), 0u) << s;
+}
+
+TYPED_TEST(StorageConformance, ReapWaitsForAtLeastMin) {
+  auto b = TypeParam::make(this->options(8, 8));
+  AlignedBuffer buf(8 * kSlot);
+  std::vector<IoRequest> reqs;
+  for (std::uint32_t s = 0; s < 8; ++s) reqs.push_back({IoOp::write, s, buf.at(s, kSlot), s});
+  ASSERT_EQ(b->submit(reqs), 0);
+  std::vector<IoCompletion> done(8);
+  std::size_t got = b->reap(done, 5);
+  EXPECT_GE(got, 5u);
+  while (got < 8) got += b->reap(std::span(done).subspan(got), 1);
+  EXPECT_EQ(b->outstanding(), 0u);
+  EXPECT_EQ(b->reap(done, 1), 0u) << "nothing outstanding: reap returns at once";
+}
+
+TYPED_TEST(StorageConformance, BadRequestsAreRefusedWholeAndChangeNothing) {
+  auto b = TypeParam::make(this->options(4));
+  AlignedBuffer buf(2 * kSlot);
+  const IoRequest good{IoOp::write, 0, buf.data, 1};
+  const IoRequest out_of_range{IoOp::write, 4, buf.data, 2};
+  const IoRequest misaligned{IoOp::read, 1, buf.data + 512, 3};
+  EXPECT_EQ(b->submit(std::vector{good, out_of_range}), -EINVAL);
+  EXPECT_EQ(b->submit(std::vector{misaligned}), -EINVAL);
+  EXPECT_EQ(b->submit(std::vector{IoRequest{IoOp::read, 0, nullptr, 4}}), -EINVAL);
+  EXPECT_EQ(b->outstanding(), 0u);
+}
+
+TYPED_TEST(StorageConformance, NoFileOfOursIsVisibleWhileRunning) {
+  auto b = TypeParam::make(this->options(6));
+  AlignedBuffer buf(kSlot);
+  std::vector<std::int64_t> r(1);
+  ASSERT_EQ(run_batch(*b, std::vector{IoRequest{IoOp::write, 5, buf.data, 0}}, r), 0);
+  EXPECT_TRUE(this->dir_a_.entries().empty());
+  EXPECT_TRUE(this->dir_b_.entries().empty());
+  // The fallback for filesystems without O_TMPFILE: a private name, unlinked before use.
+  auto o = this->options(6);
+  o.use_tmpfile = false;
+  auto fallback = TypeParam::make(o);
+  ASSERT_EQ(run_batch(*fallback, std::vector{IoRequest{IoOp::write, 5, buf.data, 0}}, r), 0);
+  EXPECT_EQ(r[0], static_cast<std::int64_t>(kSlot));
+  EXPECT_TRUE(this->dir_a_.entries().empty());
+  EXPECT_TRUE(this->dir_b_.entries().empty());
+}
+
+TYPED_TEST(StorageConformance, StartUpErrorsSayWhatAndHowToFix) {
+  auto o = this->options(4);
+  o.paths = {this->dir_a_.path() + "/missing"};
+  try {
+    (void)TypeParam::make(o);
+    FAIL() << "a missing directory must be refused";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nvme.paths"), std::string::npos) << e.what();
+  }
+  // More than the disk holds: refused at start-up with out_of_memory, before any space is taken.
+  o.paths = {this->dir_a_.path()};
+  o.slots = UINT32_MAX;
+  o.slot_size = 1 * MiB;  // 4 PiB
+  try {
+    (void)TypeParam::make(o);
+    FAIL() << "a budget beyond the free space must be refused";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("nvme.budget"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(this->dir_a_.entries().empty());
+  o.slots = 4;
+  o.slot_size = 1000;  // not a multiple of 4096
+  EXPECT_THROW((void)TypeParam::make(o), config_error);
+}
+
+// --- backend-specific ------------------------------------------------------------------------------------
+
+TEST(UringStorage, RegistersBuffersWithinTheMemlockLimitAndFallsBackBeyondIt) {
+  TempDir dir;
+  StorageOptions o{{dir.path()}, kSlot, 8, 4, true, true};
+  int err = 0;
+  auto b = UringStorage::create(o, &err);
+  ASSERT_TRUE(b) << errno_text(-err);
+  rlimit lim{};
+  ASSERT_EQ(::getrlimit(RLIMIT_MEMLOCK, &lim), 0);
+  if (lim.rlim_cur != RLIM_INFINITY) {
+    AlignedBuffer huge(static_cast<std::size_t>(lim.rlim_cur) + kSlot);
+    EXPECT_FALSE(b->register_buffers(huge.data, huge.bytes)) << "beyond RLIMIT_MEMLOCK: plain I/O";
+    EXPECT_FALSE(b->buffers_registered());
+  }
+  AlignedBuffer frames(4 * kSlot);
+  const bool fixed = b->register_buffers(frames.data, frames.bytes);
+  EXPECT_EQ(fixed, b->buffers_registered());
+  // Fixed or not, transfers from inside and outside the block both work.
+  AlignedBuffer outside(kSlot);
+  test::fill(frames.at(2, kSlot), kSlot, 77);
+  test::fill(outside.data, kSlot, 78);
+  std::vector<std::int64_t> r(2);
+  ASSERT_EQ(run_batch(*b,
+                      std::vector{IoRequest{IoOp::write, 1, frames.at(2, kSlot), 0},
+                                  IoRequest{IoOp::write, 2, outside.data, 0}},
+                      r),
+            0);
+  EXPECT_EQ(r[0], static_cast<std::int64_t>(kSlot));
+  std::memset(frames.data, 0, frames.bytes);
+  std::memset(outside.data, 0, kSlot);
+  ASSERT_EQ(run_batch(*b,
+                      std::vector{IoRequest{IoOp::read, 2, frames.at(0, kSlot), 0},
+                                  IoRequest{IoOp::read, 1, outside.data, 0}},
+                      r),
+            0);
+  EXPECT_EQ(test::mismatches(frames.at(0, kSlot), kSlot, 78), 0u);
+  EXPECT_EQ(test::mismatches(outside.data, kSlot, 77), 0u);
+}
+
+TEST(StorageFactory, NamesAndErrors) {
+  TempDir dir;
+  StorageOptions o{{dir.path()}, kSlot, 4, 4, true, true};
+  EXPECT_STREQ(make_storage_backend("posix", o)->name(), "posix");
+  EXPECT_STREQ(make_storage_backend("uring", o)->name(), "uring");  // io_uring works on the CI machines
+  EXPECT_STREQ(make_storage_backend("auto", o)->name(), "uring");
+  try {
+    (void)make_storage_backend("spdk", o);
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"posix\""), std::string::npos) << e.what();
+  }
+}
+
+// --- faulty: each kind of fault, by each kind of rule ----------------------------------------------------
+
+class FaultyStorageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StorageOptions o{{dir_.path()}, kSlot, 16, 4, true, true};
+    auto f = std::make_unique<FaultyStorage>(std::make_unique<PosixStorage>(o));
+    faulty_ = f.get();
+    backend_ = std::move(f);
+    for (std::uint32_t s = 0; s < 16; ++s) test::fill(buf_.at(s, kSlot), kSlot, 300 + s);
+  }
+  // Runs one op per slot in `slots`; returns the results.
+  std::vector<std::int64_t> run(IoOp op, const std::vector<std::uint32_t>& slots) {
+    std::vector<IoRequest> reqs;
+    for (auto s : slots) reqs.push_back({op, s, buf_.at(s, kSlot), 0});
+    std::vector<std::int64_t> r(reqs.size());
+    EXPECT_EQ(run_batch(*backend_, reqs, r), 0);
+    return r;
+  }
+  std::vector<std::uint32_t> all() const {
+    std::vector<std::uint32_t> v(16);
+    for (std::uint32_t i = 0; i < 16; ++i) v[i] = i;
+    return v;
+  }
+  TempDir dir_;
+  AlignedBuffer buf_{16 * kSlot};
+  FaultyStorage* faulty_ = nullptr;
+  std::unique_ptr<StorageBackend> backend_;
+};
+
+constexpr auto kOk = static_cast<std::int64_t>(kSlot);
+
+TEST_F(FaultyStorageTest, EveryNthWriteFailsWithEio) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::eio).on(IoOp::write).every(4)});
+  const auto r = run(IoOp::write, all());
+  for (std::size_t i = 0; i < r.size(); ++i) EXPECT_EQ(r[i], (i + 1) % 4 == 0 ? -EIO : kOk) << i;
+  EXPECT_EQ(faulty_->fired(), 4u);
+  for (auto x : run(IoOp::read, all())) EXPECT_EQ(x, kOk) << "the rule names writes only";
+}
+
+TEST_F(FaultyStorageTest, SlotRuleAndMaxFires) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::enospc).at_slot(5).at_most(2)});
+  for (int round = 0; round < 3; ++round) {
+    const auto r = run(IoOp::write, all());
+    for (std::size_t i = 0; i < r.size(); ++i) EXPECT_EQ(r[i], i == 5 && round < 2 ? -ENOSPC : kOk);
+  }
+}
+
+TEST_F(FaultyStorageTest, ProbabilityIsReproducibleWithItsSeed) {
+  auto pattern = [&](std::uint64_t seed) {
+    faulty_->set_rules({FaultRule::of(FaultRule::Kind::eio).with_probability(0.5, seed)});
+    std::vector<bool> failed;
+    for (auto x : run(IoOp::write, all())) failed.push_back(x == -EIO);
+    return failed;
+  };
+  const auto a = pattern(42), b = pattern(42), c = pattern(43);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  const auto n = std::count(a.begin(), a.end(), true);
+  EXPECT_GT(n, 0);
+  EXPECT_LT(n, 16);
+}
+
+TEST_F(FaultyStorageTest, ShortReadReportsHalfAndBitFlipsCorruptBothWays) {
+  run(IoOp::write, all());
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::short_io).on(IoOp::read).at_slot(3)});
+  auto r = run(IoOp::read, {3, 4});
+  EXPECT_EQ(r[0], kOk / 2);
+  EXPECT_EQ(r[1], kOk);
+  // A flipped bit on the way in: one byte differs; the slot itself is intact.
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::bit_flip).on(IoOp::read).at_slot(4)});
+  r = run(IoOp::read, {4});
+  EXPECT_EQ(r[0], kOk);
+  EXPECT_EQ(test::mismatches(buf_.at(4, kSlot), kSlot, 304), 1u);
+  faulty_->clear();
+  run(IoOp::read, {4});
+  EXPECT_EQ(test::mismatches(buf_.at(4, kSlot), kSlot, 304), 0u);
+  // On the way out: the caller's buffer is untouched, the slot holds a corrupted copy.
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::bit_flip).on(IoOp::write).at_slot(6)});
+  run(IoOp::write, {6});
+  EXPECT_EQ(test::mismatches(buf_.at(6, kSlot), kSlot, 306), 0u);
+  faulty_->clear();
+  run(IoOp::read, {6});
+  EXPECT_EQ(test::mismatches(buf_.at(6, kSlot), kSlot, 306), 1u);
+}
+
+TEST_F(FaultyStorageTest, LatencyDelaysRequests) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::latency).delay(std::chrono::microseconds(20'000))});
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto x : run(IoOp::write, {0, 1})) EXPECT_EQ(x, kOk);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(40));
+}
+
+}  // namespace
