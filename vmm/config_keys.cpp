@@ -25,8 +25,10 @@ std::string toml_size(std::size_t bytes, bool allows_auto) {
   return "\"" + std::to_string(bytes) + "B\"";
 }
 
+// A size key; `field` returns the Config member it sets (a captureless lambda).
+using SizeField = std::size_t& (*)(Config&);
 ConfigKey size_key(std::string_view section, std::string_view key, const char* meaning, bool allows_auto,
-                   std::size_t Config::*field) {
+                   SizeField field) {
   return ConfigKey{section,
                    key,
                    KeyType::size,
@@ -36,23 +38,11 @@ ConfigKey size_key(std::string_view section, std::string_view key, const char* m
                    allows_auto,
                    0.0,
                    {},
-                   [field](Config& c, const KeyValue& v) { c.*field = v.size; },
-                   [field, allows_auto](const Config& c) { return toml_size(c.*field, allows_auto); }};
-}
-
-ConfigKey sim_size_key(std::string_view key, const char* meaning, bool allows_auto,
-                       std::size_t SimDeviceConfig::*field) {
-  return ConfigKey{"device.sim",
-                   key,
-                   KeyType::size,
-                   allows_auto ? "a size like \"512MiB\" (or a number of bytes), or \"auto\""
-                               : "a size like \"2MiB\" (or a number of bytes)",
-                   meaning,
-                   allows_auto,
-                   0.0,
-                   {},
-                   [field](Config& c, const KeyValue& v) { c.sim.*field = v.size; },
-                   [field, allows_auto](const Config& c) { return toml_size(c.sim.*field, allows_auto); }};
+                   [field](Config& c, const KeyValue& v) { field(c) = v.size; },
+                   [field, allows_auto](const Config& c) {
+                     Config copy = c;  // the accessor gives a mutable reference; printing is rare
+                     return toml_size(field(copy), allows_auto);
+                   }};
 }
 
 std::vector<ConfigKey> make_keys() {
@@ -68,20 +58,20 @@ std::vector<ConfigKey> make_keys() {
                   [](Config& c, const KeyValue& v) { c.device_backend = v.text; },
                   [](const Config& c) { return "\"" + c.device_backend + "\""; }});
   keys.push_back(size_key("device", "budget", "device memory the pager may use for pages (whole pages)", false,
-                          &Config::device_budget));
+                          [](Config& c) -> std::size_t& { return c.device_budget; }));
   keys.push_back(size_key("device", "page_size",
                           "unit of residency; \"auto\" = the backend's granularity, else a multiple of it", true,
-                          &Config::page_size));
+                          [](Config& c) -> std::size_t& { return c.page_size; }));
   keys.push_back(size_key("device", "va_size",
                           "device address reservation; bounds the total size of live tensors; \"auto\" = 4 x "
                           "(device + host budgets), at least 1 GiB",
-                          true, &Config::va_size));
-  keys.push_back(sim_size_key("capacity",
+                          true, [](Config& c) -> std::size_t& { return c.va_size; }));
+  keys.push_back(size_key("device.sim", "capacity",
                               "physical memory of the simulated GPU (a hard limit); \"auto\" = the "
                               "device budget",
-                              true, &SimDeviceConfig::capacity));
-  keys.push_back(sim_size_key("granularity", "mapping granularity of the simulated GPU (a power of two)", false,
-                              &SimDeviceConfig::granularity));
+                              true, [](Config& c) -> std::size_t& { return c.sim.capacity; }));
+  keys.push_back(size_key("device.sim", "granularity", "mapping granularity of the simulated GPU (a power of two)", false,
+                              [](Config& c) -> std::size_t& { return c.sim.granularity; }));
   keys.push_back({"device.sim",
                   "bandwidth_gbs",
                   KeyType::number,
@@ -105,7 +95,61 @@ std::vector<ConfigKey> make_keys() {
                   },
                   [](const Config& c) { return toml_number(static_cast<double>(c.sim.copy_latency.count()) / 1e3); }});
   keys.push_back(size_key("host", "budget", "host memory the pager may use for evicted pages (whole pages)", false,
-                          &Config::host_budget));
+                          [](Config& c) -> std::size_t& { return c.host_budget; }));
+  keys.push_back({"nvme",
+                  "paths",
+                  KeyType::paths,
+                  "an array of directory paths like [\"/mnt/nvme0/tvmm\", \"/mnt/nvme1/tvmm\"] (in the "
+                  "environment: paths separated by ':')",
+                  "directories of the NVMe tier's files, one per drive (slots are striped across them)",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.nvme.paths = v.list; },
+                  [](const Config& c) {
+                    std::string out = "[";
+                    for (const auto& p : c.nvme.paths) out += (out.size() > 1 ? ", \"" : "\"") + p + "\"";
+                    return out + "]";
+                  }});
+  keys.push_back(size_key("nvme", "budget",
+                          "storage the NVMe tier may use for pages, reserved at start; 0 = no NVMe tier", false,
+                          [](Config& c) -> std::size_t& { return c.nvme.budget; }));
+  keys.push_back({"nvme",
+                  "backend",
+                  KeyType::text,
+                  "one of: \"auto\", \"uring\", \"posix\"",
+                  "storage backend: auto (io_uring, or posix where io_uring is unavailable), uring, posix "
+                  "(pread/pwrite threads)",
+                  false,
+                  0.0,
+                  {"auto", "uring", "posix"},
+                  [](Config& c, const KeyValue& v) { c.nvme.backend = v.text; },
+                  [](const Config& c) { return "\"" + c.nvme.backend + "\""; }});
+  keys.push_back({"nvme",
+                  "queue_depth",
+                  KeyType::number,
+                  "a whole number between 1 and 4096",
+                  "NVMe requests in flight at once, and the most pages moved to or from the tier in one batch",
+                  false,
+                  1.0,
+                  {},
+                  [](Config& c, const KeyValue& v) {
+                    if (v.number != static_cast<double>(static_cast<unsigned>(v.number)) || v.number > 4096)
+                      throw config_error("");
+                    c.nvme.queue_depth = static_cast<unsigned>(v.number);
+                  },
+                  [](const Config& c) { return std::to_string(c.nvme.queue_depth); }});
+  keys.push_back({"nvme",
+                  "direct",
+                  KeyType::boolean,
+                  "true or false",
+                  "open the tier's files with O_DIRECT (bypass the page cache); false only for filesystems "
+                  "without O_DIRECT",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.nvme.direct = v.flag; },
+                  [](const Config& c) { return std::string(c.nvme.direct ? "true" : "false"); }});
   keys.push_back({"pager",
                   "wait_timeout_ms",
                   KeyType::number,
@@ -145,7 +189,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back(size_key("policy.admission", "min_bytes",
                           "allocations smaller than this are never evicted; those that fit a page share pages "
                           "of a resident small-object arena; 0 = all evictable",
-                          false, &Config::min_bytes));
+                          false, [](Config& c) -> std::size_t& { return c.min_bytes; }));
   keys.push_back(
       {"policy.eviction",
        "name",

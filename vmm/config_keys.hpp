@@ -12,16 +12,18 @@
 
 namespace tvmm::detail {
 
-enum class KeyType { size, number, text };
+enum class KeyType { size, number, text, paths, boolean };
 
 struct KeyValue {
   std::size_t size = 0;
   double number = 0.0;
   std::string text;
+  std::vector<std::string> list;  // paths
+  bool flag = false;              // boolean
 };
 
 struct ConfigKey {
-  std::string_view section;  // "device", "device.sim", "host", "pager", "policy.eviction"
+  std::string_view section;  // "device", "device.sim", "host", "nvme", "pager", "policy.eviction"
   std::string_view key;
   KeyType type;
   const char* expected;              // for errors: what a valid value looks like

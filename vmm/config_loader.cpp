@@ -113,6 +113,7 @@ struct Raw {
   std::optional<std::string> text;  // a TOML string, or any environment value
   std::optional<double> number;     // a TOML integer or float
   std::optional<bool> boolean;
+  std::optional<std::vector<std::string>> list;  // a TOML array of strings
 };
 
 std::size_t to_size(const ConfigKey& k, const Raw& v) {
@@ -143,14 +144,56 @@ void apply(Config& cfg, const ConfigKey& k, const Raw& v, const std::string& nam
   const std::string got = v.text      ? "\"" + *v.text + "\""
                           : v.boolean ? (*v.boolean ? "true" : "false")
                           : v.number  ? toml_number(*v.number)
+                          : v.list    ? "(an array of " + std::to_string(v.list->size()) + " strings)"
                                       : "(a table or array)";
   try {
     switch (k.type) {
-      case KeyType::size: k.set(cfg, detail::KeyValue{to_size(k, v), 0.0, {}}); break;
+      case KeyType::size: k.set(cfg, detail::KeyValue{to_size(k, v), 0.0, {}, {}, false}); break;
       case KeyType::number: {
         const double d = to_number(v);
         if (d < k.min) throw config_error("");
-        k.set(cfg, detail::KeyValue{0, d, {}});
+        k.set(cfg, detail::KeyValue{0, d, {}, {}, false});
+        break;
+      }
+      case KeyType::paths: {
+        std::vector<std::string> paths;
+        if (v.list) {
+          paths = *v.list;
+        } else if (v.text) {  // the environment: separated by ':'
+          std::string_view t = *v.text;
+          while (!t.empty()) {
+            const auto colon = t.find(':');
+            const std::string part = trim(t.substr(0, colon));
+            if (!part.empty()) paths.push_back(part);
+            t = colon == std::string_view::npos ? std::string_view() : t.substr(colon + 1);
+          }
+        } else {
+          throw config_error("");
+        }
+        for (const auto& p : paths)
+          if (trim(p).empty()) throw config_error("");
+        detail::KeyValue kv;
+        kv.list = std::move(paths);
+        k.set(cfg, kv);
+        break;
+      }
+      case KeyType::boolean: {
+        bool b = false;
+        if (v.boolean) {
+          b = *v.boolean;
+        } else if (v.text) {
+          const std::string t = lower(trim(*v.text));
+          if (t == "true" || t == "1" || t == "yes" || t == "on") {
+            b = true;
+          } else if (t != "false" && t != "0" && t != "no" && t != "off") {
+            throw config_error("");
+          }
+        } else {
+          throw config_error("");
+        }
+        detail::KeyValue kv;
+        kv.flag = b;
+        k.set(cfg, kv);
         break;
       }
       case KeyType::text: {
@@ -160,7 +203,7 @@ void apply(Config& cfg, const ConfigKey& k, const Raw& v, const std::string& nam
           throw config_error(name + " = \"" + t + "\": expected " + k.expected + "." + suggestion(t, k.choices),
                              location);
         }
-        k.set(cfg, detail::KeyValue{0, 0.0, t});
+        k.set(cfg, detail::KeyValue{0, 0.0, t, {}, false});
         break;
       }
     }
@@ -200,6 +243,10 @@ void walk(Config& cfg, const toml::table& table, const std::string& prefix) {
     if (node.is_integer()) raw.number = static_cast<double>(*node.value<std::int64_t>());
     if (node.is_floating_point()) raw.number = *node.value<double>();
     if (node.is_boolean()) raw.boolean = *node.value<bool>();
+    if (const auto* arr = node.as_array(); arr != nullptr && (arr->empty() || arr->is_homogeneous<std::string>())) {
+      raw.list.emplace();
+      for (auto&& item : *arr) raw.list->push_back(*item.value<std::string>());
+    }
     apply(cfg, *spec, raw, full, where(node.source()));
   }
 }

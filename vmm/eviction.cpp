@@ -14,11 +14,14 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
   std::uint32_t slots = host_->free_count();
   policy_->select(count, [&](PageEntry& p) {
     if (protect_ != nullptr && (*protect_)(p)) return false;
-    const bool needs_slot = p.host_slot == kNoSlot;
-    if (needs_slot && slots == 0) return false;
+    // A page with a current NVMe copy is dropped, not written back: it needs no host slot. The claim
+    // compares the whole word, so `needs_slot` holds for the word the claim succeeds on.
+    bool needs_slot = false;
     std::uint64_t w = p.word.load(std::memory_order_acquire);
     do {
       if (word::state(w) != PageState::device || word::pins(w) != 0) return false;
+      needs_slot = p.host_slot == kNoSlot && !clean_on_nvme(p, w);
+      if (needs_slot && slots == 0) return false;
     } while (!p.word.compare_exchange_weak(w, word::with_state(w, PageState::transit), std::memory_order_acq_rel,
                                            std::memory_order_acquire));
     if (needs_slot) --slots;
@@ -28,13 +31,20 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
   return victims;
 }
 
-// Starts evicting `victims` (claimed: in transit, unpinned, out of the policy) to the host tier and
+// Starts evicting `victims` (claimed: in transit, unpinned, out of the policy) to the host tier (or,
+// for a page whose NVMe copy is current, to nothing: it is dropped without a copy) and
 // appends their frames to `frames` at once, without waiting: the returned event completes when the
 // write-backs have, and every use of the frames must be ordered after it. The victims stay in transit,
 // still mapped at their own addresses, until reap() sees the event complete and unmaps them.
 EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uint32_t>& frames) {
+  std::size_t dropped = 0;
   for (PageEntry* v : victims) {
-    if (v->host_slot == kNoSlot) v->host_slot = *host_->try_acquire();  // select_victims counted free slots
+    if (v->host_slot != kNoSlot) continue;
+    if (clean_on_nvme(*v, v->word.load(std::memory_order_acquire))) {
+      ++dropped;
+    } else {
+      v->host_slot = *host_->try_acquire();  // select_victims counted free slots
+    }
   }
   EventRef done;
   try {
@@ -53,7 +63,10 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
       if (!events_.is_done(e)) xfer_->order_copy_out_after(e);
     }
     // 2. Queue the write-backs; one event marks them all.
-    for (PageEntry* v : victims) xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
+    for (PageEntry* v : victims) {
+      if (v->host_slot != kNoSlot) xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
+    }
+    // For dropped pages too: the frames' next users must follow the victims' last uses.
     done = xfer_->record_out();
   } catch (...) {
     // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
@@ -75,11 +88,13 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
   }
   evictions_.push_back(std::move(batch));
   counters_.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
+  counters_.clean_evictions.fetch_add(dropped, std::memory_order_relaxed);
   return done;
 }
 
 // Retires completed transfers, oldest first: page-ins release their host slots and clear their pages'
-// pending flags; write-backs unmap their victims' old addresses and publish the victims on the host.
+// pending flags; write-backs unmap their victims' old addresses and publish the victims on the host
+// (or, for pages dropped without a copy, on NVMe).
 bool PagerImpl::reap(Lock& /*lk*/) {
   bool retired = false;
   while (!loads_.empty() && events_.is_done(loads_.front().done.get())) {
@@ -110,7 +125,12 @@ bool PagerImpl::reap(Lock& /*lk*/) {
                      hex(va_of(v)).c_str());
         v.stale_mapping = true;
       }
-      v.set_state(PageState::host);
+      if (v.host_slot != kNoSlot) {
+        v.set_state(PageState::host);
+        note_host(v);
+      } else {
+        v.set_state(PageState::nvme);
+      }
     }
     evictions_.pop_front();
     retired = true;

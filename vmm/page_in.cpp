@@ -19,7 +19,10 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
   }
   std::size_t loaded = 0;
   ScopeGuard restore([&] {
-    for (std::size_t i = loaded; i < todo.size(); ++i) todo[i]->set_state(before[i]);
+    for (std::size_t i = loaded; i < todo.size(); ++i) {
+      todo[i]->set_state(before[i]);
+      if (before[i] == PageState::host) note_host(*todo[i]);  // a spill may have dropped it while claimed
+    }
     cv_.notify_all();
   });
   // Chunk by chunk: a chunk's page-ins release host slots that the next chunk's evictions may need, so
@@ -52,7 +55,8 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
   for (std::size_t i = 0; i < count; ++i) reqs[i] = {va_of(*pages[i]), device_->chunk(got.frames[i])};
   xfer_->map(reqs);
   // 4. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
-  //    after the write-backs of the frames' previous pages.
+  //    after the write-backs of the frames' previous pages. NVMe pages arrive here only with
+  //    Access::write (others are staged through host slots first, see stage_in).
   auto needs_copy = [&](std::size_t i) { return before[i] == PageState::host && access != Access::write; };
   std::vector<std::uint32_t> copied;
   EventRef done;
@@ -88,6 +92,7 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
       host_->release(p.host_slot);  // contents discarded (Access::write): the host copy is dead
       p.host_slot = kNoSlot;
     }
+    if (p.nvme_slot != kNoSlot) note_slot_kept(p);  // kept for the next write-back (the pin marks it dirty)
     if (done) p.ready = EventRef(done).detach();
     policy_->insert(p);
     p.set_state(PageState::device, static_cast<bool>(done));
@@ -136,6 +141,8 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::
       continue;
     }
     if (!got.frames.empty() || !may_wait) break;
+    // The host tier is full: move its oldest pages to NVMe (this unlocks for the writes).
+    if (host_->free_count() == 0 && spill(lk, count - got.frames.size()) > 0) continue;
     // Nothing evictable now: the device is full of pinned or in-transit pages, or the host tier has no
     // slot for a victim until a page-in completes. Wait for a transfer, an unpin or the deadline.
     if (!wait_progress(lk, deadline)) {

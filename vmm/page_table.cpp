@@ -9,6 +9,7 @@ const char* to_string(PageState s) noexcept {
     case PageState::host: return "host";
     case PageState::device: return "device";
     case PageState::transit: return "transit";
+    case PageState::nvme: return "nvme";
   }
   return "invalid";
 }

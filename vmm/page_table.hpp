@@ -21,18 +21,22 @@ enum class PageState : std::uint8_t {
   host = 2,     //!< Data in a host-tier slot; address unmapped.
   device = 3,   //!< Data in a device frame mapped at the page's address.
   transit = 4,  //!< Locked by one thread that is moving or releasing it; others wait.
+  nvme = 5,     //!< Data in an NVMe-tier slot (checksum in the entry); address unmapped.
 };
 
 const char* to_string(PageState s) noexcept;
 
 //! Layout of the state word: state (3 bits) | page-in pending (1) | referenced (1, for CLOCK) |
-//! pins (24, from bit 8) | version (32).
+//! dirty (1) | pins (24, from bit 8) | version (32).
+//! "Dirty" means the page's NVMe slot (if it keeps one) no longer holds its current data: set by every
+//! pin that may write (in the same CAS that counts the pin), cleared when the page is written to NVMe.
 //! "Page-in pending" means the page is resident but its page-in copy may still be running: a pin must
 //! order itself after that copy, so the lock-free hit path declines such pages.
 namespace word {
 inline constexpr std::uint64_t kStateMask = 0x7;
 inline constexpr std::uint64_t kPending = 0x8;
 inline constexpr std::uint64_t kReferenced = 0x10;  //!< set by CLOCK's touch, cleared by its sweep
+inline constexpr std::uint64_t kDirty = 0x20;       //!< the NVMe copy is stale (kept across state changes)
 inline constexpr int kPinShift = 8;
 inline constexpr std::uint64_t kPinOne = std::uint64_t{1} << kPinShift;
 inline constexpr std::uint64_t kPinMax = (std::uint64_t{1} << 24) - 1;
@@ -42,11 +46,12 @@ inline constexpr std::uint64_t kVersionOne = std::uint64_t{1} << kVersionShift;
 
 constexpr PageState state(std::uint64_t w) noexcept { return static_cast<PageState>(w & kStateMask); }
 constexpr bool pending(std::uint64_t w) noexcept { return (w & kPending) != 0; }
+constexpr bool dirty(std::uint64_t w) noexcept { return (w & kDirty) != 0; }
 constexpr std::uint64_t pins(std::uint64_t w) noexcept { return (w & kPinMask) >> kPinShift; }
 constexpr std::uint32_t version(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w >> kVersionShift); }
-//! `w` with a new state and pending flag, the same pins, and the version advanced.
+//! `w` with a new state and pending flag, the same pins and dirty bit, and the version advanced.
 constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = false) noexcept {
-  return ((w & kPinMask) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
+  return ((w & (kPinMask | kDirty)) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
          ((w >> kVersionShift) + 1) * kVersionOne;
 }
 }  // namespace word
@@ -59,9 +64,12 @@ struct PageEntry {
   std::uint32_t frame = kNoFrame;      //!< device frame, when state is device (or transit from device)
   std::uint32_t host_slot = kNoSlot;   //!< host slot: the data (host state), the write-back target
                                        //!< (evicting), or the source of a page-in still pending
+  std::uint32_t nvme_slot = kNoSlot;   //!< NVMe slot: the data (nvme state), or a copy kept while the
+                                       //!< page is elsewhere (current unless the word says dirty)
+  bool stale_mapping = false;          //!< an eviction failed to unmap the address; unmap before mapping
   Allocation* owner = nullptr;         //!< the allocation this page belongs to
   Event* ready = nullptr;              //!< page-in completion while pending (one reference held)
-  bool stale_mapping = false;          //!< an eviction failed to unmap the address; unmap before mapping
+  std::uint64_t checksum = 0;          //!< XXH3 of the NVMe slot's data, seeded with the slot
   //! Hook of the eviction policy's list; the policy's own lock guards it.
   boost::intrusive::list_member_hook<> policy_hook;
 

@@ -13,6 +13,7 @@ const char* to_string(Tier tier) noexcept {
     case Tier::device: return "device";
     case Tier::host: return "host";
     case Tier::transit: return "transit";
+    case Tier::nvme: return "nvme";
   }
   return "invalid";
 }

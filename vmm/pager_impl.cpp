@@ -35,11 +35,27 @@ Config resolve(Config cfg, const backend::DeviceProperties& props) {
   }
   cfg.device_budget = cfg.device_budget / p * p;
   cfg.host_budget = cfg.host_budget / p * p;
+  if (cfg.nvme.budget != 0 && cfg.nvme.budget < p) {
+    throw config_error("nvme.budget = " + format_bytes(cfg.nvme.budget) + " is smaller than one page (" +
+                       format_bytes(p) + "); raise it, or set it to 0 for no NVMe tier");
+  }
+  cfg.nvme.budget = cfg.nvme.budget / p * p;
+  if (cfg.nvme.budget != 0 && cfg.host_budget < 2 * p) {
+    throw config_error("host_budget = " + format_bytes(cfg.host_budget) + " holds fewer than 2 pages of " +
+                       format_bytes(p) + ", which the NVMe tier needs (one to stage a page read from NVMe, one "
+                       "for the page it displaces); raise host_budget");
+  }
+  if (cfg.nvme.budget / p > UINT32_MAX - 1) {
+    throw config_error("nvme.budget = " + format_bytes(cfg.nvme.budget) + " holds more than 2^32 pages of " +
+                       format_bytes(p) + "; lower it or raise page_size");
+  }
   if (cfg.device_budget > props.capacity) {
     throw config_error("device_budget = " + format_bytes(cfg.device_budget) + " exceeds the device's memory (" +
                        format_bytes(props.capacity) + "); lower it");
   }
-  if (cfg.va_size == 0) cfg.va_size = std::max<std::size_t>(4 * (cfg.device_budget + cfg.host_budget), GiB);
+  if (cfg.va_size == 0) {
+    cfg.va_size = std::max<std::size_t>(4 * (cfg.device_budget + cfg.host_budget) + cfg.nvme.budget, GiB);
+  }
   cfg.va_size = (cfg.va_size + p - 1) / p * p;
   if (cfg.va_size / p > UINT32_MAX) {
     throw config_error("va_size = " + format_bytes(cfg.va_size) + " holds more than 2^32 pages of " + format_bytes(p) +
@@ -50,7 +66,8 @@ Config resolve(Config cfg, const backend::DeviceProperties& props) {
 
 }  // namespace
 
-PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBackend> backend)
+PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBackend> backend,
+                     std::unique_ptr<storage::StorageBackend> storage)
     : cfg_((config.validate(), config)),
       dev_(backend ? std::move(backend) : backend::make_device_backend(cfg_)),
       page_size_((cfg_ = resolve(cfg_, dev_->properties())).page_size),
@@ -65,13 +82,35 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   device_ = std::make_unique<DeviceTier>(*dev_, page_size_, frames);
   host_ = std::make_unique<HostTier>(*dev_, page_size_, slots);
   xfer_ = std::make_unique<TransferEngine>(*dev_, events_, page_size_);
+  std::uint32_t nvme_slots = 0;
+  if (cfg_.nvme.budget != 0) {
+    nvme_slots = static_cast<std::uint32_t>(cfg_.nvme.budget / page_size_);
+    if (!storage) {
+      storage::StorageOptions o;
+      o.paths = cfg_.nvme.paths;
+      o.slot_size = page_size_;
+      o.slots = nvme_slots;
+      o.queue_depth = cfg_.nvme.queue_depth;
+      o.direct = cfg_.nvme.direct;
+      storage = storage::make_storage_backend(cfg_.nvme.backend, o);
+    }
+    if (storage->slot_size() != page_size_ || storage->slots() != nvme_slots) {
+      throw config_error("the storage backend has " + std::to_string(storage->slots()) + " slots of " +
+                         format_bytes(storage->slot_size()) + " but the NVMe tier needs " + std::to_string(nvme_slots) +
+                         " of " + format_bytes(page_size_));
+    }
+    // The host frames are the only buffers the tier reads into and writes from: fixed buffers if allowed.
+    (void)storage->register_buffers(host_->ptr(0), std::size_t{slots} * page_size_);
+    nvme_ = std::make_unique<NvmeTier>(std::move(storage), page_size_);
+  }
   policy_ = cfg_.eviction == "belady" ? std::make_unique<policies::BeladyPolicy>(trace_)
                                       : policies::make_eviction_policy(cfg_.eviction);
   trace_prefetch_ = cfg_.prefetch == "trace";
   tracing_ = trace_prefetch_ || cfg_.eviction == "belady";
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
-  // evicts to the host before the incoming page's host slot is released).
-  capacity_pages_ = std::uint64_t{frames} + slots - 1;
+  // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe
+  // slot too (a page read from NVMe is staged in a host slot that a spill to NVMe may have to free).
+  capacity_pages_ = std::uint64_t{frames} + slots - 1 + (nvme_slots != 0 ? nvme_slots - 1 : 0);
 }
 
 PagerImpl::~PagerImpl() {
@@ -102,6 +141,7 @@ PagerImpl::~PagerImpl() {
   loads_.clear();
   evictions_.clear();
   policy_.reset();
+  nvme_.reset();  // before the host frames it may have registered
   host_.reset();
   device_.reset();
 }
@@ -174,7 +214,8 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
                         "): " + format_bytes(free_pages * page_size_) + " free of " +
                         format_bytes(capacity_pages_ * page_size_) + " (device budget " +
                         format_bytes(cfg_.device_budget) + " + host budget " + format_bytes(cfg_.host_budget) +
-                        " - one page kept for swapping); free tensors or raise the budgets");
+                        (nvme_ ? " + NVMe budget " + format_bytes(cfg_.nvme.budget) + " - two pages" : std::string(" - one page")) +
+                        " kept for swapping); free tensors or raise the budgets");
   }
   const auto first = va_.allocate(static_cast<std::uint32_t>(pages));
   if (!first) {
@@ -295,6 +336,11 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
       host_->release(p.host_slot);
       p.host_slot = kNoSlot;
     }
+    if (p.nvme_slot != kNoSlot) {
+      nvme_->release(p.nvme_slot);
+      p.nvme_slot = kNoSlot;
+    }
+    p.word.fetch_and(~word::kDirty, std::memory_order_relaxed);
     if (p.ready != nullptr) EventRef::drop(std::exchange(p.ready, nullptr));
     p.owner = nullptr;
     p.set_state(PageState::unused);
@@ -366,6 +412,7 @@ Tier tier_from(PageState s) noexcept {
     case PageState::device: return Tier::device;
     case PageState::host: return Tier::host;
     case PageState::transit: return Tier::transit;
+    case PageState::nvme: return Tier::nvme;
     case PageState::fresh:
     case PageState::unused: return Tier::none;
   }
@@ -403,6 +450,16 @@ Stats PagerImpl::stats() const {
   s.hits = counters_.hits.load(std::memory_order_relaxed);
   s.misses = counters_.misses.load(std::memory_order_relaxed);
   s.evictions = counters_.evictions.load(std::memory_order_relaxed);
+  s.clean_evictions = counters_.clean_evictions.load(std::memory_order_relaxed);
+  if (nvme_) {
+    const auto& c = nvme_->counters();
+    const auto w = c.pages_written.load(std::memory_order_relaxed), r = c.pages_read.load(std::memory_order_relaxed);
+    s.host_to_nvme = {w * page_size_, w};
+    s.nvme_to_host = {r * page_size_, r};
+    s.nvme_write_errors = c.write_errors.load(std::memory_order_relaxed);
+    s.nvme_read_errors = c.read_errors.load(std::memory_order_relaxed);
+    s.nvme_corrupt_reads = c.corrupt_reads.load(std::memory_order_relaxed);
+  }
   s.prefetched = counters_.prefetched.load(std::memory_order_relaxed);
   s.trace_divergences = trace_.divergences();
   s.stall_ns = counters_.stall_ns.load(std::memory_order_relaxed);
@@ -415,6 +472,11 @@ Stats PagerImpl::stats() const {
   s.host_peak_bytes = std::uint64_t{host_->peak()} * page_size_;
   s.device_budget = cfg_.device_budget;
   s.host_budget = cfg_.host_budget;
+  if (nvme_) {
+    s.nvme_used_bytes = std::uint64_t{nvme_->in_use()} * page_size_;
+    s.nvme_peak_bytes = std::uint64_t{nvme_->peak()} * page_size_;
+    s.nvme_budget = cfg_.nvme.budget;
+  }
   s.page_size = page_size_;
   return s;
 }
@@ -440,14 +502,16 @@ void PagerImpl::check_invariants() const {
   };
   std::vector<std::uint8_t> frame_owner(device_->created(), 0);
   std::vector<std::uint8_t> slot_owner(host_->budget(), 0);
-  std::uint64_t frames = 0, slots = 0, device_pages = 0, pinned = 0, pages = 0;
+  std::vector<std::uint8_t> nvme_owner(nvme_ ? nvme_->budget() : 0, 0);
+  std::uint64_t frames = 0, slots = 0, nvme_slots = 0, device_pages = 0, pinned = 0, pages = 0;
   for (std::uint32_t i = 0; i < table_.size(); ++i) {
     const PageEntry& p = table_[i];
     const auto w = p.word.load();
     const auto s = word::state(w);
     const std::string where = "page " + std::to_string(i) + " (" + to_string(s) + ")";
     if (s == PageState::unused) {
-      if (p.owner != nullptr || p.frame != kNoFrame || p.host_slot != kNoSlot) fail(where + " holds resources");
+      if (p.owner != nullptr || p.frame != kNoFrame || p.host_slot != kNoSlot || p.nvme_slot != kNoSlot)
+        fail(where + " holds resources");
       continue;
     }
     ++pages;
@@ -459,7 +523,14 @@ void PagerImpl::check_invariants() const {
       if (word::pending(w) != (p.ready != nullptr)) fail(where + " pending flag disagrees with its page-in event");
     }
     if (s == PageState::host && (p.host_slot == kNoSlot || p.frame != kNoFrame)) fail(where + " misplaced");
-    if (s == PageState::fresh && (p.host_slot != kNoSlot || p.frame != kNoFrame)) fail(where + " holds resources");
+    if (s == PageState::fresh && (p.host_slot != kNoSlot || p.frame != kNoFrame || p.nvme_slot != kNoSlot))
+      fail(where + " holds resources");
+    if (s == PageState::nvme && (p.nvme_slot == kNoSlot || p.frame != kNoFrame || p.host_slot != kNoSlot))
+      fail(where + " misplaced");
+    if (p.nvme_slot != kNoSlot) {
+      if (p.nvme_slot >= nvme_owner.size() || nvme_owner[p.nvme_slot]++ != 0) fail(where + " shares its NVMe slot");
+      ++nvme_slots;
+    }
     if (p.frame != kNoFrame) {
       if (p.frame >= frame_owner.size() || frame_owner[p.frame]++ != 0) fail(where + " shares its frame");
       ++frames;
@@ -475,6 +546,10 @@ void PagerImpl::check_invariants() const {
   if (slots != host_->in_use())
     fail("host tier counts " + std::to_string(host_->in_use()) + " slots in use but pages hold " +
          std::to_string(slots));
+  if (nvme_ && nvme_slots != nvme_->in_use())
+    fail("NVMe tier counts " + std::to_string(nvme_->in_use()) + " slots in use but pages hold " +
+         std::to_string(nvme_slots));
+  if (nvme_ && nvme_->peak() > nvme_->budget()) fail("NVMe budget exceeded");
   if (device_->in_use() > device_->budget() || device_->peak() > device_->budget()) fail("device budget exceeded");
   if (host_->in_use() > host_->budget() || host_->peak() > host_->budget()) fail("host budget exceeded");
   if (pinned != pinned_pages_.load()) fail("pinned page count is off");

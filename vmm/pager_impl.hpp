@@ -25,6 +25,7 @@
 #include "vmm/device_tier.hpp"
 #include "vmm/event_pool.hpp"
 #include "vmm/host_tier.hpp"
+#include "vmm/nvme_tier.hpp"
 #include "vmm/page_table.hpp"
 #include "vmm/small_arena.hpp"
 #include "vmm/transfer_engine.hpp"
@@ -34,8 +35,10 @@ namespace tvmm::detail {
 class PagerImpl {
  public:
   //! With `backend` null, creates the backend named by the config; otherwise uses `backend` (tests
-  //! wrap a backend, e.g. in FaultyDevice).
-  explicit PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBackend> backend = nullptr);
+  //! wrap a backend, e.g. in FaultyDevice). Likewise `storage` for the NVMe tier (used only when the
+  //! config gives the tier a budget).
+  explicit PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBackend> backend = nullptr,
+                     std::unique_ptr<storage::StorageBackend> storage = nullptr);
   ~PagerImpl();
   PagerImpl(const PagerImpl&) = delete;
   PagerImpl& operator=(const PagerImpl&) = delete;
@@ -87,7 +90,8 @@ class PagerImpl {
   [[nodiscard]] backend::DevPtr va_of(const PageEntry& p) const noexcept { return va_.addr(table_.index_of(p)); }
 
   // Pin counts. The *_locked variants are for callers holding mu_.
-  bool try_pin_resident(PageEntry& p) noexcept;
+  //! `dirty`: the pin may write, so the page's NVMe copy (if any) goes stale (set in the same CAS).
+  bool try_pin_resident(PageEntry& p, std::uint64_t dirty) noexcept;
   void pin_page(PageEntry& p) noexcept;
   void unpin_page(PageEntry& p) noexcept;
   void unpin_page_locked(PageEntry& p) noexcept;
@@ -139,6 +143,28 @@ class PagerImpl {
   bool wait_progress(Lock& lk, Clock::time_point deadline);
   [[nodiscard]] std::string describe_device() const;
 
+  // --- NVMe tier (vmm/nvme_paging.cpp); all with mu_ held, and those taking `lk` unlock it for I/O ---
+  //! True if `p`'s NVMe slot holds its current data (given its state word `w`).
+  [[nodiscard]] static bool clean_on_nvme(const PageEntry& p, std::uint64_t w) noexcept {
+    return p.nvme_slot != kNoSlot && !word::dirty(w);
+  }
+  //! Records that `p` entered the host tier (candidates for spilling, oldest first).
+  void note_host(const PageEntry& p) noexcept;
+  //! Records that `p` keeps an NVMe slot while it lives elsewhere (a slot that may be taken back).
+  void note_slot_kept(const PageEntry& p) noexcept;
+  //! Frees up to `want` host slots by moving the oldest host pages to NVMe (clean ones without a
+  //! write). Returns the number freed; throws io_error / out_of_memory (ENOSPC) if a write failed,
+  //! after putting every page back where it was.
+  std::size_t spill(Lock& lk, std::size_t want);
+  //! Reads up to a queue depth of `a`'s NVMe pages into host slots, verifying each checksum; they
+  //! become host pages (keeping their slots as clean copies). Throws io_error naming page and slot.
+  void stage_in(Lock& lk, Allocation* a, Clock::time_point deadline);
+  //! Between 1 and `want` free host slots, spilling or waiting for them; throws out_of_memory at the
+  //! deadline.
+  std::vector<std::uint32_t> acquire_host_slots(Lock& lk, std::size_t want, Clock::time_point deadline);
+  //! A free NVMe slot, or one taken back from a page that keeps a copy elsewhere.
+  std::optional<std::uint32_t> acquire_nvme_slot() noexcept;
+
   Config cfg_;
   std::unique_ptr<backend::DeviceBackend> dev_;
   std::size_t page_size_ = 0;
@@ -155,6 +181,9 @@ class PagerImpl {
   std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
   std::unique_ptr<DeviceTier> device_;
   std::unique_ptr<HostTier> host_;
+  std::unique_ptr<NvmeTier> nvme_;           // null without an NVMe budget
+  std::deque<std::uint32_t> host_fifo_;      // pages that entered the host tier, oldest first (lazy: checked on use)
+  std::deque<std::uint32_t> slot_keepers_;   // pages keeping an NVMe slot elsewhere (lazy: checked on use)
   std::unique_ptr<TransferEngine> xfer_;
   std::unique_ptr<policies::EvictionPolicy> policy_;
 
@@ -170,14 +199,15 @@ class PagerImpl {
 
   struct Counters {
     std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, stall_ns{0}, allocations{0},
-        live_bytes{0}, live_tensors{0};
+        live_bytes{0}, live_tensors{0}, clean_evictions{0};
   } counters_;
 };
 
 //! Builds a public Pager around an implementation (for tests that supply their own backend).
 struct PagerAccess {
-  static Pager make(const Config& config, std::unique_ptr<backend::DeviceBackend> backend) {
-    return Pager(std::make_unique<PagerImpl>(config, std::move(backend)));
+  static Pager make(const Config& config, std::unique_ptr<backend::DeviceBackend> backend,
+                    std::unique_ptr<storage::StorageBackend> storage = nullptr) {
+    return Pager(std::make_unique<PagerImpl>(config, std::move(backend), std::move(storage)));
   }
 };
 

@@ -11,11 +11,12 @@ namespace tvmm::detail {
 
 // --- pin counts ---------------------------------------------------------------------------------------
 
-bool PagerImpl::try_pin_resident(PageEntry& p) noexcept {
+bool PagerImpl::try_pin_resident(PageEntry& p, std::uint64_t dirty) noexcept {
   std::uint64_t w = p.word.load(std::memory_order_acquire);
   do {
     if (word::state(w) != PageState::device || word::pending(w) || word::pins(w) == word::kPinMax) return false;
-  } while (!p.word.compare_exchange_weak(w, w + word::kPinOne, std::memory_order_acq_rel, std::memory_order_acquire));
+  } while (!p.word.compare_exchange_weak(w, (w + word::kPinOne) | dirty, std::memory_order_acq_rel,
+                                         std::memory_order_acquire));
   if (word::pins(w) == 0) pinned_pages_.fetch_add(1);
   return true;
 }
@@ -70,8 +71,9 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
   const std::uint32_t n = a->pages;
   // Hit path: every page resident with its page-in complete. Only pin counts and recency change; the
   // caller's stream needs no ordering and the calling thread never blocks.
+  const std::uint64_t dirty = access == Access::read ? 0 : word::kDirty;
   std::uint32_t i = 0;
-  while (i < n && try_pin_resident(pages[i])) ++i;
+  while (i < n && try_pin_resident(pages[i], dirty)) ++i;
   if (i == n) {
     policy_->touch(pages, n);
     counters_.hits.fetch_add(n, std::memory_order_relaxed);
@@ -244,6 +246,9 @@ void PagerImpl::pin_slow(Allocation* a, Access access, backend::StreamHandle str
   std::uint64_t misses = 0;
   std::vector<EventRef> waits = make_resident(lk, a, access, deadline, misses);
   rollback.dismiss();
+  if (access != Access::read) {
+    for (std::uint32_t i = 0; i < n; ++i) pages[i].word.fetch_or(word::kDirty, std::memory_order_acq_rel);
+  }
   policy_->touch(pages, n);
   lk.unlock();
   counters_.misses.fetch_add(misses, std::memory_order_relaxed);
@@ -272,14 +277,22 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access a
   std::vector<PageEntry*> todo;
   for (;;) {
     todo.clear();
-    bool busy = false;
+    bool busy = false, on_nvme = false;
     for (std::uint32_t i = 0; i < a->pages; ++i) {
       const auto s = pages[i].state();
-      if (s == PageState::fresh || s == PageState::host) todo.push_back(&pages[i]);
+      // An NVMe page the pin overwrites needs no data: it is mapped like a fresh one.
+      const bool nvme_discard = s == PageState::nvme && access == Access::write;
+      if (s == PageState::fresh || s == PageState::host || nvme_discard) todo.push_back(&pages[i]);
+      on_nvme = on_nvme || (s == PageState::nvme && !nvme_discard);
       busy = busy || s == PageState::transit;
     }
+    // Host pages first: their page-ins (asynchronous) then overlap the NVMe reads of the next batch.
     if (!todo.empty()) {
       misses += load_pages(lk, todo, access, deadline, true);
+      continue;
+    }
+    if (on_nvme) {
+      stage_in(lk, a, deadline);
       continue;
     }
     if (!busy) break;

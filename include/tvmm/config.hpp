@@ -33,6 +33,23 @@ struct SimDeviceConfig {
   std::chrono::nanoseconds copy_latency{0};
 };
 
+//! Settings of the NVMe tier: page slots in pre-allocated files below the host tier. Off unless
+//! `budget` is set. See docs/architecture.md ("NVMe tier") for its failure semantics.
+struct NvmeConfig {
+  //! Directories for the tier's files, one per drive: slots are striped across them. The files are
+  //! created with O_TMPFILE (or created and unlinked at once), so nothing of tvmm's stays visible.
+  std::vector<std::string> paths;
+  //! Bytes of storage for pages (rounded down to whole pages), reserved with fallocate at start so a
+  //! full disk is reported then. 0 = no NVMe tier.
+  std::size_t budget = 0;
+  //! Storage backend: "auto" (io_uring, or "posix" when io_uring is unavailable), "uring" or "posix".
+  std::string backend = "auto";
+  //! Requests in flight at once, and the most pages moved to or from the tier in one batch.
+  unsigned queue_depth = 32;
+  //! Open the files with O_DIRECT (bypass the page cache). Turn off only for filesystems without it.
+  bool direct = true;
+};
+
 //! Configuration of a `tvmm::Pager`. Defaults suit a small simulated run; `validate()` is called by
 //! the Pager constructor and throws `tvmm::config_error` naming the bad field and a fix.
 struct Config {
@@ -68,6 +85,8 @@ struct Config {
   std::chrono::milliseconds wait_timeout{30'000};
   //! Settings of the simulated GPU.
   SimDeviceConfig sim;
+  //! Settings of the NVMe tier (off by default).
+  NvmeConfig nvme;
 
   //! Checks the fields that do not depend on the backend; throws `tvmm::config_error`.
   void validate() const;

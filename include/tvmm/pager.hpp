@@ -40,9 +40,10 @@ enum class Tier : std::uint8_t {
   device,   //!< On the device (resident, mapped at its address).
   host,     //!< On the host tier (its address is unmapped on the device).
   transit,  //!< Being moved by some thread right now.
+  nvme,     //!< On the NVMe tier (a slot in the tier's files, checksummed).
 };
 
-//! Returns "none", "device", "host" or "transit".
+//! Returns "none", "device", "host", "transit" or "nvme".
 [[nodiscard]] const char* to_string(Tier tier) noexcept;
 
 //! Optional facts about a tensor that help the pager place it.

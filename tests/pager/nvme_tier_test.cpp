@@ -1,0 +1,436 @@
+// The NVMe tier in the pager: three-tier integrity (device -> host -> NVMe and back, every byte checked,
+// on uring and posix, over one and several directories), every injected storage fault surfacing
+// without losing data, the automatic posix fallback, and no trace of the tier's files on disk.
+#include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backends/storage/faulty/faulty_storage.hpp"
+#include "backends/storage/posix/posix_storage.hpp"
+#include "test_support.hpp"
+#include "vmm/nvme_tier.hpp"
+#include "vmm/pager_impl.hpp"
+
+using namespace tvmm;
+using storage::FaultRule;
+using storage::IoOp;
+
+namespace {
+
+constexpr std::size_t kPage = 64 * KiB;
+
+Config nvme_config(std::size_t device, std::size_t host, std::size_t nvme, const std::vector<std::string>& dirs,
+                   const std::string& backend = "auto") {
+  Config c = test::small_config(device, host);
+  c.nvme.paths = dirs;
+  c.nvme.budget = nvme * kPage;
+  c.nvme.backend = backend;
+  c.nvme.queue_depth = 8;
+  return c;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// --- integrity across the three tiers -------------------------------------------------------------------
+
+struct IntegrityParam {
+  const char* backend;
+  int dirs;
+};
+
+class NvmeIntegrity : public ::testing::TestWithParam<IntegrityParam> {};
+
+TEST_P(NvmeIntegrity, RandomPinsKeepEveryByteAcrossThreeTiers) {
+  std::vector<test::TempDir> dirs(static_cast<std::size_t>(GetParam().dirs));
+  std::vector<std::string> paths;
+  for (auto& d : dirs) paths.push_back(d.path());
+  Pager p(nvme_config(4, 8, 128, paths, GetParam().backend));
+  std::mt19937_64 rng(7);
+  struct Shadow {
+    Tensor t;
+    std::uint64_t seed = 0;
+  };
+  std::vector<Shadow> ts;
+  std::size_t pages = 0;
+  while (pages < 72) {  // 72 pages of data over 4 device + 8 host pages
+    const std::size_t n = 1 + rng() % 4;
+    ts.push_back({p.allocate(n * kPage - (rng() % 2 ? 0 : rng() % 5000)), 0});
+    pages += n;
+  }
+  std::vector<void*> addrs;
+  for (auto& s : ts) addrs.push_back(s.t.data());
+  auto stream = p.create_stream();
+  std::atomic<std::size_t> bad{0};
+  std::uint64_t next_seed = 1;
+  bool saw_nvme = false;
+  for (int step = 0; step < 500; ++step) {
+    auto& s = ts[rng() % ts.size()];
+    const unsigned kind = static_cast<unsigned>(rng() % 4);  // read, read_write, write, stream read_write
+    const Access access = s.seed == 0 ? Access::write : kind == 0 ? Access::read : kind == 2 ? Access::write
+                                                                                            : Access::read_write;
+    const std::uint64_t old_seed = access == Access::write ? 0 : s.seed;
+    const std::uint64_t new_seed = access == Access::read ? s.seed : next_seed++;
+    {
+      auto pin = kind == 3 ? s.t.pin(stream, access) : s.t.pin(access);
+      void* d = pin.data();
+      const auto n = s.t.size();
+      auto work = [d, n, old_seed, new_seed, access, &bad] {
+        if (old_seed != 0) bad += test::mismatches(d, n, old_seed);
+        if (access != Access::read) test::fill(d, n, new_seed);
+      };
+      if (kind == 3) {
+        stream.launch(work);
+      } else {
+        work();
+      }
+    }
+    s.seed = new_seed;
+    saw_nvme = saw_nvme || ts[rng() % ts.size()].t.tier() == Tier::nvme;
+    if (step % 25 == 0) {
+      stream.synchronize();
+      p.check_invariants();
+    }
+  }
+  stream.synchronize();
+  p.check_invariants();
+  EXPECT_EQ(bad.load(), 0u);
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    EXPECT_EQ(ts[i].t.data(), addrs[i]);
+    auto pin = ts[i].t.pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), ts[i].t.size(), ts[i].seed), 0u) << "tensor " << i;
+  }
+  const auto st = p.stats();
+  EXPECT_TRUE(saw_nvme);
+  EXPECT_GT(st.host_to_nvme.pages, 0u);
+  EXPECT_GT(st.nvme_to_host.pages, 0u);
+  EXPECT_GT(st.clean_evictions, 0u) << "pages read back and evicted unmodified need no write-back";
+  EXPECT_EQ(st.nvme_write_errors + st.nvme_read_errors + st.nvme_corrupt_reads, 0u);
+  EXPECT_LE(st.nvme_peak_bytes, st.nvme_budget);
+  EXPECT_LE(st.host_peak_bytes, st.host_budget);
+  EXPECT_LE(st.device_peak_bytes, st.device_budget);
+  for (auto& d : dirs) EXPECT_TRUE(d.entries().empty()) << "no file of ours is visible";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, NvmeIntegrity,
+                         ::testing::Values(IntegrityParam{"uring", 1}, IntegrityParam{"uring", 3},
+                                           IntegrityParam{"posix", 1}, IntegrityParam{"posix", 3}),
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.backend) + "_" + std::to_string(param_info.param.dirs) + "dirs";
+                         });
+
+TEST(NvmeTier, CapacityCountsTheNvmeBudgetAndUnmodifiedPagesAreNotWrittenAgain) {
+  test::TempDir dir;
+  Pager p(nvme_config(2, 2, 8, {dir.path()}));
+  // 2 + 2 + 8 - 2 pages can be allocated; one more cannot.
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 10; ++i) ts.push_back(p.allocate(kPage));
+  EXPECT_THROW((void)p.allocate(kPage), out_of_memory);
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    auto pin = ts[i].pin(Access::write);
+    test::fill(pin.data(), kPage, 100 + i);
+  }
+  EXPECT_EQ(ts[0].tier(), Tier::nvme);
+  // Read-only passes: every pass moves every page through NVMe, but each is written at most once.
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      auto pin = ts[i].pin(Access::read);
+      ASSERT_EQ(test::mismatches(pin.data(), kPage, 100 + i), 0u);
+    }
+  }
+  const auto st = p.stats();
+  EXPECT_GT(st.nvme_to_host.pages, 2 * ts.size());
+  EXPECT_LE(st.host_to_nvme.pages, ts.size()) << "unmodified pages were written to NVMe again";
+  EXPECT_GT(st.clean_evictions, 0u);
+  p.check_invariants();
+}
+
+TEST(NvmeTier, ChecksumIsMixedWithTheSlot) {
+  test::TempDir dir;
+  storage::StorageOptions o{{dir.path()}, kPage, 4, 4, true, true};
+  detail::NvmeTier tier(std::make_unique<storage::PosixStorage>(o), kPage);
+  test::AlignedBuffer a(kPage), b(kPage);
+  test::fill(a.data, kPage, 5);
+  test::fill(b.data, kPage, 5);
+  EXPECT_EQ(tier.checksum(a.data, 1), tier.checksum(b.data, 1));
+  EXPECT_NE(tier.checksum(a.data, 1), tier.checksum(a.data, 2)) << "a misdirected read must fail the check";
+  // A page written to slot 1 and read from slot 2 (holding the same bytes) is caught.
+  std::vector<detail::NvmeTier::Io> w{{IoOp::write, 1, a.data, 0, 0}, {IoOp::write, 2, a.data, 0, 0}};
+  tier.run(w);
+  ASSERT_EQ(w[0].error, 0);
+  std::vector<detail::NvmeTier::Io> r{{IoOp::read, 2, b.data, w[0].checksum, 0}};
+  tier.run(r);
+  EXPECT_EQ(r[0].error, detail::NvmeTier::kCorrupt);
+}
+
+TEST(NvmeTier, BadSettingsAreRefusedWithTheFix) {
+  test::TempDir dir;
+  auto c = nvme_config(2, 2, 8, {});
+  EXPECT_NE(message_of([&] { Pager p(c); }).find("nvme.paths"), std::string::npos);
+  c = nvme_config(2, 2, 8, {dir.path() + "/nope"});
+  EXPECT_NE(message_of([&] { Pager p(c); }).find("nope"), std::string::npos);
+  c = nvme_config(2, 2, 8, {dir.path()}, "spdk");
+  EXPECT_THROW(Pager p(c), config_error);
+  c = nvme_config(2, 2, 8, {dir.path()});
+  c.nvme.budget = 1000;
+  EXPECT_NE(message_of([&] { Pager p(c); }).find("smaller than one page"), std::string::npos);
+  c.nvme.budget = std::size_t{1} << 46;  // 64 TiB: more than the disk; reported at start-up
+  EXPECT_THROW(Pager p(c), out_of_memory);
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+// --- injected faults ------------------------------------------------------------------------------------
+
+// 2 device pages, 2 host pages, 16 NVMe pages; six one-page tensors written in order leave t0, t1 on
+// NVMe, t2, t3 on the host and t4, t5 on the device.
+class NvmeFaults : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    const Config c = nvme_config(2, 2, 16, {dir_.path()});
+    storage::StorageOptions o{{dir_.path()}, kPage, 16, 8, true, true};
+    auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend(GetParam(), o));
+    faulty_ = faulty.get();
+    pager_ = std::make_unique<Pager>(
+        detail::PagerAccess::make(c, backend::make_device_backend(c), std::move(faulty)));
+    for (int i = 0; i < 6; ++i) {
+      ts_.push_back(pager_->allocate(kPage));
+      auto pin = ts_.back().pin(Access::write);
+      seeds_.push_back(10 + static_cast<std::uint64_t>(i));
+      test::fill(pin.data(), kPage, seeds_.back());
+    }
+    ASSERT_EQ(ts_[0].tier(), Tier::nvme);
+    ASSERT_EQ(ts_[1].tier(), Tier::nvme);
+    ASSERT_EQ(ts_[2].tier(), Tier::host);
+    ASSERT_EQ(ts_[5].tier(), Tier::device);
+  }
+  // With the faults cleared, every tensor reads back whole (twice, so every tier is crossed again).
+  void expect_intact() {
+    pager_->check_invariants();
+    faulty_->clear();
+    for (int round = 0; round < 2; ++round) {
+      for (std::size_t i = 0; i < ts_.size(); ++i) {
+        auto pin = ts_[i].pin(Access::read);
+        EXPECT_EQ(test::mismatches(pin.data(), kPage, seeds_[i]), 0u) << "tensor " << i << " round " << round;
+      }
+    }
+    pager_->check_invariants();
+  }
+  // Pins t0 (on NVMe) and returns what it threw.
+  std::string pin_t0() {
+    return message_of([&] { auto pin = ts_[0].pin(Access::read); });
+  }
+  // Pins t4, t5 for writing then a new tensor: the host tier is full, so t2 must spill to NVMe.
+  std::string force_spill() {
+    return message_of([&] {
+      auto extra = pager_->allocate(kPage);
+      auto pin = extra.pin(Access::write);
+      auto pin2 = ts_[1].pin(Access::write);  // needs a frame: a device page goes to the host, t2 to NVMe
+      test::fill(pin2.data(), kPage, seeds_[1]);
+    });
+  }
+  test::TempDir dir_;
+  storage::FaultyStorage* faulty_ = nullptr;
+  std::unique_ptr<Pager> pager_;
+  std::vector<Tensor> ts_;
+  std::vector<std::uint64_t> seeds_;
+};
+
+TEST_P(NvmeFaults, EioOnWriteKeepsThePageOnTheHostAndReachesTheCaller) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::eio).on(IoOp::write)});
+  const std::string msg = force_spill();
+  EXPECT_NE(msg.find("to NVMe slot"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stays on the host tier"), std::string::npos) << msg;
+  EXPECT_EQ(ts_[2].tier(), Tier::host);
+  EXPECT_GE(pager_->stats().nvme_write_errors, 1u);
+  expect_intact();
+}
+
+TEST_P(NvmeFaults, EnospcOnWriteIsOutOfMemoryForTheTier) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::enospc).on(IoOp::write)});
+  try {
+    auto extra = pager_->allocate(kPage);
+    auto pin = extra.pin(Access::write);
+    auto pin2 = ts_[1].pin(Access::write);
+    FAIL() << "ENOSPC must reach the caller";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("NVMe tier's filesystem is full"), std::string::npos) << e.what();
+  }
+  expect_intact();
+}
+
+TEST_P(NvmeFaults, EioOnReadNamesThePageAndSlotAndLosesNothing) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::eio).on(IoOp::read)});
+  try {
+    auto pin = ts_[0].pin(Access::read);
+    FAIL() << "EIO must reach the caller";
+  } catch (const io_error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.sys_errno(), EIO);
+    EXPECT_NE(m.find("page 0"), std::string::npos) << m;
+    EXPECT_NE(m.find("NVMe slot"), std::string::npos) << m;
+  }
+  EXPECT_EQ(ts_[0].tier(), Tier::nvme);
+  EXPECT_GE(pager_->stats().nvme_read_errors, 1u);
+  expect_intact();
+}
+
+TEST_P(NvmeFaults, ShortReadIsAnErrorAndLosesNothing) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::short_io).on(IoOp::read)});
+  const std::string msg = pin_t0();
+  EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
+  EXPECT_EQ(ts_[0].tier(), Tier::nvme);
+  expect_intact();
+}
+
+TEST_P(NvmeFaults, BitFlipOnReadIsDetectedEveryTime) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::bit_flip).on(IoOp::read)});
+  for (int i = 0; i < 10; ++i) {
+    const std::string msg = pin_t0();
+    ASSERT_NE(msg.find("fails its checksum"), std::string::npos) << "attempt " << i << ": " << msg;
+  }
+  EXPECT_EQ(pager_->stats().nvme_corrupt_reads, 10u);
+  expect_intact();
+}
+
+TEST_P(NvmeFaults, BitFlipOnWriteIsDetectedOnEveryReadAndNeverHandedOut) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::bit_flip).on(IoOp::write).at_most(1)});
+  EXPECT_EQ(force_spill(), "");  // a page goes to NVMe, corrupted on the way
+  faulty_->clear();
+  ASSERT_EQ(faulty_->fired(), 1u);
+  // Exactly one tensor is now corrupt on NVMe: every read of it fails, none hands out its data.
+  std::vector<std::size_t> corrupt;
+  for (std::size_t i = 0; i < ts_.size(); ++i) {
+    const std::string msg = message_of([&] { auto pin = ts_[i].pin(Access::read); });
+    if (msg.empty()) continue;
+    EXPECT_NE(msg.find("fails its checksum"), std::string::npos) << msg;
+    corrupt.push_back(i);
+  }
+  ASSERT_EQ(corrupt.size(), 1u);
+  for (int i = 0; i < 5; ++i) {
+    const std::string msg = message_of([&] { auto pin = ts_[corrupt[0]].pin(Access::read); });
+    ASSERT_NE(msg.find("fails its checksum"), std::string::npos) << "read " << i << ": " << msg;
+  }
+  // Overwriting the whole tensor needs no read, and makes it usable again.
+  {
+    auto pin = ts_[corrupt[0]].pin(Access::write);
+    seeds_[corrupt[0]] = 99;
+    test::fill(pin.data(), kPage, 99);
+  }
+  expect_intact();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, NvmeFaults, ::testing::Values("uring", "posix"));
+
+// --- fallback and traces on disk --------------------------------------------------------------------------
+
+// Writes and reads back 12 pages through a 1:2:16 pager with the tier in `dir`; exits 0 if all is well.
+void round_trip_and_exit(const std::string& dir, const std::string& backend) {
+  Pager p(nvme_config(1, 2, 16, {dir}, backend));
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 12; ++i) {
+    ts.push_back(p.allocate(kPage));
+    auto pin = ts.back().pin(Access::write);
+    test::fill(pin.data(), kPage, static_cast<std::uint64_t>(i) + 1);
+  }
+  std::size_t bad = 0;
+  for (int i = 0; i < 12; ++i) {
+    auto pin = ts[static_cast<std::size_t>(i)].pin(Access::read);
+    bad += test::mismatches(pin.data(), kPage, static_cast<std::uint64_t>(i) + 1);
+  }
+  std::_Exit(bad == 0 && p.stats().nvme_to_host.pages > 0 ? 0 : 1);
+}
+
+// Blocks io_uring_setup in this process with ENOSYS, as a seccomp profile would.
+void block_io_uring() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    std::fprintf(stderr, "cannot install the seccomp filter\n");
+    std::_Exit(3);
+  }
+}
+
+TEST(NvmeFallbackDeathTest, AutoFallsBackToPosixWhenSeccompBlocksIoUring) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  test::TempDir dir;
+  EXPECT_EXIT(
+      {
+        block_io_uring();
+        round_trip_and_exit(dir.path(), "auto");
+      },
+      ::testing::ExitedWithCode(0), "io_uring is unavailable .*the NVMe tier uses the posix backend");
+  EXPECT_EXIT(
+      {
+        block_io_uring();
+        try {
+          Pager p(nvme_config(1, 2, 16, {dir.path()}, "uring"));
+        } catch (const config_error& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          std::_Exit(0);
+        }
+        std::_Exit(1);
+      },
+      ::testing::ExitedWithCode(0), "io_uring cannot start here.*use \"posix\"");
+}
+
+TEST(NvmeTrace, NothingOfOursRemainsAfterSigkill) {
+  for (bool tmpfile : {true, false}) {
+    test::TempDir dir;
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(ready[0]);
+      const Config c = nvme_config(1, 2, 16, {dir.path()});
+      storage::StorageOptions o{{dir.path()}, kPage, 16, 8, true, tmpfile};
+      Pager p = detail::PagerAccess::make(c, backend::make_device_backend(c),
+                                          std::make_unique<storage::PosixStorage>(o));
+      std::vector<Tensor> ts;
+      for (int i = 0; i < 8; ++i) {
+        ts.push_back(p.allocate(kPage));
+        auto pin = ts.back().pin(Access::write);
+        test::fill(pin.data(), kPage, 1);
+      }
+      const char ok = p.stats().host_to_nvme.pages > 0 ? 'y' : 'n';
+      (void)!::write(ready[1], &ok, 1);
+      ::pause();  // until killed
+      std::_Exit(0);
+    }
+    ::close(ready[1]);
+    char ok = 0;
+    ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+    ::close(ready[0]);
+    EXPECT_EQ(ok, 'y') << "the child wrote pages to NVMe";
+    EXPECT_TRUE(dir.entries().empty()) << "visible while running (O_TMPFILE " << tmpfile << ")";
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status));
+    EXPECT_TRUE(dir.entries().empty()) << "left behind after SIGKILL (O_TMPFILE " << tmpfile << ")";
+  }
+}
+
+}  // namespace

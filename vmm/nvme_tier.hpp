@@ -1,0 +1,67 @@
+#pragma once
+// The NVMe tier: `slots` page slots in a storage backend's files, a checksum per page and the batched
+// I/O that moves pages between host frames and slots. Slot bookkeeping (try_acquire, release) needs
+// the pager lock; run() must be called WITHOUT it: it blocks until the batch has completed, and
+// batches from several threads run one after another.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "backends/storage/storage_backend.hpp"
+
+namespace tvmm::detail {
+
+class NvmeTier {
+ public:
+  //! A result of run(): the data in the slot does not match the page's checksum.
+  static constexpr int kCorrupt = -1000;
+
+  NvmeTier(std::unique_ptr<storage::StorageBackend> backend, std::size_t page_size);
+  NvmeTier(const NvmeTier&) = delete;
+  NvmeTier& operator=(const NvmeTier&) = delete;
+
+  // --- slots (pager lock held) ---
+  std::optional<std::uint32_t> try_acquire() noexcept;
+  void release(std::uint32_t slot) noexcept;
+  [[nodiscard]] std::uint32_t budget() const noexcept { return slots_; }
+  [[nodiscard]] std::uint32_t in_use() const noexcept { return in_use_; }
+  [[nodiscard]] std::uint32_t peak() const noexcept { return peak_; }
+
+  // --- I/O (pager lock NOT held) ---
+  struct Io {
+    storage::IoOp op;
+    std::uint32_t slot;
+    void* buf;               //!< a host frame
+    std::uint64_t checksum;  //!< write: set by run(); read: the expected value
+    int error = 0;           //!< set by run(): 0, -errno, or kCorrupt
+  };
+  //! Writes (after checksumming each page) and reads (verifying each page) the whole batch.
+  void run(std::span<Io> ios);
+  //! XXH3-64 of a page, seeded with its slot so that data read from the wrong slot fails the check.
+  [[nodiscard]] std::uint64_t checksum(const void* data, std::uint32_t slot) const noexcept;
+
+  [[nodiscard]] storage::StorageBackend& backend() noexcept { return *backend_; }
+  [[nodiscard]] const char* backend_name() const noexcept { return backend_->name(); }
+
+  struct Counters {
+    std::atomic<std::uint64_t> pages_written{0}, pages_read{0}, write_errors{0}, read_errors{0}, corrupt_reads{0};
+  };
+  [[nodiscard]] const Counters& counters() const noexcept { return counters_; }
+
+ private:
+  std::unique_ptr<storage::StorageBackend> backend_;
+  std::size_t page_size_;
+  std::uint32_t slots_;
+  std::uint32_t in_use_ = 0;
+  std::uint32_t peak_ = 0;
+  std::vector<std::uint32_t> free_;
+  std::mutex io_mu_;  // one batch at a time: backends are single-threaded
+  Counters counters_;
+};
+
+}  // namespace tvmm::detail
