@@ -7,8 +7,8 @@
 
 namespace tvmm::detail {
 
-NvmeTier::NvmeTier(std::unique_ptr<storage::StorageBackend> backend, std::size_t page_size)
-    : backend_(std::move(backend)), page_size_(page_size), slots_(backend_->slots()) {
+NvmeTier::NvmeTier(std::unique_ptr<storage::StorageBackend> backend, std::size_t page_size, unsigned depth)
+    : backend_(std::move(backend)), page_size_(page_size), depth_(std::max(1U, depth)), slots_(backend_->slots()) {
   free_.reserve(slots_);
   for (std::uint32_t s = slots_; s-- > 0;) free_.push_back(s);  // low slots first
 }
@@ -33,24 +33,10 @@ std::uint64_t NvmeTier::checksum(const void* data, std::uint32_t slot) const noe
 
 void NvmeTier::run(std::span<Io> ios) {
   if (ios.empty()) return;
-  std::vector<storage::IoRequest> reqs(ios.size());
-  for (std::size_t i = 0; i < ios.size(); ++i) {
-    Io& io = ios[i];
-    if (io.op == storage::IoOp::write) io.checksum = checksum(io.buf, io.slot);
-    reqs[i] = {io.op, io.slot, io.buf, i};
-  }
-  std::vector<std::int64_t> results(ios.size());
-  int rc = 0;
-  {
-    std::lock_guard lk(io_mu_);
-    rc = storage::run_batch(*backend_, reqs, results);
-  }
   const auto full = static_cast<std::int64_t>(page_size_);
-  for (std::size_t i = 0; i < ios.size(); ++i) {
-    Io& io = ios[i];
-    const std::int64_t r = rc != 0 ? rc : results[i];
-    io.error = r == full ? 0 : r < 0 ? static_cast<int>(r) : -EIO;  // a short transfer is an I/O error
+  auto finish = [&](Io& io, std::int64_t r) {
     const bool write = io.op == storage::IoOp::write;
+    io.error = r == full ? 0 : r < 0 ? static_cast<int>(r) : -EIO;  // a short transfer is an I/O error
     if (io.error == 0 && !write && checksum(io.buf, io.slot) != io.checksum) io.error = kCorrupt;
     if (io.error == 0) {
       (write ? counters_.pages_written : counters_.pages_read).fetch_add(1, std::memory_order_relaxed);
@@ -59,6 +45,34 @@ void NvmeTier::run(std::span<Io> ios) {
     } else {
       (write ? counters_.write_errors : counters_.read_errors).fetch_add(1, std::memory_order_relaxed);
     }
+  };
+  // A pipeline of `depth_` requests: a write is checksummed just before it is submitted and a read
+  // verified as soon as it completes, so hashing overlaps the transfers still in flight.
+  std::lock_guard lk(io_mu_);
+  std::size_t next = 0, done = 0;
+  auto submit = [&](std::size_t n) {
+    for (; n > 0 && next < ios.size(); --n, ++next) {
+      Io& io = ios[next];
+      if (io.op == storage::IoOp::write) io.checksum = checksum(io.buf, io.slot);
+      const storage::IoRequest req{io.op, io.slot, io.buf, next};
+      if (const int rc = backend_->submit(std::span(&req, 1)); rc != 0) {
+        finish(io, rc);
+        ++done;
+      }
+    }
+  };
+  submit(depth_);
+  std::vector<storage::IoCompletion> got(depth_);
+  while (done < ios.size()) {
+    const std::size_t n = backend_->reap(got, 1);
+    if (n == 0 && backend_->outstanding() == 0) {  // nothing in flight and nothing left to submit
+      if (next == ios.size()) break;
+      submit(depth_);
+      continue;
+    }
+    for (std::size_t i = 0; i < n; ++i) finish(ios[got[i].tag], got[i].result);
+    done += n;
+    submit(n);
   }
 }
 

@@ -21,7 +21,8 @@ class NvmeTier {
   //! A result of run(): the data in the slot does not match the page's checksum.
   static constexpr int kCorrupt = -1000;
 
-  NvmeTier(std::unique_ptr<storage::StorageBackend> backend, std::size_t page_size);
+  //! `depth`: requests kept in flight by run().
+  NvmeTier(std::unique_ptr<storage::StorageBackend> backend, std::size_t page_size, unsigned depth);
   NvmeTier(const NvmeTier&) = delete;
   NvmeTier& operator=(const NvmeTier&) = delete;
 
@@ -40,7 +41,8 @@ class NvmeTier {
     std::uint64_t checksum;  //!< write: set by run(); read: the expected value
     int error = 0;           //!< set by run(): 0, -errno, or kCorrupt
   };
-  //! Writes (after checksumming each page) and reads (verifying each page) the whole batch.
+  //! Writes (checksumming each page) and reads (verifying each page) the whole batch, keeping `depth`
+  //! requests in flight; each Io's `error` says how it ended.
   void run(std::span<Io> ios);
   //! XXH3-64 of a page, seeded with its slot so that data read from the wrong slot fails the check.
   [[nodiscard]] std::uint64_t checksum(const void* data, std::uint32_t slot) const noexcept;
@@ -56,6 +58,7 @@ class NvmeTier {
  private:
   std::unique_ptr<storage::StorageBackend> backend_;
   std::size_t page_size_;
+  unsigned depth_;
   std::uint32_t slots_;
   std::uint32_t in_use_ = 0;
   std::uint32_t peak_ = 0;

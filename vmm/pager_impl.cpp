@@ -101,7 +101,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
     }
     // The host frames are the only buffers the tier reads into and writes from: fixed buffers if allowed.
     (void)storage->register_buffers(host_->ptr(0), std::size_t{slots} * page_size_);
-    nvme_ = std::make_unique<NvmeTier>(std::move(storage), page_size_);
+    nvme_ = std::make_unique<NvmeTier>(std::move(storage), page_size_, cfg_.nvme.queue_depth);
   }
   policy_ = cfg_.eviction == "belady" ? std::make_unique<policies::BeladyPolicy>(trace_)
                                       : policies::make_eviction_policy(cfg_.eviction);

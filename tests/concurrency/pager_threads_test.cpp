@@ -13,8 +13,16 @@ using namespace tvmm;
 
 namespace {
 
-void hammer(bool streams, int threads, int iterations, std::size_t device_pages, const char* policy = "lru") {
-  auto cfg = test::small_config(device_pages, 64);
+// With `nvme_dir`, the host tier holds 6 pages and the rest goes to an NVMe tier there, and one pin in
+// three is read-only (so clean pages are dropped without a write-back while others write).
+void hammer(bool streams, int threads, int iterations, std::size_t device_pages, const char* policy = "lru",
+            const std::string& nvme_dir = "") {
+  auto cfg = test::small_config(device_pages, nvme_dir.empty() ? 64 : 6);
+  if (!nvme_dir.empty()) {
+    cfg.nvme.paths = {nvme_dir};
+    cfg.nvme.budget = 64 * 64 * KiB;
+    cfg.nvme.queue_depth = 4;
+  }
   cfg.eviction = policy;
   cfg.wait_timeout = std::chrono::milliseconds(60'000);
   Pager p(cfg);
@@ -34,6 +42,12 @@ void hammer(bool streams, int threads, int iterations, std::size_t device_pages,
       for (int it = 0; it < iterations; ++it) {
         const auto k = rng() % mine.size();
         const std::uint64_t old_seed = seeds[k];
+        const bool read_only = !nvme_dir.empty() && old_seed != 0 && rng() % 3 == 0;
+        if (read_only) {
+          auto pin = mine[k].pin(Access::read);
+          bad += test::mismatches(pin.data(), mine[k].size(), old_seed);
+          continue;
+        }
         const std::uint64_t new_seed = (static_cast<std::uint64_t>(t) << 32) | static_cast<std::uint64_t>(it + 1);
         Tensor& tensor = mine[k];
         if (streams) {
@@ -77,6 +91,17 @@ TEST(PagerThreads, EightThreadsStreamPins) { hammer(true, 8, 150, 4); }
 
 // CLOCK's touch sets a bit in the page word without the policy lock while sweeps clear it.
 TEST(PagerThreads, EightThreadsStreamPinsClock) { hammer(true, 8, 150, 4, "clock"); }
+
+// Three tiers: spills to NVMe and staged reads run without the pager lock while other threads pin.
+TEST(PagerThreads, EightThreadsStreamPinsThreeTiers) {
+  test::TempDir dir;
+  hammer(true, 8, 120, 4, "lru", dir.path());
+}
+
+TEST(PagerThreads, EightThreadsHostPinsThreeTiers) {
+  test::TempDir dir;
+  hammer(false, 8, 120, 4, "lru", dir.path());
+}
 
 TEST(PagerThreads, SharedTensorPinnedByManyThreads) {
   Pager p(test::small_config(3, 16));

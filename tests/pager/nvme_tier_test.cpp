@@ -165,7 +165,7 @@ TEST(NvmeTier, CapacityCountsTheNvmeBudgetAndUnmodifiedPagesAreNotWrittenAgain) 
 TEST(NvmeTier, ChecksumIsMixedWithTheSlot) {
   test::TempDir dir;
   storage::StorageOptions o{{dir.path()}, kPage, 4, 4, true, true};
-  detail::NvmeTier tier(std::make_unique<storage::PosixStorage>(o), kPage);
+  detail::NvmeTier tier(std::make_unique<storage::PosixStorage>(o), kPage, 4);
   test::AlignedBuffer a(kPage), b(kPage);
   test::fill(a.data, kPage, 5);
   test::fill(b.data, kPage, 5);

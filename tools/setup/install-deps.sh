@@ -10,6 +10,9 @@ packages=(
   libbenchmark-dev
   libtomlplusplus-dev   # TOML policy config files
   libcli11-dev          # the tvmm command-line tool
+  liburing-dev          # the NVMe tier's io_uring backend
+  libxxhash-dev         # NVMe page checksums (XXH3)
+  fio                   # bench/nvme_vs_fio.sh compares the NVMe tier with it
 )
 
 # `install-deps.sh fuzz` also installs clang and its libFuzzer runtime.
