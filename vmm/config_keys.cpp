@@ -99,8 +99,8 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"nvme",
                   "paths",
                   KeyType::paths,
-                  "an array of directory paths like [\"/mnt/nvme0/tvmm\", \"/mnt/nvme1/tvmm\"] (in the "
-                  "environment: paths separated by ':')",
+                  "an array of directory paths like [\"/mnt/nvme0/tvmm\", \"/mnt/nvme1/tvmm\"] (or one string, "
+                  "as in the environment, with paths separated by ':')",
                   "directories of the NVMe tier's files, one per drive (slots are striped across them)",
                   false,
                   0.0,
