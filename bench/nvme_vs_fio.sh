@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The NVMe tier against fio on the same directory: fio (io_uring engine, O_DIRECT, bs=2M) and the tier's
 # own write and read paths (tvmm-nvme-bench: io_uring, O_DIRECT, per-page XXH3 checksums verified on
-# read), with the same queue depth and file size. Each is run RUNS times and the median is kept.
+# read), with the same queue depth and file size. Each is run RUNS times, fio and tvmm alternating,
+# and the median is kept. Writes are measured in the steady state (the file's blocks already written
+# once: fio's file is laid out by an unmeasured first write; tvmm-nvme-bench writes twice and reports
+# the second pass, and its first pass as tvmm_first_write_mbs).
 # Prints both and ends with `read_ratio R` and `write_ratio W` (tvmm / fio). Target: both >= 0.9.
 #
 #   bench/nvme_vs_fio.sh DIR                 # 1 GiB, qd 32
@@ -35,6 +38,7 @@ fio_mbs() {  # fio_mbs read|write -> MB/s (1e6 bytes/s)
 }
 
 echo "directory $dir  size $size  qd $qd  bs 2M  runs $runs (median)"
+fio_mbs write >/dev/null  # lay the file out
 fw=(); fr=(); tw=(); tr=()
 for ((i = 1; i <= runs; i++)); do
   fw+=("$(fio_mbs write)")

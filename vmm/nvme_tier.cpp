@@ -70,9 +70,10 @@ void NvmeTier::run(std::span<Io> ios) {
       submit(depth_);
       continue;
     }
+    // Refill the queue before verifying: the drive works on the next requests while this thread hashes.
+    submit(n);
     for (std::size_t i = 0; i < n; ++i) finish(ios[got[i].tag], got[i].result);
     done += n;
-    submit(n);
   }
 }
 
