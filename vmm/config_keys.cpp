@@ -1,5 +1,8 @@
 #include "vmm/config_keys.hpp"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
 #include <sstream>
 
 #include "tvmm/errors.hpp"
@@ -13,6 +16,32 @@ std::string toml_number(double d) {
 }
 
 namespace {
+
+// A TOML basic string: quotes, backslashes and control characters escaped, so it reads back the same.
+std::string toml_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// `d` as a whole number no larger than `max`; throws config_error("") otherwise (the caller adds the key
+// and what was expected). Checked before any cast: converting an out-of-range double is undefined.
+std::uint64_t whole(double d, double max) {
+  if (!(d >= 0.0 && d <= max) || d != std::floor(d)) throw config_error("");
+  return static_cast<std::uint64_t>(d);
+}
 
 // A size as a TOML string with the largest binary unit that divides it: "256MiB", "4096B".
 std::string toml_size(std::size_t bytes, bool allows_auto) {
@@ -91,6 +120,7 @@ std::vector<ConfigKey> make_keys() {
                   0.0,
                   {},
                   [](Config& c, const KeyValue& v) {
+                    if (!(v.number <= 1e9)) throw config_error("");  // at most 1000 s
                     c.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(v.number * 1e3));
                   },
                   [](const Config& c) { return toml_number(static_cast<double>(c.sim.copy_latency.count()) / 1e3); }});
@@ -108,7 +138,7 @@ std::vector<ConfigKey> make_keys() {
                   [](Config& c, const KeyValue& v) { c.nvme.paths = v.list; },
                   [](const Config& c) {
                     std::string out = "[";
-                    for (const auto& p : c.nvme.paths) out += (out.size() > 1 ? ", \"" : "\"") + p + "\"";
+                    for (const auto& p : c.nvme.paths) out += (out.size() > 1 ? ", " : "") + toml_string(p);
                     return out + "]";
                   }});
   keys.push_back(size_key("nvme", "budget",
@@ -134,9 +164,7 @@ std::vector<ConfigKey> make_keys() {
                   1.0,
                   {},
                   [](Config& c, const KeyValue& v) {
-                    if (v.number != static_cast<double>(static_cast<unsigned>(v.number)) || v.number > 4096)
-                      throw config_error("");
-                    c.nvme.queue_depth = static_cast<unsigned>(v.number);
+                    c.nvme.queue_depth = static_cast<unsigned>(whole(v.number, 4096));
                   },
                   [](const Config& c) { return std::to_string(c.nvme.queue_depth); }});
   keys.push_back({"nvme",
@@ -159,7 +187,7 @@ std::vector<ConfigKey> make_keys() {
                   1.0,
                   {},
                   [](Config& c, const KeyValue& v) {
-                    c.wait_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(v.number));
+                    c.wait_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(whole(v.number, 1e12)));
                   },
                   [](const Config& c) { return std::to_string(c.wait_timeout.count()); }});
   keys.push_back({"policy.prefetch",
@@ -182,8 +210,7 @@ std::vector<ConfigKey> make_keys() {
                   1.0,
                   {},
                   [](Config& c, const KeyValue& v) {
-                    if (v.number != static_cast<double>(static_cast<std::size_t>(v.number))) throw config_error("");
-                    c.prefetch_distance = static_cast<std::size_t>(v.number);
+                    c.prefetch_distance = static_cast<std::size_t>(whole(v.number, 1e9));
                   },
                   [](const Config& c) { return std::to_string(c.prefetch_distance); }});
   keys.push_back(size_key("policy.admission", "min_bytes",

@@ -275,6 +275,15 @@ direct = false
   EXPECT_EQ(e.nvme.paths, (std::vector<std::string>{"/x", "/y/z"}));
   EXPECT_TRUE(e.nvme.direct);
   EXPECT_EQ(applied.size(), 2u);
+  // Found by the fuzzer: a path with quotes, backslashes or control characters prints as valid TOML, and
+  // numbers too large for their field are refused rather than converted (undefined behaviour).
+  Config odd;
+  odd.nvme.paths = {"/a\"b\\c", std::string("/t\tx\x01")};
+  EXPECT_EQ(parse_config(to_toml(odd)).nvme.paths, odd.nvme.paths);
+  for (const char* big : {"[nvme]\nqueue_depth = 1e13\n", "[pager]\nwait_timeout_ms = 1e47\n",
+                          "[policy.prefetch]\ndistance = 1e30\n", "[device.sim]\ncopy_latency_us = 1e300\n"}) {
+    EXPECT_THROW((void)parse_config(big), config_error) << big;
+  }
   // A single string is read like the environment variable: paths separated by ':'.
   EXPECT_EQ(parse_config("[nvme]\npaths = \"/a:/b\"\n").nvme.paths, (std::vector<std::string>{"/a", "/b"}));
   for (const char* bad : {"[nvme]\npaths = [1, 2]\n", "[nvme]\ndirect = 3\n",
