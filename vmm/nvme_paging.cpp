@@ -85,7 +85,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
       host_fifo_.pop_front();
       continue;
     }
-    if (!clean_on_nvme(p, p.word.load(std::memory_order_acquire)) && p.nvme_slot == kNoSlot) {
+    if (p.nvme_slot == kNoSlot) {
       auto slot = acquire_nvme_slot();
       if (!slot) break;  // the NVMe tier is full: spill what was claimed so far
       p.nvme_slot = *slot;

@@ -92,7 +92,9 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
       host_->release(p.host_slot);  // contents discarded (Access::write): the host copy is dead
       p.host_slot = kNoSlot;
     }
-    if (p.nvme_slot != kNoSlot) note_slot_kept(p);  // kept for the next write-back (the pin marks it dirty)
+    // An NVMe page overwritten (Access::write) keeps its slot for the next write-back; staged pages
+    // were noted when they reached the host.
+    if (before[i] == PageState::nvme) note_slot_kept(p);
     if (done) p.ready = EventRef(done).detach();
     policy_->insert(p);
     p.set_state(PageState::device, static_cast<bool>(done));

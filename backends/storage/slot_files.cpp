@@ -90,13 +90,4 @@ void SlotFiles::open_one(const std::string& dir, std::uint32_t slots_here, const
   }
 }
 
-int SlotFiles::validate(std::span<const IoRequest> reqs) const noexcept {
-  for (const auto& r : reqs) {
-    if (r.slot >= slots_ || r.buf == nullptr || reinterpret_cast<std::uintptr_t>(r.buf) % kIoAlignment != 0) {
-      return -EINVAL;
-    }
-  }
-  return 0;
-}
-
 }  // namespace tvmm::storage

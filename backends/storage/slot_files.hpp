@@ -28,8 +28,6 @@ class SlotFiles {
   }
   [[nodiscard]] std::uint32_t slots() const noexcept { return slots_; }
   [[nodiscard]] std::size_t slot_size() const noexcept { return slot_size_; }
-  //! 0 if `reqs` are all valid (slot in range, aligned buffer), else -EINVAL.
-  [[nodiscard]] int validate(std::span<const IoRequest> reqs) const noexcept;
 
  private:
   void open_one(const std::string& dir, std::uint32_t slots_here, const StorageOptions& options);

@@ -26,6 +26,15 @@ std::unique_ptr<StorageBackend> make_storage_backend(const std::string& name, co
   return std::make_unique<PosixStorage>(options);
 }
 
+int validate_requests(std::span<const IoRequest> reqs, std::uint32_t slots) noexcept {
+  for (const auto& r : reqs) {
+    if (r.slot >= slots || r.buf == nullptr || reinterpret_cast<std::uintptr_t>(r.buf) % kIoAlignment != 0) {
+      return -EINVAL;
+    }
+  }
+  return 0;
+}
+
 int run_batch(StorageBackend& backend, std::span<const IoRequest> reqs, std::span<std::int64_t> results) {
   // Tags are positions in `reqs`; the caller's tags are not needed here.
   std::vector<IoRequest> tagged(reqs.begin(), reqs.end());

@@ -80,6 +80,9 @@ class StorageBackend {
 //! slots, tvmm::io_error for other file errors.
 std::unique_ptr<StorageBackend> make_storage_backend(const std::string& name, const StorageOptions& options);
 
+//! 0 if every request names a slot below `slots` and an aligned, non-null buffer; else -EINVAL.
+[[nodiscard]] int validate_requests(std::span<const IoRequest> reqs, std::uint32_t slots) noexcept;
+
 //! Runs `reqs` to completion: submits them and reaps until all are done; results[i] is the result of
 //! reqs[i]. Returns -EINVAL (and runs nothing) if submit refuses the batch.
 int run_batch(StorageBackend& backend, std::span<const IoRequest> reqs, std::span<std::int64_t> results);

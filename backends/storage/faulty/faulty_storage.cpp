@@ -50,10 +50,7 @@ std::vector<FaultRule::Kind> FaultyStorage::decide(const IoRequest& r) {
 
 int FaultyStorage::submit(std::span<const IoRequest> reqs) {
   // Validate first so that a refused batch changes nothing (no rule counts, no synthetic failures).
-  for (const auto& r : reqs) {
-    if (r.slot >= inner_->slots() || r.buf == nullptr || reinterpret_cast<std::uintptr_t>(r.buf) % kIoAlignment != 0)
-      return -EINVAL;
-  }
+  if (const int rc = validate_requests(reqs, inner_->slots()); rc != 0) return rc;
   std::vector<IoRequest> forward;
   for (const auto& r : reqs) {
     const auto kinds = decide(r);

@@ -39,7 +39,7 @@ PosixStorage::~PosixStorage() {
 }
 
 int PosixStorage::submit(std::span<const IoRequest> reqs) {
-  if (const int rc = files_.validate(reqs); rc != 0) return rc;
+  if (const int rc = validate_requests(reqs, files_.slots()); rc != 0) return rc;
   {
     std::lock_guard lk(mu_);
     queue_.insert(queue_.end(), reqs.begin(), reqs.end());

@@ -70,7 +70,7 @@ std::optional<int> UringStorage::fixed_index(const void* buf) const noexcept {
 }
 
 int UringStorage::submit(std::span<const IoRequest> reqs) {
-  if (const int rc = files_.validate(reqs); rc != 0) return rc;
+  if (const int rc = validate_requests(reqs, files_.slots()); rc != 0) return rc;
   for (const auto& r : reqs) waiting_.push_back(Op{r, 0});
   pump();
   return 0;
