@@ -1,13 +1,13 @@
 #pragma once
 // Shared helpers for the tests: small simulated configurations and byte patterns.
 
+#include <stdlib.h>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <stdexcept>
-#include <stdlib.h>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

@@ -48,11 +48,13 @@ void Config::validate() const {
   }
   if (sim.copy_latency.count() < 0) throw config_error("sim.copy_latency must be >= 0");
   if (nvme.budget != 0 && nvme.paths.empty()) {
-    throw config_error("nvme.budget is set but nvme.paths is empty: give one directory per drive, e.g. "
-                       "paths = [\"/mnt/nvme0/tvmm\"]");
+    throw config_error(
+        "nvme.budget is set but nvme.paths is empty: give one directory per drive, e.g. "
+        "paths = [\"/mnt/nvme0/tvmm\"]");
   }
   if (nvme.backend != "auto" && nvme.backend != "uring" && nvme.backend != "posix") {
-    throw config_error("nvme.backend = \"" + nvme.backend + "\" is not a storage backend; use \"auto\", \"uring\" or \"posix\"");
+    throw config_error("nvme.backend = \"" + nvme.backend +
+                       "\" is not a storage backend; use \"auto\", \"uring\" or \"posix\"");
   }
   if (nvme.queue_depth == 0 || nvme.queue_depth > 4096) {
     throw config_error("nvme.queue_depth = " + std::to_string(nvme.queue_depth) + " must be between 1 and 4096");

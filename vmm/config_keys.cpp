@@ -1,8 +1,8 @@
 #include "vmm/config_keys.hpp"
 
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <sstream>
 
 #include "tvmm/errors.hpp"
@@ -96,11 +96,11 @@ std::vector<ConfigKey> make_keys() {
                           "(device + host budgets), at least 1 GiB",
                           true, [](Config& c) -> std::size_t& { return c.va_size; }));
   keys.push_back(size_key("device.sim", "capacity",
-                              "physical memory of the simulated GPU (a hard limit); \"auto\" = the "
-                              "device budget",
-                              true, [](Config& c) -> std::size_t& { return c.sim.capacity; }));
-  keys.push_back(size_key("device.sim", "granularity", "mapping granularity of the simulated GPU (a power of two)", false,
-                              [](Config& c) -> std::size_t& { return c.sim.granularity; }));
+                          "physical memory of the simulated GPU (a hard limit); \"auto\" = the "
+                          "device budget",
+                          true, [](Config& c) -> std::size_t& { return c.sim.capacity; }));
+  keys.push_back(size_key("device.sim", "granularity", "mapping granularity of the simulated GPU (a power of two)",
+                          false, [](Config& c) -> std::size_t& { return c.sim.granularity; }));
   keys.push_back({"device.sim",
                   "bandwidth_gbs",
                   KeyType::number,
@@ -155,18 +155,17 @@ std::vector<ConfigKey> make_keys() {
                   {"auto", "uring", "posix"},
                   [](Config& c, const KeyValue& v) { c.nvme.backend = v.text; },
                   [](const Config& c) { return "\"" + c.nvme.backend + "\""; }});
-  keys.push_back({"nvme",
-                  "queue_depth",
-                  KeyType::number,
-                  "a whole number between 1 and 4096",
-                  "NVMe requests in flight at once, and the most pages moved to or from the tier in one batch",
-                  false,
-                  1.0,
-                  {},
-                  [](Config& c, const KeyValue& v) {
-                    c.nvme.queue_depth = static_cast<unsigned>(whole(v.number, 4096));
-                  },
-                  [](const Config& c) { return std::to_string(c.nvme.queue_depth); }});
+  keys.push_back(
+      {"nvme",
+       "queue_depth",
+       KeyType::number,
+       "a whole number between 1 and 4096",
+       "NVMe requests in flight at once, and the most pages moved to or from the tier in one batch",
+       false,
+       1.0,
+       {},
+       [](Config& c, const KeyValue& v) { c.nvme.queue_depth = static_cast<unsigned>(whole(v.number, 4096)); },
+       [](const Config& c) { return std::to_string(c.nvme.queue_depth); }});
   keys.push_back({"nvme",
                   "direct",
                   KeyType::boolean,
@@ -201,18 +200,17 @@ std::vector<ConfigKey> make_keys() {
                   {"none", "trace"},
                   [](Config& c, const KeyValue& v) { c.prefetch = v.text; },
                   [](const Config& c) { return "\"" + c.prefetch + "\""; }});
-  keys.push_back({"policy.prefetch",
-                  "distance",
-                  KeyType::number,
-                  "a whole number of pins >= 1",
-                  "how many pins ahead trace prefetch runs",
-                  false,
-                  1.0,
-                  {},
-                  [](Config& c, const KeyValue& v) {
-                    c.prefetch_distance = static_cast<std::size_t>(whole(v.number, 1e9));
-                  },
-                  [](const Config& c) { return std::to_string(c.prefetch_distance); }});
+  keys.push_back(
+      {"policy.prefetch",
+       "distance",
+       KeyType::number,
+       "a whole number of pins >= 1",
+       "how many pins ahead trace prefetch runs",
+       false,
+       1.0,
+       {},
+       [](Config& c, const KeyValue& v) { c.prefetch_distance = static_cast<std::size_t>(whole(v.number, 1e9)); },
+       [](const Config& c) { return std::to_string(c.prefetch_distance); }});
   keys.push_back(size_key("policy.admission", "min_bytes",
                           "allocations smaller than this are never evicted; those that fit a page share pages "
                           "of a resident small-object arena; 0 = all evictable",

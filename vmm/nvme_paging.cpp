@@ -35,8 +35,8 @@ bool keeps_slot(const PageEntry& p) {
 }
 
 std::string page_label(const PageEntry& p, std::uint32_t page_in_tensor, std::size_t page_size) {
-  return "page " + std::to_string(page_in_tensor) + " (offset " + format_bytes(std::size_t{page_in_tensor} * page_size) +
-         ") of " + tensor_label(p.owner);
+  return "page " + std::to_string(page_in_tensor) + " (offset " +
+         format_bytes(std::size_t{page_in_tensor} * page_size) + ") of " + tensor_label(p.owner);
 }
 
 }  // namespace
@@ -136,14 +136,15 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   cv_.notify_all();
   if (failed != nullptr) {
     const auto err = -failed->error;
-    const std::string what = "tvmm: writing " +
-                             page_label(*failed_page, table_.index_of(*failed_page) - failed_page->owner->first_page,
-                                        page_size_) +
-                             " to NVMe slot " + std::to_string(failed->slot) + " failed: " + storage::errno_text(err);
+    const std::string what =
+        "tvmm: writing " +
+        page_label(*failed_page, table_.index_of(*failed_page) - failed_page->owner->first_page, page_size_) +
+        " to NVMe slot " + std::to_string(failed->slot) + " failed: " + storage::errno_text(err);
     std::fprintf(stderr, "%s\n", what.c_str());
     if (err == ENOSPC || err == EDQUOT) {
-      throw out_of_memory(what + "; the NVMe tier's filesystem is full (the page stays on the host tier). Free "
-                                 "space in nvme.paths or lower nvme.budget");
+      throw out_of_memory(what +
+                          "; the NVMe tier's filesystem is full (the page stays on the host tier). Free "
+                          "space in nvme.paths or lower nvme.budget");
     }
     throw io_error(what + "; the page stays on the host tier, readable", err);
   }
@@ -221,12 +222,13 @@ void PagerImpl::stage_in(Lock& lk, Allocation* a, Clock::time_point deadline) {
   }
   cv_.notify_all();
   if (failed != nullptr) {
-    const std::string what =
-        "tvmm: reading " + page_label(*failed_page, table_.index_of(*failed_page) - a->first_page, page_size_) +
-        " from NVMe slot " + std::to_string(failed->slot);
+    const std::string what = "tvmm: reading " +
+                             page_label(*failed_page, table_.index_of(*failed_page) - a->first_page, page_size_) +
+                             " from NVMe slot " + std::to_string(failed->slot);
     if (failed->error == NvmeTier::kCorrupt) {
-      throw io_error(what + ": the data fails its checksum (corrupt on the drive, or a misdirected read); it "
-                            "was not handed out and the page stays on the NVMe tier");
+      throw io_error(what +
+                     ": the data fails its checksum (corrupt on the drive, or a misdirected read); it "
+                     "was not handed out and the page stays on the NVMe tier");
     }
     throw io_error(what + " failed: " + storage::errno_text(-failed->error) + "; the page stays on the NVMe tier",
                    -failed->error);

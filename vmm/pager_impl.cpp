@@ -42,7 +42,8 @@ Config resolve(Config cfg, const backend::DeviceProperties& props) {
   cfg.nvme.budget = cfg.nvme.budget / p * p;
   if (cfg.nvme.budget != 0 && cfg.host_budget < 2 * p) {
     throw config_error("host_budget = " + format_bytes(cfg.host_budget) + " holds fewer than 2 pages of " +
-                       format_bytes(p) + ", which the NVMe tier needs (one to stage a page read from NVMe, one "
+                       format_bytes(p) +
+                       ", which the NVMe tier needs (one to stage a page read from NVMe, one "
                        "for the page it displaces); raise host_budget");
   }
   if (cfg.nvme.budget / p > UINT32_MAX - 1) {
@@ -209,13 +210,13 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
   Lock lk(mu_);
   const std::uint64_t free_pages = capacity_pages_ - allocated_pages_;
   if (pages > free_pages) {
-    throw out_of_memory("tvmm::Pager::allocate" + label + ": cannot allocate " + format_bytes(bytes) + " (" +
-                        std::to_string(pages) + " pages of " + format_bytes(page_size_) +
-                        "): " + format_bytes(free_pages * page_size_) + " free of " +
-                        format_bytes(capacity_pages_ * page_size_) + " (device budget " +
-                        format_bytes(cfg_.device_budget) + " + host budget " + format_bytes(cfg_.host_budget) +
-                        (nvme_ ? " + NVMe budget " + format_bytes(cfg_.nvme.budget) + " - two pages" : std::string(" - one page")) +
-                        " kept for swapping); free tensors or raise the budgets");
+    throw out_of_memory(
+        "tvmm::Pager::allocate" + label + ": cannot allocate " + format_bytes(bytes) + " (" + std::to_string(pages) +
+        " pages of " + format_bytes(page_size_) + "): " + format_bytes(free_pages * page_size_) + " free of " +
+        format_bytes(capacity_pages_ * page_size_) + " (device budget " + format_bytes(cfg_.device_budget) +
+        " + host budget " + format_bytes(cfg_.host_budget) +
+        (nvme_ ? " + NVMe budget " + format_bytes(cfg_.nvme.budget) + " - two pages" : std::string(" - one page")) +
+        " kept for swapping); free tensors or raise the budgets");
   }
   const auto first = va_.allocate(static_cast<std::uint32_t>(pages));
   if (!first) {

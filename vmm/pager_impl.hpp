@@ -181,9 +181,9 @@ class PagerImpl {
   std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
   std::unique_ptr<DeviceTier> device_;
   std::unique_ptr<HostTier> host_;
-  std::unique_ptr<NvmeTier> nvme_;           // null without an NVMe budget
-  std::deque<std::uint32_t> host_fifo_;      // pages that entered the host tier, oldest first (lazy: checked on use)
-  std::deque<std::uint32_t> slot_keepers_;   // pages keeping an NVMe slot elsewhere (lazy: checked on use)
+  std::unique_ptr<NvmeTier> nvme_;          // null without an NVMe budget
+  std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, oldest first (lazy: checked on use)
+  std::deque<std::uint32_t> slot_keepers_;  // pages keeping an NVMe slot elsewhere (lazy: checked on use)
   std::unique_ptr<TransferEngine> xfer_;
   std::unique_ptr<policies::EvictionPolicy> policy_;
 

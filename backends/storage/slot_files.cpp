@@ -41,7 +41,8 @@ SlotFiles::~SlotFiles() {
 void SlotFiles::open_one(const std::string& dir, std::uint32_t slots_here, const StorageOptions& options) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
-    throw config_error("NVMe tier path '" + dir + "': " + errno_text(errno) + "; create the directory or fix nvme.paths");
+    throw config_error("NVMe tier path '" + dir + "': " + errno_text(errno) +
+                       "; create the directory or fix nvme.paths");
   }
   if (!S_ISDIR(st.st_mode)) {
     throw config_error("NVMe tier path '" + dir + "' is not a directory; give a directory in nvme.paths");

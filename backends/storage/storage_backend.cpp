@@ -1,7 +1,7 @@
 #include "backends/storage/storage_backend.hpp"
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 
 #include "backends/storage/posix/posix_storage.hpp"
@@ -13,7 +13,8 @@ namespace tvmm::storage {
 std::unique_ptr<StorageBackend> make_storage_backend(const std::string& name, const StorageOptions& options) {
   if (name == "posix") return std::make_unique<PosixStorage>(options);
   if (name != "uring" && name != "auto") {
-    throw config_error("nvme.backend = \"" + name + "\" is not a storage backend; use \"auto\", \"uring\" or \"posix\"");
+    throw config_error("nvme.backend = \"" + name +
+                       "\" is not a storage backend; use \"auto\", \"uring\" or \"posix\"");
   }
   int err = 0;
   if (auto ring = UringStorage::create(options, &err)) return ring;

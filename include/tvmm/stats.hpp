@@ -15,33 +15,33 @@ struct Traffic {
 //! A consistent-enough snapshot of a pager's counters (each counter is read atomically; the set is
 //! not one atomic snapshot while other threads run).
 struct Stats {
-  Traffic host_to_device;               //!< Page-ins from the host tier.
-  Traffic device_to_host;               //!< Write-backs of evicted pages to the host tier.
-  Traffic host_to_nvme;                 //!< Pages written to the NVMe tier.
-  Traffic nvme_to_host;                 //!< Pages read back from the NVMe tier (checksums verified).
-  std::uint64_t pins = 0;               //!< Pin calls.
-  std::uint64_t hits = 0;               //!< Pages found resident at pin time.
-  std::uint64_t misses = 0;             //!< Pages that had to be made resident at pin or prefetch time.
-  std::uint64_t evictions = 0;          //!< Pages evicted from the device tier.
-  std::uint64_t clean_evictions = 0;    //!< Of those, pages with a current NVMe copy: no write-back.
-  std::uint64_t prefetched = 0;         //!< Pages made resident by prefetch() or trace prefetch.
-  std::uint64_t trace_divergences = 0;  //!< Times the program left the recorded trace (it was dropped).
-  std::uint64_t stall_ns = 0;           //!< Time calling threads spent blocked inside pin().
-  std::uint64_t allocations = 0;        //!< Tensors allocated so far.
-  std::uint64_t live_bytes = 0;         //!< Bytes of live tensors (rounded up to pages).
-  std::uint64_t device_used_bytes = 0;  //!< Device frames in use now.
-  std::uint64_t device_peak_bytes = 0;  //!< Most device frames ever in use at once.
-  std::uint64_t host_used_bytes = 0;    //!< Host frames in use now.
-  std::uint64_t host_peak_bytes = 0;    //!< Most host frames ever in use at once.
-  std::uint64_t device_budget = 0;      //!< Device budget in bytes (whole pages).
-  std::uint64_t host_budget = 0;        //!< Host budget in bytes (whole pages).
-  std::uint64_t nvme_used_bytes = 0;    //!< NVMe slots in use now (pages there, and copies kept).
-  std::uint64_t nvme_peak_bytes = 0;    //!< Most NVMe slots ever in use at once.
-  std::uint64_t nvme_budget = 0;        //!< NVMe budget in bytes (whole pages); 0 = no NVMe tier.
-  std::uint64_t nvme_write_errors = 0;  //!< Failed writes to the NVMe tier (each page stayed on the host).
-  std::uint64_t nvme_read_errors = 0;   //!< Failed reads from the NVMe tier (each page stayed there).
-  std::uint64_t nvme_corrupt_reads = 0; //!< Reads whose data failed the page checksum (never handed out).
-  std::uint64_t page_size = 0;          //!< Page size in bytes.
+  Traffic host_to_device;                //!< Page-ins from the host tier.
+  Traffic device_to_host;                //!< Write-backs of evicted pages to the host tier.
+  Traffic host_to_nvme;                  //!< Pages written to the NVMe tier.
+  Traffic nvme_to_host;                  //!< Pages read back from the NVMe tier (checksums verified).
+  std::uint64_t pins = 0;                //!< Pin calls.
+  std::uint64_t hits = 0;                //!< Pages found resident at pin time.
+  std::uint64_t misses = 0;              //!< Pages that had to be made resident at pin or prefetch time.
+  std::uint64_t evictions = 0;           //!< Pages evicted from the device tier.
+  std::uint64_t clean_evictions = 0;     //!< Of those, pages with a current NVMe copy: no write-back.
+  std::uint64_t prefetched = 0;          //!< Pages made resident by prefetch() or trace prefetch.
+  std::uint64_t trace_divergences = 0;   //!< Times the program left the recorded trace (it was dropped).
+  std::uint64_t stall_ns = 0;            //!< Time calling threads spent blocked inside pin().
+  std::uint64_t allocations = 0;         //!< Tensors allocated so far.
+  std::uint64_t live_bytes = 0;          //!< Bytes of live tensors (rounded up to pages).
+  std::uint64_t device_used_bytes = 0;   //!< Device frames in use now.
+  std::uint64_t device_peak_bytes = 0;   //!< Most device frames ever in use at once.
+  std::uint64_t host_used_bytes = 0;     //!< Host frames in use now.
+  std::uint64_t host_peak_bytes = 0;     //!< Most host frames ever in use at once.
+  std::uint64_t device_budget = 0;       //!< Device budget in bytes (whole pages).
+  std::uint64_t host_budget = 0;         //!< Host budget in bytes (whole pages).
+  std::uint64_t nvme_used_bytes = 0;     //!< NVMe slots in use now (pages there, and copies kept).
+  std::uint64_t nvme_peak_bytes = 0;     //!< Most NVMe slots ever in use at once.
+  std::uint64_t nvme_budget = 0;         //!< NVMe budget in bytes (whole pages); 0 = no NVMe tier.
+  std::uint64_t nvme_write_errors = 0;   //!< Failed writes to the NVMe tier (each page stayed on the host).
+  std::uint64_t nvme_read_errors = 0;    //!< Failed reads from the NVMe tier (each page stayed there).
+  std::uint64_t nvme_corrupt_reads = 0;  //!< Reads whose data failed the page checksum (never handed out).
+  std::uint64_t page_size = 0;           //!< Page size in bytes.
 
   //! Pages found resident over pages asked for by pins, in [0, 1]; 1 when nothing was pinned.
   [[nodiscard]] double hit_rate() const noexcept {

@@ -197,11 +197,11 @@ TEST(UringStorage, RegistersBuffersWithinTheMemlockLimitAndFallsBackBeyondIt) {
   EXPECT_EQ(r[0], static_cast<std::int64_t>(kSlot));
   std::memset(frames.data, 0, frames.bytes);
   std::memset(outside.data, 0, kSlot);
-  ASSERT_EQ(run_batch(*b,
-                      std::vector{IoRequest{IoOp::read, 2, frames.at(0, kSlot), 0},
-                                  IoRequest{IoOp::read, 1, outside.data, 0}},
-                      r),
-            0);
+  ASSERT_EQ(
+      run_batch(
+          *b, std::vector{IoRequest{IoOp::read, 2, frames.at(0, kSlot), 0}, IoRequest{IoOp::read, 1, outside.data, 0}},
+          r),
+      0);
   EXPECT_EQ(test::mismatches(frames.at(0, kSlot), kSlot, 78), 0u);
   EXPECT_EQ(test::mismatches(outside.data, kSlot, 77), 0u);
 }

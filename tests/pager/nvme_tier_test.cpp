@@ -84,8 +84,10 @@ TEST_P(NvmeIntegrity, RandomPinsKeepEveryByteAcrossThreeTiers) {
   for (int step = 0; step < 500; ++step) {
     auto& s = ts[rng() % ts.size()];
     const unsigned kind = static_cast<unsigned>(rng() % 4);  // read, read_write, write, stream read_write
-    const Access access = s.seed == 0 ? Access::write : kind == 0 ? Access::read : kind == 2 ? Access::write
-                                                                                            : Access::read_write;
+    const Access access = s.seed == 0 ? Access::write
+                          : kind == 0 ? Access::read
+                          : kind == 2 ? Access::write
+                                      : Access::read_write;
     const std::uint64_t old_seed = access == Access::write ? 0 : s.seed;
     const std::uint64_t new_seed = access == Access::read ? s.seed : next_seed++;
     {
@@ -133,7 +135,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, NvmeIntegrity,
                          ::testing::Values(IntegrityParam{"uring", 1}, IntegrityParam{"uring", 3},
                                            IntegrityParam{"posix", 1}, IntegrityParam{"posix", 3}),
                          [](const auto& param_info) {
-                           return std::string(param_info.param.backend) + "_" + std::to_string(param_info.param.dirs) + "dirs";
+                           return std::string(param_info.param.backend) + "_" + std::to_string(param_info.param.dirs) +
+                                  "dirs";
                          });
 
 TEST(NvmeTier, CapacityCountsTheNvmeBudgetAndUnmodifiedPagesAreNotWrittenAgain) {
@@ -207,8 +210,7 @@ class NvmeFaults : public ::testing::TestWithParam<const char*> {
     storage::StorageOptions o{{dir_.path()}, kPage, 16, 8, true, true};
     auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend(GetParam(), o));
     faulty_ = faulty.get();
-    pager_ = std::make_unique<Pager>(
-        detail::PagerAccess::make(c, backend::make_device_backend(c), std::move(faulty)));
+    pager_ = std::make_unique<Pager>(detail::PagerAccess::make(c, backend::make_device_backend(c), std::move(faulty)));
     for (int i = 0; i < 6; ++i) {
       ts_.push_back(pager_->allocate(kPage));
       auto pin = ts_.back().pin(Access::write);
@@ -406,8 +408,8 @@ TEST(NvmeTrace, NothingOfOursRemainsAfterSigkill) {
       ::close(ready[0]);
       const Config c = nvme_config(1, 2, 16, {dir.path()});
       storage::StorageOptions o{{dir.path()}, kPage, 16, 8, true, tmpfile};
-      Pager p = detail::PagerAccess::make(c, backend::make_device_backend(c),
-                                          std::make_unique<storage::PosixStorage>(o));
+      Pager p =
+          detail::PagerAccess::make(c, backend::make_device_backend(c), std::make_unique<storage::PosixStorage>(o));
       std::vector<Tensor> ts;
       for (int i = 0; i < 8; ++i) {
         ts.push_back(p.allocate(kPage));

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <memory>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -286,8 +286,8 @@ direct = false
   }
   // A single string is read like the environment variable: paths separated by ':'.
   EXPECT_EQ(parse_config("[nvme]\npaths = \"/a:/b\"\n").nvme.paths, (std::vector<std::string>{"/a", "/b"}));
-  for (const char* bad : {"[nvme]\npaths = [1, 2]\n", "[nvme]\ndirect = 3\n",
-                          "[nvme]\nqueue_depth = 0\n", "[nvme]\nqueue_depth = 2.5\n", "[nvme]\nbackend = \"spdk\"\n"}) {
+  for (const char* bad : {"[nvme]\npaths = [1, 2]\n", "[nvme]\ndirect = 3\n", "[nvme]\nqueue_depth = 0\n",
+                          "[nvme]\nqueue_depth = 2.5\n", "[nvme]\nbackend = \"spdk\"\n"}) {
     EXPECT_THROW((void)parse_config(bad), config_error) << bad;
   }
 }

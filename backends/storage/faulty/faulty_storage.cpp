@@ -99,7 +99,8 @@ std::size_t FaultyStorage::reap(std::span<IoCompletion> out, std::size_t min) {
         if (p.flip && p.req.op == IoOp::read) static_cast<std::byte*>(p.req.buf)[slot_size() / 3] ^= std::byte{0x10};
         if (p.short_io) {
           result = static_cast<std::int64_t>(slot_size() / 2);
-          if (p.req.op == IoOp::read) std::memset(static_cast<std::byte*>(p.req.buf) + slot_size() / 2, 0, slot_size() / 2);
+          if (p.req.op == IoOp::read)
+            std::memset(static_cast<std::byte*>(p.req.buf) + slot_size() / 2, 0, slot_size() / 2);
         }
       }
       out[n++] = {p.req.tag, result};

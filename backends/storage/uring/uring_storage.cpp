@@ -8,8 +8,8 @@
 namespace tvmm::storage {
 
 namespace {
-constexpr unsigned kMaxAgain = 16;  // -EAGAIN: the kernel had no resources right now
-constexpr unsigned kMaxShort = 4;   // short transfers: re-issue the whole request
+constexpr unsigned kMaxAgain = 16;                        // -EAGAIN: the kernel had no resources right now
+constexpr unsigned kMaxShort = 4;                         // short transfers: re-issue the whole request
 constexpr std::size_t kMaxRegion = std::size_t{1} << 30;  // io_uring limits one registered buffer to 1 GiB
 }  // namespace
 

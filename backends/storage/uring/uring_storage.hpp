@@ -51,12 +51,12 @@ class UringStorage final : public StorageBackend {
   SlotFiles files_;
   io_uring ring_;
   unsigned depth_;
-  std::vector<Op> ops_;                // one per queue entry
-  std::vector<std::uint32_t> free_;    // free indices into ops_
-  std::deque<Op> waiting_;             // submitted by the caller, not yet given to the kernel
-  std::size_t in_flight_ = 0;          // given to the kernel
-  std::vector<IoCompletion> ready_;    // final results not yet reaped
-  std::vector<iovec> regions_;         // registered buffers
+  std::vector<Op> ops_;              // one per queue entry
+  std::vector<std::uint32_t> free_;  // free indices into ops_
+  std::deque<Op> waiting_;           // submitted by the caller, not yet given to the kernel
+  std::size_t in_flight_ = 0;        // given to the kernel
+  std::vector<IoCompletion> ready_;  // final results not yet reaped
+  std::vector<iovec> regions_;       // registered buffers
 };
 
 }  // namespace tvmm::storage
