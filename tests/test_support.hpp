@@ -2,6 +2,7 @@
 // Shared helpers for the tests: small simulated configurations and byte patterns.
 
 #include <stdlib.h>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/pattern.hpp"
@@ -28,6 +30,18 @@ inline Config small_config(std::size_t device_pages, std::size_t host_pages, std
   c.wait_timeout = std::chrono::milliseconds(10'000);
   c.min_bytes = 0;  // the pager tests move small tensors; admission has its own tests
   return c;
+}
+
+//! Polls `pred` until it holds or `timeout` passes; returns its last value. For waiting on another
+//! thread's progress, never for timing.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::milliseconds(10'000)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return pred();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
 }
 
 //! Fills `n` bytes at `p` with the pattern `seed` (the CPU pattern kernel).

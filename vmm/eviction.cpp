@@ -47,6 +47,7 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
     }
   }
   EventRef done;
+  std::vector<EventRef> per_page;
   try {
     // 1. Order the write-backs after each victim's last uses (stream pins' release points) and after
     //    its own page-in, on the copy stream: the host does not wait for those.
@@ -62,12 +63,15 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
     for (Event* e : after) {
       if (!events_.is_done(e)) xfer_->order_copy_out_after(e);
     }
-    // 2. Queue the write-backs; one event marks them all.
+    // 2. Queue the write-backs, with an event after each, so that each page can move on (to NVMe, see
+    //    spill) as soon as its own copy is done. Dropped pages get one too: the frames' next users
+    //    must follow the victims' last uses.
+    per_page.reserve(victims.size());
     for (PageEntry* v : victims) {
       if (v->host_slot != kNoSlot) xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
+      per_page.push_back(xfer_->record_out());
     }
-    // For dropped pages too: the frames' next users must follow the victims' last uses.
-    done = xfer_->record_out();
+    done = per_page.back();
   } catch (...) {
     // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
     // queued into it, so no other page may take it; the page's next eviction reuses it, after that copy.
@@ -79,7 +83,7 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
     throw;
   }
   // 3. Hand the frames over now; the victims stay mapped (and in transit) until reap() retires them.
-  EvictionBatch batch{done, {}};
+  EvictionBatch batch{{}, std::move(per_page)};
   for (PageEntry* v : victims) {
     frames.push_back(v->frame);
     v->frame = kNoFrame;
@@ -116,24 +120,29 @@ bool PagerImpl::reap(Lock& /*lk*/) {
     loads_.pop_front();
     retired = true;
   }
-  while (!evictions_.empty() && events_.is_done(evictions_.front().done.get())) {
-    for (auto idx : evictions_.front().pages) {
-      PageEntry& v = table_[idx];
+  // Write-backs page by page (their events complete in the order they were recorded).
+  while (!evictions_.empty()) {
+    EvictionBatch& b = evictions_.front();
+    for (; b.retired < b.pages.size() && events_.is_done(b.done[b.retired].get()); ++b.retired) {
+      PageEntry& v = table_[b.pages[b.retired]];
       if (!dev_->unmap(va_of(v), page_size_).ok()) {
         // The data is safe on the host; the next load of this page unmaps before mapping again.
         std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
                      hex(va_of(v)).c_str());
         v.stale_mapping = true;
       }
-      if (v.host_slot != kNoSlot) {
+      retired = true;
+      if (v.spill != Spill::none) {
+        v.spill = Spill::arrived;  // a spill is writing it to NVMe: it publishes the page
+      } else if (v.host_slot != kNoSlot) {
         v.set_state(PageState::host);
         note_host(v);
       } else {
         v.set_state(PageState::nvme);
       }
     }
+    if (b.retired < b.pages.size()) break;
     evictions_.pop_front();
-    retired = true;
   }
   if (retired) cv_.notify_all();
   return retired;
@@ -144,7 +153,7 @@ bool PagerImpl::wait_progress(Lock& lk, Clock::time_point deadline) {
   // Transfers in flight make progress by themselves: wait for the oldest, then retire it.
   EventRef oldest;
   if (!evictions_.empty()) {
-    oldest = evictions_.front().done;
+    oldest = evictions_.front().done[evictions_.front().retired];
   } else if (!loads_.empty()) {
     oldest = loads_.front().done;
   }

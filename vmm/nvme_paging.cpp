@@ -1,7 +1,8 @@
-// PagerImpl, part 5: the NVMe tier. Host pages spill to NVMe when the host tier is full; NVMe pages are
-// staged back through host slots. The I/O runs without mu_, on pages claimed (in transit), so other
-// threads keep pinning; each batch is up to nvme.queue_depth pages, and while one batch's reads run,
-// the page-ins of the previous batch (asynchronous, on the copy stream) run too.
+// PagerImpl, part 5: the NVMe tier. Host pages, and pages on their way from the device, spill to NVMe when
+// the host tier is full; NVMe pages are read back through host slots and paged in. The I/O runs without
+// mu_, on pages claimed (in transit), so other threads keep pinning. Both directions are pipelined page
+// by page: a page's NVMe write starts as soon as its own device-to-host copy is done, and a page's copy
+// to the device is queued as soon as its own read is verified.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -76,20 +77,28 @@ std::optional<std::uint32_t> PagerImpl::acquire_nvme_slot() noexcept {
 std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   if (!nvme_) return 0;
   reap(lk);
-  // 1. Claim the oldest host pages. A page whose NVMe copy is current just lets its host slot go.
   std::size_t freed = 0;
   std::vector<PageEntry*> writes;
+  std::vector<EventRef> arrives;  // per write: the page's write-back from the device (null: on the host)
+  bool full = false;              // no NVMe slot left: spill what was claimed so far
+  auto give_slot = [&](PageEntry& p) {
+    if (p.nvme_slot != kNoSlot) return true;
+    auto slot = acquire_nvme_slot();
+    if (!slot) return false;
+    p.nvme_slot = *slot;
+    p.word.fetch_or(word::kDirty, std::memory_order_acq_rel);  // a new slot holds nothing of this page
+    return true;
+  };
+  // 1. Claim the oldest host pages. A page whose NVMe copy is current just lets its host slot go.
   while (freed + writes.size() < want && !host_fifo_.empty()) {
     PageEntry& p = table_[host_fifo_.front()];
     if (p.state() != PageState::host) {  // stale entry
       host_fifo_.pop_front();
       continue;
     }
-    if (p.nvme_slot == kNoSlot) {
-      auto slot = acquire_nvme_slot();
-      if (!slot) break;  // the NVMe tier is full: spill what was claimed so far
-      p.nvme_slot = *slot;
-      p.word.fetch_or(word::kDirty, std::memory_order_acq_rel);  // a new slot holds nothing of this page
+    if (!give_slot(p)) {
+      full = true;
+      break;
     }
     host_fifo_.pop_front();
     if (clean_on_nvme(p, p.word.load(std::memory_order_acquire))) {
@@ -100,23 +109,60 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     }
     p.set_state(PageState::transit);
     writes.push_back(&p);
+    arrives.emplace_back();
+  }
+  // 2. Then pages still on their way from the device, oldest first: each is written as soon as its own
+  //    write-back completes, so a tensor's device-to-host copies overlap its NVMe writes page by page.
+  for (auto b = evictions_.begin(); b != evictions_.end() && !full; ++b) {
+    for (std::size_t k = b->retired; k < b->pages.size() && freed + writes.size() < want; ++k) {
+      PageEntry& p = table_[b->pages[k]];
+      // Pages dropped without a copy have no host slot; a clean copy is let go once it has arrived.
+      if (p.host_slot == kNoSlot || p.spill != Spill::none || clean_on_nvme(p, p.word.load(std::memory_order_acquire)))
+        continue;
+      if (!give_slot(p)) {
+        full = true;
+        break;
+      }
+      p.spill = Spill::claimed;
+      writes.push_back(&p);
+      arrives.push_back(b->done[k]);
+    }
   }
   if (writes.empty()) {
     if (freed != 0) cv_.notify_all();
     return freed;
   }
-  // 2. Write them without the lock (checksums are taken from the host frames, which no one else
+  // 3. Write them without the lock (checksums are taken from the host frames, which no one else
   //    touches while the pages are in transit).
   std::vector<NvmeTier::Io> ios;
   for (PageEntry* p : writes) ios.push_back({storage::IoOp::write, p->nvme_slot, host_->ptr(p->host_slot), 0, 0});
+  auto arrived = [&](std::size_t i, bool block) noexcept {
+    Event* e = arrives[i].get();
+    try {
+      if (e == nullptr) return true;
+      if (!block) return events_.is_done(e);
+      events_.wait(e);
+      return true;
+    } catch (const std::exception& ex) {
+      if (block) std::fprintf(stderr, "tvmm: a write-back to the host failed (%s); not spilling its page\n", ex.what());
+      return false;
+    }
+  };
+  auto nothing = [](std::size_t) noexcept {};
   lk.unlock();
-  nvme_->run(ios);
+  nvme_->run(ios, {arrived, nothing});
   lk.lock();
-  // 3. Publish: written pages move to NVMe; a failed write leaves its page on the host, readable.
+  reap(lk);  // retires the write-backs of the pages claimed on their way: each completed before its write
+  // 4. Publish: written pages move to NVMe; a failed write leaves its page on the host, readable.
   const NvmeTier::Io* failed = nullptr;
   const PageEntry* failed_page = nullptr;
   for (std::size_t i = 0; i < writes.size(); ++i) {
     PageEntry& p = *writes[i];
+    const Spill spilled = std::exchange(p.spill, Spill::none);
+    if (spilled == Spill::claimed) {  // its write-back never completed: reap() publishes it later
+      note_slot_kept(p);
+      continue;
+    }
     if (ios[i].error == 0) {
       p.checksum = ios[i].checksum;
       p.word.fetch_and(~word::kDirty, std::memory_order_acq_rel);
@@ -127,7 +173,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
       p.set_state(PageState::host);
       note_host(p);
       note_slot_kept(p);
-      if (failed == nullptr) {
+      if (failed == nullptr && ios[i].error != NvmeTier::kNotReady) {
         failed = &ios[i];
         failed_page = &p;
       }
@@ -170,15 +216,15 @@ std::vector<std::uint32_t> PagerImpl::acquire_host_slots(Lock& lk, std::size_t w
   }
 }
 
-void PagerImpl::stage_in(Lock& lk, Allocation* a, Clock::time_point deadline) {
+std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, Clock::time_point deadline) {
   PageEntry* pages = pages_of(a);
   std::size_t on_nvme = 0;
   for (std::uint32_t i = 0; i < a->pages; ++i) on_nvme += pages[i].state() == PageState::nvme ? 1 : 0;
-  if (on_nvme == 0) return;
-  // 1. Host slots for a batch (this may spill, and so unlock: pages are claimed only afterwards). Twice
-  //    as many as the batch: each staged page then needs a device frame, and the page that frame's
-  //    victim is written back to needs a host slot too. The second half is held through the reads
-  //    and handed back just before the caller loads the batch, so that no other thread takes it.
+  if (on_nvme == 0) return 0;
+  // 1. Host slots to read a batch into (this may spill, and so unlock: pages are claimed only
+  //    afterwards). Twice as many as the batch: each page also needs a device frame, and the page that
+  //    frame's victim is written back to needs a host slot too. The second half is handed back just
+  //    before the frames are taken (with no unlock between), so that no other thread takes it.
   const std::size_t want = std::min<std::size_t>({on_nvme, cfg_.nvme.queue_depth, host_->budget() / 2});
   std::vector<std::uint32_t> slots = acquire_host_slots(lk, 2 * std::max<std::size_t>(want, 1), deadline);
   const std::size_t staged = std::max<std::size_t>(1, slots.size() / 2);
@@ -189,38 +235,89 @@ void PagerImpl::stage_in(Lock& lk, Allocation* a, Clock::time_point deadline) {
     pages[i].host_slot = slots[batch.size()];
     batch.push_back(&pages[i]);
   }
-  ScopeGuard hand_back([&] {
-    for (std::size_t i = batch.size(); i < slots.size(); ++i) host_->release(slots[i]);
+  for (std::size_t i = batch.size(); i < slots.size(); ++i) host_->release(slots[i]);
+  if (batch.empty()) return 0;  // another thread loaded them meanwhile
+  // Pages not loaded in the end go back to NVMe, untouched there.
+  auto put_back = [&](PageEntry& p) {
+    host_->release(std::exchange(p.host_slot, kNoSlot));
+    p.set_state(PageState::nvme);
+  };
+  ScopeGuard restore([&] {
+    for (PageEntry* p : batch) {
+      if (p->state() == PageState::transit) put_back(*p);
+    }
+    cv_.notify_all();
   });
-  if (batch.empty()) return;  // another thread loaded them meanwhile
-  // 2. Read and verify without the lock.
-  std::vector<NvmeTier::Io> ios;
-  for (PageEntry* p : batch) {
-    ios.push_back({storage::IoOp::read, p->nvme_slot, host_->ptr(p->host_slot), p->checksum, 0});
+  // 2. Frames (this may evict, spill or wait, and so unlock; the claimed pages stay ours). With fewer
+  //    frames than pages, the batch shrinks to fit.
+  Frames got = acquire_frames(lk, batch.size(), deadline, true);
+  ScopeGuard give_back([&] { release_frames(got); });
+  while (batch.size() > got.frames.size()) {
+    put_back(*batch.back());
+    batch.pop_back();
   }
+  map_chunk(batch, got);
+  // 3. Read without the lock. Each page's copy to the device is queued as soon as its read has been
+  //    verified, so the reads of the next pages overlap it; the copies follow the write-backs of the
+  //    frames' previous pages.
+  std::vector<NvmeTier::Io> ios;
+  for (PageEntry* p : batch)
+    ios.push_back({storage::IoOp::read, p->nvme_slot, host_->ptr(p->host_slot), p->checksum, 0});
+  std::vector<char> copied(batch.size(), 0);
+  std::exception_ptr copy_error;
+  try {
+    for (auto& e : got.after) xfer_->order_copy_in_after(e.get());
+  } catch (...) {
+    abort_chunk(batch, got);
+    throw;
+  }
+  auto ready = [](std::size_t, bool) noexcept { return true; };
+  auto page_in = [&](std::size_t i) noexcept {
+    if (ios[i].error != 0 || copy_error) return;
+    try {
+      xfer_->copy_in(va_of(*batch[i]), ios[i].buf);
+      copied[i] = 1;
+    } catch (...) {
+      copy_error = std::current_exception();
+    }
+  };
   lk.unlock();
-  nvme_->run(ios);
+  nvme_->run(ios, {ready, page_in});
   lk.lock();
-  // 3. Publish: verified pages are host pages that keep their NVMe copy; a failed read leaves its page
-  //    on NVMe (its slot untouched) and frees the staging slot, so nothing wrong is ever handed out.
+  EventRef done;
+  try {
+    if (copy_error) std::rethrow_exception(copy_error);
+    done = xfer_->record_in();
+  } catch (...) {
+    abort_chunk(batch, got);  // the NVMe copies are untouched: `restore` puts the pages back there
+    throw;
+  }
+  // 4. Publish the pages that arrived: resident, keeping their NVMe slots as clean copies. A failed
+  //    read leaves its page on NVMe (its slot untouched) with nothing mapped, so nothing wrong is
+  //    ever handed out; its frame returns to the pool after the victims' write-backs.
+  std::vector<PageEntry*> arrived;
+  Frames arrived_frames, unused{{}, got.after};
   const NvmeTier::Io* failed = nullptr;
   const PageEntry* failed_page = nullptr;
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    PageEntry& p = *batch[i];
-    if (ios[i].error == 0) {
-      p.set_state(PageState::host);
-      note_host(p);
-      note_slot_kept(p);
-    } else {
-      host_->release(std::exchange(p.host_slot, kNoSlot));
-      p.set_state(PageState::nvme);
-      if (failed == nullptr) {
-        failed = &ios[i];
-        failed_page = &p;
-      }
+    if (copied[i] != 0) {
+      arrived.push_back(batch[i]);
+      arrived_frames.frames.push_back(got.frames[i]);
+      continue;
+    }
+    if (!dev_->unmap(va_of(*batch[i]), page_size_).ok()) batch[i]->stale_mapping = true;
+    unused.frames.push_back(got.frames[i]);
+    put_back(*batch[i]);
+    if (failed == nullptr) {
+      failed = &ios[i];
+      failed_page = batch[i];
     }
   }
-  cv_.notify_all();
+  give_back.dismiss();
+  if (!unused.frames.empty()) release_frames(unused);
+  const std::vector<PageState> before(arrived.size(), PageState::nvme);
+  auto from_host = [](std::size_t) { return true; };
+  publish_chunk(arrived, before, arrived_frames, done, from_host);
   if (failed != nullptr) {
     const std::string what = "tvmm: reading " +
                              page_label(*failed_page, table_.index_of(*failed_page) - a->first_page, page_size_) +
@@ -233,6 +330,7 @@ void PagerImpl::stage_in(Lock& lk, Allocation* a, Clock::time_point deadline) {
     throw io_error(what + " failed: " + storage::errno_text(-failed->error) + "; the page stays on the NVMe tier",
                    -failed->error);
   }
+  return arrived.size();
 }
 
 }  // namespace tvmm::detail

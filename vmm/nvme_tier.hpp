@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/storage/storage_backend.hpp"
+#include "vmm/detail/function_ref.hpp"
 
 namespace tvmm::detail {
 
@@ -20,6 +21,8 @@ class NvmeTier {
  public:
   //! A result of run(): the data in the slot does not match the page's checksum.
   static constexpr int kCorrupt = -1000;
+  //! A result of run(): the request was never submitted, its frame never became ready (Hooks::ready).
+  static constexpr int kNotReady = -1001;
 
   //! `depth`: requests kept in flight by run().
   NvmeTier(std::unique_ptr<storage::StorageBackend> backend, std::size_t page_size, unsigned depth);
@@ -39,11 +42,23 @@ class NvmeTier {
     std::uint32_t slot;
     void* buf;               //!< a host frame
     std::uint64_t checksum;  //!< write: set by run(); read: the expected value
-    int error = 0;           //!< set by run(): 0, -errno, or kCorrupt
+    int error = 0;           //!< set by run(): 0, -errno, kCorrupt or kNotReady
+  };
+  //! Per-request hooks of run(), called on run()'s thread (pager lock not held). Neither may throw.
+  struct Hooks {
+    //! Before ios[i] is submitted (in order): true once its frame may be used, e.g. a write's data has
+    //! arrived from the device. `block`: nothing is in flight, so wait until it may; false then means
+    //! it never will, and the request ends with -EIO unsubmitted. Without `block`, false defers it
+    //! until the next completion.
+    FunctionRef<bool(std::size_t i, bool block)> ready;
+    //! As soon as ios[i] has ended (its `error` set), e.g. to queue a verified page's copy to the
+    //! device while later reads are still running.
+    FunctionRef<void(std::size_t i)> done;
   };
   //! Writes (checksumming each page) and reads (verifying each page) the whole batch, keeping `depth`
   //! requests in flight; each Io's `error` says how it ended.
   void run(std::span<Io> ios);
+  void run(std::span<Io> ios, const Hooks& hooks);
   //! XXH3-64 of a page, seeded with its slot so that data read from the wrong slot fails the check.
   [[nodiscard]] std::uint64_t checksum(const void* data, std::uint32_t slot) const noexcept;
 

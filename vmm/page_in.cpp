@@ -1,4 +1,4 @@
-// PagerImpl, part 3: frames for pages and page-ins (load_pages, load_chunk, acquire_frames).
+// PagerImpl, part 3: frames for pages and page-ins (load_pages, load_chunk and its steps, acquire_frames).
 #include <algorithm>
 #include <cstdio>
 
@@ -38,62 +38,45 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
   return loaded;  // `restore` puts back any page left without a frame and wakes waiters
 }
 
-void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
-                           Access access) {
-  const std::size_t count = pages.size();
-  ScopeGuard give_back([&] { release_frames(got); });
-  // 3. Map the pages at their addresses (grouping access grants per contiguous run). A frame taken from
-  //    a victim is still mapped at the victim's address until its write-back is retired: one physical
-  //    frame may be mapped at two addresses, and every use at the new one is ordered after `got.after`.
+void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) {
+  // A frame taken from a victim is still mapped at the victim's address until its write-back is
+  // retired: one physical frame may be mapped at two addresses, and every use at the new one is
+  // ordered after `got.after`.
   for (PageEntry* p : pages) {
     if (p->stale_mapping) {  // an earlier eviction could not unmap this address: try again first
       (void)dev_->unmap(va_of(*p), page_size_);
       p->stale_mapping = false;
     }
   }
-  std::vector<MapRequest> reqs(count);
-  for (std::size_t i = 0; i < count; ++i) reqs[i] = {va_of(*pages[i]), device_->chunk(got.frames[i])};
+  std::vector<MapRequest> reqs(pages.size());
+  for (std::size_t i = 0; i < pages.size(); ++i) reqs[i] = {va_of(*pages[i]), device_->chunk(got.frames[i])};
   xfer_->map(reqs);
-  // 4. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
-  //    after the write-backs of the frames' previous pages. NVMe pages arrive here only with
-  //    Access::write (others are staged through host slots first, see stage_in).
-  auto needs_copy = [&](std::size_t i) { return before[i] == PageState::host && access != Access::write; };
-  std::vector<std::uint32_t> copied;
-  EventRef done;
-  try {
-    for (auto& e : got.after) xfer_->order_copy_in_after(e.get());
-    for (std::size_t i = 0; i < count; ++i) {
-      if (!needs_copy(i)) continue;
-      xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot));
-      copied.push_back(table_.index_of(*pages[i]));
-    }
-    // One event for the chunk: it also implies the write-backs it waited for, so pages that were not
-    // copied (fresh, or Access::write) are usable once it completes.
-    if (!copied.empty() || !got.after.empty()) done = xfer_->record_in();
-  } catch (...) {
-    // Copies already queued may still run: drain them before unmapping and reusing the frames. The
-    // host copies were not touched, so the pages stay readable where they were.
-    if (xfer_->drain()) {
-      for (std::size_t i = 0; i < count; ++i) (void)dev_->unmap(va_of(*pages[i]), page_size_);
-    } else {
-      // The device cannot tell when its copies end: keep the frames mapped and out of the pool rather
-      // than let a copy land in reused memory.
-      std::fprintf(stderr, "tvmm: copy streams cannot be drained; retiring %zu device frames\n", count);
-      got.frames.clear();
-    }
-    throw;
-  }
+}
 
-  // 5. Publish: resident, known to the policy, pending until `done` completes.
+void PagerImpl::abort_chunk(std::span<PageEntry* const> pages, Frames& got) noexcept {
+  // Copies already queued may still run: drain them before unmapping and reusing the frames.
+  if (xfer_->drain()) {
+    for (PageEntry* p : pages) (void)dev_->unmap(va_of(*p), page_size_);
+  } else {
+    // The device cannot tell when its copies end: keep the frames mapped and out of the pool rather
+    // than let a copy land in reused memory.
+    std::fprintf(stderr, "tvmm: copy streams cannot be drained; retiring %zu device frames\n", pages.size());
+    got.frames.clear();
+  }
+}
+
+void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
+                              const EventRef& done, FunctionRef<bool(std::size_t)> copied) {
+  const std::size_t count = pages.size();
   for (std::size_t i = 0; i < count; ++i) {
     PageEntry& p = *pages[i];
     p.frame = got.frames[i];
-    if (!needs_copy(i) && p.host_slot != kNoSlot) {
+    if (!copied(i) && p.host_slot != kNoSlot) {
       host_->release(p.host_slot);  // contents discarded (Access::write): the host copy is dead
       p.host_slot = kNoSlot;
     }
-    // An NVMe page overwritten (Access::write) keeps its slot for the next write-back; staged pages
-    // were noted when they reached the host.
+    // A page from NVMe keeps its slot: a clean copy (read back), or the next write-back's target
+    // (overwritten, Access::write).
     if (before[i] == PageState::nvme) note_slot_kept(p);
     if (done) p.ready = EventRef(done).detach();
     policy_->insert(p);
@@ -102,10 +85,39 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
   if (done) {
     std::vector<std::uint32_t> idx(count);
     for (std::size_t i = 0; i < count; ++i) idx[i] = table_.index_of(*pages[i]);
-    loads_.push_back(LoadBatch{std::move(done), std::move(idx)});
+    loads_.push_back(LoadBatch{done, std::move(idx)});
   }
   got.frames.clear();
   got.after.clear();
+}
+
+void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
+                           Access access) {
+  ScopeGuard give_back([&] { release_frames(got); });
+  // 3. Map the pages at their addresses (grouping access grants per contiguous run).
+  map_chunk(pages, got);
+  // 4. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
+  //    after the write-backs of the frames' previous pages. NVMe pages arrive here only with
+  //    Access::write (others are read and paged in by stage_in).
+  auto needs_copy = [&](std::size_t i) { return before[i] == PageState::host && access != Access::write; };
+  bool any = false;
+  EventRef done;
+  try {
+    for (auto& e : got.after) xfer_->order_copy_in_after(e.get());
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      if (!needs_copy(i)) continue;
+      xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot));
+      any = true;
+    }
+    // One event for the chunk: it also implies the write-backs it waited for, so pages that were not
+    // copied (fresh, or Access::write) are usable once it completes.
+    if (any || !got.after.empty()) done = xfer_->record_in();
+  } catch (...) {
+    abort_chunk(pages, got);  // the host copies were not touched: the pages stay readable where they were
+    throw;
+  }
+  // 5. Publish: resident, known to the policy, pending until `done` completes.
+  publish_chunk(pages, before, got, done, needs_copy);
   give_back.dismiss();
 }
 

@@ -56,6 +56,14 @@ constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = fal
 }
 }  // namespace word
 
+//! A page evicted from the device (in transit, its write-back to a host slot queued) that a spill
+//! claimed to write on to NVMe as soon as its write-back completes.
+enum class Spill : std::uint8_t {
+  none = 0,
+  claimed = 1,  //!< the write-back may still be running; reap() retires it and marks it `arrived`
+  arrived = 2,  //!< write-back retired, address unmapped: the spill publishes the page when done
+};
+
 inline constexpr std::uint32_t kNoFrame = UINT32_MAX;
 inline constexpr std::uint32_t kNoSlot = UINT32_MAX;
 
@@ -67,6 +75,7 @@ struct PageEntry {
   std::uint32_t nvme_slot = kNoSlot;   //!< NVMe slot: the data (nvme state), or a copy kept while the
                                        //!< page is elsewhere (current unless the word says dirty)
   bool stale_mapping = false;          //!< an eviction failed to unmap the address; unmap before mapping
+  Spill spill = Spill::none;           //!< being written to NVMe straight from an eviction (see Spill)
   Allocation* owner = nullptr;         //!< the allocation this page belongs to
   Event* ready = nullptr;              //!< page-in completion while pending (one reference held)
   std::uint64_t checksum = 0;          //!< XXH3 of the NVMe slot's data, seeded with the slot

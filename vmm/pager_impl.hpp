@@ -78,8 +78,9 @@ class PagerImpl {
     std::vector<std::uint32_t> pages;
   };
   struct EvictionBatch {  // write-backs whose victims are still mapped at their old addresses
-    EventRef done;
     std::vector<std::uint32_t> pages;
+    std::vector<EventRef> done;  // per page: its write-back (and every earlier one) has completed
+    std::size_t retired = 0;     // pages [0, retired) are retired (events complete in order)
   };
   struct Frames {  // frames for a chunk, and the write-backs every use of them must follow
     std::vector<std::uint32_t> frames;
@@ -128,6 +129,16 @@ class PagerImpl {
                          bool may_wait);
   // Maps `got.frames` at `pages` and queues their page-ins; on success the pages are resident.
   void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got, Access access);
+  // The steps of a chunk's page-in, shared by load_chunk and stage_in:
+  //! Maps got.frames[i] at pages[i] (retrying a stale unmap first); all or nothing.
+  void map_chunk(std::span<PageEntry* const> pages, const Frames& got);
+  //! After a failure once mapped: drains the copies queued and unmaps the pages (or, if the device
+  //! cannot drain, keeps the frames out of the pool). The caller restores the pages' states.
+  void abort_chunk(std::span<PageEntry* const> pages, Frames& got) noexcept;
+  //! The pages become resident with got.frames, pending until `done` (if any); `copied(i)`: page i's
+  //! host slot is the source of its page-in (released at reap), else its host copy, if any, is dropped.
+  void publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
+                     const EventRef& done, FunctionRef<bool(std::size_t)> copied);
   Frames acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait);
   void release_frames(Frames& got) noexcept;
   std::vector<PageEntry*> select_victims(std::size_t count);
@@ -156,9 +167,11 @@ class PagerImpl {
   //! write). Returns the number freed; throws io_error / out_of_memory (ENOSPC) if a write failed,
   //! after putting every page back where it was.
   std::size_t spill(Lock& lk, std::size_t want);
-  //! Reads up to a queue depth of `a`'s NVMe pages into host slots, verifying each checksum; they
-  //! become host pages (keeping their slots as clean copies). Throws io_error naming page and slot.
-  void stage_in(Lock& lk, Allocation* a, Clock::time_point deadline);
+  //! Loads up to a queue depth of `a`'s NVMe pages onto the device: reads each into a host slot,
+  //! verifies its checksum and queues its page-in at once, while later reads are still running. The
+  //! pages keep their NVMe slots as clean copies. Returns the number loaded; throws io_error naming
+  //! page and slot if a read failed (the others are loaded; the failed page stays on NVMe).
+  std::size_t stage_in(Lock& lk, Allocation* a, Clock::time_point deadline);
   //! Between 1 and `want` free host slots, spilling or waiting for them; throws out_of_memory at the
   //! deadline.
   std::vector<std::uint32_t> acquire_host_slots(Lock& lk, std::size_t want, Clock::time_point deadline);

@@ -286,13 +286,13 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access a
       on_nvme = on_nvme || (s == PageState::nvme && !nvme_discard);
       busy = busy || s == PageState::transit;
     }
-    // Host pages first: their page-ins (asynchronous) then overlap the NVMe reads of the next batch.
+    // Host pages first: their page-ins (asynchronous) then overlap the NVMe reads that follow.
     if (!todo.empty()) {
       misses += load_pages(lk, todo, access, deadline, true);
       continue;
     }
     if (on_nvme) {
-      stage_in(lk, a, deadline);
+      misses += stage_in(lk, a, deadline);
       continue;
     }
     if (!busy) break;

@@ -6,9 +6,12 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "backends/device/device_backend.hpp"
+#include "backends/device/faulty/faulty_device.hpp"
 #include "backends/device/sim/sim_device.hpp"
 #include "test_support.hpp"
 
@@ -249,4 +252,48 @@ TEST(SimDevice, ThrottledCopyTakesAtLeastTheModelledTime) {
   EXPECT_TRUE(dev.destroy_stream(s).ok());
   EXPECT_TRUE(dev.free_host(a, MiB).ok());
   EXPECT_TRUE(dev.free_host(b, MiB).ok());
+}
+
+// The test adaptor's hold: copies of one direction run only as released, in order; the other direction
+// and the stream's later work follow them.
+TEST(FaultyDevice, HeldCopiesRunOnlyOnceReleasedInOrder) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  FaultyDevice dev(std::make_unique<SimDevice>(c, 4 * 64 * KiB));
+  constexpr std::size_t n = 64 * KiB;
+  void* src = nullptr;
+  void* dst = nullptr;
+  ASSERT_TRUE(dev.alloc_host(2 * n, &src).ok());
+  ASSERT_TRUE(dev.alloc_host(2 * n, &dst).ok());
+  test::fill(src, 2 * n, 9);
+  std::memset(dst, 0, 2 * n);
+  StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  EventHandle first = nullptr, second = nullptr;
+  ASSERT_TRUE(dev.create_event(&first).ok());
+  ASSERT_TRUE(dev.create_event(&second).ok());
+  EXPECT_THROW(dev.hold(FaultyDevice::Op::map), std::invalid_argument);
+  dev.hold(FaultyDevice::Op::copy_out);
+  ASSERT_TRUE(dev.memcpy_async(dst, src, n, CopyKind::device_to_host, s).ok());
+  ASSERT_TRUE(dev.record_event(first, s).ok());
+  ASSERT_TRUE(
+      dev.memcpy_async(static_cast<char*>(dst) + n, static_cast<char*>(src) + n, n, CopyKind::device_to_host, s).ok());
+  ASSERT_TRUE(dev.record_event(second, s).ok());
+  EXPECT_EQ(dev.held(FaultyDevice::Op::copy_out), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(dev.query_event(first).code, Errc::not_ready);
+  dev.release(FaultyDevice::Op::copy_out, 1);
+  ASSERT_TRUE(dev.synchronize_event(first).ok());
+  EXPECT_EQ(dev.held(FaultyDevice::Op::copy_out), 1u);
+  EXPECT_EQ(test::mismatches(dst, n, 9), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(dev.query_event(second).code, Errc::not_ready);
+  dev.release_all();
+  ASSERT_TRUE(dev.synchronize_stream(s).ok());
+  EXPECT_EQ(test::mismatches(dst, 2 * n, 9), 0u);
+  EXPECT_TRUE(dev.destroy_event(first).ok());
+  EXPECT_TRUE(dev.destroy_event(second).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+  EXPECT_TRUE(dev.free_host(src, 2 * n).ok());
+  EXPECT_TRUE(dev.free_host(dst, 2 * n).ok());
 }

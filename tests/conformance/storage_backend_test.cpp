@@ -306,6 +306,32 @@ TEST_F(FaultyStorageTest, ShortReadReportsHalfAndBitFlipsCorruptBothWays) {
   EXPECT_EQ(test::mismatches(buf_.at(6, kSlot), kSlot, 306), 1u);
 }
 
+TEST_F(FaultyStorageTest, HeldCompletionsAreHandedOutOnlyAsReleased) {
+  faulty_->set_rules({FaultRule::of(FaultRule::Kind::hold).on(IoOp::read)});
+  std::vector<IoRequest> reqs;
+  for (std::uint32_t s = 0; s < 3; ++s) reqs.push_back({IoOp::read, s, buf_.at(s, kSlot), s});
+  ASSERT_EQ(backend_->submit(reqs), 0);
+  EXPECT_EQ(faulty_->held(), 3u);
+  std::vector<IoCompletion> got(4);
+  EXPECT_EQ(backend_->reap(got, 0), 0u) << "nothing released yet";
+  EXPECT_EQ(backend_->outstanding(), 3u);
+  faulty_->release_held(1);
+  ASSERT_EQ(backend_->reap(got, 1), 1u);
+  EXPECT_EQ(got[0].result, kOk);
+  EXPECT_EQ(faulty_->held(), 2u);
+  // A blocked reap returns once another thread releases the rest.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    faulty_->release_held(UINT64_MAX);
+  });
+  std::size_t n = 0;
+  while (n < 2) n += backend_->reap(std::span(got).subspan(n), 2 - n);
+  releaser.join();
+  EXPECT_EQ(faulty_->held(), 0u);
+  EXPECT_EQ(backend_->outstanding(), 0u);
+  for (auto x : run(IoOp::write, {5})) EXPECT_EQ(x, kOk) << "the rule names reads only";
+}
+
 TEST_F(FaultyStorageTest, LatencyDelaysRequests) {
   faulty_->set_rules({FaultRule::of(FaultRule::Kind::latency).delay(std::chrono::microseconds(20'000))});
   const auto t0 = std::chrono::steady_clock::now();

@@ -12,10 +12,12 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <future>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "backends/device/faulty/faulty_device.hpp"
 #include "backends/storage/faulty/faulty_storage.hpp"
 #include "backends/storage/posix/posix_storage.hpp"
 #include "test_support.hpp"
@@ -197,6 +199,145 @@ TEST(NvmeTier, BadSettingsAreRefusedWithTheFix) {
   c.nvme.budget = std::size_t{1} << 46;  // 64 TiB: more than the disk; reported at start-up
   EXPECT_THROW(Pager p(c), out_of_memory);
   EXPECT_TRUE(dir.entries().empty());
+}
+
+// --- page-by-page pipelining ----------------------------------------------------------------------------
+
+// 8 device, 8 host and 32 NVMe pages, every page of a tensor in one batch (queue depth 32). The device
+// can hold its copies and the storage its reads, so each test fixes the order in which transfers end.
+class NvmePipeline : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Config c = nvme_config(8, 8, 32, {dir_.path()});
+    c.nvme.queue_depth = 32;
+    auto dev = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
+    dev_ = dev.get();
+    storage::StorageOptions o{{dir_.path()}, kPage, 32, 32, true, true};
+    auto st = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("auto", o));
+    st_ = st.get();
+    pager_ = std::make_unique<Pager>(detail::PagerAccess::make(c, std::move(dev), std::move(st)));
+  }
+  // Lets everything held run (declared after a thread's future, so the thread can finish).
+  struct ReleaseAll {
+    NvmePipeline* t;
+    ~ReleaseAll() {
+      t->dev_->release_all();
+      t->st_->clear();
+      t->st_->release_held(UINT64_MAX);
+    }
+  };
+  Tensor written(std::uint64_t seed) {
+    Tensor t = pager_->allocate(8 * kPage);
+    auto pin = t.pin(Access::write);
+    test::fill(pin.data(), t.size(), seed);
+    return t;
+  }
+  test::TempDir dir_;
+  backend::FaultyDevice* dev_ = nullptr;
+  storage::FaultyStorage* st_ = nullptr;
+  std::unique_ptr<Pager> pager_;
+};
+
+TEST_F(NvmePipeline, EachEvictedPageGoesOnToNvmeAsSoonAsItsOwnCopyToTheHostEnds) {
+  using Op = backend::FaultyDevice::Op;
+  Tensor a = written(1);
+  auto stream = pager_->create_stream();
+  // b's stream pin evicts all of a to the host tier (filling it), its 8 copies held.
+  dev_->hold(Op::copy_out);
+  Tensor b = pager_->allocate(8 * kPage);
+  { auto pin = b.pin(stream, Access::write); }
+  ASSERT_EQ(dev_->held(Op::copy_out), 8u);
+  // c needs frames; b's pages can only go once host slots are free, so a's pages, still on their way,
+  // are spilled to NVMe. The rule below only counts the writes.
+  st_->set_rules({FaultRule::of(FaultRule::Kind::latency).on(IoOp::write)});
+  Tensor c = pager_->allocate(8 * kPage);
+  auto pinned = std::async(std::launch::async, [&] {
+    auto pin = c.pin(Access::write);
+    test::fill(pin.data(), c.size(), 3);
+  });
+  ReleaseAll release{this};
+  // One copy done: its page is written to NVMe while the other seven copies have not run yet.
+  dev_->release(Op::copy_out, 1);
+  ASSERT_TRUE(test::eventually([&] { return st_->fired() >= 1; })) << "no NVMe write while copies are held";
+  EXPECT_EQ(dev_->held(Op::copy_out), 7u);
+  for (std::uint64_t k = 2; k <= 8; ++k) {
+    dev_->release(Op::copy_out, 1);
+    ASSERT_TRUE(test::eventually([&] { return st_->fired() >= k; })) << "write " << k;
+  }
+  dev_->release_all();  // c's own evictions
+  pinned.get();
+  stream.synchronize();
+  EXPECT_EQ(a.tier(), Tier::nvme);
+  EXPECT_GE(pager_->stats().host_to_nvme.pages, 8u);
+  pager_->check_invariants();
+  for (auto [t, seed] : {std::pair<Tensor*, std::uint64_t>{&a, 1}, {&c, 3}}) {
+    auto pin = t->pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << "seed " << seed;
+  }
+  pager_->check_invariants();
+}
+
+TEST_F(NvmePipeline, AFailedWaitForAWriteBackLeavesThatPageOnTheHostAndLosesNothing) {
+  using Op = backend::FaultyDevice::Op;
+  Tensor a = written(1);
+  auto stream = pager_->create_stream();
+  dev_->hold(Op::copy_out);
+  Tensor b = pager_->allocate(8 * kPage);
+  { auto pin = b.pin(stream, Access::write); }
+  st_->set_rules({FaultRule::of(FaultRule::Kind::latency).on(IoOp::write)});
+  // The spill's wait for a's first write-back fails: that page is not written, the others are.
+  dev_->fail_once(Op::synchronize_event, backend::Errc::system_error);
+  Tensor c = pager_->allocate(8 * kPage);
+  auto pinned = std::async(std::launch::async, [&] {
+    auto pin = c.pin(Access::write);
+    test::fill(pin.data(), c.size(), 3);
+  });
+  ReleaseAll release{this};
+  dev_->release(Op::copy_out, 1);  // the first page's copy, which the spill no longer waits for
+  for (std::uint64_t k = 1; k <= 7; ++k) {
+    dev_->release(Op::copy_out, 1);
+    ASSERT_TRUE(test::eventually([&] { return st_->fired() >= k; })) << "write " << k;
+  }
+  dev_->release_all();
+  pinned.get();
+  stream.synchronize();
+  EXPECT_EQ(dev_->injected(), 1u);
+  pager_->check_invariants();
+  for (auto [t, seed] : {std::pair<Tensor*, std::uint64_t>{&a, 1}, {&c, 3}}) {
+    auto pin = t->pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << "seed " << seed;
+  }
+  pager_->check_invariants();
+}
+
+TEST_F(NvmePipeline, EachPageReadFromNvmeIsCopiedToTheDeviceAsSoonAsItIsVerified) {
+  using Op = backend::FaultyDevice::Op;
+  Tensor a = written(1);
+  Tensor b = written(2);
+  Tensor c = written(3);  // a goes on to NVMe, b to the host
+  ASSERT_EQ(a.tier(), Tier::nvme);
+  // Reading a back: the completions of its reads (4 per batch: half the host tier) are held.
+  st_->set_rules({FaultRule::of(FaultRule::Kind::hold).on(IoOp::read)});
+  auto pinned = std::async(std::launch::async, [&] {
+    auto pin = a.pin(Access::read);
+    return test::mismatches(pin.data(), a.size(), 1);
+  });
+  ReleaseAll release{this};
+  ASSERT_TRUE(test::eventually([&] { return st_->held() == 4; })) << st_->held();
+  const std::uint64_t copies = dev_->calls(Op::copy_in);
+  // One read verified: its page is copied to the device while the other three reads are still held.
+  st_->release_held(1);
+  ASSERT_TRUE(test::eventually([&] { return dev_->calls(Op::copy_in) > copies; })) << "no copy while reads held";
+  EXPECT_EQ(st_->held(), 3u);
+  st_->release_held(UINT64_MAX);
+  EXPECT_EQ(pinned.get(), 0u);
+  EXPECT_EQ(pager_->stats().nvme_to_host.pages, 8u);
+  pager_->check_invariants();
+  for (auto [t, seed] : {std::pair<Tensor*, std::uint64_t>{&b, 2}, {&c, 3}}) {
+    auto pin = t->pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << "seed " << seed;
+  }
+  pager_->check_invariants();
 }
 
 // --- injected faults ------------------------------------------------------------------------------------

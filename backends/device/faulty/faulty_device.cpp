@@ -1,5 +1,9 @@
 #include "backends/device/faulty/faulty_device.hpp"
 
+#include <algorithm>
+#include <memory>
+#include <stdexcept>
+
 namespace tvmm::backend {
 
 namespace {
@@ -14,7 +18,7 @@ std::size_t idx(FaultyDevice::Op op) noexcept { return static_cast<std::size_t>(
 FaultyDevice::FaultyDevice(std::unique_ptr<DeviceBackend> inner)
     : DeviceBackend(faulty_properties(*inner)), inner_(std::move(inner)) {}
 
-FaultyDevice::~FaultyDevice() = default;
+FaultyDevice::~FaultyDevice() { release_all(); }
 
 void FaultyDevice::fail_once(Op op, Errc err, unsigned skip) {
   std::lock_guard lk(mu_);
@@ -34,6 +38,53 @@ void FaultyDevice::clear() {
 std::uint64_t FaultyDevice::calls(Op op) const {
   std::lock_guard lk(mu_);
   return calls_[idx(op)];
+}
+
+namespace {
+std::size_t gate_of(FaultyDevice::Op op) {
+  if (op != FaultyDevice::Op::copy_in && op != FaultyDevice::Op::copy_out) {
+    throw std::invalid_argument("FaultyDevice: only copy_in and copy_out can be held");
+  }
+  return op == FaultyDevice::Op::copy_in ? 0 : 1;
+}
+}  // namespace
+
+void FaultyDevice::hold(Op op) {
+  const std::size_t g = gate_of(op);
+  std::lock_guard lk(mu_);
+  gates_[g].holding = true;
+}
+
+void FaultyDevice::release(Op op, std::uint64_t n) {
+  const std::size_t g = gate_of(op);
+  {
+    std::lock_guard lk(mu_);
+    gates_[g].allowed = std::min(gates_[g].queued, gates_[g].allowed + n);
+  }
+  gate_cv_.notify_all();
+}
+
+void FaultyDevice::release_all() {
+  {
+    std::lock_guard lk(mu_);
+    for (auto& g : gates_) {
+      g.holding = false;
+      g.allowed = g.queued;
+    }
+  }
+  gate_cv_.notify_all();
+}
+
+std::uint64_t FaultyDevice::held(Op op) const {
+  const std::size_t g = gate_of(op);
+  std::lock_guard lk(mu_);
+  return gates_[g].queued - gates_[g].allowed;
+}
+
+void FaultyDevice::wait_ticket(void* ticket) {
+  const std::unique_ptr<Ticket> t(static_cast<Ticket*>(ticket));
+  std::unique_lock lk(t->self->mu_);
+  t->self->gate_cv_.wait(lk, [&] { return t->self->gates_[t->gate].allowed > t->number; });
 }
 
 std::uint64_t FaultyDevice::injected() const {
@@ -94,7 +145,20 @@ Status FaultyDevice::do_create_stream(StreamHandle* out) { return inner_->create
 Status FaultyDevice::do_destroy_stream(StreamHandle stream) { return inner_->destroy_stream(stream); }
 Status FaultyDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
                                      StreamHandle stream) {
-  TVMM_FAULT(kind == CopyKind::host_to_device ? Op::copy_in : Op::copy_out);
+  const Op op = kind == CopyKind::host_to_device ? Op::copy_in : Op::copy_out;
+  TVMM_FAULT(op);
+  const std::size_t g = gate_of(op);
+  std::unique_ptr<Ticket> ticket;
+  {
+    std::lock_guard lk(mu_);
+    if (gates_[g].holding) ticket.reset(new Ticket{this, g, gates_[g].queued++});
+  }
+  if (ticket) {
+    // The copy waits behind a host step on its stream until its ticket is released. (If that cannot
+    // be queued, the copy fails and its ticket number is skipped by the next release.)
+    if (auto st = inner_->launch_host(stream, &FaultyDevice::wait_ticket, ticket.get()); !st.ok()) return st;
+    (void)ticket.release();  // wait_ticket owns it now
+  }
   return inner_->memcpy_async(dst, src, bytes, kind, stream);
 }
 Status FaultyDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {

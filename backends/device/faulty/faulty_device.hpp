@@ -5,6 +5,7 @@
 // where it was, and the error must reach the caller).
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,17 @@ class FaultyDevice final : public DeviceBackend {
   //! Failures injected so far.
   [[nodiscard]] std::uint64_t injected() const;
 
+  //! Holds the copies of `op` (copy_in or copy_out) queued from now on: each runs only once released,
+  //! in queue order, behind a host step on its own stream (later work on that stream waits too). Lets
+  //! tests fix the order in which transfers complete. Release every held copy before the streams are
+  //! synchronized or destroyed (the pager's destructor does both).
+  void hold(Op op);
+  //! Lets `n` more held copies of `op` run; release_all() lets every one run and stops holding.
+  void release(Op op, std::uint64_t n);
+  void release_all();
+  //! Copies of `op` queued while held and not yet released.
+  [[nodiscard]] std::uint64_t held(Op op) const;
+
  private:
   struct Rule {
     enum class Mode : std::uint8_t { none, once, always } mode = Mode::none;
@@ -73,8 +85,22 @@ class FaultyDevice final : public DeviceBackend {
   Status do_query_event(EventHandle event) override;
   Status do_synchronize_event(EventHandle event) override;
 
+  struct Gate {  // copies of one direction, held until released
+    bool holding = false;
+    std::uint64_t queued = 0;   // tickets handed out
+    std::uint64_t allowed = 0;  // tickets below this may run
+  };
+  struct Ticket {
+    FaultyDevice* self;
+    std::size_t gate;
+    std::uint64_t number;
+  };
+  static void wait_ticket(void* ticket);
+
   std::unique_ptr<DeviceBackend> inner_;
   mutable std::mutex mu_;
+  std::condition_variable gate_cv_;
+  std::array<Gate, 2> gates_{};  // copy_in, copy_out
   std::array<Rule, static_cast<std::size_t>(Op::count_)> rules_{};
   std::array<std::uint64_t, static_cast<std::size_t>(Op::count_)> calls_{};
   std::uint64_t injected_ = 0;

@@ -27,6 +27,24 @@ std::uint64_t FaultyStorage::fired() const {
   return fired_;
 }
 
+void FaultyStorage::release_held(std::uint64_t n) {
+  {
+    std::lock_guard lk(mu_);
+    permits_ = n > UINT64_MAX - permits_ ? UINT64_MAX : permits_ + n;
+  }
+  held_cv_.notify_all();
+}
+
+std::uint64_t FaultyStorage::held() const {
+  std::lock_guard lk(mu_);
+  return holding_;
+}
+
+std::size_t FaultyStorage::outstanding() const noexcept {
+  std::lock_guard lk(mu_);
+  return inner_->outstanding() + ready_.size() + held_.size();
+}
+
 std::vector<FaultRule::Kind> FaultyStorage::decide(const IoRequest& r) {
   std::vector<FaultRule::Kind> kinds;
   std::lock_guard lk(mu_);
@@ -59,7 +77,11 @@ int FaultyStorage::submit(std::span<const IoRequest> reqs) {
       ready_.push_back({r.tag, has(FaultRule::Kind::eio) ? -EIO : -ENOSPC});
       continue;
     }
-    Pending p{r, has(FaultRule::Kind::short_io), has(FaultRule::Kind::bit_flip)};
+    Pending p{r, has(FaultRule::Kind::short_io), has(FaultRule::Kind::bit_flip), has(FaultRule::Kind::hold)};
+    if (p.hold) {
+      std::lock_guard lk(mu_);
+      ++holding_;
+    }
     IoRequest inner_req = r;
     if (p.flip && r.op == IoOp::write) {
       // Write a corrupted copy; the caller's buffer stays as it was.
@@ -77,37 +99,65 @@ int FaultyStorage::submit(std::span<const IoRequest> reqs) {
   if (forward.empty()) return 0;
   const int rc = inner_->submit(forward);
   if (rc != 0) {
-    for (const auto& f : forward) pending_.erase(f.tag);
+    for (const auto& f : forward) {
+      auto it = pending_.find(f.tag);
+      if (it->second.hold) {
+        std::lock_guard lk(mu_);
+        --holding_;
+      }
+      pending_.erase(it);
+    }
   }
   return rc;
 }
 
 std::size_t FaultyStorage::reap(std::span<IoCompletion> out, std::size_t min) {
   std::size_t n = 0;
-  while (n < out.size() && !ready_.empty()) {
-    out[n++] = ready_.back();
-    ready_.pop_back();
-  }
-  if (n < out.size() && inner_->outstanding() > 0) {
-    std::vector<IoCompletion> got(out.size() - n);
-    const std::size_t k = inner_->reap(got, min > n ? min - n : 0);
-    for (std::size_t i = 0; i < k; ++i) {
-      auto it = pending_.find(got[i].tag);
-      Pending& p = it->second;
-      std::int64_t result = got[i].result;
-      if (result == static_cast<std::int64_t>(slot_size())) {
-        if (p.flip && p.req.op == IoOp::read) static_cast<std::byte*>(p.req.buf)[slot_size() / 3] ^= std::byte{0x10};
-        if (p.short_io) {
-          result = static_cast<std::int64_t>(slot_size() / 2);
-          if (p.req.op == IoOp::read)
-            std::memset(static_cast<std::byte*>(p.req.buf) + slot_size() / 2, 0, slot_size() / 2);
-        }
-      }
-      out[n++] = {p.req.tag, result};
-      pending_.erase(it);
+  for (;;) {
+    while (n < out.size() && !ready_.empty()) {
+      out[n++] = ready_.back();
+      ready_.pop_back();
     }
+    {
+      std::lock_guard lk(mu_);
+      for (; n < out.size() && permits_ > 0 && !held_.empty(); --permits_, --holding_) {
+        out[n++] = held_.front();
+        held_.pop_front();
+      }
+    }
+    const bool need = n < min;
+    if (n == out.size()) return n;
+    if (inner_->outstanding() > 0) {
+      std::vector<IoCompletion> got(out.size() - n);
+      const std::size_t k = inner_->reap(got, need ? 1 : 0);
+      for (std::size_t i = 0; i < k; ++i) {
+        auto it = pending_.find(got[i].tag);
+        Pending& p = it->second;
+        std::int64_t result = got[i].result;
+        if (result == static_cast<std::int64_t>(slot_size())) {
+          if (p.flip && p.req.op == IoOp::read) static_cast<std::byte*>(p.req.buf)[slot_size() / 3] ^= std::byte{0x10};
+          if (p.short_io) {
+            result = static_cast<std::int64_t>(slot_size() / 2);
+            if (p.req.op == IoOp::read)
+              std::memset(static_cast<std::byte*>(p.req.buf) + slot_size() / 2, 0, slot_size() / 2);
+          }
+        }
+        if (p.hold) {
+          std::lock_guard lk(mu_);
+          held_.push_back({p.req.tag, result});
+        } else {
+          out[n++] = {p.req.tag, result};
+        }
+        pending_.erase(it);
+      }
+      if (!need) return n;
+      continue;  // held completions may have arrived: hand out what the permits allow, or wait
+    }
+    if (!need) return n;
+    std::unique_lock lk(mu_);
+    if (held_.empty()) return n;  // nothing left anywhere
+    held_cv_.wait(lk, [&] { return permits_ > 0; });
   }
-  return n;
 }
 
 }  // namespace tvmm::storage

@@ -5,7 +5,9 @@
 // limited to a number of firings. Rules may be changed while I/O runs.
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +26,7 @@ struct FaultRule {
     short_io,  //!< the transfer reports half the slot (a read leaves the rest of the buffer zeroed)
     bit_flip,  //!< one bit flips: in the buffer after a read, or in the data written to the slot
     latency,   //!< the request is delayed by `latency`
+    hold,      //!< the request runs, but its completion is handed out only once released (release_held)
   };
   Kind kind = Kind::eio;
   std::optional<IoOp> op;             //!< only reads or only writes; both when empty
@@ -59,6 +62,11 @@ class FaultyStorage final : public StorageBackend {
   void clear() { set_rules({}); }
   //! Faults injected so far, all rules together.
   [[nodiscard]] std::uint64_t fired() const;
+  //! Lets `n` more completions of held requests (Kind::hold) be handed out, in the order they
+  //! complete; permits not used yet apply to requests still running.
+  void release_held(std::uint64_t n);
+  //! Held requests submitted whose completion has not been handed out.
+  [[nodiscard]] std::uint64_t held() const;
 
   [[nodiscard]] const char* name() const noexcept override { return "faulty"; }
   [[nodiscard]] std::uint32_t slots() const noexcept override { return inner_->slots(); }
@@ -68,7 +76,7 @@ class FaultyStorage final : public StorageBackend {
   }
   [[nodiscard]] int submit(std::span<const IoRequest> reqs) override;
   std::size_t reap(std::span<IoCompletion> out, std::size_t min) override;
-  [[nodiscard]] std::size_t outstanding() const noexcept override { return inner_->outstanding() + ready_.size(); }
+  [[nodiscard]] std::size_t outstanding() const noexcept override;
 
  private:
   struct Armed {
@@ -81,6 +89,7 @@ class FaultyStorage final : public StorageBackend {
     IoRequest req;
     bool short_io = false;
     bool flip = false;
+    bool hold = false;
     std::unique_ptr<std::byte, void (*)(void*)> bounce{nullptr, nullptr};  // corrupted copy being written
   };
   // The kinds that fire for `r` (counts matches).
@@ -93,6 +102,11 @@ class FaultyStorage final : public StorageBackend {
   std::uint64_t next_tag_ = 0;
   std::unordered_map<std::uint64_t, Pending> pending_;
   std::vector<IoCompletion> ready_;  // failures decided at submit
+  // Held completions (guarded by mu_): completed by the inner backend, handed out against permits.
+  std::deque<IoCompletion> held_;
+  std::uint64_t holding_ = 0;  // held requests not handed out yet (running or in held_)
+  std::uint64_t permits_ = 0;
+  std::condition_variable held_cv_;
 };
 
 }  // namespace tvmm::storage
