@@ -32,6 +32,8 @@ struct Allocation {
   bool pinned_for_life = false;
   //! A user's tensor (false for an arena page, which the arena owns).
   bool owned = true;
+  //! Below the NVMe admission threshold (Config::nvme_min_bytes): its pages never go to NVMe.
+  bool host_only = false;
   //! For a small allocation packed into the arena: its page and run of 256-byte units. Such an
   //! allocation owns no page-table entries (the arena page's backing allocation does).
   ArenaPage* arena = nullptr;

@@ -215,6 +215,10 @@ std::vector<ConfigKey> make_keys() {
                           "allocations smaller than this are never evicted; those that fit a page share pages "
                           "of a resident small-object arena; 0 = all evictable",
                           false, [](Config& c) -> std::size_t& { return c.min_bytes; }));
+  keys.push_back(size_key("policy.admission", "nvme_min_bytes",
+                          "allocations smaller than this never go to the NVMe tier (they stay on the device "
+                          "or the host); 0 = any may",
+                          false, [](Config& c) -> std::size_t& { return c.nvme_min_bytes; }));
   keys.push_back(
       {"policy.eviction",
        "name",

@@ -43,7 +43,7 @@ std::string page_label(const PageEntry& p, std::uint32_t page_in_tensor, std::si
 }  // namespace
 
 void PagerImpl::note_host(const PageEntry& p) noexcept {
-  if (!nvme_) return;
+  if (!nvme_ || p.owner->host_only) return;
   try {
     host_fifo_.push_back(table_.index_of(p));
     compact(host_fifo_, host_->budget(), table_, is_host);
@@ -92,7 +92,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   // 1. Claim the oldest host pages. A page whose NVMe copy is current just lets its host slot go.
   while (freed + writes.size() < want && !host_fifo_.empty()) {
     PageEntry& p = table_[host_fifo_.front()];
-    if (p.state() != PageState::host) {  // stale entry
+    if (p.state() != PageState::host || p.owner->host_only) {  // stale entry, or kept off NVMe
       host_fifo_.pop_front();
       continue;
     }
@@ -117,7 +117,8 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     for (std::size_t k = b->retired; k < b->pages.size() && freed + writes.size() < want; ++k) {
       PageEntry& p = table_[b->pages[k]];
       // Pages dropped without a copy have no host slot; a clean copy is let go once it has arrived.
-      if (p.host_slot == kNoSlot || p.spill != Spill::none || clean_on_nvme(p, p.word.load(std::memory_order_acquire)))
+      if (p.host_slot == kNoSlot || p.spill != Spill::none || p.owner->host_only ||
+          clean_on_nvme(p, p.word.load(std::memory_order_acquire)))
         continue;
       if (!give_slot(p)) {
         full = true;

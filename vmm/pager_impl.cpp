@@ -209,6 +209,17 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
   const std::uint64_t pages = bytes / page_size_ + (bytes % page_size_ != 0 ? 1 : 0);
   Lock lk(mu_);
   const std::uint64_t free_pages = capacity_pages_ - allocated_pages_;
+  // Pages kept off NVMe live on the device or the host; all of them must fit in the host tier with two
+  // slots to spare, so that evictions and staging always find a slot that a spill can free.
+  const bool host_only = nvme_ && owned && cfg_.nvme_min_bytes != 0 && bytes < cfg_.nvme_min_bytes;
+  const std::uint64_t host_only_max = host_->budget() - 2;
+  if (host_only && host_only_pages_ + pages > host_only_max) {
+    throw out_of_memory("tvmm::Pager::allocate" + label + ": " + format_bytes(bytes) +
+                        " is below policy.admission.nvme_min_bytes (" + format_bytes(cfg_.nvme_min_bytes) +
+                        "), so it never goes to NVMe, and such allocations (" + std::to_string(host_only_pages_) +
+                        " pages now) must fit in the host tier less two pages (" + std::to_string(host_only_max) +
+                        " pages); raise the host budget or lower nvme_min_bytes");
+  }
   if (pages > free_pages) {
     throw out_of_memory(
         "tvmm::Pager::allocate" + label + ": cannot allocate " + format_bytes(bytes) + " (" + std::to_string(pages) +
@@ -232,6 +243,8 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
   a->first_page = *first;
   a->pages = static_cast<std::uint32_t>(pages);
   a->name = std::move(hints.name);
+  a->host_only = host_only;
+  if (host_only) host_only_pages_ += pages;
   for (std::uint32_t i = 0; i < a->pages; ++i) {
     PageEntry& p = table_[*first + i];
     p.owner = a.get();
@@ -348,6 +361,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   }
   va_.free(a->first_page, a->pages);
   allocated_pages_ -= a->pages;
+  if (a->host_only) host_only_pages_ -= a->pages;
   by_id_.erase(a->id);
   if (a->owned) {
     counters_.live_bytes.fetch_sub(std::uint64_t{a->pages} * page_size_, std::memory_order_relaxed);

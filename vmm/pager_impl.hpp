@@ -205,6 +205,7 @@ class PagerImpl {
   std::atomic<std::uint32_t> waiters_{0};
   std::atomic<std::uint64_t> pinned_pages_{0};  // pages with pins > 0
   std::uint64_t allocated_pages_ = 0;           // guarded by mu_
+  std::uint64_t host_only_pages_ = 0;           // pages of allocations kept off NVMe; guarded by mu_
   std::uint64_t capacity_pages_ = 0;
   std::unordered_map<backend::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
   std::deque<LoadBatch> loads_;                             // page-ins not yet retired

@@ -69,6 +69,10 @@ struct Config {
   //! that fit in a page share pages of a resident small-object arena instead of each taking a page.
   //! 0 = every allocation is evictable.
   std::size_t min_bytes = 1 * MiB;
+  //! Second admission threshold, for the NVMe tier: allocations smaller than this never go to NVMe
+  //! (they live on the device or the host tier), so small, latency-sensitive tensors never wait for a
+  //! drive. Together they must fit in the host tier less two pages. 0 = any allocation may go to NVMe.
+  std::size_t nvme_min_bytes = 0;
   //! Eviction policy: "lru" (least recently used), "fifo" (first in, first out), "clock" (second
   //! chance; lock-free touch) or "belady" (farthest next use in the recorded trace; LRU until one is
   //! recorded; for studies). Checked when the Pager is built.

@@ -167,6 +167,46 @@ TEST(NvmeTier, CapacityCountsTheNvmeBudgetAndUnmodifiedPagesAreNotWrittenAgain) 
   p.check_invariants();
 }
 
+TEST(NvmeTier, AllocationsBelowTheNvmeThresholdStayOffNvmeUnderPressure) {
+  test::TempDir dir;
+  Config c = nvme_config(2, 4, 32, {dir.path()});
+  c.nvme_min_bytes = 2 * kPage;  // one-page tensors stay on the device or the host
+  Pager p(c);
+  std::vector<Tensor> small, big;
+  for (int i = 0; i < 2; ++i) small.push_back(p.allocate(kPage));
+  for (int i = 0; i < 8; ++i) big.push_back(p.allocate(2 * kPage));
+  // The host tier (4 pages, 2 kept for moving) holds no more small pages than that.
+  try {
+    (void)p.allocate(kPage, {"third"});
+    ADD_FAILURE() << "a third small tensor does not fit";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("nvme_min_bytes"), std::string::npos) << e.what();
+  }
+  (void)p.allocate(2 * kPage);  // at the threshold: not small
+  auto all = [&](auto&& f) {
+    for (std::size_t i = 0; i < small.size(); ++i) f(small[i], 100 + i);
+    for (std::size_t i = 0; i < big.size(); ++i) f(big[i], 200 + i);
+  };
+  all([](Tensor& t, std::uint64_t seed) {
+    auto pin = t.pin(Access::write);
+    test::fill(pin.data(), t.size(), seed);
+  });
+  bool big_on_nvme = false;
+  for (int round = 0; round < 3; ++round) {
+    all([&](Tensor& t, std::uint64_t seed) {
+      auto pin = t.pin(Access::read);
+      EXPECT_EQ(test::mismatches(pin.data(), t.size(), seed), 0u) << "seed " << seed;
+      for (auto& s : small) EXPECT_NE(s.tier(), Tier::nvme);
+      for (auto& b : big) big_on_nvme = big_on_nvme || b.tier() == Tier::nvme;
+    });
+    p.check_invariants();
+  }
+  EXPECT_TRUE(big_on_nvme);
+  // Freeing a small tensor makes room for another.
+  small.pop_back();
+  EXPECT_NO_THROW((void)p.allocate(kPage));
+}
+
 TEST(NvmeTier, ChecksumIsMixedWithTheSlot) {
   test::TempDir dir;
   storage::StorageOptions o{{dir.path()}, kPage, 4, 4, true, true};
