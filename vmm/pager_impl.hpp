@@ -164,7 +164,9 @@ class PagerImpl {
   //! Records that `p` keeps an NVMe slot while it lives elsewhere (a slot that may be taken back).
   void note_slot_kept(const PageEntry& p) noexcept;
   //! Frees up to `want` host slots by moving the oldest host pages to NVMe (clean ones without a
-  //! write). Returns the number freed; throws io_error / out_of_memory (ENOSPC) if a write failed,
+  //! write), then pages still on their way from the device, each written once its own write-back has
+  //! completed. Pages of host-only allocations are skipped. Returns the number freed (a page on its
+  //! way counts once its slot is free); throws io_error / out_of_memory (ENOSPC) if a write failed,
   //! after putting every page back where it was.
   std::size_t spill(Lock& lk, std::size_t want);
   //! Loads up to a queue depth of `a`'s NVMe pages onto the device: reads each into a host slot,
