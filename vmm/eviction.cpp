@@ -66,11 +66,13 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
     // 2. Queue the write-backs, with an event after each, so that each page can move on (to NVMe, see
     //    spill) as soon as its own copy is done. Dropped pages get one too: the frames' next users
     //    must follow the victims' last uses.
+    //    Without an NVMe tier no page moves on alone: one event serves the whole batch.
     per_page.reserve(victims.size());
     for (PageEntry* v : victims) {
       if (v->host_slot != kNoSlot) xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
-      per_page.push_back(xfer_->record_out());
+      if (nvme_) per_page.push_back(xfer_->record_out());
     }
+    if (!nvme_) per_page.assign(victims.size(), xfer_->record_out());
     done = per_page.back();
   } catch (...) {
     // The victims stay resident with their data. Each keeps its host slot: a write-back may already be

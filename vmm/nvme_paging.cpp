@@ -149,9 +149,10 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
       return false;
     }
   };
-  auto nothing = [](std::size_t) noexcept {};
+  NvmeTier::Hooks hooks;
+  hooks.ready = arrived;
   lk.unlock();
-  nvme_->run(ios, {arrived, nothing});
+  nvme_->run(ios, hooks);
   lk.lock();
   reap(lk);  // retires the write-backs of the pages claimed on their way: each completed before its write
   // 4. Publish: written pages move to NVMe; a failed write leaves its page on the host, readable.
@@ -272,7 +273,6 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, Clock::time_point deadl
     abort_chunk(batch, got);
     throw;
   }
-  auto ready = [](std::size_t, bool) noexcept { return true; };
   auto page_in = [&](std::size_t i) noexcept {
     if (ios[i].error != 0 || copy_error) return;
     try {
@@ -282,8 +282,10 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, Clock::time_point deadl
       copy_error = std::current_exception();
     }
   };
+  NvmeTier::Hooks hooks;
+  hooks.done = page_in;
   lk.unlock();
-  nvme_->run(ios, {ready, page_in});
+  nvme_->run(ios, hooks);
   lk.lock();
   EventRef done;
   try {

@@ -31,13 +31,6 @@ std::uint64_t NvmeTier::checksum(const void* data, std::uint32_t slot) const noe
   return XXH3_64bits_withSeed(data, page_size_, 0x9E3779B97F4A7C15ULL * (std::uint64_t{slot} + 1));
 }
 
-namespace {
-constexpr auto kAlwaysReady = [](std::size_t, bool) noexcept { return true; };
-constexpr auto kNothing = [](std::size_t) noexcept {};
-}  // namespace
-
-void NvmeTier::run(std::span<Io> ios) { run(ios, Hooks{kAlwaysReady, kNothing}); }
-
 void NvmeTier::run(std::span<Io> ios, const Hooks& hooks) {
   if (ios.empty()) return;
   const auto full = static_cast<std::int64_t>(page_size_);

@@ -17,6 +17,22 @@
 
 namespace tvmm::detail {
 
+inline constexpr auto kAlwaysReady = [](std::size_t, bool) noexcept { return true; };
+inline constexpr auto kNothing = [](std::size_t) noexcept {};
+
+//! Per-request hooks of NvmeTier::run(), called on run()'s thread (pager lock not held). Neither may
+//! throw. By default every frame is ready and completions need nothing more.
+struct NvmeIoHooks {
+  //! Before ios[i] is submitted (in order): true once its frame may be used, e.g. a write's data has
+  //! arrived from the device. `block`: nothing is in flight, so wait until it may; false then means it
+  //! never will, and the request ends with NvmeTier::kNotReady unsubmitted. Without `block`, false
+  //! defers it until the next completion.
+  FunctionRef<bool(std::size_t i, bool block)> ready = kAlwaysReady;
+  //! As soon as ios[i] has ended (its `error` set), e.g. to queue a verified page's copy to the device
+  //! while later reads are still running.
+  FunctionRef<void(std::size_t i)> done = kNothing;
+};
+
 class NvmeTier {
  public:
   //! A result of run(): the data in the slot does not match the page's checksum.
@@ -44,21 +60,10 @@ class NvmeTier {
     std::uint64_t checksum;  //!< write: set by run(); read: the expected value
     int error = 0;           //!< set by run(): 0, -errno, kCorrupt or kNotReady
   };
-  //! Per-request hooks of run(), called on run()'s thread (pager lock not held). Neither may throw.
-  struct Hooks {
-    //! Before ios[i] is submitted (in order): true once its frame may be used, e.g. a write's data has
-    //! arrived from the device. `block`: nothing is in flight, so wait until it may; false then means
-    //! it never will, and the request ends with -EIO unsubmitted. Without `block`, false defers it
-    //! until the next completion.
-    FunctionRef<bool(std::size_t i, bool block)> ready;
-    //! As soon as ios[i] has ended (its `error` set), e.g. to queue a verified page's copy to the
-    //! device while later reads are still running.
-    FunctionRef<void(std::size_t i)> done;
-  };
+  using Hooks = NvmeIoHooks;
   //! Writes (checksumming each page) and reads (verifying each page) the whole batch, keeping `depth`
   //! requests in flight; each Io's `error` says how it ended.
-  void run(std::span<Io> ios);
-  void run(std::span<Io> ios, const Hooks& hooks);
+  void run(std::span<Io> ios, const Hooks& hooks = {});
   //! XXH3-64 of a page, seeded with its slot so that data read from the wrong slot fails the check.
   [[nodiscard]] std::uint64_t checksum(const void* data, std::uint32_t slot) const noexcept;
 
