@@ -13,8 +13,10 @@
 #include <cerrno>
 #include <cstddef>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backends/device/faulty/faulty_device.hpp"
@@ -272,6 +274,31 @@ class NvmePipeline : public ::testing::Test {
     test::fill(pin.data(), t.size(), seed);
     return t;
   }
+  // A fresh tensor's stream pin evicts all of `a` to the host tier (filling it) with its 8 copies
+  // held; from then on the storage counts NVMe writes (fired()).
+  Tensor evict_with_held_copies(Stream& stream) {
+    dev_->hold(backend::FaultyDevice::Op::copy_out);
+    Tensor b = pager_->allocate(8 * kPage);
+    { auto pin = b.pin(stream, Access::write); }
+    st_->set_rules({FaultRule::of(FaultRule::Kind::latency).on(IoOp::write)});
+    return b;
+  }
+  // Pins `c` for writing (seed 3) on another thread.
+  static std::future<void> write_in_background(Tensor& c) {
+    return std::async(std::launch::async, [&c] {
+      auto pin = c.pin(Access::write);
+      test::fill(pin.data(), c.size(), 3);
+    });
+  }
+  // Each tensor reads back its pattern; the page table stays consistent.
+  void expect_intact(std::initializer_list<std::pair<Tensor*, std::uint64_t>> tensors) {
+    pager_->check_invariants();
+    for (auto [t, seed] : tensors) {
+      auto pin = t->pin(Access::read);
+      EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << "seed " << seed;
+    }
+    pager_->check_invariants();
+  }
   test::TempDir dir_;
   backend::FaultyDevice* dev_ = nullptr;
   storage::FaultyStorage* st_ = nullptr;
@@ -282,19 +309,12 @@ TEST_F(NvmePipeline, EachEvictedPageGoesOnToNvmeAsSoonAsItsOwnCopyToTheHostEnds)
   using Op = backend::FaultyDevice::Op;
   Tensor a = written(1);
   auto stream = pager_->create_stream();
-  // b's stream pin evicts all of a to the host tier (filling it), its 8 copies held.
-  dev_->hold(Op::copy_out);
-  Tensor b = pager_->allocate(8 * kPage);
-  { auto pin = b.pin(stream, Access::write); }
+  Tensor b = evict_with_held_copies(stream);
   ASSERT_EQ(dev_->held(Op::copy_out), 8u);
   // c needs frames; b's pages can only go once host slots are free, so a's pages, still on their way,
-  // are spilled to NVMe. The rule below only counts the writes.
-  st_->set_rules({FaultRule::of(FaultRule::Kind::latency).on(IoOp::write)});
+  // are spilled to NVMe.
   Tensor c = pager_->allocate(8 * kPage);
-  auto pinned = std::async(std::launch::async, [&] {
-    auto pin = c.pin(Access::write);
-    test::fill(pin.data(), c.size(), 3);
-  });
+  auto pinned = write_in_background(c);
   ReleaseAll release{this};
   // One copy done: its page is written to NVMe while the other seven copies have not run yet.
   dev_->release(Op::copy_out, 1);
@@ -309,29 +329,18 @@ TEST_F(NvmePipeline, EachEvictedPageGoesOnToNvmeAsSoonAsItsOwnCopyToTheHostEnds)
   stream.synchronize();
   EXPECT_EQ(a.tier(), Tier::nvme);
   EXPECT_GE(pager_->stats().host_to_nvme.pages, 8u);
-  pager_->check_invariants();
-  for (auto [t, seed] : {std::pair<Tensor*, std::uint64_t>{&a, 1}, {&c, 3}}) {
-    auto pin = t->pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << "seed " << seed;
-  }
-  pager_->check_invariants();
+  expect_intact({{&a, 1}, {&c, 3}});
 }
 
 TEST_F(NvmePipeline, AFailedWaitForAWriteBackLeavesThatPageOnTheHostAndLosesNothing) {
   using Op = backend::FaultyDevice::Op;
   Tensor a = written(1);
   auto stream = pager_->create_stream();
-  dev_->hold(Op::copy_out);
-  Tensor b = pager_->allocate(8 * kPage);
-  { auto pin = b.pin(stream, Access::write); }
-  st_->set_rules({FaultRule::of(FaultRule::Kind::latency).on(IoOp::write)});
+  Tensor b = evict_with_held_copies(stream);
   // The spill's wait for a's first write-back fails: that page is not written, the others are.
   dev_->fail_once(Op::synchronize_event, backend::Errc::system_error);
   Tensor c = pager_->allocate(8 * kPage);
-  auto pinned = std::async(std::launch::async, [&] {
-    auto pin = c.pin(Access::write);
-    test::fill(pin.data(), c.size(), 3);
-  });
+  auto pinned = write_in_background(c);
   ReleaseAll release{this};
   dev_->release(Op::copy_out, 1);  // the first page's copy, which the spill no longer waits for
   for (std::uint64_t k = 1; k <= 7; ++k) {
@@ -342,12 +351,7 @@ TEST_F(NvmePipeline, AFailedWaitForAWriteBackLeavesThatPageOnTheHostAndLosesNoth
   pinned.get();
   stream.synchronize();
   EXPECT_EQ(dev_->injected(), 1u);
-  pager_->check_invariants();
-  for (auto [t, seed] : {std::pair<Tensor*, std::uint64_t>{&a, 1}, {&c, 3}}) {
-    auto pin = t->pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << "seed " << seed;
-  }
-  pager_->check_invariants();
+  expect_intact({{&a, 1}, {&c, 3}});
 }
 
 TEST_F(NvmePipeline, EachPageReadFromNvmeIsCopiedToTheDeviceAsSoonAsItIsVerified) {
@@ -372,12 +376,7 @@ TEST_F(NvmePipeline, EachPageReadFromNvmeIsCopiedToTheDeviceAsSoonAsItIsVerified
   st_->release_held(UINT64_MAX);
   EXPECT_EQ(pinned.get(), 0u);
   EXPECT_EQ(pager_->stats().nvme_to_host.pages, 8u);
-  pager_->check_invariants();
-  for (auto [t, seed] : {std::pair<Tensor*, std::uint64_t>{&b, 2}, {&c, 3}}) {
-    auto pin = t->pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << "seed " << seed;
-  }
-  pager_->check_invariants();
+  expect_intact({{&b, 2}, {&c, 3}});
 }
 
 // --- injected faults ------------------------------------------------------------------------------------
