@@ -7,12 +7,14 @@
 
 namespace tvmm::policies {
 
-//! One pin in a trace: a tensor (by allocation id) of `pages` pages, and whether its contents were
-//! discarded (Access::write), so a miss loads nothing.
+//! One pin in a trace: a tensor (by allocation id) of `pages` pages, whether its contents were
+//! discarded (Access::write), so a miss loads nothing, and whether it is pinned while the previous
+//! access still is (the tensors of one kernel), so all of their pages must be resident together.
 struct TraceAccess {
   std::uint64_t tensor = 0;
   std::uint32_t pages = 0;
   bool discard = false;
+  bool with_previous = false;
   bool operator==(const TraceAccess&) const = default;
 };
 
@@ -28,11 +30,12 @@ struct BeladyCost {
   }
 };
 
-//! Replays `iteration` `repeat` (>= 3) times with `frames` device frames, all pages of one access
-//! resident together, evicting the page whose next use is farthest; counts the repetitions between
-//! the first (cold) and the last (no future to plan against). A page's first access loads nothing (no
-//! data yet); later misses load unless the access discards. Throws std::invalid_argument if one access
-//! needs more pages than there are frames.
+//! Replays `iteration` `repeat` (>= 3) times with `frames` device frames, all pages of one access (and
+//! of the accesses joined to it by `with_previous`) resident together, evicting the page whose next
+//! use is farthest; counts the repetitions between the first (cold) and the last (no future to plan
+//! against). A page's first access loads nothing (no data yet); later misses load unless the access
+//! discards. Throws std::invalid_argument if one group of accesses needs more pages than there are
+//! frames.
 BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat = 8);
 
 }  // namespace tvmm::policies

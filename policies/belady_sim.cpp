@@ -13,21 +13,27 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
   // The page reference string, access by access, over `repeat` iterations.
   struct Ref {
     std::uint64_t page;  // tensor << 32 | page index
-    std::size_t access;  // which access (for "resident together")
+    std::size_t group;   // which group of accesses (for "resident together")
     bool discard;
     int rep;
   };
   std::vector<Ref> refs;
   for (int r = 0; r < repeat; ++r) {
+    std::size_t group = 0;
+    std::uint64_t group_pages = 0;
     for (std::size_t a = 0; a < iteration.size(); ++a) {
       const auto& acc = iteration[a];
-      if (acc.pages > frames) {
-        throw std::invalid_argument("simulate_belady: an access needs " + std::to_string(acc.pages) +
+      if (a == 0 || !acc.with_previous) {
+        group = static_cast<std::size_t>(r) * iteration.size() + a;
+        group_pages = 0;
+      }
+      group_pages += acc.pages;
+      if (group_pages > frames) {
+        throw std::invalid_argument("simulate_belady: access " + std::to_string(a) +
+                                    " (with those pinned with it) needs " + std::to_string(group_pages) +
                                     " pages but there are " + std::to_string(frames) + " frames");
       }
-      for (std::uint32_t i = 0; i < acc.pages; ++i) {
-        refs.push_back({(acc.tensor << 32) | i, static_cast<std::size_t>(r) * iteration.size() + a, acc.discard, r});
-      }
+      for (std::uint32_t i = 0; i < acc.pages; ++i) refs.push_back({(acc.tensor << 32) | i, group, acc.discard, r});
     }
   }
   // next[p]: the position of the next reference to the same page, or "never".
@@ -51,12 +57,11 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
       it->second = next[p];
     } else {
       if (resident.size() == frames) {
-        // Evict the farthest next use among pages not used by the current access.
+        // Evict the farthest next use among pages not used by the current group of accesses.
         auto victim = resident.end();
         for (auto r = resident.begin(); r != resident.end(); ++r) {
           bool current = false;
-          for (std::size_t q = p; q-- > 0 && refs[q].access == ref.access;)
-            current = current || refs[q].page == r->first;
+          for (std::size_t q = p; q-- > 0 && refs[q].group == ref.group;) current = current || refs[q].page == r->first;
           if (current) continue;
           if (victim == resident.end() || r->second > victim->second) victim = r;
         }
