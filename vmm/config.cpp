@@ -47,6 +47,9 @@ void Config::validate() const {
     throw config_error("sim.bandwidth_bytes_per_s must be >= 0 (0 = unthrottled)");
   }
   if (sim.copy_latency.count() < 0) throw config_error("sim.copy_latency must be >= 0");
+  if (sim.timing != "wall" && sim.timing != "model") {
+    throw config_error("sim.timing = \"" + sim.timing + "\": expected \"wall\" or \"model\"");
+  }
   if (nvme.budget != 0 && nvme.paths.empty()) {
     throw config_error(
         "nvme.budget is set but nvme.paths is empty: give one directory per drive, e.g. "

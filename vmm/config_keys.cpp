@@ -124,6 +124,17 @@ std::vector<ConfigKey> make_keys() {
                     c.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(v.number * 1e3));
                   },
                   [](const Config& c) { return toml_number(static_cast<double>(c.sim.copy_latency.count()) / 1e3); }});
+  keys.push_back({"device.sim",
+                  "timing",
+                  KeyType::text,
+                  "one of: \"wall\", \"model\"",
+                  "device time: \"wall\" = host work between waits takes its wall-clock time; \"model\" = host work "
+                  "takes none, so device time is the model's alone (benchmarks)",
+                  false,
+                  0.0,
+                  {"wall", "model"},
+                  [](Config& c, const KeyValue& v) { c.sim.timing = v.text; },
+                  [](const Config& c) { return "\"" + c.sim.timing + "\""; }});
   keys.push_back(size_key("host", "budget", "host memory the pager may use for evicted pages (whole pages)", false,
                           [](Config& c) -> std::size_t& { return c.host_budget; }));
   keys.push_back({"nvme",
@@ -231,6 +242,17 @@ std::vector<ConfigKey> make_keys() {
        {"lru", "fifo", "clock", "belady"},
        [](Config& c, const KeyValue& v) { c.eviction = v.text; },
        [](const Config& c) { return "\"" + c.eviction + "\""; }});
+  keys.push_back({"policy.eviction",
+                  "keep_recent",
+                  KeyType::number,
+                  "a whole number of pins >= 0",
+                  "belady only: pages of tensors pinned in the last N pins are evicted only when no other page can be "
+                  "(their write-backs would wait for the kernels that just used them); 0 = pure farthest next use",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.keep_recent = static_cast<std::size_t>(whole(v.number, 1e9)); },
+                  [](const Config& c) { return std::to_string(c.keep_recent); }});
   return keys;
 }
 

@@ -41,9 +41,53 @@ void Stream::launch(std::function<void()> fn) {
   pager_->launch(handle_, std::move(fn));
 }
 
+void Stream::busy_for(std::chrono::nanoseconds duration) {
+  if (handle_ == nullptr) throw invalid_argument("tvmm::Stream::busy_for: the stream is empty (moved from?)");
+  if (duration.count() < 0) {
+    throw invalid_argument("tvmm::Stream::busy_for: the duration is negative (" + std::to_string(duration.count()) +
+                           " ns); pass zero or more");
+  }
+  pager_->launch_busy(handle_, duration);
+}
+
 void Stream::synchronize() {
   if (handle_ == nullptr) throw invalid_argument("tvmm::Stream::synchronize: the stream is empty (moved from?)");
   pager_->synchronize(handle_);
+}
+
+// --- StreamTimer ----------------------------------------------------------------------------------------
+
+StreamTimer::StreamTimer(Stream& stream) : pager_(stream.pager_), stream_(stream.handle_) {
+  if (stream_ == nullptr) throw invalid_argument("tvmm::StreamTimer: the stream is empty (moved from?)");
+  start_ = pager_->create_event();
+  try {
+    stop_ = pager_->create_event();
+  } catch (...) {
+    pager_->destroy_event(start_);
+    throw;
+  }
+}
+
+StreamTimer::~StreamTimer() {
+  pager_->destroy_event(start_);
+  pager_->destroy_event(stop_);
+}
+
+void StreamTimer::start() {
+  pager_->record_event(start_, stream_);
+  started_ = true;
+  stopped_ = false;
+}
+
+void StreamTimer::stop() {
+  if (!started_) throw invalid_argument("tvmm::StreamTimer::stop: call start() first");
+  pager_->record_event(stop_, stream_);
+  stopped_ = true;
+}
+
+std::chrono::nanoseconds StreamTimer::elapsed() {
+  if (!stopped_) throw invalid_argument("tvmm::StreamTimer::elapsed: call start() and then stop() first");
+  return pager_->elapsed(start_, stop_);
 }
 
 // --- Pin ------------------------------------------------------------------------------------------------

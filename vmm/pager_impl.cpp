@@ -104,7 +104,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
     (void)storage->register_buffers(host_->ptr(0), std::size_t{slots} * page_size_);
     nvme_ = std::make_unique<NvmeTier>(std::move(storage), page_size_, cfg_.nvme.queue_depth);
   }
-  policy_ = cfg_.eviction == "belady" ? std::make_unique<policies::BeladyPolicy>(trace_)
+  policy_ = cfg_.eviction == "belady" ? std::make_unique<policies::BeladyPolicy>(trace_, cfg_.keep_recent)
                                       : policies::make_eviction_policy(cfg_.eviction);
   trace_prefetch_ = cfg_.prefetch == "trace";
   tracing_ = trace_prefetch_ || cfg_.eviction == "belady";
@@ -417,7 +417,32 @@ void PagerImpl::launch(backend::StreamHandle s, std::function<void()> fn) {
   TVMM_CHECK(st);
 }
 
+void PagerImpl::launch_busy(backend::StreamHandle s, std::chrono::nanoseconds duration) {
+  TVMM_CHECK(dev_->launch_busy(s, duration));
+}
+
 void PagerImpl::synchronize(backend::StreamHandle s) { TVMM_CHECK(dev_->synchronize_stream(s)); }
+
+backend::EventHandle PagerImpl::create_event() {
+  backend::EventHandle e = nullptr;
+  TVMM_CHECK(dev_->create_event(&e));
+  return e;
+}
+
+void PagerImpl::destroy_event(backend::EventHandle e) noexcept {
+  if (auto st = dev_->destroy_event(e); !st.ok()) {
+    std::fprintf(stderr, "tvmm: destroying an event failed: %s\n", backend::errc_name(st.code));
+  }
+}
+
+void PagerImpl::record_event(backend::EventHandle e, backend::StreamHandle s) { TVMM_CHECK(dev_->record_event(e, s)); }
+
+std::chrono::nanoseconds PagerImpl::elapsed(backend::EventHandle start, backend::EventHandle end) {
+  TVMM_CHECK(dev_->synchronize_event(end));
+  std::chrono::nanoseconds out{0};
+  TVMM_CHECK(dev_->event_elapsed(start, end, &out));
+  return out;
+}
 
 // --- inspection ------------------------------------------------------------------------------------------
 

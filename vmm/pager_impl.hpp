@@ -67,7 +67,14 @@ class PagerImpl {
   backend::StreamHandle create_stream();
   void destroy_stream(backend::StreamHandle s) noexcept;
   void launch(backend::StreamHandle s, std::function<void()> fn);
+  void launch_busy(backend::StreamHandle s, std::chrono::nanoseconds duration);
   void synchronize(backend::StreamHandle s);
+  // Timing events for StreamTimer (separate from the pool: the pool's events are recycled).
+  backend::EventHandle create_event();
+  void destroy_event(backend::EventHandle e) noexcept;
+  void record_event(backend::EventHandle e, backend::StreamHandle s);
+  // Waits for `end`, then returns the device time from `start` to it.
+  std::chrono::nanoseconds elapsed(backend::EventHandle start, backend::EventHandle end);
 
  private:
   using Lock = std::unique_lock<std::mutex>;

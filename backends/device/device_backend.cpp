@@ -107,6 +107,11 @@ Status DeviceBackend::launch_host(StreamHandle stream, HostFn fn, void* user) {
   return do_launch_host(stream, fn, user);
 }
 
+Status DeviceBackend::launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) {
+  if (stream == nullptr || duration.count() < 0) return invalid();
+  return do_launch_busy(stream, duration);
+}
+
 Status DeviceBackend::synchronize_stream(StreamHandle stream) {
   if (stream == nullptr) return invalid();
   return do_synchronize_stream(stream);
@@ -140,6 +145,11 @@ Status DeviceBackend::query_event(EventHandle event) {
 Status DeviceBackend::synchronize_event(EventHandle event) {
   if (event == nullptr) return invalid();
   return do_synchronize_event(event);
+}
+
+Status DeviceBackend::event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) {
+  if (start == nullptr || end == nullptr || out == nullptr) return invalid();
+  return do_event_elapsed(start, end, out);
 }
 
 std::unique_ptr<DeviceBackend> make_device_backend(const Config& config) {

@@ -21,12 +21,17 @@
 //   memcpy_async        runs in stream order on the direction's copy engine.
 //   launch_host(s,f,u)  f(u) runs in stream order (cuLaunchHostFunc); f must not call the backend's
 //                       synchronous functions.
+//   launch_busy(s, d)   a kernel that keeps s busy for d of device time and touches no memory (a
+//                       modelled kernel for benchmarks and tests).
 //   record_event(e, s)  e completes when the work queued on s so far has completed. An event never
 //                       recorded counts as completed.
 //   stream_wait_event   work queued on s after this call waits for e's latest record.
 //   query_event         ok when completed, not_ready otherwise.
+//   event_elapsed(a,b)  device time from a's completion to b's (cuEventElapsedTime); not_ready until
+//                       both have completed, invalid_value if either was never recorded.
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -116,6 +121,7 @@ class DeviceBackend {
   Status destroy_stream(StreamHandle stream);
   Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream);
   Status launch_host(StreamHandle stream, HostFn fn, void* user);
+  Status launch_busy(StreamHandle stream, std::chrono::nanoseconds duration);
   Status synchronize_stream(StreamHandle stream);
 
   Status create_event(EventHandle* out);
@@ -124,6 +130,7 @@ class DeviceBackend {
   Status stream_wait_event(StreamHandle stream, EventHandle event);
   Status query_event(EventHandle event);
   Status synchronize_event(EventHandle event);
+  Status event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out);
 
  protected:
   explicit DeviceBackend(DeviceProperties props) : props_(std::move(props)) {}
@@ -142,6 +149,7 @@ class DeviceBackend {
   virtual Status do_destroy_stream(StreamHandle stream) = 0;
   virtual Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) = 0;
   virtual Status do_launch_host(StreamHandle stream, HostFn fn, void* user) = 0;
+  virtual Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) = 0;
   virtual Status do_synchronize_stream(StreamHandle stream) = 0;
   virtual Status do_create_event(EventHandle* out) = 0;
   virtual Status do_destroy_event(EventHandle event) = 0;
@@ -149,6 +157,7 @@ class DeviceBackend {
   virtual Status do_stream_wait_event(StreamHandle stream, EventHandle event) = 0;
   virtual Status do_query_event(EventHandle event) = 0;
   virtual Status do_synchronize_event(EventHandle event) = 0;
+  virtual Status do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) = 0;
 
   [[nodiscard]] bool aligned(std::size_t v) const noexcept { return v % props_.granularity == 0; }
 

@@ -31,6 +31,12 @@ struct SimDeviceConfig {
   double bandwidth_bytes_per_s = 0.0;
   //! Fixed cost added to every copy, modelling a bus transaction's latency.
   std::chrono::nanoseconds copy_latency{0};
+  //! How device time (StreamTimer) treats the host: "wall" = work a host thread does between waits
+  //! for the device takes its wall-clock time, as on a real GPU; "model" = host work takes no time, so
+  //! device time is the model's alone (copies on the modelled bus, busy kernels): benchmarks compare
+  //! policies this way, free of the machine's memcpy speed and scheduling noise. Either way the
+  //! simulation's own lateness (threads woken late, copies slower than the modelled bus) never counts.
+  std::string timing = "wall";
 };
 
 //! Settings of the NVMe tier: page slots in pre-allocated files below the host tier. Off unless
@@ -77,6 +83,13 @@ struct Config {
   //! chance; lock-free touch) or "belady" (farthest next use in the recorded trace; LRU until one is
   //! recorded; for studies). Checked when the Pager is built.
   std::string eviction = "lru";
+  //! With `eviction = "belady"`: pages of tensors pinned in the last `keep_recent` pins are evicted
+  //! only when no other page can be. A stream's pins run ahead of its kernels, so such a page's
+  //! write-back waits for the kernel that just used it, and the page-in that needs its frame waits
+  //! behind: evicting older pages instead lets both copies overlap the kernels in between, at the cost
+  //! of sometimes not taking the farthest next use. 0 = pure farthest next use (the offline optimum in
+  //! bytes moved).
+  std::size_t keep_recent = 0;
   //! Prefetch policy: "none" (only explicit Tensor::prefetch) or "trace": record the pins of one
   //! iteration (between the first two Pager::mark_iteration calls), then in later iterations start the
   //! page-ins of the tensors `prefetch_distance` pins ahead; a pin that differs from the trace drops it

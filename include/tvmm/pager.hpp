@@ -8,6 +8,7 @@
 //! the device for as long as it lives (host-synchronous pin) or until the given stream passes the point
 //! where the pin was released (stream-ordered pin).
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -67,6 +68,10 @@ class Stream {
   //! backend's stream thread. On the simulator it may read and write pinned tensors' device addresses.
   //! The callable must not throw (an exception terminates the process, as a kernel fault would).
   void launch(std::function<void()> fn);
+  //! Queues a modelled kernel that keeps the stream busy for `duration` of device time and touches no
+  //! memory: a stand-in for compute in benchmarks and tests. On the simulator it advances the
+  //! stream's device clock (see StreamTimer). Throws `tvmm::invalid_argument` for a negative duration.
+  void busy_for(std::chrono::nanoseconds duration);
   //! Blocks until all work queued so far on this stream has completed.
   void synchronize();
   //! The backend's handle (on CUDA, the CUstream); for interoperation.
@@ -76,9 +81,40 @@ class Stream {
 
  private:
   friend class Pager;
+  friend class StreamTimer;
   Stream(detail::PagerImpl* pager, void* handle) noexcept : pager_(pager), handle_(handle) {}
   detail::PagerImpl* pager_ = nullptr;
   void* handle_ = nullptr;
+};
+
+//! Device time between two points of a stream's work, like a pair of CUDA timing events: `start()`
+//! and `stop()` mark points in the stream without blocking; `elapsed()` waits for the stop point and
+//! returns the device time between the two. On the simulator that is its modelled device time (copy
+//! slots on the modelled bus, busy kernels, waits), free of the host's scheduling noise; across a
+//! period when the stream sat idle it includes the idle wall-clock time. Must not outlive the stream.
+class StreamTimer {
+ public:
+  //! Throws `tvmm::invalid_argument` for an empty stream.
+  explicit StreamTimer(Stream& stream);
+  ~StreamTimer();
+  StreamTimer(const StreamTimer&) = delete;
+  StreamTimer& operator=(const StreamTimer&) = delete;
+
+  //! Marks the start: the point after the work queued so far on the stream.
+  void start();
+  //! Marks the end; call after start().
+  void stop();
+  //! Waits for the stop mark, then returns the device time from the start mark to it. Throws
+  //! `tvmm::invalid_argument` unless start() and then stop() were called.
+  [[nodiscard]] std::chrono::nanoseconds elapsed();
+
+ private:
+  detail::PagerImpl* pager_;
+  void* stream_;
+  void* start_ = nullptr;
+  void* stop_ = nullptr;
+  bool started_ = false;
+  bool stopped_ = false;
 };
 
 //! Keeps a tensor's pages resident on the device. Move-only; releases on destruction (noexcept).

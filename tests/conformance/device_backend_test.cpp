@@ -187,6 +187,29 @@ TYPED_TEST(DeviceBackendConformance, StreamWaitEventOrdersAcrossStreams) {
   EXPECT_TRUE(dev.destroy_stream(b).ok());
 }
 
+TYPED_TEST(DeviceBackendConformance, BusyKernelsTakeAtLeastTheirDurationOfDeviceTime) {
+  auto& dev = *this->dev_;
+  StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  EventHandle a = nullptr, b = nullptr, never = nullptr;
+  ASSERT_TRUE(dev.create_event(&a).ok());
+  ASSERT_TRUE(dev.create_event(&b).ok());
+  ASSERT_TRUE(dev.create_event(&never).ok());
+  std::chrono::nanoseconds t{0};
+  EXPECT_EQ(dev.event_elapsed(a, never, &t).code, Errc::invalid_value);  // never recorded
+  EXPECT_EQ(dev.launch_busy(s, std::chrono::nanoseconds(-1)).code, Errc::invalid_value);
+  ASSERT_TRUE(dev.record_event(a, s).ok());
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(5)).ok());
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(3)).ok());
+  ASSERT_TRUE(dev.record_event(b, s).ok());
+  ASSERT_TRUE(dev.synchronize_event(b).ok());
+  ASSERT_TRUE(dev.event_elapsed(a, b, &t).ok());
+  EXPECT_GE(t, std::chrono::milliseconds(8));
+  EXPECT_LT(t, std::chrono::seconds(5));
+  for (EventHandle e : {a, b, never}) EXPECT_TRUE(dev.destroy_event(e).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+}
+
 TYPED_TEST(DeviceBackendConformance, CopiesMoveBytesBothWays) {
   auto& dev = *this->dev_;
   const auto g = this->g_;
@@ -221,6 +244,83 @@ TYPED_TEST(DeviceBackendConformance, CopiesMoveBytesBothWays) {
 }  // namespace
 
 // Simulator-specific: unmapped device addresses are really inaccessible, and throttling models a bus.
+// Device time on the simulator (timing "model") is the model's, exactly: busy kernels their
+// durations, copies their bus slots (latency + bytes / bandwidth, one direction at a time), waits the
+// time of the event waited for. However late the OS wakes the stream threads, these do not change.
+TEST(SimDevice, DeviceTimeIsTheModelledTimeExactly) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  c.bandwidth_bytes_per_s = 1e9;  // 1 MB in 1 ms
+  c.copy_latency = std::chrono::microseconds(10);
+  c.timing = "model";  // the host's own time between calls does not count
+  SimDevice dev(c, 4 * 64 * KiB);
+  constexpr std::size_t mb = 1'000'000;
+  void* h = nullptr;
+  void* d = nullptr;
+  ASSERT_TRUE(dev.alloc_host(2 * mb, &h).ok());
+  ASSERT_TRUE(dev.alloc_host(2 * mb, &d).ok());
+  StreamHandle s = nullptr, t = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  ASSERT_TRUE(dev.create_stream(&t).ok());
+  EventHandle e0 = nullptr, e1 = nullptr, e2 = nullptr, e3 = nullptr;
+  for (EventHandle* e : {&e0, &e1, &e2, &e3}) ASSERT_TRUE(dev.create_event(e).ok());
+  ASSERT_TRUE(dev.record_event(e0, s).ok());
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(4)).ok());
+  ASSERT_TRUE(dev.memcpy_async(d, h, mb, CopyKind::host_to_device, s).ok());  // 1 ms + 10 us
+  ASSERT_TRUE(dev.record_event(e1, s).ok());
+  // Stream t waits for e1, then copies in the same direction: its slot follows s's on the bus.
+  ASSERT_TRUE(dev.stream_wait_event(t, e1).ok());
+  ASSERT_TRUE(dev.launch_busy(t, std::chrono::milliseconds(2)).ok());
+  ASSERT_TRUE(dev.record_event(e2, t).ok());
+  ASSERT_TRUE(
+      dev.memcpy_async(static_cast<char*>(d) + mb, static_cast<char*>(h) + mb, mb, CopyKind::host_to_device, t).ok());
+  ASSERT_TRUE(dev.record_event(e3, t).ok());
+  ASSERT_TRUE(dev.synchronize_stream(t).ok());
+  auto us = [&](EventHandle from, EventHandle to) {
+    std::chrono::nanoseconds out{0};
+    EXPECT_TRUE(dev.event_elapsed(from, to, &out).ok());
+    return std::chrono::duration_cast<std::chrono::microseconds>(out).count();
+  };
+  EXPECT_EQ(us(e0, e1), 4'000 + 1'010);
+  EXPECT_EQ(us(e0, e2), 4'000 + 1'010 + 2'000);
+  EXPECT_EQ(us(e2, e3), 1'010);
+  for (EventHandle e : {e0, e1, e2, e3}) EXPECT_TRUE(dev.destroy_event(e).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+  EXPECT_TRUE(dev.destroy_stream(t).ok());
+  EXPECT_TRUE(dev.free_host(h, 2 * mb).ok());
+  EXPECT_TRUE(dev.free_host(d, 2 * mb).ok());
+}
+
+TEST(SimDevice, ElapsedTimeIsNotReadyUntilBothEventsComplete) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  SimDevice dev(c, 4 * 64 * KiB);
+  StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  EventHandle a = nullptr, b = nullptr;
+  ASSERT_TRUE(dev.create_event(&a).ok());
+  ASSERT_TRUE(dev.create_event(&b).ok());
+  std::atomic<bool> go{false};
+  ASSERT_TRUE(dev.record_event(a, s).ok());
+  ASSERT_TRUE(dev.launch_host(
+                     s,
+                     [](void* u) {
+                       while (!static_cast<std::atomic<bool>*>(u)->load()) std::this_thread::yield();
+                     },
+                     &go)
+                  .ok());
+  ASSERT_TRUE(dev.record_event(b, s).ok());
+  std::chrono::nanoseconds t{0};
+  EXPECT_EQ(dev.event_elapsed(a, b, &t).code, Errc::not_ready);
+  go = true;
+  ASSERT_TRUE(dev.synchronize_event(b).ok());
+  EXPECT_TRUE(dev.event_elapsed(a, b, &t).ok());
+  EXPECT_GE(t.count(), 0);
+  EXPECT_TRUE(dev.destroy_event(a).ok());
+  EXPECT_TRUE(dev.destroy_event(b).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+}
+
 TEST(SimDevice, UnmappedAddressFaults) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the simulator runs copy-engine threads
   SimDeviceConfig c;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -280,4 +281,52 @@ TEST(Pager, StreamPinThatEvictsDoesNotBlockTheThread) {
     EXPECT_EQ(test::mismatches(pin.data(), b.size(), 62), 0u);
   }
   p.check_invariants();
+}
+
+TEST(Pager, StreamTimerMeasuresTheDeviceTimeOfBusyKernels) {
+  Config c = test::small_config(2, 4);
+  c.sim.timing = "model";  // host work takes no device time: the figures are exact
+  Pager p(c);
+  auto s = p.create_stream();
+  StreamTimer timer(s);
+  EXPECT_THROW((void)timer.elapsed(), invalid_argument);  // not started
+  EXPECT_THROW(timer.stop(), invalid_argument);
+  timer.start();
+  s.busy_for(std::chrono::milliseconds(3));
+  s.busy_for(std::chrono::milliseconds(2));
+  EXPECT_THROW((void)timer.elapsed(), invalid_argument);  // not stopped
+  timer.stop();
+  EXPECT_EQ(timer.elapsed(), std::chrono::milliseconds(5));  // the simulator's device time is exact
+  // A second measurement reuses the timer.
+  timer.start();
+  s.busy_for(std::chrono::microseconds(700));
+  timer.stop();
+  EXPECT_EQ(timer.elapsed(), std::chrono::microseconds(700));
+  EXPECT_THROW(s.busy_for(std::chrono::nanoseconds(-1)), invalid_argument);
+  auto other = p.create_stream();
+  Stream moved = std::move(other);
+  EXPECT_THROW(other.busy_for(std::chrono::milliseconds(1)), invalid_argument);  // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW(StreamTimer{other}, invalid_argument);                            // NOLINT(bugprone-use-after-move)
+}
+
+TEST(Pager, WithWallTimingAHostGapBetweenKernelsCountsAndWithModelTimingItDoesNot) {
+  for (const char* timing : {"wall", "model"}) {
+    Config c = test::small_config(2, 4);
+    c.sim.timing = timing;
+    Pager p(c);
+    auto s = p.create_stream();
+    StreamTimer timer(s);
+    timer.start();
+    s.busy_for(std::chrono::milliseconds(1));
+    s.synchronize();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the host works; the stream is idle
+    s.busy_for(std::chrono::milliseconds(1));
+    timer.stop();
+    const auto t = timer.elapsed();
+    if (std::string(timing) == "wall") {
+      EXPECT_GE(t, std::chrono::milliseconds(32)) << timing;
+    } else {
+      EXPECT_EQ(t, std::chrono::milliseconds(2)) << timing;
+    }
+  }
 }

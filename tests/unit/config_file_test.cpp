@@ -300,3 +300,20 @@ TEST(ConfigFile, DocsListEveryKeyWithItsEnvironmentVariable) {
     EXPECT_TRUE(has(doc, detail::environment_variable(k))) << detail::environment_variable(k) << " is missing";
   }
 }
+
+TEST(ConfigFile, SimTimingAndKeepRecentAreReadAndChecked) {
+  const auto c =
+      parse_config("[device.sim]\ntiming = \"model\"\n[policy.eviction]\nname = \"belady\"\nkeep_recent = 3\n");
+  EXPECT_EQ(c.sim.timing, "model");
+  EXPECT_EQ(c.keep_recent, 3u);
+  try {
+    (void)parse_config("[device.sim]\ntiming = \"modle\"\n", "t.toml");
+    FAIL() << "expected config_error";
+  } catch (const config_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("t.toml:2:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("\"model\""), std::string::npos) << msg;
+  }
+  EXPECT_THROW((void)parse_config("[policy.eviction]\nkeep_recent = -1\n"), config_error);
+  EXPECT_THROW((void)parse_config("[policy.eviction]\nkeep_recent = 1.5\n"), config_error);
+}

@@ -60,6 +60,11 @@ TEST(Config, UnknownBackendAndPolicyAreRejected) {
   c = test::small_config(4, 8);
   c.eviction = "random";
   EXPECT_NE(config_error_of(c).find("\"random\""), std::string::npos);
+  c = test::small_config(4, 8);
+  c.sim.timing = "fast";
+  const auto msg = config_error_of(c);
+  EXPECT_NE(msg.find("\"fast\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"model\""), std::string::npos) << msg;  // says what would do
 }
 
 TEST(Config, DeviceBudgetAboveCapacityIsRejected) {

@@ -164,6 +164,9 @@ Status FaultyDevice::do_memcpy_async(void* dst, const void* src, std::size_t byt
 Status FaultyDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {
   return inner_->launch_host(stream, fn, user);
 }
+Status FaultyDevice::do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) {
+  return inner_->launch_busy(stream, duration);
+}
 Status FaultyDevice::do_synchronize_stream(StreamHandle stream) { return inner_->synchronize_stream(stream); }
 Status FaultyDevice::do_create_event(EventHandle* out) { return inner_->create_event(out); }
 Status FaultyDevice::do_destroy_event(EventHandle event) { return inner_->destroy_event(event); }
@@ -179,6 +182,9 @@ Status FaultyDevice::do_query_event(EventHandle event) { return inner_->query_ev
 Status FaultyDevice::do_synchronize_event(EventHandle event) {
   TVMM_FAULT(Op::synchronize_event);
   return inner_->synchronize_event(event);
+}
+Status FaultyDevice::do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) {
+  return inner_->event_elapsed(start, end, out);
 }
 
 #undef TVMM_FAULT

@@ -77,6 +77,7 @@ class FaultyDevice final : public DeviceBackend {
   Status do_destroy_stream(StreamHandle stream) override;
   Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) override;
   Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
+  Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
   Status do_synchronize_stream(StreamHandle stream) override;
   Status do_create_event(EventHandle* out) override;
   Status do_destroy_event(EventHandle event) override;
@@ -84,6 +85,7 @@ class FaultyDevice final : public DeviceBackend {
   Status do_stream_wait_event(StreamHandle stream, EventHandle event) override;
   Status do_query_event(EventHandle event) override;
   Status do_synchronize_event(EventHandle event) override;
+  Status do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) override;
 
   struct Gate {  // copies of one direction, held until released
     bool holding = false;

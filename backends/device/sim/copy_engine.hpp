@@ -2,7 +2,9 @@
 // A simulated copy engine (one per direction). It is a lane with its own bus clock rather than a
 // thread: the stream worker that issues a copy runs it while holding the lane, so copies of one
 // direction are serialised across all streams while the two directions overlap, and a throttled copy
-// reserves the next slot on the bus clock (latency + bytes / bandwidth) and completes at its end.
+// reserves the next slot on the bus clock (latency + bytes / bandwidth) and completes at its end. The
+// bus clock is device time (see sim_stream.hpp): a slot starts when the issuing stream reaches the copy
+// or when the previous slot ends, whichever is later.
 // A thread per engine modelled the same thing but cost two extra thread wake-ups per copy (measured:
 // ~107 us fixed cost per copy on a 2-core VM, more than a 2 MiB memcpy).
 
@@ -19,8 +21,10 @@ class CopyEngine {
   CopyEngine(const CopyEngine&) = delete;
   CopyEngine& operator=(const CopyEngine&) = delete;
 
-  // Performs the copy; returns when it and its modelled duration have completed.
-  void copy(void* dst, const void* src, std::size_t bytes);
+  // Performs a copy that a stream issues at device time `start`; returns its device end time, once
+  // the wall clock has reached it. Unthrottled, the copy takes the memcpy's real time.
+  std::chrono::steady_clock::time_point copy(void* dst, const void* src, std::size_t bytes,
+                                             std::chrono::steady_clock::time_point start);
 
  private:
   const double bandwidth_;

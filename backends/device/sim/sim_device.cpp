@@ -59,6 +59,7 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
                            std::generic_category().message(err),
                        "system_error");
   }
+  timing_ = config.timing == "model" ? sim::Timing::model : sim::Timing::wall;
   h2d_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
   d2h_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
 }
@@ -202,7 +203,7 @@ Status SimDevice::do_free_host(void* ptr, std::size_t bytes) {
 }
 
 Status SimDevice::do_create_stream(StreamHandle* out) {
-  *out = new sim::SimStream(h2d_.get(), d2h_.get());
+  *out = new sim::SimStream(h2d_.get(), d2h_.get(), timing_);
   return Status::success();
 }
 
@@ -231,13 +232,21 @@ Status SimDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {
   return Status::success();
 }
 
+Status SimDevice::do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) {
+  sim::SimOp op;
+  op.kind = sim::SimOp::Kind::busy;
+  op.duration = duration;
+  as_stream(stream)->enqueue(op);
+  return Status::success();
+}
+
 Status SimDevice::do_synchronize_stream(StreamHandle stream) {
   as_stream(stream)->synchronize();
   return Status::success();
 }
 
 Status SimDevice::do_create_event(EventHandle* out) {
-  *out = new sim::SimEvent();
+  *out = new sim::SimEvent(timing_);
   return Status::success();
 }
 
@@ -272,6 +281,14 @@ Status SimDevice::do_query_event(EventHandle event) {
 
 Status SimDevice::do_synchronize_event(EventHandle event) {
   as_event(event)->wait_latest();
+  return Status::success();
+}
+
+Status SimDevice::do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) {
+  sim::DeviceClock::time_point a, b;
+  if (as_event(start)->latest() == 0 || as_event(end)->latest() == 0) return Status::fail(Errc::invalid_value);
+  if (!as_event(start)->completed_at(&a) || !as_event(end)->completed_at(&b)) return Status::fail(Errc::not_ready);
+  *out = std::chrono::duration_cast<std::chrono::nanoseconds>(b - a);
   return Status::success();
 }
 

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "backends/device/device_backend.hpp"
+#include "backends/device/sim/sim_stream.hpp"
 #include "tvmm/config.hpp"
 #include "vmm/detail/range_allocator.hpp"
 
@@ -39,6 +40,7 @@ class SimDevice final : public DeviceBackend {
   Status do_destroy_stream(StreamHandle stream) override;
   Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) override;
   Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
+  Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
   Status do_synchronize_stream(StreamHandle stream) override;
   Status do_create_event(EventHandle* out) override;
   Status do_destroy_event(EventHandle event) override;
@@ -46,6 +48,7 @@ class SimDevice final : public DeviceBackend {
   Status do_stream_wait_event(StreamHandle stream, EventHandle event) override;
   Status do_query_event(EventHandle event) override;
   Status do_synchronize_event(EventHandle event) override;
+  Status do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) override;
 
   struct Mapping {
     std::size_t bytes;
@@ -68,6 +71,7 @@ class SimDevice final : public DeviceBackend {
   std::map<DevPtr, Mapping> mappings_;            // va -> mapping
   std::unique_ptr<sim::CopyEngine> h2d_;
   std::unique_ptr<sim::CopyEngine> d2h_;
+  sim::Timing timing_ = sim::Timing::wall;
 };
 
 }  // namespace tvmm::backend

@@ -1,7 +1,24 @@
 #pragma once
 // Streams and events of the simulated GPU: a stream is an in-order queue executed by its own worker
 // thread; an event completes when the work recorded before it has run.
+//
+// Device time. Each stream keeps a device clock (from its creation): the modelled time at which its
+// last operation ended. An operation starts at that clock, or at the host time at which it was queued
+// if that is later. Each host thread's host time runs with the wall clock, less a lag: when the thread
+// waits for device work (synchronize, an event wait) and it completes at device time D, its host time
+// becomes the later of D and its host time when it began to wait, so the time it spent blocked only
+// because the simulation ran late does not count (a query that finds work complete does the same with
+// no wait). With Timing::model a thread's host time is just the latest D it observed: host work takes
+// no device time. A copy takes its slot on the direction's bus (CopyEngine), a busy kernel
+// its duration, a host callable its real run time, and a wait ends at the modelled completion time of
+// the event it waits for. The worker then sleeps until the wall clock reaches the operation's modelled
+// end, so work never completes early; when it completes late (the OS woke the thread late, or a
+// memcpy ran slower than the modelled bus), the lateness does not carry into later modelled times.
+// Events carry the device time of their completion, so elapsed device time (event_elapsed) measures
+// the model: a benchmark's result does not depend on the host machine's timer noise or memcpy speed.
+// Host work between waits counts at wall-clock speed.
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -14,25 +31,40 @@ namespace tvmm::backend::sim {
 
 class CopyEngine;
 
+using DeviceClock = std::chrono::steady_clock;
+
+// How host threads' time is kept (SimDeviceConfig::timing).
+enum class Timing : std::uint8_t {
+  wall,   // host time runs with the wall clock, less the lateness it observed in waits
+  model,  // host time is the latest device time the thread observed: host work takes none
+};
+
 class SimEvent {
  public:
+  explicit SimEvent(Timing timing) : timing_(timing) {}
   // Starts a new record; returns its generation (the stream completes it later).
   std::uint64_t begin_record();
-  void complete(std::uint64_t generation);
+  // Completes `generation` at device time `at`.
+  void complete(std::uint64_t generation, DeviceClock::time_point at);
   [[nodiscard]] std::uint64_t latest() const;
   [[nodiscard]] bool is_complete() const;
-  void wait(std::uint64_t generation) const;
+  // Waits for `generation`; returns the device time of the latest completion (not earlier than it).
+  DeviceClock::time_point wait(std::uint64_t generation) const;
   void wait_latest() const;
+  // The device time of the latest completion, if every record has completed and there was one.
+  [[nodiscard]] bool completed_at(DeviceClock::time_point* out) const;
 
  private:
+  const Timing timing_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::uint64_t recorded_ = 0;
   std::uint64_t completed_ = 0;
+  DeviceClock::time_point at_{};
 };
 
 struct SimOp {
-  enum class Kind : std::uint8_t { copy, host, record, wait };
+  enum class Kind : std::uint8_t { copy, host, busy, record, wait };
   Kind kind{};
   CopyKind copy_kind{};
   void* dst = nullptr;
@@ -42,25 +74,28 @@ struct SimOp {
   void* user = nullptr;
   SimEvent* event = nullptr;
   std::uint64_t generation = 0;
+  std::chrono::nanoseconds duration{0};  // busy
+  DeviceClock::time_point queued{};      // the queuing thread's host time
 };
 
 class SimStream {
  public:
   // engines[0] copies host-to-device, engines[1] device-to-host.
-  explicit SimStream(CopyEngine* h2d, CopyEngine* d2h);
+  SimStream(CopyEngine* h2d, CopyEngine* d2h, Timing timing);
   ~SimStream();  // drains queued work, then joins the worker
   SimStream(const SimStream&) = delete;
   SimStream& operator=(const SimStream&) = delete;
 
-  void enqueue(const SimOp& op);
+  void enqueue(SimOp op);
   void synchronize();
 
  private:
   void run();
-  void execute(const SimOp& op);
+  void execute(const SimOp& op);  // on the worker thread; advances clock_
 
   CopyEngine* const h2d_;
   CopyEngine* const d2h_;
+  const Timing timing_;
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable idle_cv_;
@@ -69,6 +104,8 @@ class SimStream {
   std::uint64_t completed_ = 0;
   bool worker_waiting_ = false;
   bool stop_ = false;
+  DeviceClock::time_point clock_;      // device time: when the last operation ended (worker thread only)
+  DeviceClock::time_point done_at_{};  // clock_ after the last completed operation (under mu_)
   std::thread thread_;
 };
 
