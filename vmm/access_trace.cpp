@@ -83,6 +83,34 @@ std::size_t AccessTrace::next_use_locked(std::uint64_t tensor) const {
   return trace_.size() - cursor_ + pos.front();  // wraps into the next iteration
 }
 
+std::size_t AccessTrace::prefetch_horizon(std::size_t distance) const {
+  std::lock_guard lk(mu_);
+  const std::size_t window = distance;  // the pins before the target
+  std::size_t latest = distance + 1;
+  if (state_ != State::replaying || trace_.empty()) return latest;
+  const std::size_t n = trace_.size();
+  for (std::size_t k = 0; k < window && k < n; ++k) {
+    const auto& pos = positions_.at(trace_[(cursor_ + k) % n].tensor);
+    const std::size_t end = cursor_ + window;  // first position after the window (may pass n: wraps)
+    // The tensor's first position at or after `end`, in the unrolled sequence.
+    auto at = std::lower_bound(pos.begin(), pos.end(), end % n);
+    std::size_t next = at != pos.end() ? (end - end % n) + *at : (end - end % n) + n + pos.front();
+    latest = std::max(latest, next - cursor_);
+  }
+  return latest;
+}
+
+std::size_t AccessTrace::since_last_use(std::uint64_t tensor) const {
+  std::lock_guard lk(mu_);
+  if (state_ != State::replaying) return kNever;
+  auto it = positions_.find(tensor);
+  if (it == positions_.end()) return kNever;
+  const auto& pos = it->second;                                 // sorted
+  auto at = std::lower_bound(pos.begin(), pos.end(), cursor_);  // first position not yet pinned
+  if (at != pos.begin()) return cursor_ - 1 - *std::prev(at);
+  return cursor_ + trace_.size() - 1 - pos.back();  // last pinned in the previous iteration
+}
+
 std::size_t AccessTrace::next_use(std::uint64_t tensor) const {
   std::lock_guard lk(mu_);
   return next_use_locked(tensor);

@@ -32,6 +32,13 @@ class AccessTrace {
   std::vector<Ahead> on_iteration(std::size_t distance);
   //! Pins from now until `tensor` is pinned next (0 = the very next pin), or kNever. Replaying only.
   [[nodiscard]] std::size_t next_use(std::uint64_t tensor) const;
+  //! How far (in pins from now) the next use of a page must be for a prefetch `distance` pins ahead
+  //! to evict it: past the target itself, and no sooner than the next use after the target of every
+  //! tensor pinned before it. Otherwise the eviction at the target's own pin would take one of those
+  //! instead, and loading early would cost an extra reload. Replaying only (else distance + 1).
+  [[nodiscard]] std::size_t prefetch_horizon(std::size_t distance) const;
+  //! Pins since `tensor` was last pinned (0 = it was the latest pin), or kNever. Replaying only.
+  [[nodiscard]] std::size_t since_last_use(std::uint64_t tensor) const;
 
   [[nodiscard]] State state() const;
   [[nodiscard]] std::vector<policies::TraceAccess> recorded() const;

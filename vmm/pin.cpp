@@ -120,10 +120,10 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
       Allocation* a = it->second;
       std::vector<PageEntry*> todo = host_pages(a);
       if (todo.empty()) continue;
-      // Never evict for this a page needed no later than it: its own, or any tensor pinned before it.
-      auto needed_sooner = [&](const PageEntry& p) {
-        return p.owner == a || trace_.next_use(p.owner->id) <= target.distance;
-      };
+      // Never evict for this a page needed no later than it (its own, or any tensor pinned before it),
+      // nor one the eviction at its own pin would keep (see prefetch_horizon).
+      const std::size_t horizon = trace_.prefetch_horizon(target.distance);
+      auto needed_sooner = [&](const PageEntry& p) { return p.owner == a || trace_.next_use(p.owner->id) < horizon; };
       const FunctionRef<bool(const PageEntry&)> protect(needed_sooner);  // refers to the lambda above
       protect_ = &protect;
       ScopeGuard unset([&] { protect_ = nullptr; });

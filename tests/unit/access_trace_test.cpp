@@ -63,3 +63,37 @@ TEST(AccessTrace, AnIterationThatEndsEarlyIsADivergence) {
   EXPECT_EQ(tr.divergences(), 1u);
   EXPECT_EQ(tr.state(), AccessTrace::State::recording);
 }
+
+TEST(AccessTrace, SinceLastUseCountsBackAcrossTheIterationBoundary) {
+  AccessTrace tr;
+  (void)tr.on_iteration(1);
+  for (std::uint64_t t : {1, 2, 3, 4}) (void)tr.on_pin(acc(t), 1);
+  EXPECT_EQ(tr.since_last_use(1), AccessTrace::kNever);  // recording: no answers yet
+  (void)tr.on_iteration(1);
+  (void)tr.on_pin(acc(1), 1);
+  (void)tr.on_pin(acc(2), 1);
+  EXPECT_EQ(tr.since_last_use(2), 0u);  // the latest pin
+  EXPECT_EQ(tr.since_last_use(1), 1u);
+  EXPECT_EQ(tr.since_last_use(4), 2u);  // last pinned at the end of the previous iteration
+  EXPECT_EQ(tr.since_last_use(3), 3u);
+  EXPECT_EQ(tr.since_last_use(77), AccessTrace::kNever);
+}
+
+TEST(AccessTrace, PrefetchHorizonLooksPastTheTensorsPinnedBeforeTheTarget) {
+  // Trace 1 2 1 3 4 2, replaying at its start. A prefetch 2 pins ahead (of tensor 1, at position 2):
+  // before it come 1 (the target itself) and 2 (used again at position 5); evicting a page used sooner
+  // than 5 pins from now would take one that the eviction at the target's pin would keep (it would
+  // take 2 first).
+  AccessTrace tr;
+  EXPECT_EQ(tr.prefetch_horizon(2), 3u);  // no trace: just past the target
+  (void)tr.on_iteration(1);
+  for (std::uint64_t t : {1, 2, 1, 3, 4, 2}) (void)tr.on_pin(acc(t), 1);
+  (void)tr.on_iteration(1);
+  EXPECT_EQ(tr.prefetch_horizon(2), 5u);
+  EXPECT_EQ(tr.prefetch_horizon(0), 1u);  // the very next pin: nothing comes before it
+  // After pins 1 and 2, a prefetch 2 pins ahead (of 4): before it come 1 (next used at position 6)
+  // and 3 (at 6 + 3 = 9): 9 - 2 = 7 pins from now.
+  (void)tr.on_pin(acc(1), 1);
+  (void)tr.on_pin(acc(2), 1);
+  EXPECT_EQ(tr.prefetch_horizon(2), 7u);
+}

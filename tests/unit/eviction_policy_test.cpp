@@ -5,11 +5,13 @@
 #include <set>
 #include <vector>
 
+#include "policies/belady_policy.hpp"
 #include "policies/clock.hpp"
 #include "policies/eviction_policy.hpp"
 #include "policies/fifo.hpp"
 #include "policies/lru.hpp"
 #include "tvmm/errors.hpp"
+#include "vmm/allocation.hpp"
 
 using namespace tvmm::detail;
 using namespace tvmm::policies;
@@ -118,4 +120,27 @@ TEST(Policies, FactoryKnowsTheNamesAndRejectsOthers) {
     EXPECT_NE(std::string(e.what()).find("\"lfu\""), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("\"clock\""), std::string::npos);  // lists the valid ones
   }
+}
+
+TEST(Belady, FarthestNextUseFirstAndRecentPinsLastWhenAsked) {
+  // Tensors 1..4 pinned in that order each iteration; replaying, after pins 1, 2, 3. Next uses:
+  // 4 -> 0, 1 -> 1, 2 -> 2, 3 -> 3; pins since the last use: 3 -> 0, 2 -> 1, 1 -> 2, 4 -> 3.
+  AccessTrace trace;
+  (void)trace.on_iteration(1);
+  for (std::uint64_t t : {1, 2, 3, 4}) (void)trace.on_pin({t, 1, false}, 1);
+  (void)trace.on_iteration(1);
+  for (std::uint64_t t : {1, 2, 3}) (void)trace.on_pin({t, 1, false}, 1);
+  std::vector<Allocation> owners(4);
+  std::vector<PageEntry> pages(4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    owners[i].id = i + 1;
+    pages[i].owner = &owners[i];
+  }
+  BeladyPolicy pure(trace, 0);
+  for (auto& p : pages) pure.insert(p);
+  EXPECT_EQ(take(pure, pages.data(), 4), (std::vector<std::size_t>{2, 1, 0, 3}));  // tensors 3, 2, 1, 4
+  // Sparing the last 2 pins (tensors 3 and 2): 1 and 4 go first, by next use, then 3 and 2.
+  BeladyPolicy spare(trace, 2);
+  for (auto& p : pages) spare.insert(p);
+  EXPECT_EQ(take(spare, pages.data(), 4), (std::vector<std::size_t>{0, 3, 2, 1}));
 }
