@@ -36,7 +36,7 @@ struct Options {
   double latency_us = 5.0;
   double compute_us = 2000.0;   // per forward kernel; backward costs 2x, the optimizer step 0.5x
   std::size_t distance = 1;     // trace prefetch distance, in pins
-  std::size_t keep_recent = 3;  // the trace policy's next-use eviction spares the last 3 pins' tensors
+  std::size_t keep_recent = 6;  // the trace policy's next-use eviction spares the last 6 pins' tensors
   std::string json;
 };
 
