@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -50,6 +52,14 @@ inline void fill(void* p, std::size_t n, std::uint64_t seed) { kernels::fill_pat
 //! Number of bytes that differ from the pattern `seed`.
 inline std::size_t mismatches(const void* p, std::size_t n, std::uint64_t seed) {
   return kernels::count_mismatches(p, n, seed);
+}
+
+//! The whole contents of a file ("" if it cannot be read).
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 //! A fresh directory under $TMPDIR (or /tmp), removed with everything in it at scope exit.

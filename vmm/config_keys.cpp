@@ -253,6 +253,26 @@ std::vector<ConfigKey> make_keys() {
                   {},
                   [](Config& c, const KeyValue& v) { c.keep_recent = static_cast<std::size_t>(whole(v.number, 1e9)); },
                   [](const Config& c) { return std::to_string(c.keep_recent); }});
+  keys.push_back({"stats",
+                  "file",
+                  KeyType::text,
+                  "a file path, \"-\" (standard error) or \"\" (none)",
+                  "when the pager is destroyed, its final stats are written here as one JSON object",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.stats_file = v.text; },
+                  [](const Config& c) { return toml_string(c.stats_file); }});
+  keys.push_back({"trace",
+                  "file",
+                  KeyType::text,
+                  "a file path, \"-\" (standard error) or \"\" (none)",
+                  "every pin and iteration mark as a line of JSON, for studying policies offline",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.trace_file = v.text; },
+                  [](const Config& c) { return toml_string(c.trace_file); }});
   return keys;
 }
 

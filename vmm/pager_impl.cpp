@@ -107,6 +107,8 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   policy_ = cfg_.eviction == "belady" ? std::make_unique<policies::BeladyPolicy>(trace_, cfg_.keep_recent)
                                       : policies::make_eviction_policy(cfg_.eviction);
   trace_prefetch_ = cfg_.prefetch == "trace";
+  if (!cfg_.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(cfg_.stats_file, "stats.file");
+  if (!cfg_.trace_file.empty()) pin_log_ = std::make_unique<PinLog>(cfg_.trace_file);
   tracing_ = trace_prefetch_ || cfg_.eviction == "belady";
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe
@@ -115,6 +117,11 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
 }
 
 PagerImpl::~PagerImpl() {
+  if (stats_out_) {
+    std::fprintf(stats_out_->get(), "%s\n", to_json(stats()).c_str());
+    stats_out_->close();
+  }
+  if (pin_log_) pin_log_->close();
   std::vector<Allocation*> live;
   {
     std::lock_guard lk(mu_);

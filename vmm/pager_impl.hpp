@@ -26,6 +26,7 @@
 #include "vmm/event_pool.hpp"
 #include "vmm/host_tier.hpp"
 #include "vmm/nvme_tier.hpp"
+#include "vmm/output.hpp"
 #include "vmm/page_table.hpp"
 #include "vmm/small_arena.hpp"
 #include "vmm/transfer_engine.hpp"
@@ -203,6 +204,8 @@ class PagerImpl {
   std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
   std::unique_ptr<DeviceTier> device_;
   std::unique_ptr<HostTier> host_;
+  std::unique_ptr<OutputFile> stats_out_;   // stats_file: written by the destructor
+  std::unique_ptr<PinLog> pin_log_;         // trace_file
   std::unique_ptr<NvmeTier> nvme_;          // null without an NVMe budget
   std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, oldest first (lazy: checked on use)
   std::deque<std::uint32_t> slot_keepers_;  // pages keeping an NVMe slot elsewhere (lazy: checked on use)

@@ -65,6 +65,7 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
     counters_.hits.fetch_add(1, std::memory_order_relaxed);
     a->refs.fetch_add(1, std::memory_order_relaxed);
     if (tracing_) record_pin(a, access);
+    if (pin_log_) pin_log_->pin(a->id, 0, access, true);
     return;
   }
   PageEntry* pages = pages_of(a);
@@ -74,7 +75,8 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
   const std::uint64_t dirty = access == Access::read ? 0 : word::kDirty;
   std::uint32_t i = 0;
   while (i < n && try_pin_resident(pages[i], dirty)) ++i;
-  if (i == n) {
+  const bool hit = i == n;
+  if (hit) {
     policy_->touch(pages, n);
     counters_.hits.fetch_add(n, std::memory_order_relaxed);
   } else {
@@ -91,6 +93,7 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
   }
   a->refs.fetch_add(1, std::memory_order_relaxed);
   if (tracing_) record_pin(a, access);
+  if (pin_log_) pin_log_->pin(a->id, n, access, hit);
 }
 
 // --- access trace: record, replay, prefetch ahead ------------------------------------------------------
@@ -102,6 +105,7 @@ void PagerImpl::record_pin(const Allocation* a, Access access) noexcept {
 }
 
 void PagerImpl::mark_iteration() {
+  if (pin_log_) pin_log_->iteration();
   if (!tracing_) return;
   const auto ahead = trace_.on_iteration(cfg_.prefetch_distance);
   if (trace_prefetch_ && !ahead.empty()) prefetch_ahead(ahead);

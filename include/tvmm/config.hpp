@@ -100,6 +100,12 @@ struct Config {
   //! How long a pin may wait for other threads to unpin pages before failing with
   //! `tvmm::out_of_memory`: a pinned working set that never fits is an error, never a hang.
   std::chrono::milliseconds wait_timeout{30'000};
+  //! Stats output: when the Pager is destroyed, its final Stats are written here as one JSON object
+  //! (tvmm::to_json). "" = none; "-" = standard error. Opened when the Pager is built.
+  std::string stats_file;
+  //! Pin log: every pin and iteration mark as a line of JSON (docs/configuration.md has the format),
+  //! for studying policies offline. "" = none; "-" = standard error. Opened when the Pager is built.
+  std::string trace_file;
   //! Settings of the simulated GPU.
   SimDeviceConfig sim;
   //! Settings of the NVMe tier (off by default).

@@ -3,6 +3,7 @@
 //! `tvmm::Stats`: a snapshot of a pager's counters.
 
 #include <cstdint>
+#include <string>
 
 namespace tvmm {
 
@@ -49,5 +50,9 @@ struct Stats {
     return total == 0 ? 1.0 : static_cast<double>(hits) / static_cast<double>(total);
   }
 };
+
+//! The snapshot as one JSON object, every field by its name (Traffic as {"bytes": B, "pages": P}):
+//! what `stats.file` receives when a pager is destroyed.
+[[nodiscard]] std::string to_json(const Stats& stats);
 
 }  // namespace tvmm

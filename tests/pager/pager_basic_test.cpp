@@ -330,3 +330,61 @@ TEST(Pager, WithWallTimingAHostGapBetweenKernelsCountsAndWithModelTimingItDoesNo
     }
   }
 }
+
+TEST(Pager, StatsAndPinLogFilesAreWritten) {
+  test::TempDir dir;
+  const std::string stats_path = dir.path() + "/stats.json";
+  const std::string log_path = dir.path() + "/pins.jsonl";
+  {
+    Config c = test::small_config(2, 4);
+    c.stats_file = stats_path;
+    c.trace_file = log_path;
+    c.min_bytes = KiB;  // the 100-byte tensor below goes to the resident arena
+    Pager p(c);
+    auto t = p.allocate(2 * 64 * KiB);
+    p.mark_iteration();
+    { auto pin = t.pin(Access::write); }  // fresh pages: mapped, a miss
+    { auto pin = t.pin(Access::read); }   // resident: a hit
+    auto small = p.allocate(100);         // in the resident arena
+    { auto pin = small.pin(Access::read); }
+    p.mark_iteration();
+  }
+  const std::string stats = test::read_file(stats_path);
+  EXPECT_NE(stats.find("\"pins\": 4"), std::string::npos) << stats;  // with the arena page's pin for life
+  EXPECT_NE(stats.find("\"device_to_host\": {\"bytes\": 65536, \"pages\": 1}"), std::string::npos) << stats;
+  EXPECT_EQ(stats.back(), '\n');
+  const std::string log = test::read_file(log_path);
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, end; (end = log.find('\n', at)) != std::string::npos; at = end + 1) {
+    lines.push_back(log.substr(at, end - at));
+  }
+  ASSERT_EQ(lines.size(), 6u) << log;
+  EXPECT_EQ(lines[0].rfind("{\"iteration\": 0, \"t_us\": ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[1].find("\"pin\": 0, "), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("\"tensor\": 1, \"pages\": 2, \"access\": \"write\", \"hit\": false"), std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[2].find("\"tensor\": 1, \"pages\": 2, \"access\": \"read\", \"hit\": true"), std::string::npos)
+      << lines[2];
+  // The small allocation opens an arena page (tensor 2, pinned for life at allocation), then is pinned
+  // itself: always resident, no pages of its own.
+  EXPECT_NE(lines[3].find("\"tensor\": 2, \"pages\": 1, \"access\": \"write\""), std::string::npos) << lines[3];
+  EXPECT_NE(lines[4].find("\"tensor\": 3, \"pages\": 0, \"access\": \"read\", \"hit\": true"), std::string::npos)
+      << lines[4];
+  EXPECT_EQ(lines[5].rfind("{\"iteration\": 1, ", 0), 0u) << lines[5];
+}
+
+TEST(Pager, AnUnwritableStatsOrTraceFileFailsWhenThePagerIsBuilt) {
+  for (const char* key : {"stats.file", "trace.file"}) {
+    Config c = test::small_config(2, 4);
+    (std::string(key) == "stats.file" ? c.stats_file : c.trace_file) = "/nonexistent-dir/x.json";
+    try {
+      Pager p(c);
+      FAIL() << "expected config_error for " << key;
+    } catch (const config_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(key), std::string::npos) << msg;
+      EXPECT_NE(msg.find("/nonexistent-dir/x.json"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;
+    }
+  }
+}

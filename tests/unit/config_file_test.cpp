@@ -48,13 +48,6 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-std::string read(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 TEST(ConfigFile, EveryKeyIsRead) {
@@ -230,7 +223,7 @@ TEST(ConfigFile, EveryExampleConfigLoadsAndBuildsAPager) {
     if (entry.path().extension() != ".toml") continue;
     ++seen;
     SCOPED_TRACE(entry.path().string());
-    Config cfg = parse_config(read(entry.path()), entry.path().string());
+    Config cfg = parse_config(test::read_file(entry.path()), entry.path().string());
     // An NVMe tier runs in temporary directories (one per configured drive) with a small budget.
     std::vector<std::unique_ptr<test::TempDir>> dirs;
     if (cfg.nvme.budget != 0) {
@@ -293,7 +286,7 @@ direct = false
 }
 
 TEST(ConfigFile, DocsListEveryKeyWithItsEnvironmentVariable) {
-  const auto doc = read(TVMM_SOURCE_DIR "/docs/configuration.md");
+  const auto doc = test::read_file(TVMM_SOURCE_DIR "/docs/configuration.md");
   for (const auto& k : detail::config_keys()) {
     const std::string key = std::string(k.section) + "." + std::string(k.key);
     EXPECT_TRUE(has(doc, "`" + key + "`")) << key << " is missing from docs/configuration.md";
