@@ -7,14 +7,16 @@
 
 namespace tvmm::policies {
 
-//! One pin in a trace: a tensor (by allocation id) of `pages` pages, whether its contents were
-//! discarded (Access::write), so a miss loads nothing, and whether it is pinned while the previous
-//! access still is (the tensors of one kernel), so all of their pages must be resident together.
+//! One pin in a trace: `pages` pages of a tensor (by allocation id) from its page `first`, whether
+//! their contents were discarded (Access::write), so a miss loads nothing, and whether it is pinned
+//! while the previous access still is (the tensors of one kernel), so all of their pages must be
+//! resident together.
 struct TraceAccess {
   std::uint64_t tensor = 0;
   std::uint32_t pages = 0;
   bool discard = false;
   bool with_previous = false;
+  std::uint32_t first = 0;
   bool operator==(const TraceAccess&) const = default;
 };
 

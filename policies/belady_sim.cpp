@@ -33,7 +33,9 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
                                     " (with those pinned with it) needs " + std::to_string(group_pages) +
                                     " pages but there are " + std::to_string(frames) + " frames");
       }
-      for (std::uint32_t i = 0; i < acc.pages; ++i) refs.push_back({(acc.tensor << 32) | i, group, acc.discard, r});
+      for (std::uint32_t i = 0; i < acc.pages; ++i) {
+        refs.push_back({(acc.tensor << 32) | (acc.first + i), group, acc.discard, r});
+      }
     }
   }
   // next[p]: the position of the next reference to the same page, or "never".

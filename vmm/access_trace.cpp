@@ -13,7 +13,8 @@ std::vector<AccessTrace::Ahead> AccessTrace::on_pin(const policies::TraceAccess&
       trace_.push_back(access);
       return {};
     case State::replaying:
-      if (cursor_ < trace_.size() && trace_[cursor_].tensor == access.tensor) {
+      if (cursor_ < trace_.size() && trace_[cursor_].tensor == access.tensor && trace_[cursor_].first == access.first &&
+          trace_[cursor_].pages == access.pages) {
         ++cursor_;
         return issue_locked(distance);
       }
@@ -62,7 +63,7 @@ std::vector<AccessTrace::Ahead> AccessTrace::issue_locked(std::size_t distance) 
   const std::size_t until = std::min(cursor_ + distance, cursor_ + n);
   for (; issued_ < until; ++issued_) {
     const auto& a = trace_[issued_ % n];
-    out.push_back({a.tensor, issued_ - cursor_, a.discard});
+    out.push_back({a.tensor, a.first, a.pages, issued_ - cursor_, a.discard});
   }
   return out;
 }

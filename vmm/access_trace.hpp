@@ -17,14 +17,17 @@ class AccessTrace {
   enum class State : std::uint8_t { waiting, recording, replaying };
   static constexpr std::size_t kNever = SIZE_MAX;
 
-  //! A pin to prefetch for: the tensor, and how many pins ahead of now it is.
+  //! A pin to prefetch for: the tensor and its pages, and how many pins ahead of now it is.
   struct Ahead {
     std::uint64_t tensor;
+    std::uint32_t first;  // the pinned pages of the tensor: [first, first + pages)
+    std::uint32_t pages;
     std::size_t distance;
     bool discard;  // that pin overwrites the contents (Access::write): nothing worth loading
   };
 
-  //! Records or replays a pin. When replaying and it matches, returns the not yet issued pins up to
+  //! Records or replays a pin. A pin matches the trace if it pins the same pages of the same tensor.
+  //! When replaying and it matches, returns the not yet issued pins up to
   //! `distance` ahead (wrapping into the next iteration); on a mismatch the trace is dropped.
   std::vector<Ahead> on_pin(const policies::TraceAccess& access, std::size_t distance);
   //! An iteration boundary. Starts recording, starts replaying (returning the first pins to

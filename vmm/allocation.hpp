@@ -15,6 +15,12 @@ namespace tvmm::detail {
 
 struct ArenaPage;
 
+//! A run of an allocation's pages: `count` pages from page `first` of it (what a pin holds).
+struct PageSpan {
+  std::uint32_t first = 0;
+  std::uint32_t count = 0;
+};
+
 struct Allocation {
   std::uint64_t id = 0;  //!< unique for the pager's life; names the tensor in access traces
   backend::DevPtr base = 0;

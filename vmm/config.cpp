@@ -33,11 +33,13 @@ void Config::validate() const {
   if (wait_timeout.count() <= 0) {
     throw config_error("wait_timeout must be positive (it bounds how long a pin waits for others to unpin)");
   }
-  if (prefetch != "none" && prefetch != "trace") {
-    throw config_error("prefetch = \"" + prefetch + "\" is not a known prefetch policy; use \"none\" or \"trace\"");
+  if (prefetch != "none" && prefetch != "trace" && prefetch != "sequential") {
+    throw config_error("prefetch = \"" + prefetch +
+                       "\" is not a known prefetch policy; use \"none\", \"trace\" or \"sequential\"");
   }
-  if (prefetch == "trace" && prefetch_distance == 0) {
-    throw config_error("prefetch_distance is 0: trace prefetch needs to look at least one pin ahead");
+  if (prefetch != "none" && prefetch_distance == 0) {
+    throw config_error("prefetch_distance is 0: " + prefetch + " prefetch needs to look at least one " +
+                       (prefetch == "trace" ? "pin" : "page") + " ahead");
   }
   if (sim.granularity == 0 || (sim.granularity & (sim.granularity - 1)) != 0) {
     throw config_error("sim.granularity = " + std::to_string(sim.granularity) +

@@ -203,20 +203,20 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"policy.prefetch",
                   "name",
                   KeyType::text,
-                  "one of: \"none\", \"trace\"",
-                  "prefetch policy: none (explicit prefetch only) or trace (replay the pins of the recorded "
-                  "iteration ahead)",
+                  "one of: \"none\", \"trace\", \"sequential\"",
+                  "prefetch policy: none (explicit prefetch only), trace (replay the pins of the recorded "
+                  "iteration ahead) or sequential (after a pin, page in the next pages of the same tensor)",
                   false,
                   0.0,
-                  {"none", "trace"},
+                  {"none", "trace", "sequential"},
                   [](Config& c, const KeyValue& v) { c.prefetch = v.text; },
                   [](const Config& c) { return "\"" + c.prefetch + "\""; }});
   keys.push_back(
       {"policy.prefetch",
        "distance",
        KeyType::number,
-       "a whole number of pins >= 1",
-       "how many pins ahead trace prefetch runs",
+       "a whole number >= 1",
+       "how far ahead prefetch runs: pins (trace) or pages (sequential)",
        false,
        1.0,
        {},

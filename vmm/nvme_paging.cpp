@@ -218,10 +218,10 @@ std::vector<std::uint32_t> PagerImpl::acquire_host_slots(Lock& lk, std::size_t w
   }
 }
 
-std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, Clock::time_point deadline) {
-  PageEntry* pages = pages_of(a);
+std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::time_point deadline) {
+  PageEntry* pages = pages_of(a) + span.first;
   std::size_t on_nvme = 0;
-  for (std::uint32_t i = 0; i < a->pages; ++i) on_nvme += pages[i].state() == PageState::nvme ? 1 : 0;
+  for (std::uint32_t i = 0; i < span.count; ++i) on_nvme += pages[i].state() == PageState::nvme ? 1 : 0;
   if (on_nvme == 0) return 0;
   // 1. Host slots to read a batch into (this may spill, and so unlock: pages are claimed only
   //    afterwards). Twice as many as the batch: each page also needs a device frame, and the page that
@@ -231,7 +231,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, Clock::time_point deadl
   std::vector<std::uint32_t> slots = acquire_host_slots(lk, 2 * std::max<std::size_t>(want, 1), deadline);
   const std::size_t staged = std::max<std::size_t>(1, slots.size() / 2);
   std::vector<PageEntry*> batch;
-  for (std::uint32_t i = 0; i < a->pages && batch.size() < staged; ++i) {
+  for (std::uint32_t i = 0; i < span.count && batch.size() < staged; ++i) {
     if (pages[i].state() != PageState::nvme) continue;
     pages[i].set_state(PageState::transit);
     pages[i].host_slot = slots[batch.size()];

@@ -95,7 +95,9 @@ std::chrono::nanoseconds StreamTimer::elapsed() {
 Pin::Pin(Pin&& other) noexcept
     : pager_(std::exchange(other.pager_, nullptr)),
       alloc_(std::exchange(other.alloc_, nullptr)),
-      stream_(std::exchange(other.stream_, nullptr)) {}
+      stream_(std::exchange(other.stream_, nullptr)),
+      offset_(std::exchange(other.offset_, 0)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
 
 Pin& Pin::operator=(Pin&& other) noexcept {
   if (this != &other) {
@@ -103,16 +105,20 @@ Pin& Pin::operator=(Pin&& other) noexcept {
     pager_ = std::exchange(other.pager_, nullptr);
     alloc_ = std::exchange(other.alloc_, nullptr);
     stream_ = std::exchange(other.stream_, nullptr);
+    offset_ = std::exchange(other.offset_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
   }
   return *this;
 }
 
-void* Pin::data() const noexcept { return alloc_ ? reinterpret_cast<void*>(alloc_->base) : nullptr; }
-std::size_t Pin::size() const noexcept { return alloc_ ? alloc_->bytes : 0; }
+void* Pin::data() const noexcept { return alloc_ ? reinterpret_cast<void*>(alloc_->base + offset_) : nullptr; }
+std::size_t Pin::size() const noexcept { return alloc_ ? bytes_ : 0; }
 
 void Pin::release() noexcept {
   if (alloc_ == nullptr) return;
-  pager_->unpin(std::exchange(alloc_, nullptr), std::exchange(stream_, nullptr));
+  // The same range as at pin time (it was validated then, so this cannot throw).
+  const auto r = pager_->range(alloc_, offset_, bytes_, Access::read);
+  pager_->unpin(std::exchange(alloc_, nullptr), r.span, std::exchange(stream_, nullptr));
 }
 
 // --- Tensor ---------------------------------------------------------------------------------------------
@@ -146,15 +152,27 @@ void require(const detail::Allocation* a, const char* what) {
 
 Pin Tensor::pin(Stream& stream, Access access) {
   require(alloc_, "pin");
-  if (!stream) throw invalid_argument("tvmm::Tensor::pin: the stream is empty (moved from?)");
-  pager_->pin(alloc_, access, stream.native_handle());
-  return Pin(pager_, alloc_, stream.native_handle());
+  return pin_range(stream, 0, alloc_->bytes, access);
 }
 
 Pin Tensor::pin(Access access) {
   require(alloc_, "pin");
-  pager_->pin(alloc_, access, nullptr);
-  return Pin(pager_, alloc_, nullptr);
+  return pin_range(0, alloc_->bytes, access);
+}
+
+Pin Tensor::pin_range(Stream& stream, std::size_t offset, std::size_t bytes, Access access) {
+  require(alloc_, "pin");
+  if (!stream) throw invalid_argument("tvmm::Tensor::pin: the stream is empty (moved from?)");
+  const auto r = pager_->range(alloc_, offset, bytes, access);
+  pager_->pin(alloc_, r.span, r.access, stream.native_handle());
+  return Pin(pager_, alloc_, stream.native_handle(), offset, bytes);
+}
+
+Pin Tensor::pin_range(std::size_t offset, std::size_t bytes, Access access) {
+  require(alloc_, "pin");
+  const auto r = pager_->range(alloc_, offset, bytes, access);
+  pager_->pin(alloc_, r.span, r.access, nullptr);
+  return Pin(pager_, alloc_, nullptr, offset, bytes);
 }
 
 void Tensor::prefetch(Stream& stream) {

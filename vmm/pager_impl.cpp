@@ -107,6 +107,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   policy_ = cfg_.eviction == "belady" ? std::make_unique<policies::BeladyPolicy>(trace_, cfg_.keep_recent)
                                       : policies::make_eviction_policy(cfg_.eviction);
   trace_prefetch_ = cfg_.prefetch == "trace";
+  sequential_prefetch_ = cfg_.prefetch == "sequential";
   if (!cfg_.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(cfg_.stats_file, "stats.file");
   if (!cfg_.trace_file.empty()) pin_log_ = std::make_unique<PinLog>(cfg_.trace_file);
   tracing_ = trace_prefetch_ || cfg_.eviction == "belady";
@@ -171,7 +172,7 @@ Allocation* PagerImpl::allocate(std::size_t bytes, Hints hints) {
 
 void PagerImpl::pin_for_life(Allocation* a) {
   try {
-    pin(a, Access::write, nullptr);  // fresh pages: frames are mapped, nothing is copied
+    pin(a, whole(a), Access::write, nullptr);  // fresh pages: frames are mapped, nothing is copied
   } catch (...) {
     drop_owner(a);
     throw;
@@ -300,7 +301,7 @@ void PagerImpl::drop_owner(Allocation* a) noexcept {
     if (a->owned) owned_.erase(a->base);
     for_life = std::exchange(a->pinned_for_life, false);
   }
-  if (for_life) unpin(a, nullptr);  // the pin taken at allocation; its reference goes with it
+  if (for_life) unpin(a, whole(a), nullptr);  // the pin taken at allocation; its reference goes with it
   if (a->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) reclaim(a);
 }
 

@@ -50,10 +50,21 @@ class PagerImpl {
   void mark_raw(Allocation* a) noexcept;
   void free_raw(void* ptr);
 
-  //! Pins every page of `a` (stream == nullptr: host-synchronous). On success one reference is added
+  //! The pages holding bytes [offset, offset + bytes) of `a` (none for an arena allocation), and the
+  //! access to pin them with: Access::write becomes read_write where the range covers a page only in
+  //! part, so the rest of that page keeps its contents. Throws tvmm::invalid_argument for a range
+  //! outside the tensor or of 0 bytes.
+  struct Range {
+    PageSpan span;
+    Access access;
+  };
+  Range range(const Allocation* a, std::size_t offset, std::size_t bytes, Access access) const;
+  [[nodiscard]] static PageSpan whole(const Allocation* a) noexcept { return {0, a->arena ? 0 : a->pages}; }
+
+  //! Pins the pages of `span` (stream == nullptr: host-synchronous). On success one reference is added
   //! to `a` for the Pin.
-  void pin(Allocation* a, Access access, backend::StreamHandle stream);
-  void unpin(Allocation* a, backend::StreamHandle stream) noexcept;
+  void pin(Allocation* a, PageSpan span, Access access, backend::StreamHandle stream);
+  void unpin(Allocation* a, PageSpan span, backend::StreamHandle stream) noexcept;
   void prefetch(Allocation* a, backend::StreamHandle stream);
   void mark_iteration();
 
@@ -115,21 +126,23 @@ class PagerImpl {
   // Trace prefetch: starts the page-ins of the tensors ahead, evicting only unpinned pages whose tensor
   // is not needed before the one fetched.
   void prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept;
-  void record_pin(const Allocation* a, Access access) noexcept;
-  void pin_slow(Allocation* a, Access access, backend::StreamHandle stream);
+  // Sequential prefetch: starts the page-ins of the (up to) `prefetch_distance` pages after `span`.
+  void prefetch_after(Allocation* a, PageSpan span) noexcept;
+  void record_pin(const Allocation* a, PageSpan span, Access access) noexcept;
+  void pin_slow(Allocation* a, PageSpan span, Access access, backend::StreamHandle stream);
   void wait_for_uses(Allocation* a);
   // Stream release points of `a`: drop the completed ones (caller holds a->uses_mu), or take them all.
   void prune_uses(Allocation& a);
   std::vector<EventRef> take_uses(Allocation* a);
   // Waits for every event, logging (not throwing) failures: for paths that cannot report.
   void wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept;
-  // Page-ins of `a` still running (one reference each, deduplicated); caller holds mu_.
-  std::vector<EventRef> pending_page_ins(const Allocation* a);
-  // Pages of `a` on the host tier, at most `limit`; caller holds mu_.
-  std::vector<PageEntry*> host_pages(const Allocation* a, std::size_t limit = SIZE_MAX);
+  // Page-ins of `span` of `a` still running (one reference each, deduplicated); caller holds mu_.
+  std::vector<EventRef> pending_page_ins(const Allocation* a, PageSpan span);
+  // Pages of `span` of `a` on the host tier, at most `limit`; caller holds mu_.
+  std::vector<PageEntry*> host_pages(const Allocation* a, PageSpan span, std::size_t limit = SIZE_MAX);
   void add_stall(Clock::time_point since) noexcept;
-  // Makes every page of `a` resident; returns the page-in events a user must order after.
-  std::vector<EventRef> make_resident(Lock& lk, Allocation* a, Access access, Clock::time_point deadline,
+  // Makes every page of `span` of `a` resident; returns the page-in events a user must order after.
+  std::vector<EventRef> make_resident(Lock& lk, Allocation* a, PageSpan span, Access access, Clock::time_point deadline,
                                       std::uint64_t& misses);
   // Loads `todo` (fresh or host pages); with may_wait false, loads only what free or evictable frames
   // allow and returns the number loaded.
@@ -181,7 +194,7 @@ class PagerImpl {
   //! verifies its checksum and queues its page-in at once, while later reads are still running. The
   //! pages keep their NVMe slots as clean copies. Returns the number loaded; throws io_error naming
   //! page and slot if a read failed (the others are loaded; the failed page stays on NVMe).
-  std::size_t stage_in(Lock& lk, Allocation* a, Clock::time_point deadline);
+  std::size_t stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::time_point deadline);
   //! Between 1 and `want` free host slots, spilling or waiting for them; throws out_of_memory at the
   //! deadline.
   std::vector<std::uint32_t> acquire_host_slots(Lock& lk, std::size_t want, Clock::time_point deadline);
@@ -200,6 +213,7 @@ class PagerImpl {
   AccessTrace trace_;
   bool tracing_ = false;                                  // trace prefetch or Belady: pins are recorded and replayed
   bool trace_prefetch_ = false;                           // prefetch == "trace"
+  bool sequential_prefetch_ = false;                      // prefetch == "sequential"
   std::uint64_t next_id_ = 1;                             // guarded by mu_
   std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
   std::unique_ptr<DeviceTier> device_;

@@ -58,18 +58,33 @@ bool PagerImpl::wait_for_change(Lock& lk, Clock::time_point deadline) {
 
 // --- pin ------------------------------------------------------------------------------------------------
 
-void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) {
+PagerImpl::Range PagerImpl::range(const Allocation* a, std::size_t offset, std::size_t bytes, Access access) const {
+  if (bytes == 0 || offset >= a->bytes || bytes > a->bytes - offset) {
+    throw invalid_argument("tvmm::Tensor::pin_range: bytes [" + std::to_string(offset) + ", " + std::to_string(offset) +
+                           " + " + std::to_string(bytes) + ") are not a non-empty range inside " + tensor_label(a) +
+                           " (" + std::to_string(a->bytes) + " bytes); pass 0 < bytes <= size - offset");
+  }
+  if (a->arena != nullptr) return {whole(a), access};
+  const std::size_t end = offset + bytes;
+  const PageSpan span{static_cast<std::uint32_t>(offset / page_size_),
+                      static_cast<std::uint32_t>((end - 1) / page_size_ - offset / page_size_ + 1)};
+  // A write that covers a page only in part must not discard the rest of it.
+  const bool whole_pages = offset % page_size_ == 0 && (end % page_size_ == 0 || end == a->bytes);
+  return {span, access == Access::write && !whole_pages ? Access::read_write : access};
+}
+
+void PagerImpl::pin(Allocation* a, PageSpan span, Access access, backend::StreamHandle stream) {
   counters_.pins.fetch_add(1, std::memory_order_relaxed);
   if (a->arena != nullptr) {  // in the resident arena: nothing moves; a host pin still orders after uses
     if (stream == nullptr && a->use_count.load(std::memory_order_acquire) != 0) wait_for_uses(a);
     counters_.hits.fetch_add(1, std::memory_order_relaxed);
     a->refs.fetch_add(1, std::memory_order_relaxed);
-    if (tracing_) record_pin(a, access);
+    if (tracing_) record_pin(a, span, access);
     if (pin_log_) pin_log_->pin(a->id, 0, access, true);
     return;
   }
-  PageEntry* pages = pages_of(a);
-  const std::uint32_t n = a->pages;
+  PageEntry* pages = pages_of(a) + span.first;
+  const std::uint32_t n = span.count;
   // Hit path: every page resident with its page-in complete. Only pin counts and recency change; the
   // caller's stream needs no ordering and the calling thread never blocks.
   const std::uint64_t dirty = access == Access::read ? 0 : word::kDirty;
@@ -81,7 +96,7 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
     counters_.hits.fetch_add(n, std::memory_order_relaxed);
   } else {
     while (i > 0) unpin_page(pages[--i]);
-    pin_slow(a, access, stream);
+    pin_slow(a, span, access, stream);
   }
   if (stream == nullptr && a->use_count.load(std::memory_order_acquire) != 0) {
     try {
@@ -92,14 +107,15 @@ void PagerImpl::pin(Allocation* a, Access access, backend::StreamHandle stream) 
     }
   }
   a->refs.fetch_add(1, std::memory_order_relaxed);
-  if (tracing_) record_pin(a, access);
+  if (tracing_) record_pin(a, span, access);
   if (pin_log_) pin_log_->pin(a->id, n, access, hit);
+  if (sequential_prefetch_) prefetch_after(a, span);
 }
 
 // --- access trace: record, replay, prefetch ahead ------------------------------------------------------
 
-void PagerImpl::record_pin(const Allocation* a, Access access) noexcept {
-  const policies::TraceAccess acc{a->id, a->arena != nullptr ? 0 : a->pages, access == Access::write};
+void PagerImpl::record_pin(const Allocation* a, PageSpan span, Access access) noexcept {
+  const policies::TraceAccess acc{a->id, span.count, access == Access::write, false, span.first};
   const auto ahead = trace_.on_pin(acc, cfg_.prefetch_distance);
   if (trace_prefetch_ && !ahead.empty()) prefetch_ahead(ahead);
 }
@@ -122,7 +138,7 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
       auto it = by_id_.find(target.tensor);
       if (it == by_id_.end() || it->second->arena != nullptr) continue;
       Allocation* a = it->second;
-      std::vector<PageEntry*> todo = host_pages(a);
+      std::vector<PageEntry*> todo = host_pages(a, {target.first, target.pages});
       if (todo.empty()) continue;
       // Never evict for this a page needed no later than it (its own, or any tensor pinned before it),
       // nor one the eviction at its own pin would keep (see prefetch_horizon).
@@ -139,6 +155,28 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
   } catch (const std::exception& ex) {
     // Prefetch is a hint: a failure leaves the pages where they were; the pin that needs them reports.
     std::fprintf(stderr, "tvmm: trace prefetch failed: %s\n", ex.what());
+  }
+}
+
+void PagerImpl::prefetch_after(Allocation* a, PageSpan span) noexcept {
+  // Lock-free look first: most pins of a sequential scan find the pages ahead already loaded.
+  const std::uint32_t first = span.first + span.count;
+  const std::uint32_t count =
+      static_cast<std::uint32_t>(std::min<std::size_t>(cfg_.prefetch_distance, a->pages - std::min(a->pages, first)));
+  PageEntry* ahead = pages_of(a) + first;
+  bool any = false;
+  for (std::uint32_t i = 0; i < count && !any; ++i) any = ahead[i].state() == PageState::host;
+  if (!any) return;
+  try {
+    Lock lk(mu_);
+    reap(lk);
+    std::vector<PageEntry*> todo = host_pages(a, {first, count});
+    if (todo.empty()) return;
+    // Like any prefetch: no waiting, only free or evictable frames (never pinned pages).
+    const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
+    counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "tvmm: sequential prefetch failed: %s\n", ex.what());
   }
 }
 
@@ -181,20 +219,20 @@ void PagerImpl::wait_quietly(std::vector<EventRef>& events, const Allocation* a)
   events.clear();
 }
 
-std::vector<EventRef> PagerImpl::pending_page_ins(const Allocation* a) {
-  const PageEntry* pages = &table_[a->first_page];
+std::vector<EventRef> PagerImpl::pending_page_ins(const Allocation* a, PageSpan span) {
+  const PageEntry* pages = &table_[a->first_page + span.first];
   std::vector<EventRef> out;
-  for (std::uint32_t i = 0; i < a->pages; ++i) {
+  for (std::uint32_t i = 0; i < span.count; ++i) {
     Event* e = pages[i].ready;
     if (e != nullptr && (out.empty() || out.back().get() != e) && !events_.is_done(e)) out.emplace_back(e);
   }
   return out;
 }
 
-std::vector<PageEntry*> PagerImpl::host_pages(const Allocation* a, std::size_t limit) {
-  PageEntry* pages = &table_[a->first_page];
+std::vector<PageEntry*> PagerImpl::host_pages(const Allocation* a, PageSpan span, std::size_t limit) {
+  PageEntry* pages = &table_[a->first_page + span.first];
   std::vector<PageEntry*> out;
-  for (std::uint32_t i = 0; i < a->pages && out.size() < limit; ++i) {
+  for (std::uint32_t i = 0; i < span.count && out.size() < limit; ++i) {
     if (pages[i].state() == PageState::host) out.push_back(&pages[i]);
   }
   return out;
@@ -206,11 +244,11 @@ void PagerImpl::add_stall(Clock::time_point since) noexcept {
       std::memory_order_relaxed);
 }
 
-void PagerImpl::pin_slow(Allocation* a, Access access, backend::StreamHandle stream) {
+void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::StreamHandle stream) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + cfg_.wait_timeout;
-  PageEntry* pages = pages_of(a);
-  const std::uint32_t n = a->pages;
+  PageEntry* pages = pages_of(a) + span.first;
+  const std::uint32_t n = span.count;
   const std::uint32_t budget = device_->budget();
   // Registered as a waiter for the whole slow path, before any condition is tested, so an unpin that
   // races with a test below always takes mu_ before notifying (see wake_waiters).
@@ -248,7 +286,7 @@ void PagerImpl::pin_slow(Allocation* a, Access access, backend::StreamHandle str
 
   // 3. Make every page resident; this may evict, and waits for transfers other threads run on them.
   std::uint64_t misses = 0;
-  std::vector<EventRef> waits = make_resident(lk, a, access, deadline, misses);
+  std::vector<EventRef> waits = make_resident(lk, a, span, access, deadline, misses);
   rollback.dismiss();
   if (access != Access::read) {
     for (std::uint32_t i = 0; i < n; ++i) pages[i].word.fetch_or(word::kDirty, std::memory_order_acq_rel);
@@ -275,14 +313,14 @@ void PagerImpl::pin_slow(Allocation* a, Access access, backend::StreamHandle str
   add_stall(t0);
 }
 
-std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access access, Clock::time_point deadline,
-                                               std::uint64_t& misses) {
-  PageEntry* pages = pages_of(a);
+std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, PageSpan span, Access access,
+                                               Clock::time_point deadline, std::uint64_t& misses) {
+  PageEntry* pages = pages_of(a) + span.first;
   std::vector<PageEntry*> todo;
   for (;;) {
     todo.clear();
     bool busy = false, on_nvme = false;
-    for (std::uint32_t i = 0; i < a->pages; ++i) {
+    for (std::uint32_t i = 0; i < span.count; ++i) {
       const auto s = pages[i].state();
       // An NVMe page the pin overwrites needs no data: it is mapped like a fresh one.
       const bool nvme_discard = s == PageState::nvme && access == Access::write;
@@ -296,7 +334,7 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access a
       continue;
     }
     if (on_nvme) {
-      misses += stage_in(lk, a, deadline);
+      misses += stage_in(lk, a, span, deadline);
       continue;
     }
     if (!busy) break;
@@ -306,12 +344,12 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, Access a
                           std::to_string(cfg_.wait_timeout.count()) + " ms");
     }
   }
-  return pending_page_ins(a);
+  return pending_page_ins(a, span);
 }
 
 // --- unpin and prefetch ---------------------------------------------------------------------------------
 
-void PagerImpl::unpin(Allocation* a, backend::StreamHandle stream) noexcept {
+void PagerImpl::unpin(Allocation* a, PageSpan span, backend::StreamHandle stream) noexcept {
   if (stream != nullptr) {
     // The release point: the stream's work queued so far. Recorded before the pin counts drop, so an
     // evictor that sees zero pins also sees this event.
@@ -335,8 +373,8 @@ void PagerImpl::unpin(Allocation* a, backend::StreamHandle stream) noexcept {
     }
   }
   if (a->arena == nullptr) {
-    PageEntry* pages = pages_of(a);
-    for (std::uint32_t i = 0; i < a->pages; ++i) unpin_page(pages[i]);
+    PageEntry* pages = pages_of(a) + span.first;
+    for (std::uint32_t i = 0; i < span.count; ++i) unpin_page(pages[i]);
   }
   if (a->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) reclaim(a);
 }
@@ -348,10 +386,10 @@ void PagerImpl::prefetch(Allocation* a, backend::StreamHandle stream) {
   // Prefetch is a hint: it loads what fits beside the pinned pages, never waits for pins, and skips
   // pages that are fresh (no data) or already moving.
   const std::uint64_t room = device_->budget() - std::min<std::uint64_t>(device_->budget(), pinned_pages_.load());
-  std::vector<PageEntry*> todo = host_pages(a, room);
+  std::vector<PageEntry*> todo = host_pages(a, whole(a), room);
   std::size_t loaded = 0;
   if (!todo.empty()) loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
-  const std::vector<EventRef> waits = pending_page_ins(a);
+  const std::vector<EventRef> waits = pending_page_ins(a, whole(a));
   lk.unlock();
   counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
   for (const auto& e : waits) xfer_->stream_wait(stream, e.get());

@@ -90,12 +90,14 @@ struct Config {
   //! of sometimes not taking the farthest next use. 0 = pure farthest next use (the offline optimum in
   //! bytes moved).
   std::size_t keep_recent = 0;
-  //! Prefetch policy: "none" (only explicit Tensor::prefetch) or "trace": record the pins of one
+  //! Prefetch policy: "none" (only explicit Tensor::prefetch); "trace": record the pins of one
   //! iteration (between the first two Pager::mark_iteration calls), then in later iterations start the
-  //! page-ins of the tensors `prefetch_distance` pins ahead; a pin that differs from the trace drops it
-  //! and the next iteration is recorded again.
+  //! page-ins of the tensors `prefetch_distance` pins ahead (a pin that differs from the trace drops it
+  //! and the next iteration is recorded again); or "sequential": after each pin, start the page-ins of
+  //! the next `prefetch_distance` pages of the same tensor that are on the host tier (for tensors
+  //! pinned a range at a time, front to back). Prefetch never waits and never evicts pinned pages.
   std::string prefetch = "none";
-  //! How many pins ahead trace prefetch runs.
+  //! How far ahead prefetch runs: pins (trace) or pages (sequential).
   std::size_t prefetch_distance = 4;
   //! How long a pin may wait for other threads to unpin pages before failing with
   //! `tvmm::out_of_memory`: a pinned working set that never fits is an error, never a hang.

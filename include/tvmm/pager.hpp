@@ -131,9 +131,9 @@ class Pin {
   Pin& operator=(const Pin&) = delete;
   ~Pin() { release(); }
 
-  //! The pinned tensor's device address (the same as `Tensor::data()`).
+  //! The device address of the first pinned byte (`Tensor::data()` for a whole-tensor pin).
   [[nodiscard]] void* data() const noexcept;
-  //! The pinned tensor's size in bytes.
+  //! The number of pinned bytes (`Tensor::size()` for a whole-tensor pin).
   [[nodiscard]] std::size_t size() const noexcept;
   //! Releases the pin now (idempotent).
   void release() noexcept;
@@ -142,11 +142,13 @@ class Pin {
 
  private:
   friend class Tensor;
-  Pin(detail::PagerImpl* pager, detail::Allocation* alloc, void* stream) noexcept
-      : pager_(pager), alloc_(alloc), stream_(stream) {}
+  Pin(detail::PagerImpl* pager, detail::Allocation* alloc, void* stream, std::size_t offset, std::size_t bytes) noexcept
+      : pager_(pager), alloc_(alloc), stream_(stream), offset_(offset), bytes_(bytes) {}
   detail::PagerImpl* pager_ = nullptr;
   detail::Allocation* alloc_ = nullptr;
   void* stream_ = nullptr;
+  std::size_t offset_ = 0;
+  std::size_t bytes_ = 0;
 };
 
 //! A tensor: a range of device virtual addresses whose pages the pager moves between tiers. Move-only;
@@ -177,6 +179,15 @@ class Tensor {
   //! from the host). Streams themselves are not ordered against each other: as in CUDA, order two
   //! streams that share a tensor yourself.
   [[nodiscard]] Pin pin(Access access = Access::read_write);
+  //! Stream-ordered pin of bytes [offset, offset + bytes) only: just the pages holding them are made
+  //! resident and pinned, so a tensor larger than the device budget can be worked through a range at
+  //! a time. `Pin::data()` is the address of byte `offset`. With Access::write, pages the range covers
+  //! only in part are loaded (read_write), so the bytes outside the range keep their contents. Throws
+  //! `tvmm::invalid_argument` unless 0 < bytes <= size() - offset.
+  [[nodiscard]] Pin pin_range(Stream& stream, std::size_t offset, std::size_t bytes,
+                              Access access = Access::read_write);
+  //! Host-synchronous pin of bytes [offset, offset + bytes) only (see the stream-ordered overload).
+  [[nodiscard]] Pin pin_range(std::size_t offset, std::size_t bytes, Access access = Access::read_write);
   //! Starts moving the tensor's pages to the device on the copy engines without pinning them; `stream`
   //! is made to wait for the page-ins. Never evicts pinned pages.
   void prefetch(Stream& stream);

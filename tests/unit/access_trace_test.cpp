@@ -97,3 +97,19 @@ TEST(AccessTrace, PrefetchHorizonLooksPastTheTensorsPinnedBeforeTheTarget) {
   (void)tr.on_pin(acc(2), 1);
   EXPECT_EQ(tr.prefetch_horizon(2), 7u);
 }
+
+TEST(AccessTrace, APinOfOtherPagesOfTheSameTensorIsADivergence) {
+  AccessTrace tr;
+  (void)tr.on_iteration(1);
+  (void)tr.on_pin({1, 2, false, false, 0}, 1);  // pages [0, 2) of tensor 1
+  (void)tr.on_pin({1, 2, false, false, 2}, 1);  // pages [2, 4)
+  const auto first = tr.on_iteration(1);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].first, 0u);  // prefetch targets carry the pinned pages, not the whole tensor
+  EXPECT_EQ(first[0].pages, 2u);
+  const auto next = tr.on_pin({1, 2, false, false, 0}, 1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].first, 2u);
+  (void)tr.on_pin({1, 2, false, false, 3}, 1);  // expected pages [2, 4)
+  EXPECT_EQ(tr.divergences(), 1u);
+}
