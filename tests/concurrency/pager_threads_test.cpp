@@ -130,6 +130,39 @@ TEST(PagerThreads, SharedTensorPinnedByManyThreads) {
   p.check_invariants();
 }
 
+// Range pins of one tensor from several threads, each writing and checking its own pages, while
+// sequential prefetch pages in ahead of every pin (often into another thread's pages).
+TEST(PagerThreads, RangePinsOfOneTensorWithSequentialPrefetch) {
+  constexpr std::size_t page = 64 * KiB;
+  constexpr int threads = 4;
+  constexpr std::size_t per_thread = 6;
+  auto cfg = test::small_config(4, 40);
+  cfg.prefetch = "sequential";
+  cfg.prefetch_distance = 2;
+  cfg.wait_timeout = std::chrono::milliseconds(60'000);
+  Pager p(cfg);
+  auto t = p.allocate(threads * per_thread * page);
+  std::atomic<std::size_t> bad{0};
+  std::vector<std::thread> ws;
+  for (int w = 0; w < threads; ++w) {
+    ws.emplace_back([&, w] {
+      std::vector<std::uint64_t> seeds(per_thread, 0);
+      const std::size_t base = static_cast<std::size_t>(w) * per_thread;
+      for (int it = 0; it < 60; ++it) {
+        const std::size_t i = static_cast<std::size_t>(it) % per_thread;  // a scan over its own pages
+        auto pin = t.pin_range((base + i) * page, page, Access::read_write);
+        if (seeds[i] != 0) bad += test::mismatches(pin.data(), page, seeds[i]);
+        seeds[i] = (static_cast<std::uint64_t>(w) << 32) | static_cast<std::uint64_t>(it + 1);
+        test::fill(pin.data(), page, seeds[i]);
+      }
+    });
+  }
+  for (auto& w : ws) w.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(p.stats().prefetched, 0u);
+  p.check_invariants();
+}
+
 TEST(PagerThreads, ConcurrentAllocateAndFree) {
   Pager p(test::small_config(4, 32));
   std::vector<std::thread> ws;
