@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <string>
+#include "backends/topology/topology.hpp"
 
 #include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
@@ -49,6 +50,15 @@ void Config::validate() const {
     throw config_error("sim.bandwidth_bytes_per_s must be >= 0 (0 = unthrottled)");
   }
   if (sim.copy_latency.count() < 0) throw config_error("sim.copy_latency must be >= 0");
+  if (host_numa != "auto" && host_numa != "none" && host_numa != "interleave" &&
+      (host_numa.empty() || host_numa.find_first_not_of("0123456789") != std::string::npos)) {
+    throw config_error("host_numa = \"" + host_numa +
+                       "\": expected \"auto\", \"none\", \"interleave\" or a NUMA node id such as \"0\"");
+  }
+  if (unsigned d, b, v, f; !sim.pci_bus_id.empty() && !topology::parse_pci_bus_id(sim.pci_bus_id, &d, &b, &v, &f)) {
+    throw config_error("sim.pci_bus_id = \"" + sim.pci_bus_id +
+                       "\": expected a PCI bus id like \"0000:65:00.0\" (as lspci -D prints it), or \"\"");
+  }
   if (sim.timing != "wall" && sim.timing != "model") {
     throw config_error("sim.timing = \"" + sim.timing + "\": expected \"wall\" or \"model\"");
   }

@@ -125,6 +125,17 @@ std::vector<ConfigKey> make_keys() {
                   },
                   [](const Config& c) { return toml_number(static_cast<double>(c.sim.copy_latency.count()) / 1e3); }});
   keys.push_back({"device.sim",
+                  "pci_bus_id",
+                  KeyType::text,
+                  "a PCI bus id like \"0000:65:00.0\", or \"\"",
+                  "the PCI bus id the simulated GPU claims, so host.numa = auto can find its node (\"\" = none: "
+                  "node 0)",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.sim.pci_bus_id = v.text; },
+                  [](const Config& c) { return toml_string(c.sim.pci_bus_id); }});
+  keys.push_back({"device.sim",
                   "timing",
                   KeyType::text,
                   "one of: \"wall\", \"model\"",
@@ -137,6 +148,43 @@ std::vector<ConfigKey> make_keys() {
                   [](const Config& c) { return "\"" + c.sim.timing + "\""; }});
   keys.push_back(size_key("host", "budget", "host memory the pager may use for evicted pages (whole pages)", false,
                           [](Config& c) -> std::size_t& { return c.host_budget; }));
+  keys.push_back({"host",
+                  "numa",
+                  KeyType::text,
+                  "\"auto\", \"none\", \"interleave\" or a NUMA node id",
+                  "where the host tier's frames go: auto = the GPU's nearest node, a node id, interleave over "
+                  "all nodes, or none (the kernel's default)",
+                  false,
+                  0.0,
+                  {"auto", "none", "interleave"},
+                  [](Config& c, const KeyValue& v) { c.host_numa = v.text; },
+                  [](const Config& c) {
+                    const bool id =
+                        !c.host_numa.empty() && c.host_numa.find_first_not_of("0123456789") == std::string::npos;
+                    return id ? c.host_numa : toml_string(c.host_numa);
+                  },
+                  true});
+  keys.push_back({"host",
+                  "numa_strict",
+                  KeyType::boolean,
+                  "true or false",
+                  "true = the frames may only come from the chosen nodes (MPOL_BIND); false = preferred, other "
+                  "nodes when those are full",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.host_numa_strict = v.flag; },
+                  [](const Config& c) { return std::string(c.host_numa_strict ? "true" : "false"); }});
+  keys.push_back({"host",
+                  "bind_threads",
+                  KeyType::boolean,
+                  "true or false",
+                  "bind copy-engine and I/O worker threads to the CPUs of the host tier's node",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.bind_threads = v.flag; },
+                  [](const Config& c) { return std::string(c.bind_threads ? "true" : "false"); }});
   keys.push_back({"nvme",
                   "paths",
                   KeyType::paths,

@@ -33,6 +33,7 @@ struct ConfigKey {
   std::vector<std::string> choices;  // text: the valid values
   std::function<void(Config&, const KeyValue&)> set;
   std::function<std::string(const Config&)> get;  // the value as TOML
+  bool whole_number_too = false;                  // text: a whole number is also accepted (as its digits)
 };
 
 //! Every key, grouped by section in printing order.

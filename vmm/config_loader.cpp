@@ -197,9 +197,17 @@ void apply(Config& cfg, const ConfigKey& k, const Raw& v, const std::string& nam
         break;
       }
       case KeyType::text: {
-        if (!v.text) throw config_error("");
-        const std::string t = trim(*v.text);
-        if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), t) == k.choices.end()) {
+        std::string t;
+        if (v.text) {
+          t = trim(*v.text);
+        } else if (k.whole_number_too && v.number && *v.number >= 0 && *v.number <= 1e6 &&
+                   *v.number == static_cast<double>(static_cast<long>(*v.number))) {
+          t = std::to_string(static_cast<long>(*v.number));
+        } else {
+          throw config_error("");
+        }
+        const bool digits = k.whole_number_too && !t.empty() && t.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits && !k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), t) == k.choices.end()) {
           throw config_error(name + " = \"" + t + "\": expected " + k.expected + "." + suggestion(t, k.choices),
                              location);
         }

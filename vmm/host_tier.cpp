@@ -7,18 +7,16 @@
 
 namespace tvmm::detail {
 
-HostTier::HostTier(backend::DeviceBackend& dev, std::size_t page_size, std::uint32_t slots)
-    : dev_(dev), page_size_(page_size), slots_(slots) {
-  void* p = nullptr;
-  TVMM_CHECK(dev_.alloc_host(page_size_ * slots_, &p));
-  base_ = static_cast<std::byte*>(p);
+HostTier::HostTier(backend::DeviceBackend& dev, void* base, std::size_t page_size, std::uint32_t slots)
+    : dev_(dev), page_size_(page_size), slots_(slots), base_(static_cast<std::byte*>(base)) {
+  TVMM_CHECK(dev_.register_host(base_, page_size_ * slots_));
   free_.reserve(slots_);
   for (std::uint32_t s = slots_; s-- > 0;) free_.push_back(s);  // hand out low slots first
 }
 
 HostTier::~HostTier() {
-  if (auto s = dev_.free_host(base_, page_size_ * slots_); !s.ok()) {
-    std::fprintf(stderr, "tvmm: freeing the host tier failed: %s\n", backend::errc_name(s.code));
+  if (auto s = dev_.unregister_host(base_, page_size_ * slots_); !s.ok()) {
+    std::fprintf(stderr, "tvmm: unregistering the host tier failed: %s\n", backend::errc_name(s.code));
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// The host tier: `slots` frames of page_size bytes in one block from the device backend (pinned memory
-// on a real GPU, plain memory on the simulator), allocated once at start. All methods require the lock.
+// The host tier: `slots` frames of page_size bytes in one block allocated (and bound to a NUMA node) by
+// the pager, registered with the device backend for fast copies (pinned on a real GPU) for the tier's
+// life. All methods require the lock.
 
 #include <cstdint>
 #include <optional>
@@ -12,7 +13,7 @@ namespace tvmm::detail {
 
 class HostTier {
  public:
-  HostTier(backend::DeviceBackend& dev, std::size_t page_size, std::uint32_t slots);
+  HostTier(backend::DeviceBackend& dev, void* base, std::size_t page_size, std::uint32_t slots);
   ~HostTier();
   HostTier(const HostTier&) = delete;
   HostTier& operator=(const HostTier&) = delete;

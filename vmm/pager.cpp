@@ -229,4 +229,6 @@ const Config& Pager::config() const noexcept { return impl_->config(); }
 
 const char* Pager::backend_name() const noexcept { return impl_->device().properties().name.c_str(); }
 
+Placement Pager::placement() const { return impl_->placement(); }
+
 }  // namespace tvmm

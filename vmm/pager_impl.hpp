@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/device/device_backend.hpp"
+#include "backends/topology/placement.hpp"
 #include "policies/eviction_policy.hpp"
 #include "tvmm/pager.hpp"
 #include "vmm/access_trace.hpp"
@@ -72,6 +73,7 @@ class PagerImpl {
   [[nodiscard]] Tier tier_of(backend::DevPtr addr);
   [[nodiscard]] Tier tier(const Allocation* a, std::size_t offset);
   [[nodiscard]] Stats stats() const;
+  [[nodiscard]] Placement placement() const;
   void check_invariants() const;
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] backend::DeviceBackend& device() noexcept { return *dev_; }
@@ -118,6 +120,11 @@ class PagerImpl {
   void wake_waiters() noexcept;
 
   // `owned`: a user's tensor (in owned_, counted in stats), or false for an arena page.
+  // NUMA placement (constructor steps): decides the host tier's node, allocates and binds its frames,
+  // binds the device backend's worker threads; then, with an NVMe tier, its I/O threads.
+  void place_host_tier(std::size_t bytes);
+  void bind_io_threads(storage::StorageBackend& storage);
+  [[nodiscard]] std::vector<unsigned> worker_cpus() const;
   Allocation* allocate_pages(std::size_t bytes, Hints hints, bool owned);
   Allocation* allocate_small(std::size_t bytes, Hints hints);
   // Pins a fresh allocation until its owner lets go; on failure frees it and rethrows.
@@ -217,6 +224,10 @@ class PagerImpl {
   std::uint64_t next_id_ = 1;                             // guarded by mu_
   std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
   std::unique_ptr<DeviceTier> device_;
+  std::shared_ptr<const topology::Topology> topo_;  // null with host.numa = none and no thread binding
+  topology::Placement placement_;
+  std::unique_ptr<topology::HostBuffer> host_mem_;  // the host tier's frames (outlives host_)
+  std::string threads_outcome_;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<OutputFile> stats_out_;   // stats_file: written by the destructor
   std::unique_ptr<PinLog> pin_log_;         // trace_file

@@ -85,6 +85,21 @@ Status DeviceBackend::free_host(void* ptr, std::size_t bytes) {
   return do_free_host(ptr, bytes);
 }
 
+Status DeviceBackend::register_host(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0) return invalid();
+  return do_register_host(ptr, bytes);
+}
+
+Status DeviceBackend::unregister_host(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0) return invalid();
+  return do_unregister_host(ptr, bytes);
+}
+
+Status DeviceBackend::set_worker_cpus(const std::vector<unsigned>& cpus) {
+  if (cpus.empty()) return invalid();
+  return do_set_worker_cpus(cpus);
+}
+
 Status DeviceBackend::create_stream(StreamHandle* out) {
   if (out == nullptr) return invalid();
   return do_create_stream(out);

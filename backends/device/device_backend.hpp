@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tvmm {
 struct Config;
@@ -89,6 +90,7 @@ struct DeviceProperties {
   std::size_t granularity = 0;   //!< mapping granularity in bytes
   std::size_t capacity = 0;      //!< physical memory in bytes
   bool host_accessible = false;  //!< device addresses can be dereferenced by the host (simulator)
+  std::string pci_bus_id;        //!< the device's PCI bus id ("0000:65:00.0"), "" if unknown
 };
 
 //! Calls made through a backend, counted by the non-virtual front end.
@@ -113,9 +115,16 @@ class DeviceBackend {
   Status set_access(DevPtr va, std::size_t bytes);
   Status unmap(DevPtr va, std::size_t bytes);
 
-  //! Host memory for the host tier (pinned on a real GPU, plain memory on the simulator).
+  //! Host memory (pinned on a real GPU, plain memory on the simulator).
   Status alloc_host(std::size_t bytes, void** out);
   Status free_host(void* ptr, std::size_t bytes);
+  //! Pins memory allocated elsewhere for fast copies (cuMemHostRegister): the host tier allocates and
+  //! binds its frames to a NUMA node first, since pinned pages cannot migrate.
+  Status register_host(void* ptr, std::size_t bytes);
+  Status unregister_host(void* ptr, std::size_t bytes);
+  //! Restricts the backend's own worker threads (the simulator's stream threads, which run its copies
+  //! and kernels), existing and future, to `cpus`; not_supported where it has none it can bind.
+  Status set_worker_cpus(const std::vector<unsigned>& cpus);
 
   Status create_stream(StreamHandle* out);
   Status destroy_stream(StreamHandle stream);
@@ -145,6 +154,9 @@ class DeviceBackend {
   virtual Status do_unmap(DevPtr va, std::size_t bytes) = 0;
   virtual Status do_alloc_host(std::size_t bytes, void** out) = 0;
   virtual Status do_free_host(void* ptr, std::size_t bytes) = 0;
+  virtual Status do_register_host(void* ptr, std::size_t bytes) = 0;
+  virtual Status do_unregister_host(void* ptr, std::size_t bytes) = 0;
+  virtual Status do_set_worker_cpus(const std::vector<unsigned>& cpus) = 0;
   virtual Status do_create_stream(StreamHandle* out) = 0;
   virtual Status do_destroy_stream(StreamHandle stream) = 0;
   virtual Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) = 0;

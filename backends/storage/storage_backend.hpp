@@ -66,6 +66,9 @@ class StorageBackend {
   //! Offers a memory block that most buffers will lie in (the host tier's frames) for fixed-buffer
   //! I/O; returns whether the backend registered it. Optional: false means plain transfers.
   virtual bool register_buffers(void* /*base*/, std::size_t /*bytes*/) noexcept { return false; }
+  //! Restricts the backend's worker threads to `cpus`. Returns how many threads it bound (0 for a
+  //! backend without threads: io_uring's work runs in the kernel), or -1 if the OS refused.
+  virtual int bind_workers(const std::vector<unsigned>& /*cpus*/) noexcept { return 0; }
   //! Queues the requests (all or none); 0, or -EINVAL for a bad request.
   [[nodiscard]] virtual int submit(std::span<const IoRequest> reqs) = 0;
   //! See the contract above.

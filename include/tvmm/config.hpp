@@ -37,6 +37,9 @@ struct SimDeviceConfig {
   //! policies this way, free of the machine's memcpy speed and scheduling noise. Either way the
   //! simulation's own lateness (threads woken late, copies slower than the modelled bus) never counts.
   std::string timing = "wall";
+  //! The PCI bus id the simulated GPU claims ("0000:65:00.0"), so that `host_numa = "auto"` places the
+  //! host tier on the node the topology shows it on. "" = none (auto then picks the lowest node).
+  std::string pci_bus_id;
 };
 
 //! Settings of the NVMe tier: page slots in pre-allocated files below the host tier. Off unless
@@ -68,6 +71,16 @@ struct Config {
   std::size_t device_budget = 256 * MiB;
   //! Bytes of host memory the pager may use for evicted pages (rounded down, at least one page).
   std::size_t host_budget = 1 * GiB;
+  //! NUMA placement of the host tier's frames: "auto" (the node nearest the GPU, from its PCI bus id;
+  //! the lowest node if unknown), "none" (the kernel's default policy), "interleave" (across all
+  //! nodes) or a node id ("1"). The frames are bound before anything touches or pins them; if binding
+  //! fails the pager warns once on stderr and goes on unbound. See docs/architecture.md.
+  std::string host_numa = "auto";
+  //! True: the frames may only come from the chosen node(s) (MPOL_BIND; allocation fails when they
+  //! are full). False: the node is preferred and others are used when it is full (MPOL_PREFERRED).
+  bool host_numa_strict = false;
+  //! Bind the copy-engine and I/O worker threads to the CPUs of the host tier's node.
+  bool bind_threads = true;
   //! Size of the device virtual-address reservation. 0 = 4 x (device_budget + host_budget), at least
   //! 1 GiB. Allocations are carved out of it, so it bounds the total size of live tensors.
   std::size_t va_size = 0;

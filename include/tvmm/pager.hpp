@@ -47,6 +47,14 @@ enum class Tier : std::uint8_t {
 //! Returns "none", "device", "host", "transit" or "nvme".
 [[nodiscard]] const char* to_string(Tier tier) noexcept;
 
+//! Where a pager put its host tier and its worker threads (Pager::placement()).
+struct Placement {
+  std::string host_policy;   //!< "node 1 (preferred)", "interleave over nodes 0,1" or "none"
+  std::string host_reason;   //!< what decided it, e.g. "host.numa = \"auto\": the GPU at ... is on node 1"
+  std::string host_outcome;  //!< "bound: node 1 (preferred)", or "unbound: <why>"
+  std::string threads;       //!< "bound to CPUs 8-15 (node 1): 2 stream threads, 4 I/O threads", or why not
+};
+
 //! Optional facts about a tensor that help the pager place it.
 struct Hints {
   std::string name;  //!< Shown in errors and traces.
@@ -245,6 +253,9 @@ class Pager {
   [[nodiscard]] const Config& config() const noexcept;
   //! Name of the device backend in use, e.g. "sim".
   [[nodiscard]] const char* backend_name() const noexcept;
+  //! Where the host tier and the worker threads were placed, and why: the host tier's NUMA policy
+  //! (config `host.numa`), whether binding it worked, and which CPUs the worker threads may use.
+  [[nodiscard]] Placement placement() const;
 
  private:
   friend struct detail::PagerAccess;

@@ -12,6 +12,7 @@ packages=(
   libcli11-dev          # the tvmm command-line tool
   liburing-dev          # the NVMe tier's io_uring backend
   libxxhash-dev         # NVMe page checksums (XXH3)
+  libhwloc-dev          # NUMA topology and host-memory / thread placement
   fio                   # bench/nvme_vs_fio.sh compares the NVMe tier with it
 )
 

@@ -141,6 +141,9 @@ Status FaultyDevice::do_unmap(DevPtr va, std::size_t bytes) {
 }
 Status FaultyDevice::do_alloc_host(std::size_t bytes, void** out) { return inner_->alloc_host(bytes, out); }
 Status FaultyDevice::do_free_host(void* ptr, std::size_t bytes) { return inner_->free_host(ptr, bytes); }
+Status FaultyDevice::do_register_host(void* ptr, std::size_t bytes) { return inner_->register_host(ptr, bytes); }
+Status FaultyDevice::do_unregister_host(void* ptr, std::size_t bytes) { return inner_->unregister_host(ptr, bytes); }
+Status FaultyDevice::do_set_worker_cpus(const std::vector<unsigned>& cpus) { return inner_->set_worker_cpus(cpus); }
 Status FaultyDevice::do_create_stream(StreamHandle* out) { return inner_->create_stream(out); }
 Status FaultyDevice::do_destroy_stream(StreamHandle stream) { return inner_->destroy_stream(stream); }
 Status FaultyDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,

@@ -22,6 +22,7 @@ DeviceProperties sim_properties(const SimDeviceConfig& c, std::size_t device_bud
   const std::size_t want = c.capacity != 0 ? c.capacity : device_budget;
   p.capacity = c.granularity == 0 ? want : (want + c.granularity - 1) / c.granularity * c.granularity;
   p.host_accessible = true;
+  p.pci_bus_id = c.pci_bus_id;
   return p;
 }
 
@@ -202,12 +203,48 @@ Status SimDevice::do_free_host(void* ptr, std::size_t bytes) {
   return ::munmap(ptr, bytes) == 0 ? Status::success() : sys_fail();
 }
 
+Status SimDevice::do_register_host(void* ptr, std::size_t bytes) {
+  std::lock_guard lk(mu_);
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  auto next = registered_.lower_bound(p);
+  const bool overlaps = (next != registered_.end() && next->first < p + bytes) ||
+                        (next != registered_.begin() && std::prev(next)->first + std::prev(next)->second > p);
+  if (overlaps) return Status::fail(Errc::invalid_value);  // as CUDA: a range is registered once
+  registered_.emplace(p, bytes);
+  return Status::success();
+}
+
+Status SimDevice::do_unregister_host(void* ptr, std::size_t bytes) {
+  std::lock_guard lk(mu_);
+  auto it = registered_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == registered_.end() || it->second != bytes) return Status::fail(Errc::invalid_value);
+  registered_.erase(it);
+  return Status::success();
+}
+
+Status SimDevice::do_set_worker_cpus(const std::vector<unsigned>& cpus) {
+  std::lock_guard lk(streams_mu_);
+  for (auto* s : streams_) {
+    if (!s->bind(cpus)) return Status::fail(Errc::system_error, EINVAL);
+  }
+  worker_cpus_ = cpus;
+  return Status::success();
+}
+
 Status SimDevice::do_create_stream(StreamHandle* out) {
-  *out = new sim::SimStream(h2d_.get(), d2h_.get(), timing_);
+  auto* s = new sim::SimStream(h2d_.get(), d2h_.get(), timing_);
+  std::lock_guard lk(streams_mu_);
+  if (!worker_cpus_.empty()) (void)s->bind(worker_cpus_);  // checked when the set was accepted
+  streams_.insert(s);
+  *out = s;
   return Status::success();
 }
 
 Status SimDevice::do_destroy_stream(StreamHandle stream) {
+  {
+    std::lock_guard lk(streams_mu_);
+    streams_.erase(as_stream(stream));
+  }
   delete as_stream(stream);
   return Status::success();
 }

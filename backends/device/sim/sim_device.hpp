@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <vector>
 
 #include "backends/device/device_backend.hpp"
 #include "backends/device/sim/sim_stream.hpp"
@@ -36,6 +38,9 @@ class SimDevice final : public DeviceBackend {
   Status do_unmap(DevPtr va, std::size_t bytes) override;
   Status do_alloc_host(std::size_t bytes, void** out) override;
   Status do_free_host(void* ptr, std::size_t bytes) override;
+  Status do_register_host(void* ptr, std::size_t bytes) override;
+  Status do_unregister_host(void* ptr, std::size_t bytes) override;
+  Status do_set_worker_cpus(const std::vector<unsigned>& cpus) override;
   Status do_create_stream(StreamHandle* out) override;
   Status do_destroy_stream(StreamHandle stream) override;
   Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) override;
@@ -72,6 +77,10 @@ class SimDevice final : public DeviceBackend {
   std::unique_ptr<sim::CopyEngine> h2d_;
   std::unique_ptr<sim::CopyEngine> d2h_;
   sim::Timing timing_ = sim::Timing::wall;
+  std::map<std::uintptr_t, std::size_t> registered_;  // register_host ranges (under mu_)
+  std::mutex streams_mu_;                             // guards streams_ and worker_cpus_
+  std::set<sim::SimStream*> streams_;
+  std::vector<unsigned> worker_cpus_;  // empty: unbound
 };
 
 }  // namespace tvmm::backend

@@ -1,5 +1,8 @@
 #include "backends/device/sim/sim_stream.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -99,6 +102,15 @@ void SimStream::enqueue(SimOp op) {
     wake = worker_waiting_;
   }
   if (wake) work_cv_.notify_one();
+}
+
+bool SimStream::bind(const std::vector<unsigned>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (unsigned c : cpus) {
+    if (c < CPU_SETSIZE) CPU_SET(c, &set);
+  }
+  return pthread_setaffinity_np(thread_.native_handle(), sizeof set, &set) == 0;
 }
 
 void SimStream::synchronize() {

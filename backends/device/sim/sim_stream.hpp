@@ -24,6 +24,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "backends/device/device_backend.hpp"
 
@@ -88,6 +89,8 @@ class SimStream {
 
   void enqueue(SimOp op);
   void synchronize();
+  // Restricts the worker thread to `cpus`; false if the OS refuses.
+  bool bind(const std::vector<unsigned>& cpus);
 
  private:
   void run();

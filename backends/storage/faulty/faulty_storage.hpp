@@ -74,6 +74,7 @@ class FaultyStorage final : public StorageBackend {
   bool register_buffers(void* base, std::size_t bytes) noexcept override {
     return inner_->register_buffers(base, bytes);
   }
+  int bind_workers(const std::vector<unsigned>& cpus) noexcept override { return inner_->bind_workers(cpus); }
   [[nodiscard]] int submit(std::span<const IoRequest> reqs) override;
   std::size_t reap(std::span<IoCompletion> out, std::size_t min) override;
   [[nodiscard]] std::size_t outstanding() const noexcept override;

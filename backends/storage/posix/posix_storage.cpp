@@ -1,5 +1,7 @@
 #include "backends/storage/posix/posix_storage.hpp"
 
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,6 +93,18 @@ std::size_t PosixStorage::reap(std::span<IoCompletion> out, std::size_t min) {
 std::size_t PosixStorage::outstanding() const noexcept {
   std::lock_guard lk(mu_);
   return outstanding_;
+}
+
+int PosixStorage::bind_workers(const std::vector<unsigned>& cpus) noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (unsigned c : cpus) {
+    if (c < CPU_SETSIZE) CPU_SET(c, &set);
+  }
+  for (auto& t : workers_) {
+    if (pthread_setaffinity_np(t.native_handle(), sizeof set, &set) != 0) return -1;
+  }
+  return static_cast<int>(workers_.size());
 }
 
 }  // namespace tvmm::storage

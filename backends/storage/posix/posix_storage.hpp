@@ -25,6 +25,7 @@ class PosixStorage final : public StorageBackend {
   [[nodiscard]] int submit(std::span<const IoRequest> reqs) override;
   std::size_t reap(std::span<IoCompletion> out, std::size_t min) override;
   [[nodiscard]] std::size_t outstanding() const noexcept override;
+  int bind_workers(const std::vector<unsigned>& cpus) noexcept override;
 
  private:
   void worker();
