@@ -93,4 +93,8 @@ int run_batch(StorageBackend& backend, std::span<const IoRequest> reqs, std::spa
 //! "No space left on device (ENOSPC)" for a positive errno.
 std::string errno_text(int err);
 
+//! 0 if an io_uring instance can be created here, else -errno (EPERM: seccomp or
+//! kernel.io_uring_disabled; ENOSYS: a kernel without io_uring).
+int probe_uring() noexcept;
+
 }  // namespace tvmm::storage

@@ -33,7 +33,7 @@ bool parse_pci_bus_id(std::string_view text, unsigned* domain, unsigned* bus, un
   // [DDDD:]BB:DD.F, hexadecimal digits only (no "0x", no signs, nothing after).
   auto field = [&](std::string_view& t, char end, unsigned max, unsigned* out) {
     const auto stop = end == 0 ? t.size() : t.find(end);
-    if (stop == 0 || stop == std::string_view::npos || stop > 4) return false;
+    if (stop == 0 || stop == std::string_view::npos || stop > 8) return false;  // CUDA prints 8-digit domains
     unsigned v = 0;
     for (char c : t.substr(0, stop)) {
       const int d = c >= '0' && c <= '9'   ? c - '0'

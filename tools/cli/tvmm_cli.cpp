@@ -1,27 +1,19 @@
 // tvmm: the command-line tool. `tvmm check-config FILE` validates a policy file (with the TVMM_*
-// environment overrides) against the backend it names and prints the effective configuration.
+// environment overrides) against the backend it names and prints the effective configuration;
+// `tvmm info [--json] [--config FILE]` reports what this machine offers and where a pager would go.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "tools/cli/info.hpp"
 #include "tvmm/tvmm.hpp"
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw tvmm::config_error("cannot open the config file '" + path + "'; check the path");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 int check_config(const std::string& path, bool use_env) {
   try {
-    tvmm::Config cfg = tvmm::parse_config(read_file(path), path);
+    tvmm::Config cfg = tvmm::parse_config(tvmm::cli::read_config_file(path), path);
     const auto overrides = use_env ? tvmm::apply_environment(cfg) : std::vector<std::string>{};
     // Building a pager resolves what depends on the backend (page size, budgets against capacity).
     tvmm::Pager pager(cfg);
@@ -50,7 +42,20 @@ int main(int argc, char** argv) {
   check->add_option("FILE", path, "TOML policy file")->required();
   check->add_flag("--no-env", no_env, "Ignore the TVMM_<SECTION>_<KEY> environment overrides");
 
+  tvmm::cli::InfoOptions info_opts;
+  auto* info = app.add_subcommand("info",
+                                  "Report NUMA nodes, GPUs and their nearest nodes, io_uring, RLIMIT_MEMLOCK, huge "
+                                  "pages, and where a pager would place its host tier and threads");
+  info->add_option("--config", info_opts.config, "A policy file: report the placement it gives");
+  info->add_flag("--json", info_opts.json, "Print JSON instead of text");
+  bool info_no_env = false;
+  info->add_flag("--no-env", info_no_env, "Ignore the TVMM_<SECTION>_<KEY> environment overrides");
+
   CLI11_PARSE(app, argc, argv);
   if (check->parsed()) return check_config(path, !no_env);
+  if (info->parsed()) {
+    info_opts.use_env = !info_no_env;
+    return tvmm::cli::run_info(info_opts);
+  }
   return 2;
 }

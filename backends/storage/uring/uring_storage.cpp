@@ -13,6 +13,14 @@ constexpr unsigned kMaxShort = 4;                         // short transfers: re
 constexpr std::size_t kMaxRegion = std::size_t{1} << 30;  // io_uring limits one registered buffer to 1 GiB
 }  // namespace
 
+int probe_uring() noexcept {
+  io_uring ring{};
+  const int rc = io_uring_queue_init(2, &ring, 0);
+  if (rc < 0) return rc;
+  io_uring_queue_exit(&ring);
+  return 0;
+}
+
 std::unique_ptr<UringStorage> UringStorage::create(const StorageOptions& options, int* err) {
   io_uring ring{};
   const unsigned depth = options.queue_depth == 0 ? 1 : options.queue_depth;

@@ -1,0 +1,294 @@
+#include "tools/cli/info.hpp"
+
+#include <dlfcn.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/storage/storage_backend.hpp"
+#include "backends/topology/topology.hpp"
+#include "tvmm/tvmm.hpp"
+
+namespace tvmm::cli {
+
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// "0-3,8,10-11"
+std::string cpu_ranges(const std::vector<unsigned>& cpus) {
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]) + (j > i ? "-" + std::to_string(cpus[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::optional<std::uint64_t> meminfo(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  std::string k;
+  std::uint64_t v = 0;
+  std::string unit;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    if (ls >> k >> v && k == key + ":") {
+      ls >> unit;
+      return unit == "kB" ? v * 1024 : v;
+    }
+  }
+  return std::nullopt;
+}
+
+bool has_cap_ipc_lock() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("CapEff:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> 14) & 1;  // CAP_IPC_LOCK
+  }
+  return false;
+}
+
+struct Gpu {
+  int index = 0;
+  std::string name, bus_id;
+  std::uint64_t memory = 0;
+  std::optional<unsigned> node;
+};
+
+struct Cuda {
+  bool driver = false;
+  std::string status;  // for people
+  std::vector<Gpu> gpus;
+};
+
+// The CUDA driver, loaded at run time as the CUDA backend will be: no link-time dependency.
+Cuda probe_cuda(const topology::Topology* topo) {
+  Cuda c;
+  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    const char* e = ::dlerror();
+    c.status = std::string("no CUDA driver (") + (e != nullptr ? e : "libcuda.so.1 not found") + ")";
+    return c;
+  }
+  c.driver = true;
+  using Init = int (*)(unsigned);
+  using Count = int (*)(int*);
+  using Get = int (*)(int*, int);
+  using Str = int (*)(char*, int, int);
+  using Mem = int (*)(std::size_t*, int);
+  auto init = reinterpret_cast<Init>(::dlsym(h, "cuInit"));
+  auto count = reinterpret_cast<Count>(::dlsym(h, "cuDeviceGetCount"));
+  auto get = reinterpret_cast<Get>(::dlsym(h, "cuDeviceGet"));
+  auto name = reinterpret_cast<Str>(::dlsym(h, "cuDeviceGetName"));
+  auto bus = reinterpret_cast<Str>(::dlsym(h, "cuDeviceGetPCIBusId"));
+  auto mem = reinterpret_cast<Mem>(::dlsym(h, "cuDeviceTotalMem_v2"));
+  int n = 0;
+  if (init == nullptr || count == nullptr || get == nullptr || name == nullptr || bus == nullptr || mem == nullptr) {
+    c.status = "CUDA driver found, but it lacks the functions tvmm needs (too old?)";
+  } else if (const int rc = init(0); rc != 0) {
+    c.status = "CUDA driver found, but cuInit failed with CUresult " + std::to_string(rc) +
+               " (no GPU visible, or the driver and kernel module disagree)";
+  } else if (count(&n) != 0) {
+    c.status = "CUDA driver found, but cuDeviceGetCount failed";
+  } else {
+    c.status = "CUDA driver found: " + std::to_string(n) + " GPU(s)";
+    for (int i = 0; i < n; ++i) {
+      int dev = 0;
+      if (get(&dev, i) != 0) continue;
+      Gpu g;
+      g.index = i;
+      char buf[256] = {};
+      if (name(buf, sizeof buf, dev) == 0) g.name = buf;
+      char id[64] = {};
+      if (bus(id, sizeof id, dev) == 0) g.bus_id = id;
+      std::size_t bytes = 0;
+      if (mem(&bytes, dev) == 0) g.memory = bytes;
+      if (topo != nullptr && !g.bus_id.empty()) g.node = topo->node_near_pci(g.bus_id);
+      c.gpus.push_back(std::move(g));
+    }
+  }
+  ::dlclose(h);
+  return c;
+}
+
+std::string limit_text(rlim_t v) {
+  return v == RLIM_INFINITY ? "unlimited" : format_bytes(static_cast<std::size_t>(v));
+}
+std::string limit_json(rlim_t v) { return v == RLIM_INFINITY ? "null" : std::to_string(v); }
+
+}  // namespace
+
+std::string read_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw config_error("cannot open the config file '" + path + "'; check the path");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int run_info(const InfoOptions& o) {
+  // The configuration first: a bad one is the one error this command reports as such.
+  std::optional<Pager> pager;
+  try {
+    Config cfg;
+    if (!o.config.empty()) cfg = o.use_env ? load_config(o.config) : parse_config(read_config_file(o.config), o.config);
+    // The placement does not depend on the NVMe tier, whose drives may not be on this machine.
+    cfg.nvme.budget = 0;
+    pager.emplace(cfg);
+  } catch (const error& e) {
+    std::fprintf(stderr, "tvmm info: %s\n", e.what());
+    return 1;
+  }
+
+  std::shared_ptr<const topology::Topology> topo;
+  std::string topo_error;
+  try {
+    topo = topology::Topology::machine();
+  } catch (const std::exception& e) {
+    topo_error = e.what();
+  }
+  const Cuda cuda = probe_cuda(topo.get());
+  std::vector<topology::PciDevice> pci_gpus;
+  if (topo) {
+    for (const auto& d : topo->pci_devices()) {
+      if (d.is_nvidia_gpu()) pci_gpus.push_back(d);
+    }
+  }
+  const int uring = storage::probe_uring();
+  const std::string uring_disabled = first_line("/proc/sys/kernel/io_uring_disabled");
+  rlimit memlock{};
+  ::getrlimit(RLIMIT_MEMLOCK, &memlock);
+  const bool ipc_lock = has_cap_ipc_lock();
+  std::string thp = first_line("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (auto a = thp.find('['), b = thp.find(']'); a != std::string::npos && b != std::string::npos && b > a) {
+    thp = thp.substr(a + 1, b - a - 1);
+  }
+  const auto huge_total = meminfo("HugePages_Total"), huge_free = meminfo("HugePages_Free"),
+             huge_size = meminfo("Hugepagesize");
+  const auto placement = pager->placement();
+  const std::size_t host_bytes = pager->config().host_budget;
+  const bool fixed_fit = ipc_lock || memlock.rlim_cur == RLIM_INFINITY || host_bytes <= memlock.rlim_cur;
+
+  if (o.json) {
+    std::string j = "{\n  \"numa_nodes\": [";
+    if (topo) {
+      for (std::size_t i = 0; i < topo->nodes().size(); ++i) {
+        const auto& n = topo->nodes()[i];
+        j += std::string(i ? ", " : "") + "{\"id\": " + std::to_string(n.id) +
+             ", \"memory_bytes\": " + std::to_string(n.memory_bytes) + ", \"cpus\": [";
+        for (std::size_t k = 0; k < n.cpus.size(); ++k) j += (k ? ", " : "") + std::to_string(n.cpus[k]);
+        j += "]}";
+      }
+    }
+    j += "],\n  \"topology_error\": " + (topo_error.empty() ? std::string("null") : json_string(topo_error));
+    j += ",\n  \"cuda\": {\"driver\": " + std::string(cuda.driver ? "true" : "false") +
+         ", \"status\": " + json_string(cuda.status) + ", \"gpus\": [";
+    for (std::size_t i = 0; i < cuda.gpus.size(); ++i) {
+      const auto& g = cuda.gpus[i];
+      j += std::string(i ? ", " : "") + "{\"index\": " + std::to_string(g.index) +
+           ", \"name\": " + json_string(g.name) + ", \"pci_bus_id\": " + json_string(g.bus_id) +
+           ", \"memory_bytes\": " + std::to_string(g.memory) +
+           ", \"numa_node\": " + (g.node ? std::to_string(*g.node) : "null") + "}";
+    }
+    j += "]},\n  \"pci_nvidia_gpus\": [";
+    for (std::size_t i = 0; i < pci_gpus.size(); ++i) {
+      j += std::string(i ? ", " : "") + "{\"pci_bus_id\": " + json_string(pci_gpus[i].bus_id) +
+           ", \"numa_node\": " + (pci_gpus[i].node ? std::to_string(*pci_gpus[i].node) : "null") + "}";
+    }
+    j += "],\n  \"io_uring\": {\"works\": " + std::string(uring == 0 ? "true" : "false") +
+         ", \"error\": " + (uring == 0 ? "null" : json_string(storage::errno_text(-uring))) +
+         ", \"kernel_io_uring_disabled\": " + (uring_disabled.empty() ? "null" : json_string(uring_disabled)) + "}";
+    j += ",\n  \"memlock\": {\"soft_bytes\": " + limit_json(memlock.rlim_cur) +
+         ", \"hard_bytes\": " + limit_json(memlock.rlim_max) + ", \"cap_ipc_lock\": " + (ipc_lock ? "true" : "false") +
+         ", \"host_tier_fits_fixed_buffers\": " + (fixed_fit ? "true" : "false") + "}";
+    j += ",\n  \"huge_pages\": {\"transparent\": " + json_string(thp) +
+         ", \"total\": " + (huge_total ? std::to_string(*huge_total) : "null") +
+         ", \"free\": " + (huge_free ? std::to_string(*huge_free) : "null") +
+         ", \"size_bytes\": " + (huge_size ? std::to_string(*huge_size) : "null") + "}";
+    j += ",\n  \"placement\": {\"config\": " + (o.config.empty() ? std::string("null") : json_string(o.config)) +
+         ", \"host_budget_bytes\": " + std::to_string(host_bytes) +
+         ", \"host_policy\": " + json_string(placement.host_policy) +
+         ", \"host_reason\": " + json_string(placement.host_reason) +
+         ", \"host_outcome\": " + json_string(placement.host_outcome) +
+         ", \"threads\": " + json_string(placement.threads) + "}\n}\n";
+    std::fputs(j.c_str(), stdout);
+    return 0;
+  }
+
+  std::printf("NUMA nodes:\n");
+  if (!topo) std::printf("  unknown (%s)\n", topo_error.c_str());
+  if (topo) {
+    for (const auto& n : topo->nodes()) {
+      std::printf("  node %u: %s, CPUs %s\n", n.id, format_bytes(n.memory_bytes).c_str(), cpu_ranges(n.cpus).c_str());
+    }
+    if (topo->nodes().size() == 1) std::printf("  (one node: placement cannot matter on this machine)\n");
+  }
+  std::printf("GPUs:\n  %s\n", cuda.status.c_str());
+  for (const auto& g : cuda.gpus) {
+    std::printf("  GPU %d: %s, %s, PCI %s, nearest NUMA node %s\n", g.index, g.name.c_str(),
+                format_bytes(g.memory).c_str(), g.bus_id.c_str(), g.node ? std::to_string(*g.node).c_str() : "unknown");
+  }
+  for (const auto& d : pci_gpus) {
+    std::printf("  on the PCI bus: NVIDIA GPU at %s, nearest NUMA node %s\n", d.bus_id.c_str(),
+                d.node ? std::to_string(*d.node).c_str() : "unknown");
+  }
+  if (pci_gpus.empty() && topo) std::printf("  no NVIDIA GPU on the PCI bus\n");
+  std::printf("io_uring (the NVMe tier):\n");
+  if (uring == 0) {
+    std::printf("  works\n");
+  } else {
+    std::printf("  unavailable: %s%s; the NVMe tier would use pread/pwrite threads (nvme.backend = \"posix\")\n",
+                storage::errno_text(-uring).c_str(),
+                uring_disabled.empty() ? ""
+                                       : (" (kernel.io_uring_disabled = " + uring_disabled +
+                                          "; seccomp filters in containers also block it)")
+                                             .c_str());
+  }
+  std::printf("RLIMIT_MEMLOCK: soft %s, hard %s%s\n", limit_text(memlock.rlim_cur).c_str(),
+              limit_text(memlock.rlim_max).c_str(), ipc_lock ? " (CAP_IPC_LOCK: not enforced)" : "");
+  std::printf("  io_uring fixed buffers (the host tier, %s) %s\n", format_bytes(host_bytes).c_str(),
+              fixed_fit ? "fit: NVMe transfers use registered buffers"
+                        : "do not fit: NVMe transfers fall back to plain reads and writes (raise `ulimit -l`)");
+  std::printf("Huge pages: transparent %s", thp.empty() ? "unknown" : thp.c_str());
+  if (huge_total && huge_size) {
+    std::printf("; %llu reserved pages of %s (%llu free)", static_cast<unsigned long long>(*huge_total),
+                format_bytes(*huge_size).c_str(), static_cast<unsigned long long>(huge_free.value_or(0)));
+  }
+  std::printf("\nPlacement%s:\n", o.config.empty() ? " (default configuration)" : (" for " + o.config).c_str());
+  std::printf("  host tier: %s\n    why: %s\n    result: %s\n  worker threads: %s\n", placement.host_policy.c_str(),
+              placement.host_reason.c_str(), placement.host_outcome.c_str(), placement.threads.c_str());
+  return 0;
+}
+
+}  // namespace tvmm::cli
