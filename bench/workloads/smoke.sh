@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a tiny tvmm-bench training matrix and checks the JSON has one record per run with the promised
-# fields. Args: TVMM_BENCH
+# fields; then a quick host-bandwidth run. Args: TVMM_BENCH
 set -euo pipefail
 bench=$1
 out=$(mktemp)
@@ -14,4 +14,8 @@ for field in workload backend policy oversubscription step_time_s bytes_moved by
   [ "$n" -eq 2 ] || { echo "field $field appears $n times"; cat "$out"; exit 1; }
 done
 grep -q '"policy": "trace"' "$out"
+# Host-tier bandwidth by NUMA placement: a near and an unbound row, each with a figure.
+hb=$("$bench" --workload host-bandwidth --quick)
+grep -Eq '^near +auto +[0-9.]+ +bound' <<<"$hb" || { echo "no bound near row:"; echo "$hb"; exit 1; }
+grep -Eq '^unbound +none +[0-9.]+ +unbound' <<<"$hb" || { echo "no unbound row:"; echo "$hb"; exit 1; }
 echo "tvmm-bench smoke: ok"

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/workloads/host_bandwidth.hpp"
 #include "policies/belady.hpp"
 #include "tvmm/tvmm.hpp"
 
@@ -181,7 +182,11 @@ int main(int argc, char** argv) {
   CLI::App app{"tvmm-bench: workload benchmarks on the simulated GPU"};
   std::string workload = "train";
   bool quick = false;
-  app.add_option("--workload", workload, "Workload")->check(CLI::IsMember({"train"}));
+  app.add_option("--workload", workload,
+                 "Workload: train (the training loop), host-bandwidth (host-tier copies near, far and unbound)")
+      ->check(CLI::IsMember({"train", "host-bandwidth"}));
+  tvmm::bench::HostBandwidthOptions hb;
+  app.add_option("--pci-bus-id", hb.pci_bus_id, "host-bandwidth: the PCI bus id the simulated GPU claims");
   app.add_flag("--quick", quick, "A small, fast run (6 layers of 4 MiB tensors, 5 iterations)");
   app.add_option("--layers", o.layers, "Layers")->check(CLI::Range(1, 1000));
   app.add_option("--tensor-mib", o.tensor_mib, "Size of each tensor in MiB")->check(CLI::Range(1, 4096));
@@ -203,6 +208,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000));
   app.add_option("--json", o.json, "Write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
+  if (workload == "host-bandwidth") {
+    hb.json = o.json;
+    if (quick) {
+      hb.tensor_mib = 16;
+      hb.sweeps = 2;
+    }
+    return tvmm::bench::run_host_bandwidth(hb);
+  }
   if (quick) {
     o.layers = 6;
     o.tensor_mib = 4;
