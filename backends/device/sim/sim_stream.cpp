@@ -1,12 +1,10 @@
 #include "backends/device/sim/sim_stream.hpp"
 
-#include <pthread.h>
-#include <sched.h>
-
 #include <algorithm>
 #include <thread>
 
 #include "backends/device/sim/copy_engine.hpp"
+#include "backends/topology/placement.hpp"
 
 namespace tvmm::backend::sim {
 
@@ -105,12 +103,7 @@ void SimStream::enqueue(SimOp op) {
 }
 
 bool SimStream::bind(const std::vector<unsigned>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (unsigned c : cpus) {
-    if (c < CPU_SETSIZE) CPU_SET(c, &set);
-  }
-  return pthread_setaffinity_np(thread_.native_handle(), sizeof set, &set) == 0;
+  return topology::bind_thread(thread_.native_handle(), cpus, nullptr);
 }
 
 void SimStream::synchronize() {

@@ -1,11 +1,11 @@
 #include "backends/storage/posix/posix_storage.hpp"
 
-#include <pthread.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+
+#include "backends/topology/placement.hpp"
 
 namespace tvmm::storage {
 
@@ -96,13 +96,8 @@ std::size_t PosixStorage::outstanding() const noexcept {
 }
 
 int PosixStorage::bind_workers(const std::vector<unsigned>& cpus) noexcept {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (unsigned c : cpus) {
-    if (c < CPU_SETSIZE) CPU_SET(c, &set);
-  }
   for (auto& t : workers_) {
-    if (pthread_setaffinity_np(t.native_handle(), sizeof set, &set) != 0) return -1;
+    if (!topology::bind_thread(t.native_handle(), cpus, nullptr)) return -1;
   }
   return static_cast<int>(workers_.size());
 }
