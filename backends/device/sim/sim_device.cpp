@@ -68,15 +68,8 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
 SimDevice::~SimDevice() {
   h2d_.reset();
   d2h_.reset();
-  for (auto& [base, bytes] : reservations_) ::munmap(as_ptr(base), bytes);
+  for (auto& [base, bytes] : book_.reservations()) ::munmap(as_ptr(base), bytes);
   if (memfd_ >= 0) ::close(memfd_);
-}
-
-bool SimDevice::inside_reservation(DevPtr va, std::size_t bytes) const {
-  auto it = reservations_.upper_bound(va);
-  if (it == reservations_.begin()) return false;
-  --it;
-  return va >= it->first && va + bytes <= it->first + it->second;
 }
 
 Status SimDevice::do_reserve(std::size_t bytes, DevPtr* out) {
@@ -89,19 +82,16 @@ Status SimDevice::do_reserve(std::size_t bytes, DevPtr* out) {
   if (base > raw) ::munmap(p, base - raw);
   if (base + bytes < raw + bytes + g) ::munmap(as_ptr(base + bytes), raw + bytes + g - (base + bytes));
   std::lock_guard lk(mu_);
-  reservations_.emplace(base, bytes);
+  book_.add_reservation(base, bytes);
   *out = base;
   return Status::success();
 }
 
 Status SimDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
   std::lock_guard lk(mu_);
-  auto it = reservations_.find(base);
-  if (it == reservations_.end() || it->second != bytes) return Status::fail(Errc::invalid_value);
-  auto m = mappings_.lower_bound(base);
-  if (m != mappings_.end() && m->first < base + bytes) return Status::fail(Errc::invalid_value);  // still mapped
+  if (auto s = book_.check_release_reservation(base, bytes); !s.ok()) return s;
   if (::munmap(as_ptr(base), bytes) != 0) return sys_fail();
-  reservations_.erase(it);
+  book_.remove_reservation(base);
   return Status::success();
 }
 
@@ -110,22 +100,17 @@ Status SimDevice::do_create_chunk(std::size_t bytes, ChunkHandle* out) {
   const auto off = granules_.allocate(bytes);
   if (!off) return Status::fail(Errc::out_of_memory);
   const std::uint64_t handle = *off + 1;  // never 0
-  chunks_.emplace(handle, bytes);
+  book_.add_chunk(handle, bytes);
   out->value = handle;
   return Status::success();
 }
 
 Status SimDevice::do_release_chunk(ChunkHandle chunk) {
   std::lock_guard lk(mu_);
-  auto it = chunks_.find(chunk.value);
-  if (it == chunks_.end()) return Status::fail(Errc::invalid_value);
-  if (auto m = chunk_maps_.find(chunk.value); m != chunk_maps_.end() && m->second > 0) {
-    return Status::fail(Errc::invalid_value);  // still mapped: unmap first
-  }
+  std::size_t len = 0;
+  if (auto s = book_.check_release_chunk(chunk.value, &len); !s.ok()) return s;
   const std::size_t off = chunk.value - 1;
-  const std::size_t len = it->second;
-  chunks_.erase(it);
-  chunk_maps_.erase(chunk.value);
+  book_.remove_chunk(chunk.value);
   // Give the memory back to the host, as releasing device memory would.
   ::fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off), static_cast<off_t>(len));
   granules_.free(off, len);
@@ -134,15 +119,7 @@ Status SimDevice::do_release_chunk(ChunkHandle chunk) {
 
 Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   std::lock_guard lk(mu_);
-  auto c = chunks_.find(chunk.value);
-  if (c == chunks_.end() || bytes > c->second) return Status::fail(Errc::invalid_value);
-  if (!inside_reservation(va, bytes)) return Status::fail(Errc::invalid_value);
-  auto after = mappings_.lower_bound(va);
-  if (after != mappings_.end() && after->first < va + bytes) return Status::fail(Errc::already_mapped);
-  if (after != mappings_.begin()) {
-    auto before = std::prev(after);
-    if (before->first + before->second.bytes > va) return Status::fail(Errc::already_mapped);
-  }
+  if (auto s = book_.check_map(va, bytes, chunk.value); !s.ok()) return s;
   // MAP_POPULATE builds the page-table entries now, as a real map does, instead of taking one minor
   // fault per 4 KiB on the first copy into the page. Then no access until set_access, as in CUDA
   // (mprotect keeps the populated entries).
@@ -153,41 +130,22 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
     make_inaccessible(va, bytes);
     return failed;
   }
-  mappings_.emplace(va, Mapping{bytes, chunk.value});
-  ++chunk_maps_[chunk.value];
+  book_.add_mapping(va, bytes, chunk.value);
   return Status::success();
-}
-
-Status SimDevice::covering_mappings(DevPtr va, std::size_t bytes, MappingIt* first, MappingIt* last) {
-  DevPtr at = va;
-  auto m = mappings_.find(va);
-  *first = m;
-  while (at < va + bytes) {
-    if (m == mappings_.end() || m->first != at) return Status::fail(Errc::not_mapped);
-    at += m->second.bytes;
-    ++m;
-  }
-  *last = m;
-  return at == va + bytes ? Status::success() : Status::fail(Errc::invalid_value);
 }
 
 Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
   std::lock_guard lk(mu_);
-  MappingIt first, last;
-  if (auto s = covering_mappings(va, bytes, &first, &last); !s.ok()) return s;
+  if (auto s = book_.check_whole_mappings(va, bytes); !s.ok()) return s;
   if (::mprotect(as_ptr(va), bytes, PROT_READ | PROT_WRITE) != 0) return sys_fail();
   return Status::success();
 }
 
 Status SimDevice::do_unmap(DevPtr va, std::size_t bytes) {
   std::lock_guard lk(mu_);
-  MappingIt first, last;
-  if (auto s = covering_mappings(va, bytes, &first, &last); !s.ok()) return s;
+  if (auto s = book_.check_whole_mappings(va, bytes); !s.ok()) return s;
   if (!make_inaccessible(va, bytes)) return sys_fail();
-  for (auto it = first; it != last;) {
-    --chunk_maps_[it->second.chunk];
-    it = mappings_.erase(it);
-  }
+  book_.remove_mappings(va, bytes);
   return Status::success();
 }
 

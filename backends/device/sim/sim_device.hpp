@@ -13,6 +13,7 @@
 
 #include "backends/device/device_backend.hpp"
 #include "backends/device/sim/sim_stream.hpp"
+#include "backends/device/vmm_book.hpp"
 #include "tvmm/config.hpp"
 #include "vmm/detail/range_allocator.hpp"
 
@@ -55,25 +56,10 @@ class SimDevice final : public DeviceBackend {
   Status do_synchronize_event(EventHandle event) override;
   Status do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) override;
 
-  struct Mapping {
-    std::size_t bytes;
-    std::uint64_t chunk;
-  };
-  using MappingIt = std::map<DevPtr, Mapping>::iterator;
-
-  // Must hold mu_. True when [va, va+bytes) lies inside one reservation.
-  [[nodiscard]] bool inside_reservation(DevPtr va, std::size_t bytes) const;
-  // Must hold mu_. The mappings that exactly tile [va, va+bytes), as [first, last); fails with
-  // not_mapped or invalid_value when the range is not tiled by whole mappings.
-  Status covering_mappings(DevPtr va, std::size_t bytes, MappingIt* first, MappingIt* last);
-
   int memfd_ = -1;
   std::mutex mu_;
   detail::RangeAllocator<std::size_t> granules_;  // free byte ranges of the memfd
-  std::map<std::uint64_t, std::size_t> chunks_;   // handle (offset + 1) -> bytes
-  std::map<std::uint64_t, int> chunk_maps_;       // handle -> live mappings
-  std::map<DevPtr, std::size_t> reservations_;    // base -> bytes
-  std::map<DevPtr, Mapping> mappings_;            // va -> mapping
+  VmmBook book_;                                  // reservations, chunks (handle = offset + 1), mappings
   std::unique_ptr<sim::CopyEngine> h2d_;
   std::unique_ptr<sim::CopyEngine> d2h_;
   sim::Timing timing_ = sim::Timing::wall;
