@@ -79,11 +79,12 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"device",
                   "backend",
                   KeyType::text,
-                  "one of: \"sim\"",
-                  "device backend: \"sim\" is the simulated GPU (the CUDA backend joins later)",
+                  "one of: \"sim\", \"cuda\"",
+                  "device backend: \"sim\" (the simulated GPU) or \"cuda\" (an NVIDIA GPU through the driver, "
+                  "loaded at run time)",
                   false,
                   0.0,
-                  {"sim"},
+                  {"sim", "cuda"},
                   [](Config& c, const KeyValue& v) { c.device_backend = v.text; },
                   [](const Config& c) { return "\"" + c.device_backend + "\""; }});
   keys.push_back(size_key("device", "budget", "device memory the pager may use for pages (whole pages)", false,
@@ -95,6 +96,16 @@ std::vector<ConfigKey> make_keys() {
                           "device address reservation; bounds the total size of live tensors; \"auto\" = 4 x "
                           "(device + host budgets), at least 1 GiB",
                           true, [](Config& c) -> std::size_t& { return c.va_size; }));
+  keys.push_back({"device",
+                  "ordinal",
+                  KeyType::number,
+                  "a whole number >= 0",
+                  "which GPU the cuda backend uses, as the driver numbers them (CUDA_VISIBLE_DEVICES applies)",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.cuda_device = static_cast<int>(whole(v.number, 1024)); },
+                  [](const Config& c) { return std::to_string(c.cuda_device); }});
   keys.push_back(size_key("device.sim", "capacity",
                           "physical memory of the simulated GPU (a hard limit); \"auto\" = the "
                           "device budget",

@@ -8,7 +8,10 @@ namespace tvmm::detail {
 void throw_status(backend::Status status, const char* call, const char* file, int line) {
   std::string msg =
       std::string("tvmm: device backend call `") + call + "` failed with " + backend::errc_name(status.code);
-  if (status.sys_errno != 0) msg += " (errno " + std::to_string(status.sys_errno) + ")";
+  if (status.sys_errno != 0) {
+    msg += (status.code == backend::Errc::driver_error ? " (driver code " : " (errno ") +
+           std::to_string(status.sys_errno) + ")";
+  }
   msg += " at " + std::string(file) + ":" + std::to_string(line);
   if (status.code == backend::Errc::out_of_memory) {
     throw out_of_memory(msg + "; the device has no physical memory left for this request");

@@ -1,5 +1,8 @@
 #include "backends/device/device_backend.hpp"
 
+#if defined(TVMM_HAVE_CUDA)
+#include "backends/device/cuda/cuda_device.hpp"
+#endif
 #include "backends/device/sim/sim_device.hpp"
 #include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
@@ -16,6 +19,7 @@ const char* errc_name(Errc e) noexcept {
     case Errc::already_mapped: return "already_mapped";
     case Errc::not_supported: return "not_supported";
     case Errc::system_error: return "system_error";
+    case Errc::driver_error: return "driver_error";
   }
   return "unknown";
 }
@@ -169,8 +173,18 @@ Status DeviceBackend::event_elapsed(EventHandle start, EventHandle end, std::chr
 
 std::unique_ptr<DeviceBackend> make_device_backend(const Config& config) {
   if (config.device_backend == "sim") return std::make_unique<SimDevice>(config.sim, config.device_budget);
+#if defined(TVMM_HAVE_CUDA)
+  if (config.device_backend == "cuda") return make_cuda_device(config.cuda_device);
+#else
+  if (config.device_backend == "cuda") {
+    throw device_error(
+        "device.backend = \"cuda\": this build of tvmm has no CUDA backend (cuda.h was not found when "
+        "it was built); install the CUDA toolkit and rebuild",
+        "not_supported");
+  }
+#endif
   throw config_error("device_backend = \"" + config.device_backend +
-                     "\" is not a known device backend; use \"sim\" (the simulated GPU)");
+                     "\" is not a known device backend; use \"sim\" (the simulated GPU) or \"cuda\"");
 }
 
 }  // namespace tvmm::backend

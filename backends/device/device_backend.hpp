@@ -57,6 +57,7 @@ enum class Errc : std::uint8_t {
   already_mapped,  //!< map over a range that is mapped
   not_supported,   //!< the backend cannot do this
   system_error,    //!< an operating-system call failed (errno in Status::sys_errno)
+  driver_error,    //!< the GPU driver failed otherwise (its code, e.g. a CUresult, in Status::sys_errno)
 };
 
 //! Returns the error's name, e.g. "out_of_memory".

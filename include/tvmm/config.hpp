@@ -62,8 +62,11 @@ struct NvmeConfig {
 //! Configuration of a `tvmm::Pager`. Defaults suit a small simulated run; `validate()` is called by
 //! the Pager constructor and throws `tvmm::config_error` naming the bad field and a fix.
 struct Config {
-  //! Device backend: "sim" (simulated GPU; works everywhere). "cuda" joins in a later release.
+  //! Device backend: "sim" (simulated GPU; works everywhere) or "cuda" (an NVIDIA GPU through the
+  //! driver, loaded at run time: without a driver the Pager constructor throws tvmm::device_error).
   std::string device_backend = "sim";
+  //! Which GPU the "cuda" backend uses, as the driver numbers them.
+  int cuda_device = 0;
   //! Page size in bytes, the unit of residency. 0 = the backend's granularity. Otherwise a multiple
   //! of the granularity (larger pages amortise the fixed per-page driver cost).
   std::size_t page_size = 0;

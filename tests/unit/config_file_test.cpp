@@ -234,13 +234,23 @@ TEST(ConfigFile, EveryExampleConfigLoadsAndBuildsAPager) {
       }
       cfg.nvme.budget = std::min<std::size_t>(cfg.nvme.budget, 64 * MiB);
     }
+    if (cfg.device_backend == "cuda") {
+      // Loaded and validated above; a pager needs a GPU. Without one the error says so (the gpu-labelled
+      // tests use the GPU where there is one).
+      try {
+        Pager pager(cfg);
+      } catch (const device_error& e) {
+        EXPECT_NE(std::string(e.what()).find("no CUDA"), std::string::npos) << e.what();
+      }
+      continue;
+    }
     Pager pager(cfg);
     auto t = pager.allocate(pager.config().page_size);
     auto pin = t.pin(Access::write);
     test::fill(pin.data(), t.size(), 5);
     EXPECT_EQ(test::mismatches(pin.data(), t.size(), 5), 0u);
   }
-  EXPECT_GE(seen, 4);
+  EXPECT_GE(seen, 5);
 }
 
 TEST(ConfigFile, NvmeKeysParseFromFileAndEnvironment) {

@@ -1,6 +1,5 @@
 #include "tools/cli/info.hpp"
 
-#include <dlfcn.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -10,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#if defined(TVMM_HAVE_CUDA)
+#include "backends/device/cuda/cuda_api.hpp"
+#endif
 #include "backends/storage/storage_backend.hpp"
 #include "backends/topology/topology.hpp"
 #include "tvmm/tvmm.hpp"
@@ -84,6 +86,8 @@ struct Gpu {
   std::string name, bus_id;
   std::uint64_t memory = 0;
   std::optional<unsigned> node;
+  bool vmm = false;               // cuMemCreate/cuMemMap (tvmm needs them)
+  bool host_numa_chunks = false;  // cuMemCreate at CU_MEM_LOCATION_TYPE_HOST_NUMA
 };
 
 struct Cuda {
@@ -92,53 +96,54 @@ struct Cuda {
   std::vector<Gpu> gpus;
 };
 
-// The CUDA driver, loaded at run time as the CUDA backend will be: no link-time dependency.
+// The CUDA driver, through the CUDA backend's own loader (libcuda.so.1, cuGetProcAddress_v2).
 Cuda probe_cuda(const topology::Topology* topo) {
   Cuda c;
-  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    const char* e = ::dlerror();
-    c.status = std::string("no CUDA driver (") + (e != nullptr ? e : "libcuda.so.1 not found") + ")";
+#if defined(TVMM_HAVE_CUDA)
+  std::shared_ptr<const backend::cuda::Api> api;
+  try {
+    api = backend::cuda::load_driver();
+  } catch (const error& e) {
+    c.status = e.what();
     return c;
   }
   c.driver = true;
-  using Init = int (*)(unsigned);
-  using Count = int (*)(int*);
-  using Get = int (*)(int*, int);
-  using Str = int (*)(char*, int, int);
-  using Mem = int (*)(std::size_t*, int);
-  auto init = reinterpret_cast<Init>(::dlsym(h, "cuInit"));
-  auto count = reinterpret_cast<Count>(::dlsym(h, "cuDeviceGetCount"));
-  auto get = reinterpret_cast<Get>(::dlsym(h, "cuDeviceGet"));
-  auto name = reinterpret_cast<Str>(::dlsym(h, "cuDeviceGetName"));
-  auto bus = reinterpret_cast<Str>(::dlsym(h, "cuDeviceGetPCIBusId"));
-  auto mem = reinterpret_cast<Mem>(::dlsym(h, "cuDeviceTotalMem_v2"));
   int n = 0;
-  if (init == nullptr || count == nullptr || get == nullptr || name == nullptr || bus == nullptr || mem == nullptr) {
-    c.status = "CUDA driver found, but it lacks the functions tvmm needs (too old?)";
-  } else if (const int rc = init(0); rc != 0) {
-    c.status = "CUDA driver found, but cuInit failed with CUresult " + std::to_string(rc) +
+  if (const CUresult rc = api->Init(0); rc != CUDA_SUCCESS) {
+    c.status = "CUDA driver found, but cuInit failed with " + backend::cuda::result_name(*api, rc) +
                " (no GPU visible, or the driver and kernel module disagree)";
-  } else if (count(&n) != 0) {
-    c.status = "CUDA driver found, but cuDeviceGetCount failed";
-  } else {
-    c.status = "CUDA driver found: " + std::to_string(n) + " GPU(s)";
-    for (int i = 0; i < n; ++i) {
-      int dev = 0;
-      if (get(&dev, i) != 0) continue;
-      Gpu g;
-      g.index = i;
-      char buf[256] = {};
-      if (name(buf, sizeof buf, dev) == 0) g.name = buf;
-      char id[64] = {};
-      if (bus(id, sizeof id, dev) == 0) g.bus_id = id;
-      std::size_t bytes = 0;
-      if (mem(&bytes, dev) == 0) g.memory = bytes;
-      if (topo != nullptr && !g.bus_id.empty()) g.node = topo->node_near_pci(g.bus_id);
-      c.gpus.push_back(std::move(g));
-    }
+    return c;
   }
-  ::dlclose(h);
+  if (api->DeviceGetCount(&n) != CUDA_SUCCESS) {
+    c.status = "CUDA driver found, but cuDeviceGetCount failed";
+    return c;
+  }
+  c.status = "CUDA driver found: " + std::to_string(n) + " GPU(s)";
+  for (int i = 0; i < n; ++i) {
+    CUdevice dev = 0;
+    if (api->DeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+    Gpu g;
+    g.index = i;
+    char buf[256] = {};
+    if (api->DeviceGetName(buf, sizeof buf, dev) == CUDA_SUCCESS) g.name = buf;
+    char id[64] = {};
+    if (api->DeviceGetPCIBusId(id, sizeof id, dev) == CUDA_SUCCESS) g.bus_id = id;
+    std::size_t bytes = 0;
+    if (api->DeviceTotalMem(&bytes, dev) == CUDA_SUCCESS) g.memory = bytes;
+    int v = 0;
+    g.vmm = api->DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) == CUDA_SUCCESS &&
+            v != 0;
+    v = 0;
+    g.host_numa_chunks = api->DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                                 dev) == CUDA_SUCCESS &&
+                         v != 0;
+    if (topo != nullptr && !g.bus_id.empty()) g.node = topo->node_near_pci(g.bus_id);
+    c.gpus.push_back(std::move(g));
+  }
+#else
+  (void)topo;
+  c.status = "this build of tvmm has no CUDA backend (cuda.h was not found when it was built)";
+#endif
   return c;
 }
 
@@ -219,7 +224,9 @@ int run_info(const InfoOptions& o) {
       j += std::string(i ? ", " : "") + "{\"index\": " + std::to_string(g.index) +
            ", \"name\": " + json_string(g.name) + ", \"pci_bus_id\": " + json_string(g.bus_id) +
            ", \"memory_bytes\": " + std::to_string(g.memory) +
-           ", \"numa_node\": " + (g.node ? std::to_string(*g.node) : "null") + "}";
+           ", \"numa_node\": " + (g.node ? std::to_string(*g.node) : "null") +
+           ", \"vmm\": " + (g.vmm ? "true" : "false") +
+           ", \"host_numa_chunks\": " + (g.host_numa_chunks ? "true" : "false") + "}";
     }
     j += "]},\n  \"pci_nvidia_gpus\": [";
     for (std::size_t i = 0; i < pci_gpus.size(); ++i) {
@@ -256,8 +263,10 @@ int run_info(const InfoOptions& o) {
   }
   std::printf("GPUs:\n  %s\n", cuda.status.c_str());
   for (const auto& g : cuda.gpus) {
-    std::printf("  GPU %d: %s, %s, PCI %s, nearest NUMA node %s\n", g.index, g.name.c_str(),
-                format_bytes(g.memory).c_str(), g.bus_id.c_str(), g.node ? std::to_string(*g.node).c_str() : "unknown");
+    std::printf("  GPU %d: %s, %s, PCI %s, nearest NUMA node %s; VMM %s; host-NUMA VMM chunks %s\n", g.index,
+                g.name.c_str(), format_bytes(g.memory).c_str(), g.bus_id.c_str(),
+                g.node ? std::to_string(*g.node).c_str() : "unknown", g.vmm ? "yes" : "NO (tvmm cannot use it)",
+                g.host_numa_chunks ? "supported" : "not supported");
   }
   for (const auto& d : pci_gpus) {
     std::printf("  on the PCI bus: NVIDIA GPU at %s, nearest NUMA node %s\n", d.bus_id.c_str(),

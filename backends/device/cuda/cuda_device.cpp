@@ -1,0 +1,261 @@
+#include "backends/device/cuda/cuda_device.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "tvmm/errors.hpp"
+
+namespace tvmm::backend {
+
+namespace {
+
+CUdeviceptr dptr(DevPtr p) noexcept { return static_cast<CUdeviceptr>(p); }
+CUstream as_stream(StreamHandle s) noexcept { return static_cast<CUstream>(s); }
+CUevent as_event(EventHandle e) noexcept { return static_cast<CUevent>(e); }
+
+// Pinned device memory on `dev`, the only kind the pager maps.
+CUmemAllocationProp device_prop(CUdevice dev) {
+  CUmemAllocationProp p{};
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.location.id = dev;
+  return p;
+}
+
+// The context current on this thread, as set by enter() (any device's).
+thread_local CUcontext t_current = nullptr;
+
+}  // namespace
+
+CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
+  auto fail = [&](const char* call, CUresult r) {
+    return device_error("no CUDA device: " + std::string(call) + " failed with " + cuda::result_name(api, r) +
+                            " (is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)",
+                        cuda::result_name(api, r));
+  };
+  if (CUresult r = api.Init(0); r != CUDA_SUCCESS) throw fail("cuInit", r);
+  int count = 0;
+  if (CUresult r = api.DeviceGetCount(&count); r != CUDA_SUCCESS) throw fail("cuDeviceGetCount", r);
+  if (ordinal < 0 || ordinal >= count) {
+    throw device_error(
+        "no CUDA device " + std::to_string(ordinal) + ": the driver sees " + std::to_string(count) + " GPU(s)",
+        "invalid_device");
+  }
+  Opened o;
+  if (CUresult r = api.DeviceGet(&o.dev, ordinal); r != CUDA_SUCCESS) throw fail("cuDeviceGet", r);
+  int vmm = 0;
+  (void)api.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, o.dev);
+  if (vmm == 0) {
+    throw device_error("CUDA device " + std::to_string(ordinal) +
+                           " does not support virtual memory management (cuMemCreate/cuMemMap), which tvmm needs",
+                       "not_supported");
+  }
+  int host_numa = 0;
+  (void)api.DeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, o.dev);
+  o.host_numa_chunks = host_numa != 0;
+  if (CUresult r = api.DevicePrimaryCtxRetain(&o.ctx, o.dev); r != CUDA_SUCCESS) {
+    throw fail("cuDevicePrimaryCtxRetain", r);
+  }
+  const CUmemAllocationProp prop = device_prop(o.dev);
+  std::size_t granularity = 0;
+  std::size_t total = 0;
+  char name[256] = {};
+  char bus[64] = {};
+  CUresult r = api.CtxSetCurrent(o.ctx);
+  if (r == CUDA_SUCCESS) r = api.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r == CUDA_SUCCESS) r = api.DeviceTotalMem(&total, o.dev);
+  if (r == CUDA_SUCCESS) r = api.DeviceGetName(name, sizeof name, o.dev);
+  if (r == CUDA_SUCCESS) r = api.DeviceGetPCIBusId(bus, sizeof bus, o.dev);
+  if (r != CUDA_SUCCESS) {
+    (void)api.DevicePrimaryCtxRelease(o.dev);
+    throw fail("querying the device", r);
+  }
+  o.props.name = "cuda";
+  o.props.granularity = granularity;
+  o.props.capacity = total;
+  o.props.host_accessible = false;
+  o.props.pci_bus_id = bus;
+  return o;
+}
+
+CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal) : CudaDevice(api, open(*api, ordinal)) {}
+
+CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened)
+    : DeviceBackend(std::move(opened.props)),
+      api_(std::move(api)),
+      dev_(opened.dev),
+      ctx_(opened.ctx),
+      host_numa_chunks_(opened.host_numa_chunks) {}
+
+CudaDevice::~CudaDevice() {
+  if (t_current == ctx_) t_current = nullptr;
+  (void)api_->DevicePrimaryCtxRelease(dev_);
+}
+
+bool CudaDevice::enter() const noexcept {
+  if (t_current == ctx_) return true;
+  if (api_->CtxSetCurrent(ctx_) != CUDA_SUCCESS) return false;
+  t_current = ctx_;
+  return true;
+}
+
+Status CudaDevice::check(CUresult r) const noexcept {
+  switch (r) {
+    case CUDA_SUCCESS: return Status::success();
+    case CUDA_ERROR_NOT_READY: return Status::fail(Errc::not_ready);
+    case CUDA_ERROR_OUT_OF_MEMORY: return Status::fail(Errc::out_of_memory, r);
+    case CUDA_ERROR_INVALID_VALUE: return Status::fail(Errc::invalid_value, r);
+    case CUDA_ERROR_NOT_SUPPORTED: return Status::fail(Errc::not_supported, r);
+    default: return Status::fail(Errc::driver_error, r);
+  }
+}
+
+#define TVMM_CU(call) (enter() ? check(call) : Status::fail(Errc::driver_error, CUDA_ERROR_INVALID_CONTEXT))
+
+Status CudaDevice::do_reserve(std::size_t bytes, DevPtr* out) {
+  CUdeviceptr p = 0;
+  const Status s = TVMM_CU(api_->MemAddressReserve(&p, bytes, properties().granularity, 0, 0));
+  if (!s.ok()) return s;
+  std::lock_guard lk(mu_);
+  book_.add_reservation(static_cast<DevPtr>(p), bytes);
+  *out = static_cast<DevPtr>(p);
+  return s;
+}
+
+Status CudaDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
+  std::lock_guard lk(mu_);
+  if (auto s = book_.check_release_reservation(base, bytes); !s.ok()) return s;
+  const Status s = TVMM_CU(api_->MemAddressFree(dptr(base), bytes));
+  if (s.ok()) book_.remove_reservation(base);
+  return s;
+}
+
+Status CudaDevice::do_create_chunk(std::size_t bytes, ChunkHandle* out) {
+  const CUmemAllocationProp prop = device_prop(dev_);
+  CUmemGenericAllocationHandle h = 0;
+  const Status s = TVMM_CU(api_->MemCreate(&h, bytes, &prop, 0));
+  if (!s.ok()) return s;
+  std::lock_guard lk(mu_);
+  book_.add_chunk(static_cast<std::uint64_t>(h), bytes);
+  out->value = static_cast<std::uint64_t>(h);
+  return s;
+}
+
+Status CudaDevice::do_release_chunk(ChunkHandle chunk) {
+  std::lock_guard lk(mu_);
+  std::size_t bytes = 0;
+  if (auto s = book_.check_release_chunk(chunk.value, &bytes); !s.ok()) return s;
+  const Status s = TVMM_CU(api_->MemRelease(static_cast<CUmemGenericAllocationHandle>(chunk.value)));
+  if (s.ok()) book_.remove_chunk(chunk.value);
+  return s;
+}
+
+Status CudaDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
+  std::lock_guard lk(mu_);
+  if (auto s = book_.check_map(va, bytes, chunk.value); !s.ok()) return s;
+  const Status s = TVMM_CU(api_->MemMap(dptr(va), bytes, 0, static_cast<CUmemGenericAllocationHandle>(chunk.value), 0));
+  if (s.ok()) book_.add_mapping(va, bytes, chunk.value);
+  return s;
+}
+
+Status CudaDevice::do_set_access(DevPtr va, std::size_t bytes) {
+  {
+    std::lock_guard lk(mu_);
+    if (auto s = book_.check_whole_mappings(va, bytes); !s.ok()) return s;
+  }
+  CUmemAccessDesc desc{};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = dev_;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return TVMM_CU(api_->MemSetAccess(dptr(va), bytes, &desc, 1));
+}
+
+Status CudaDevice::do_unmap(DevPtr va, std::size_t bytes) {
+  std::lock_guard lk(mu_);
+  if (auto s = book_.check_whole_mappings(va, bytes); !s.ok()) return s;
+  const Status s = TVMM_CU(api_->MemUnmap(dptr(va), bytes));
+  if (s.ok()) book_.remove_mappings(va, bytes);
+  return s;
+}
+
+Status CudaDevice::do_alloc_host(std::size_t bytes, void** out) { return TVMM_CU(api_->MemAllocHost(out, bytes)); }
+
+Status CudaDevice::do_free_host(void* ptr, std::size_t /*bytes*/) { return TVMM_CU(api_->MemFreeHost(ptr)); }
+
+Status CudaDevice::do_register_host(void* ptr, std::size_t bytes) {
+  return TVMM_CU(api_->MemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE));
+}
+
+Status CudaDevice::do_unregister_host(void* ptr, std::size_t /*bytes*/) {
+  return TVMM_CU(api_->MemHostUnregister(ptr));
+}
+
+Status CudaDevice::do_set_worker_cpus(const std::vector<unsigned>& /*cpus*/) {
+  return Status::fail(Errc::not_supported);  // the driver's own threads are not ours to bind
+}
+
+Status CudaDevice::do_create_stream(StreamHandle* out) {
+  CUstream s = nullptr;
+  const Status st = TVMM_CU(api_->StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  if (st.ok()) *out = s;
+  return st;
+}
+
+Status CudaDevice::do_destroy_stream(StreamHandle stream) { return TVMM_CU(api_->StreamDestroy(as_stream(stream))); }
+
+Status CudaDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) {
+  if (kind == CopyKind::host_to_device) {
+    return TVMM_CU(api_->MemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, bytes, as_stream(stream)));
+  }
+  return TVMM_CU(api_->MemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), bytes, as_stream(stream)));
+}
+
+Status CudaDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {
+  return TVMM_CU(api_->LaunchHostFunc(as_stream(stream), fn, user));
+}
+
+Status CudaDevice::do_launch_busy(StreamHandle /*stream*/, std::chrono::nanoseconds /*duration*/) {
+  // Needs the GPU kernels module (a spin kernel); until it is built for this backend, not supported.
+  return Status::fail(Errc::not_supported);
+}
+
+Status CudaDevice::do_synchronize_stream(StreamHandle stream) {
+  return TVMM_CU(api_->StreamSynchronize(as_stream(stream)));
+}
+
+Status CudaDevice::do_create_event(EventHandle* out) {
+  CUevent e = nullptr;
+  const Status st = TVMM_CU(api_->EventCreate(&e, CU_EVENT_DEFAULT));  // timing on: event_elapsed needs it
+  if (st.ok()) *out = e;
+  return st;
+}
+
+Status CudaDevice::do_destroy_event(EventHandle event) { return TVMM_CU(api_->EventDestroy(as_event(event))); }
+
+Status CudaDevice::do_record_event(EventHandle event, StreamHandle stream) {
+  return TVMM_CU(api_->EventRecord(as_event(event), as_stream(stream)));
+}
+
+Status CudaDevice::do_stream_wait_event(StreamHandle stream, EventHandle event) {
+  return TVMM_CU(api_->StreamWaitEvent(as_stream(stream), as_event(event), CU_EVENT_WAIT_DEFAULT));
+}
+
+Status CudaDevice::do_query_event(EventHandle event) { return TVMM_CU(api_->EventQuery(as_event(event))); }
+
+Status CudaDevice::do_synchronize_event(EventHandle event) { return TVMM_CU(api_->EventSynchronize(as_event(event))); }
+
+Status CudaDevice::do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) {
+  float ms = 0;
+  const Status st = TVMM_CU(api_->EventElapsedTime(&ms, as_event(start), as_event(end)));
+  if (st.ok()) *out = std::chrono::nanoseconds(static_cast<std::int64_t>(std::llround(static_cast<double>(ms) * 1e6)));
+  return st;
+}
+
+#undef TVMM_CU
+
+std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal) {
+  return std::make_unique<CudaDevice>(cuda::load_driver(), ordinal);
+}
+
+}  // namespace tvmm::backend

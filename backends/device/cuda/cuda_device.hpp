@@ -1,0 +1,88 @@
+#pragma once
+// The CUDA driver backend on the VMM API (see device_backend.hpp for the contract):
+// The contract's checks and error codes come from the same bookkeeping as the simulator's (VmmBook),
+// made before each driver call, so the backends agree whatever the driver would return.
+//   reserve       cuMemAddressReserve, aligned to the allocation granularity
+//   create_chunk  cuMemCreate (pinned, on the device); the pager creates its frames once at start
+//   map/unmap     cuMemMap / cuMemUnmap; set_access is cuMemSetAccess over the whole run it is given
+//                 (the transfer engine batches contiguous pages into one run)
+//   streams       non-blocking cuStreams; copies cuMemcpyHtoDAsync / cuMemcpyDtoHAsync; host callables
+//                 cuLaunchHostFunc; events cuEvent* (timing enabled, for event_elapsed)
+//   host memory   register_host = cuMemHostRegister (the pager binds the frames to a NUMA node first)
+// Every call makes the device's primary context current on the calling thread first (cached per
+// thread). The driver is reached only through an Api table (cuda_api.hpp), so a fake can drive it.
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backends/device/cuda/cuda_api.hpp"
+#include "backends/device/device_backend.hpp"
+#include "backends/device/vmm_book.hpp"
+
+namespace tvmm::backend {
+
+class CudaDevice final : public DeviceBackend {
+ public:
+  //! Opens device `ordinal` through `api`. Throws tvmm::device_error naming the failing call when the
+  //! driver has no such device or the device lacks virtual memory management.
+  CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal);
+  ~CudaDevice() override;
+
+  //! The device supports host-located VMM chunks (cuMemCreate at CU_MEM_LOCATION_TYPE_HOST_NUMA), which
+  //! a later release can use to keep evicted pages mapped.
+  [[nodiscard]] bool host_numa_chunks() const noexcept { return host_numa_chunks_; }
+
+ private:
+  struct Opened {
+    DeviceProperties props;
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    bool host_numa_chunks = false;
+  };
+  static Opened open(const cuda::Api& api, int ordinal);
+  CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened);
+
+  Status do_reserve(std::size_t bytes, DevPtr* out) override;
+  Status do_release_reservation(DevPtr base, std::size_t bytes) override;
+  Status do_create_chunk(std::size_t bytes, ChunkHandle* out) override;
+  Status do_release_chunk(ChunkHandle chunk) override;
+  Status do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) override;
+  Status do_set_access(DevPtr va, std::size_t bytes) override;
+  Status do_unmap(DevPtr va, std::size_t bytes) override;
+  Status do_alloc_host(std::size_t bytes, void** out) override;
+  Status do_free_host(void* ptr, std::size_t bytes) override;
+  Status do_register_host(void* ptr, std::size_t bytes) override;
+  Status do_unregister_host(void* ptr, std::size_t bytes) override;
+  Status do_set_worker_cpus(const std::vector<unsigned>& cpus) override;
+  Status do_create_stream(StreamHandle* out) override;
+  Status do_destroy_stream(StreamHandle stream) override;
+  Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) override;
+  Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
+  Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
+  Status do_synchronize_stream(StreamHandle stream) override;
+  Status do_create_event(EventHandle* out) override;
+  Status do_destroy_event(EventHandle event) override;
+  Status do_record_event(EventHandle event, StreamHandle stream) override;
+  Status do_stream_wait_event(StreamHandle stream, EventHandle event) override;
+  Status do_query_event(EventHandle event) override;
+  Status do_synchronize_event(EventHandle event) override;
+  Status do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) override;
+
+  // Makes the primary context current on this thread (once per thread and device), then converts.
+  [[nodiscard]] bool enter() const noexcept;
+  [[nodiscard]] Status check(CUresult r) const noexcept;
+
+  std::shared_ptr<const cuda::Api> api_;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  bool host_numa_chunks_ = false;
+  std::mutex mu_;  // guards book_ (the VMM calls' bookkeeping; copies and events take no lock)
+  VmmBook book_;
+};
+
+//! The driver's backend for device `ordinal`: loads the driver (cuda::load_driver) and opens the
+//! device. Throws tvmm::device_error ("no CUDA driver ..." / "no CUDA device ...") with the fix.
+std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal);
+
+}  // namespace tvmm::backend

@@ -1,0 +1,359 @@
+// The CUDA backend without a GPU: loading the real driver fails with the promised error, and a fake
+// driver (the same function-pointer table) drives the backend under a real pager to check the calls
+// it makes: one reservation of the configured size, frames created once, host frames registered,
+// cuMemSetAccess once per contiguous run, a victim unmapped only after its write-back was recorded,
+// and a page-in ordered after the write-back of its frame's previous page.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/device/cuda/cuda_device.hpp"
+#include "test_support.hpp"
+#include "vmm/pager_impl.hpp"
+
+using namespace tvmm;
+namespace cu = tvmm::backend::cuda;
+
+namespace {
+
+constexpr std::size_t kGranularity = 64 * KiB;
+
+// One recorded driver call: its name, the address and size it concerned, and a stream or event.
+struct Call {
+  std::string name;
+  std::uintptr_t ptr = 0;
+  std::size_t bytes = 0;
+  const void* handle = nullptr;  // stream (copies, records, waits) or event (waited for)
+  const void* event = nullptr;   // event recorded or waited on
+};
+
+// The fake GPU: every stream runs its work at once (so ordering is the order of calls), device
+// addresses are host memory reserved with mmap, so copies and host callables really move bytes.
+struct Fake {
+  std::mutex mu;
+  std::vector<Call> log;
+  std::vector<std::pair<void*, std::size_t>> reservations;
+  std::uint64_t next_handle = 1;
+  int streams = 0, events = 0;
+  void add(Call c) {
+    std::lock_guard lk(mu);
+    log.push_back(std::move(c));
+  }
+};
+Fake* g_fake = nullptr;
+
+std::vector<Call> calls(const std::string& name) {
+  std::lock_guard lk(g_fake->mu);
+  std::vector<Call> out;
+  for (const auto& c : g_fake->log) {
+    if (c.name == name) out.push_back(c);
+  }
+  return out;
+}
+
+// Index of the first call matching `pred` at or after `from`, or SIZE_MAX.
+template <class Pred>
+std::size_t find_call(std::size_t from, Pred pred) {
+  std::lock_guard lk(g_fake->mu);
+  for (std::size_t i = from; i < g_fake->log.size(); ++i) {
+    if (pred(g_fake->log[i])) return i;
+  }
+  return SIZE_MAX;
+}
+
+std::shared_ptr<const cu::Api> fake_api() {
+  auto api = std::make_shared<cu::Api>();
+  api->Init = [](unsigned) { return CUDA_SUCCESS; };
+  api->DeviceGetCount = [](int* n) {
+    *n = 1;
+    return CUDA_SUCCESS;
+  };
+  api->DeviceGet = [](CUdevice* d, int i) {
+    *d = i;
+    return CUDA_SUCCESS;
+  };
+  api->DeviceGetAttribute = [](int* v, CUdevice_attribute a, CUdevice) {
+    *v = a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ? 1 : 0;
+    return CUDA_SUCCESS;
+  };
+  api->DeviceGetName = [](char* s, int n, CUdevice) {
+    std::snprintf(s, static_cast<std::size_t>(n), "Fake GPU");
+    return CUDA_SUCCESS;
+  };
+  api->DeviceGetPCIBusId = [](char* s, int n, CUdevice) {
+    std::snprintf(s, static_cast<std::size_t>(n), "0000:65:00.0");
+    return CUDA_SUCCESS;
+  };
+  api->DeviceTotalMem = [](std::size_t* b, CUdevice) {
+    *b = 64 * kGranularity;
+    return CUDA_SUCCESS;
+  };
+  api->DevicePrimaryCtxRetain = [](CUcontext* c, CUdevice) {
+    *c = reinterpret_cast<CUcontext>(0x1);
+    return CUDA_SUCCESS;
+  };
+  api->DevicePrimaryCtxRelease = [](CUdevice) { return CUDA_SUCCESS; };
+  api->CtxSetCurrent = [](CUcontext) { return CUDA_SUCCESS; };
+  api->MemGetAllocationGranularity = [](std::size_t* g, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) {
+    *g = kGranularity;
+    return CUDA_SUCCESS;
+  };
+  api->MemAddressReserve = [](CUdeviceptr* p, std::size_t size, std::size_t, CUdeviceptr, unsigned long long) {
+    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    {
+      std::lock_guard lk(g_fake->mu);
+      g_fake->reservations.emplace_back(m, size);
+    }
+    *p = reinterpret_cast<CUdeviceptr>(m);
+    g_fake->add({"cuMemAddressReserve", reinterpret_cast<std::uintptr_t>(m), size});
+    return CUDA_SUCCESS;
+  };
+  api->MemAddressFree = [](CUdeviceptr p, std::size_t size) {
+    ::munmap(reinterpret_cast<void*>(p), size);
+    g_fake->add({"cuMemAddressFree", static_cast<std::uintptr_t>(p), size});
+    return CUDA_SUCCESS;
+  };
+  api->MemCreate = [](CUmemGenericAllocationHandle* h, std::size_t size, const CUmemAllocationProp* prop,
+                      unsigned long long) {
+    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    {
+      std::lock_guard lk(g_fake->mu);
+      *h = g_fake->next_handle++;
+    }
+    g_fake->add({"cuMemCreate", 0, size});
+    return CUDA_SUCCESS;
+  };
+  api->MemRelease = [](CUmemGenericAllocationHandle) {
+    g_fake->add({"cuMemRelease"});
+    return CUDA_SUCCESS;
+  };
+  api->MemMap = [](CUdeviceptr p, std::size_t size, std::size_t, CUmemGenericAllocationHandle, unsigned long long) {
+    g_fake->add({"cuMemMap", static_cast<std::uintptr_t>(p), size});
+    return CUDA_SUCCESS;
+  };
+  api->MemUnmap = [](CUdeviceptr p, std::size_t size) {
+    g_fake->add({"cuMemUnmap", static_cast<std::uintptr_t>(p), size});
+    return CUDA_SUCCESS;
+  };
+  api->MemSetAccess = [](CUdeviceptr p, std::size_t size, const CUmemAccessDesc* d, std::size_t n) {
+    if (n != 1 || d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
+    g_fake->add({"cuMemSetAccess", static_cast<std::uintptr_t>(p), size});
+    return CUDA_SUCCESS;
+  };
+  api->MemAllocHost = [](void** p, std::size_t b) {
+    *p = std::malloc(b);
+    return *p != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  };
+  api->MemFreeHost = [](void* p) {
+    std::free(p);
+    return CUDA_SUCCESS;
+  };
+  api->MemHostRegister = [](void* p, std::size_t b, unsigned) {
+    g_fake->add({"cuMemHostRegister", reinterpret_cast<std::uintptr_t>(p), b});
+    return CUDA_SUCCESS;
+  };
+  api->MemHostUnregister = [](void* p) {
+    g_fake->add({"cuMemHostUnregister", reinterpret_cast<std::uintptr_t>(p)});
+    return CUDA_SUCCESS;
+  };
+  api->StreamCreate = [](CUstream* s, unsigned flags) {
+    if (flags != CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard lk(g_fake->mu);
+    *s = reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(0x1000 + ++g_fake->streams));
+    return CUDA_SUCCESS;
+  };
+  api->StreamDestroy = [](CUstream) { return CUDA_SUCCESS; };
+  api->StreamSynchronize = [](CUstream) { return CUDA_SUCCESS; };
+  api->StreamWaitEvent = [](CUstream s, CUevent e, unsigned) {
+    g_fake->add({"cuStreamWaitEvent", 0, 0, s, e});
+    return CUDA_SUCCESS;
+  };
+  api->MemcpyHtoDAsync = [](CUdeviceptr d, const void* h, std::size_t b, CUstream s) {
+    std::memcpy(reinterpret_cast<void*>(d), h, b);
+    g_fake->add({"cuMemcpyHtoDAsync", static_cast<std::uintptr_t>(d), b, s});
+    return CUDA_SUCCESS;
+  };
+  api->MemcpyDtoHAsync = [](void* h, CUdeviceptr d, std::size_t b, CUstream s) {
+    std::memcpy(h, reinterpret_cast<const void*>(d), b);
+    g_fake->add({"cuMemcpyDtoHAsync", static_cast<std::uintptr_t>(d), b, s});
+    return CUDA_SUCCESS;
+  };
+  api->LaunchHostFunc = [](CUstream, CUhostFn fn, void* user) {
+    fn(user);
+    return CUDA_SUCCESS;
+  };
+  api->EventCreate = [](CUevent* e, unsigned) {
+    std::lock_guard lk(g_fake->mu);
+    *e = reinterpret_cast<CUevent>(static_cast<std::uintptr_t>(0x100000 + ++g_fake->events));
+    return CUDA_SUCCESS;
+  };
+  api->EventDestroy = [](CUevent) { return CUDA_SUCCESS; };
+  api->EventRecord = [](CUevent e, CUstream s) {
+    g_fake->add({"cuEventRecord", 0, 0, s, e});
+    return CUDA_SUCCESS;
+  };
+  api->EventQuery = [](CUevent) { return CUDA_SUCCESS; };
+  api->EventSynchronize = [](CUevent) { return CUDA_SUCCESS; };
+  api->EventElapsedTime = [](float* ms, CUevent, CUevent) {
+    *ms = 1.5f;
+    return CUDA_SUCCESS;
+  };
+  api->GetErrorName = [](CUresult, const char** n) {
+    *n = "CUDA_ERROR_FAKE";
+    return CUDA_SUCCESS;
+  };
+  return api;
+}
+
+class CudaBackendFake : public ::testing::Test {
+ protected:
+  void SetUp() override { g_fake = &fake_; }
+  void TearDown() override { g_fake = nullptr; }
+  static Config config() {
+    Config c = test::small_config(4, 16);
+    c.device_backend = "cuda";
+    c.va_size = 64 * kGranularity;
+    return c;
+  }
+  Fake fake_;
+};
+
+}  // namespace
+
+TEST(CudaBackend, WithoutADriverCreatingItFailsWithAClearError) {
+  Config c = test::small_config(2, 4);
+  c.device_backend = "cuda";
+  try {
+    Pager p(c);
+    GTEST_SKIP() << "a CUDA driver and GPU are present here; the gpu-labelled tests cover them";
+  } catch (const device_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("no CUDA"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("sim"), std::string::npos) << msg;  // says what works instead
+  }
+  // Everything else still works.
+  Pager sim(test::small_config(2, 4));
+  auto t = sim.allocate(64 * KiB);
+  auto pin = t.pin(Access::write);
+  test::fill(pin.data(), t.size(), 3);
+  EXPECT_EQ(test::mismatches(pin.data(), t.size(), 3), 0u);
+}
+
+TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
+  backend::CudaDevice dev(fake_api(), 0);
+  EXPECT_EQ(dev.properties().name, "cuda");
+  EXPECT_EQ(dev.properties().granularity, kGranularity);
+  EXPECT_EQ(dev.properties().capacity, 64 * kGranularity);
+  EXPECT_EQ(dev.properties().pci_bus_id, "0000:65:00.0");
+  EXPECT_FALSE(dev.properties().host_accessible);
+  EXPECT_FALSE(dev.host_numa_chunks());
+  backend::StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  EXPECT_EQ(dev.launch_busy(s, std::chrono::milliseconds(1)).code, backend::Errc::not_supported);
+  EXPECT_EQ(dev.set_worker_cpus({0}).code, backend::Errc::not_supported);
+  backend::EventHandle a = nullptr, b = nullptr;
+  ASSERT_TRUE(dev.create_event(&a).ok());
+  ASSERT_TRUE(dev.create_event(&b).ok());
+  std::chrono::nanoseconds t{0};
+  ASSERT_TRUE(dev.event_elapsed(a, b, &t).ok());
+  EXPECT_EQ(t, std::chrono::microseconds(1500));  // cuEventElapsedTime's milliseconds, converted
+  EXPECT_TRUE(dev.destroy_event(a).ok());
+  EXPECT_TRUE(dev.destroy_event(b).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+}
+
+TEST_F(CudaBackendFake, ThePagerReservesOnceCreatesFramesOnceAndRegistersTheHostTier) {
+  {
+    auto p = detail::PagerAccess::make(config(), std::make_unique<backend::CudaDevice>(fake_api(), 0));
+    const auto reserves = calls("cuMemAddressReserve");
+    ASSERT_EQ(reserves.size(), 1u);
+    EXPECT_EQ(reserves[0].bytes, p.config().va_size);
+    const auto reg = calls("cuMemHostRegister");
+    ASSERT_EQ(reg.size(), 1u);
+    EXPECT_EQ(reg[0].bytes, p.config().host_budget);
+    EXPECT_EQ(p.placement().threads.find("stream threads not bound: not_supported"), 0u) << p.placement().threads;
+    auto a = p.allocate(4 * kGranularity);
+    auto b = p.allocate(4 * kGranularity);
+    auto s = p.create_stream();
+    for (int round = 0; round < 3; ++round) {  // each pin evicts the other tensor
+      for (auto* t : {&a, &b}) auto pin = t->pin(s, Access::read_write);
+    }
+    // The device budget's 4 frames, each created once (on first need) and recycled through 6 evictions
+    // of 4 pages; never released on the hot path.
+    EXPECT_EQ(calls("cuMemCreate").size(), 4u);
+    EXPECT_TRUE(calls("cuMemRelease").empty());
+  }
+  EXPECT_EQ(calls("cuMemRelease").size(), 4u);
+  EXPECT_EQ(calls("cuMemAddressFree").size(), 1u);
+  EXPECT_EQ(calls("cuMemHostUnregister").size(), 1u);
+}
+
+TEST_F(CudaBackendFake, AccessIsGrantedOncePerContiguousRun) {
+  auto p = detail::PagerAccess::make(config(), std::make_unique<backend::CudaDevice>(fake_api(), 0));
+  auto t = p.allocate(4 * kGranularity);
+  auto s = p.create_stream();
+  const std::size_t before_maps = calls("cuMemMap").size();
+  auto pin = t.pin(s, Access::write);
+  EXPECT_EQ(calls("cuMemMap").size() - before_maps, 4u);
+  const auto access = calls("cuMemSetAccess");
+  ASSERT_EQ(access.size(), 1u);
+  EXPECT_EQ(access[0].ptr, reinterpret_cast<std::uintptr_t>(t.data()));
+  EXPECT_EQ(access[0].bytes, 4 * kGranularity);
+}
+
+TEST_F(CudaBackendFake, VictimsAreUnmappedAfterTheirWriteBackAndPageInsWaitForIt) {
+  auto p = detail::PagerAccess::make(config(), std::make_unique<backend::CudaDevice>(fake_api(), 0));
+  auto a = p.allocate(4 * kGranularity);
+  auto b = p.allocate(4 * kGranularity);
+  auto s = p.create_stream();
+  {
+    auto pin = a.pin(s, Access::write);
+    s.launch([d = pin.data()] { test::fill(d, 4 * kGranularity, 11); });
+  }
+  { auto pin = b.pin(s, Access::write); }  // evicts a
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data());
+  // a's write-back, then an event on the same stream, then (when that event is complete) the unmap.
+  const std::size_t copy = find_call(0, [&](const Call& c) { return c.name == "cuMemcpyDtoHAsync" && c.ptr == a0; });
+  ASSERT_NE(copy, SIZE_MAX);
+  const void* out_stream = g_fake->log[copy].handle;
+  const std::size_t recorded =
+      find_call(copy, [&](const Call& c) { return c.name == "cuEventRecord" && c.handle == out_stream; });
+  ASSERT_NE(recorded, SIZE_MAX);
+  // Bring a back: its page-ins go into frames whose previous pages (b's) are written back first, and
+  // the host-to-device stream waits for those write-backs before copying.
+  std::size_t mark = 0;
+  {
+    std::lock_guard lk(g_fake->mu);
+    mark = g_fake->log.size();
+  }
+  {
+    auto pin = a.pin(s, Access::read);
+    s.launch([&, d = pin.data()] { EXPECT_EQ(test::mismatches(d, 4 * kGranularity, 11), 0u); });
+  }
+  p.check_invariants();  // retires the write-backs: a's old addresses were unmapped by now
+  const std::size_t unmap = find_call(0, [&](const Call& c) { return c.name == "cuMemUnmap" && c.ptr == a0; });
+  ASSERT_NE(unmap, SIZE_MAX) << "a's evicted page was never unmapped";
+  EXPECT_GT(unmap, recorded) << "unmapped before its write-back was even recorded";
+  const std::size_t b_back =
+      find_call(mark, [&](const Call& c) { return c.name == "cuMemcpyDtoHAsync" && c.handle == out_stream; });
+  ASSERT_NE(b_back, SIZE_MAX);
+  const std::size_t b_event =
+      find_call(b_back, [&](const Call& c) { return c.name == "cuEventRecord" && c.handle == out_stream; });
+  ASSERT_NE(b_event, SIZE_MAX);
+  const void* b_done = g_fake->log[b_event].event;
+  const std::size_t wait =
+      find_call(b_event, [&](const Call& c) { return c.name == "cuStreamWaitEvent" && c.event == b_done; });
+  const std::size_t page_in =
+      find_call(mark, [&](const Call& c) { return c.name == "cuMemcpyHtoDAsync" && c.ptr == a0; });
+  ASSERT_NE(wait, SIZE_MAX) << "no stream waits for the write-back of the frame's previous page";
+  ASSERT_NE(page_in, SIZE_MAX);
+  EXPECT_LT(wait, page_in) << "the page-in was queued before its stream waited for the frame's write-back";
+}
