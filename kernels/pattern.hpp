@@ -1,8 +1,8 @@
 #pragma once
 //! @file pattern.hpp
-//! CPU reference of the pattern kernels: fill memory with a seeded pattern and count the bytes that
-//! differ from it. The simulator runs these as "kernels"; the CUDA versions (a later release) must
-//! produce the same bytes.
+//! CPU reference of the kernels: fill memory with a seeded pattern, count the bytes that differ from
+//! it, checksum words, and arithmetic of tunable intensity. The simulator runs these as "kernels";
+//! the GPU versions (kernels/cuda/kernels.cu) produce the same bytes and results.
 
 #include <bit>
 #include <cstddef>
@@ -54,6 +54,28 @@ inline std::size_t count_mismatches(const void* src, std::size_t bytes, std::uin
     bad += count_bytes(w ^ pattern_word(seed, words), tail);
   }
   return bad;
+}
+
+//! Checksum of `words` 64-bit words: the sum (mod 2^64) of pattern_word(word i, i), so it depends on
+//! every bit and on position, and threads may add their parts in any order.
+inline std::uint64_t checksum(const void* src, std::size_t words) noexcept {
+  const auto* in = static_cast<const std::byte*>(src);
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < words; ++i) {
+    std::uint64_t w;
+    std::memcpy(&w, in + i * 8, 8);
+    sum += pattern_word(w, i);
+  }
+  return sum;
+}
+
+//! `iterations` dependent multiply-adds on each of `n` floats: 2 * iterations flops per element.
+inline void compute(float* data, std::size_t n, int iterations) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    float x = data[i];
+    for (int k = 0; k < iterations; ++k) x = x * 0.999999f + 0.000001f;
+    data[i] = x;
+  }
 }
 
 }  // namespace tvmm::kernels

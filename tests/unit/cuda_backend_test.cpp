@@ -210,6 +210,34 @@ std::shared_ptr<const cu::Api> fake_api() {
     *n = "CUDA_ERROR_FAKE";
     return CUDA_SUCCESS;
   };
+  api->ModuleLoadData = [](CUmodule* m, const void* image) {
+    if (image == nullptr) return CUDA_ERROR_INVALID_IMAGE;
+    *m = reinterpret_cast<CUmodule>(0x2);
+    g_fake->add({"cuModuleLoadData"});
+    return CUDA_SUCCESS;
+  };
+  api->ModuleUnload = [](CUmodule) {
+    g_fake->add({"cuModuleUnload"});
+    return CUDA_SUCCESS;
+  };
+  api->ModuleGetFunction = [](CUfunction* f, CUmodule, const char* name) {
+    static const std::vector<std::string> names = {"tvmm_fill", "tvmm_verify", "tvmm_checksum", "tvmm_compute",
+                                                   "tvmm_busy"};
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) return CUDA_ERROR_NOT_FOUND;
+    *f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(0x3000 + (it - names.begin())));
+    return CUDA_SUCCESS;
+  };
+  api->LaunchKernel = [](CUfunction f, unsigned gx, unsigned, unsigned, unsigned bx, unsigned, unsigned, unsigned,
+                         CUstream s, void** params, void**) {
+    // Records the kernel (by its index in the list above) as ptr, blocks x threads as bytes, and for
+    // tvmm_busy its one argument (nanoseconds) as the event field.
+    const auto index = reinterpret_cast<std::uintptr_t>(f) - 0x3000;
+    Call c{"cuLaunchKernel", index, std::size_t{gx} * bx, s};
+    if (index == 4) c.event = reinterpret_cast<const void*>(*static_cast<std::uint64_t*>(params[0]));
+    g_fake->add(c);
+    return CUDA_SUCCESS;
+  };
   return api;
 }
 
@@ -257,7 +285,24 @@ TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
   EXPECT_FALSE(dev.host_numa_chunks());
   backend::StreamHandle s = nullptr;
   ASSERT_TRUE(dev.create_stream(&s).ok());
+#if defined(TVMM_HAVE_GPU_KERNELS)
+  // A busy kernel is tvmm_busy on one thread, told the nanoseconds; the kernels load once.
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(1)).ok());
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::microseconds(5)).ok());
+  const auto launches = calls("cuLaunchKernel");
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].ptr, 4u);    // tvmm_busy
+  EXPECT_EQ(launches[0].bytes, 1u);  // one block of one thread
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(launches[0].event), 1'000'000u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(launches[1].event), 5'000u);
+  EXPECT_EQ(calls("cuModuleLoadData").size(), 1u);
+  // fill over 1 MiB: tvmm_fill over enough 256-thread blocks to cover its words (grid-stride, at most 1024).
+  ASSERT_TRUE(dev.fill(s, 0x10000, MiB, 7).ok());
+  EXPECT_EQ(calls("cuLaunchKernel").back().ptr, 0u);
+  EXPECT_EQ(calls("cuLaunchKernel").back().bytes, 512u * 256u);
+#else
   EXPECT_EQ(dev.launch_busy(s, std::chrono::milliseconds(1)).code, backend::Errc::not_supported);
+#endif
   EXPECT_EQ(dev.set_worker_cpus({0}).code, backend::Errc::not_supported);
   backend::EventHandle a = nullptr, b = nullptr;
   ASSERT_TRUE(dev.create_event(&a).ok());

@@ -80,6 +80,10 @@ std::shared_ptr<const Api> load_driver() {
   resolve(get, "cuEventSynchronize", api->EventSynchronize);
   resolve(get, "cuEventElapsedTime", api->EventElapsedTime);
   resolve(get, "cuGetErrorName", api->GetErrorName);
+  resolve(get, "cuModuleLoadData", api->ModuleLoadData);
+  resolve(get, "cuModuleUnload", api->ModuleUnload);
+  resolve(get, "cuModuleGetFunction", api->ModuleGetFunction);
+  resolve(get, "cuLaunchKernel", api->LaunchKernel);
   return api;
 }
 

@@ -55,6 +55,11 @@ struct Api {
   CUresult (*EventSynchronize)(CUevent event) = nullptr;
   CUresult (*EventElapsedTime)(float* ms, CUevent start, CUevent end) = nullptr;
   CUresult (*GetErrorName)(CUresult error, const char** name) = nullptr;
+  CUresult (*ModuleLoadData)(CUmodule* module, const void* image) = nullptr;
+  CUresult (*ModuleUnload)(CUmodule module) = nullptr;
+  CUresult (*ModuleGetFunction)(CUfunction* fn, CUmodule module, const char* name) = nullptr;
+  CUresult (*LaunchKernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           unsigned shared, CUstream stream, void** params, void** extra) = nullptr;
   //! Keeps the driver library loaded while the table is in use (null for a fake).
   std::shared_ptr<void> library;
 };

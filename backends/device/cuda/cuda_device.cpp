@@ -6,6 +6,12 @@
 
 #include "tvmm/errors.hpp"
 
+#if defined(TVMM_HAVE_GPU_KERNELS)
+namespace tvmm::kernels {
+extern const unsigned char gpu_fatbin[];  // kernels/cuda/kernels.cu, embedded by kernels/cuda/embed.cmake
+}  // namespace tvmm::kernels
+#endif
+
 namespace tvmm::backend {
 
 namespace {
@@ -89,6 +95,7 @@ CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened)
       host_numa_chunks_(opened.host_numa_chunks) {}
 
 CudaDevice::~CudaDevice() {
+  if (module_ != nullptr && enter()) (void)api_->ModuleUnload(module_);
   if (t_current == ctx_) t_current = nullptr;
   (void)api_->DevicePrimaryCtxRelease(dev_);
 }
@@ -215,9 +222,68 @@ Status CudaDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {
   return TVMM_CU(api_->LaunchHostFunc(as_stream(stream), fn, user));
 }
 
-Status CudaDevice::do_launch_busy(StreamHandle /*stream*/, std::chrono::nanoseconds /*duration*/) {
-  // Needs the GPU kernels module (a spin kernel); until it is built for this backend, not supported.
-  return Status::fail(Errc::not_supported);
+Status CudaDevice::do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) {
+  auto ns = static_cast<std::uint64_t>(duration.count());
+  void* params[] = {&ns};
+  return launch(kBusy, stream, 1, params);
+}
+
+Status CudaDevice::kernel(Kernel k, CUfunction* out) {
+  std::lock_guard lk(module_mu_);
+  if (module_status_.code == Errc::not_ready) {
+#if defined(TVMM_HAVE_GPU_KERNELS)
+    module_status_ = TVMM_CU(api_->ModuleLoadData(&module_, kernels::gpu_fatbin));
+    static const char* const names[kKernels] = {"tvmm_fill", "tvmm_verify", "tvmm_checksum", "tvmm_compute",
+                                                "tvmm_busy"};
+    for (int i = 0; i < kKernels && module_status_.ok(); ++i) {
+      module_status_ = check(api_->ModuleGetFunction(&kernels_[i], module_, names[i]));
+    }
+#else
+    module_status_ = Status::fail(Errc::not_supported);  // built without nvcc: no kernels embedded
+#endif
+  }
+  *out = kernels_[k];
+  return module_status_;
+}
+
+Status CudaDevice::launch(Kernel k, StreamHandle stream, unsigned blocks, void** params) {
+  CUfunction fn = nullptr;
+  if (auto s = kernel(k, &fn); !s.ok()) return s;
+  const unsigned threads = blocks == 1 && k == kBusy ? 1 : 256;
+  return TVMM_CU(api_->LaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, as_stream(stream), params, nullptr));
+}
+
+namespace {
+// Enough blocks to cover `items` with 256 threads each, at most 1024 (the kernels loop grid-stride).
+unsigned blocks_for(std::size_t items) {
+  return static_cast<unsigned>(std::clamp<std::size_t>((items + 255) / 256, 1, 1024));
+}
+}  // namespace
+
+Status CudaDevice::fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed) {
+  CUdeviceptr p = dptr(va);
+  void* params[] = {&p, &bytes, &seed};
+  return launch(kFill, stream, blocks_for(bytes / 8), params);
+}
+
+Status CudaDevice::verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) {
+  CUdeviceptr p = dptr(va);
+  CUdeviceptr counter = dptr(bad);
+  void* params[] = {&p, &bytes, &seed, &counter};
+  return launch(kVerify, stream, blocks_for(bytes / 8), params);
+}
+
+Status CudaDevice::checksum(StreamHandle stream, DevPtr va, std::size_t words, DevPtr sum) {
+  CUdeviceptr p = dptr(va);
+  CUdeviceptr out = dptr(sum);
+  void* params[] = {&p, &words, &out};
+  return launch(kChecksum, stream, blocks_for(words), params);
+}
+
+Status CudaDevice::compute(StreamHandle stream, DevPtr va, std::size_t n, int iterations) {
+  CUdeviceptr p = dptr(va);
+  void* params[] = {&p, &n, &iterations};
+  return launch(kCompute, stream, blocks_for(n), params);
 }
 
 Status CudaDevice::do_synchronize_stream(StreamHandle stream) {

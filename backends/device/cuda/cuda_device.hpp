@@ -29,6 +29,18 @@ class CudaDevice final : public DeviceBackend {
   CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal);
   ~CudaDevice() override;
 
+  //! The GPU kernels (kernels/cuda/kernels.cu), each launched on `stream` over device memory. They
+  //! return not_supported in a build without nvcc (no kernels embedded).
+  //! fill: the pattern `seed` over [va, va + bytes), as kernels::fill_pattern.
+  Status fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed);
+  //! verify: adds to the 64-bit counter at device address `bad` the bytes of [va, va + bytes) that
+  //! differ from the pattern `seed`, as kernels::count_mismatches.
+  Status verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad);
+  //! checksum: adds kernels::checksum of the `words` 64-bit words at `va` to the counter at `sum`.
+  Status checksum(StreamHandle stream, DevPtr va, std::size_t words, DevPtr sum);
+  //! compute: `iterations` multiply-adds on each of `n` floats at `va`, as kernels::compute.
+  Status compute(StreamHandle stream, DevPtr va, std::size_t n, int iterations);
+
   //! The device supports host-located VMM chunks (cuMemCreate at CU_MEM_LOCATION_TYPE_HOST_NUMA), which
   //! a later release can use to keep evicted pages mapped.
   [[nodiscard]] bool host_numa_chunks() const noexcept { return host_numa_chunks_; }
@@ -72,6 +84,10 @@ class CudaDevice final : public DeviceBackend {
   // Makes the primary context current on this thread (once per thread and device), then converts.
   [[nodiscard]] bool enter() const noexcept;
   [[nodiscard]] Status check(CUresult r) const noexcept;
+  // Loads the embedded kernels once; null function if unavailable (status in `*why`).
+  enum Kernel : std::uint8_t { kFill, kVerify, kChecksum, kCompute, kBusy, kKernels };
+  Status kernel(Kernel k, CUfunction* out);
+  Status launch(Kernel k, StreamHandle stream, unsigned blocks, void** params);
 
   std::shared_ptr<const cuda::Api> api_;
   CUdevice dev_ = 0;
@@ -79,6 +95,10 @@ class CudaDevice final : public DeviceBackend {
   bool host_numa_chunks_ = false;
   std::mutex mu_;  // guards book_ (the VMM calls' bookkeeping; copies and events take no lock)
   VmmBook book_;
+  std::mutex module_mu_;  // guards the lazily loaded kernels
+  CUmodule module_ = nullptr;
+  Status module_status_ = Status::fail(Errc::not_ready);  // not_ready = not loaded yet
+  CUfunction kernels_[kKernels] = {};
 };
 
 //! The driver's backend for device `ordinal`: loads the driver (cuda::load_driver) and opens the
