@@ -18,4 +18,8 @@ grep -q '"policy": "trace"' "$out"
 hb=$("$bench" --workload host-bandwidth --quick)
 grep -Eq '^near +auto +[0-9.]+ +bound' <<<"$hb" || { echo "no bound near row:"; echo "$hb"; exit 1; }
 grep -Eq '^unbound +none +[0-9.]+ +unbound' <<<"$hb" || { echo "no unbound row:"; echo "$hb"; exit 1; }
+# Device call costs and page-move bandwidth on the simulator.
+vmm=$("$bench" --workload vmm --quick)
+grep -Eq 'per call: map [0-9.]+ us' <<<"$vmm" || { echo "no call costs:"; echo "$vmm"; exit 1; }
+grep -Eq 'pager page moves: [0-9.]+ GB/s' <<<"$vmm" || { echo "no page-move bandwidth:"; echo "$vmm"; exit 1; }
 echo "tvmm-bench smoke: ok"

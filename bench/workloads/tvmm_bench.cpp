@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/workloads/host_bandwidth.hpp"
+#include "bench/workloads/vmm_costs.hpp"
 #include "policies/belady.hpp"
 #include "tvmm/tvmm.hpp"
 
@@ -39,6 +40,7 @@ struct Options {
   std::size_t distance = 1;     // trace prefetch distance, in pins
   std::size_t keep_recent = 6;  // the trace policy's next-use eviction spares the last 6 pins' tensors
   std::string json;
+  std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
 };
 
 struct Pin {
@@ -98,7 +100,8 @@ Result run(const Options& o, const std::string& policy, double ratio, bool progr
   cfg.host_budget = (total_pages + 2) * page;
   cfg.sim.bandwidth_bytes_per_s = o.bus_gbs * 1e9;
   cfg.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(o.latency_us * 1e3));
-  cfg.sim.timing = "model";  // device time is the model's: the schedule the pager produces, not this host
+  cfg.sim.timing = "model";       // device time is the model's: the schedule the pager produces, not this host
+  cfg.device_backend = o.device;  // on "cuda" the bus and the kernels are real (busy kernels; GPU timers)
   cfg.eviction = policy == "trace" ? "belady" : policy;  // with a trace, evict by next use too
   cfg.prefetch = policy == "trace" ? "trace" : "none";
   cfg.prefetch_distance = o.distance;
@@ -183,8 +186,12 @@ int main(int argc, char** argv) {
   std::string workload = "train";
   bool quick = false;
   app.add_option("--workload", workload,
-                 "Workload: train (the training loop), host-bandwidth (host-tier copies near, far and unbound)")
-      ->check(CLI::IsMember({"train", "host-bandwidth"}));
+                 "Workload: train (the training loop), host-bandwidth (host-tier copies near, far and unbound), vmm "
+                 "(device call costs and page-move bandwidth against plain copies)")
+      ->check(CLI::IsMember({"train", "host-bandwidth", "vmm"}));
+  std::string device = "sim";
+  app.add_option("--device", device, "Device backend: sim, or cuda (a real GPU; train and vmm)")
+      ->check(CLI::IsMember({"sim", "cuda"}));
   tvmm::bench::HostBandwidthOptions hb;
   app.add_option("--pci-bus-id", hb.pci_bus_id, "host-bandwidth: the PCI bus id the simulated GPU claims");
   app.add_flag("--quick", quick, "A small, fast run (6 layers of 4 MiB tensors, 5 iterations)");
@@ -208,6 +215,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000));
   app.add_option("--json", o.json, "Write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
+  if (workload == "vmm") {
+    tvmm::bench::VmmOptions vo;
+    vo.device = device;
+    vo.json = o.json;
+    if (quick) {
+      vo.pages = 8;
+      vo.rounds = 2;
+    }
+    return tvmm::bench::run_vmm(vo);
+  }
+  o.device = device;
   if (workload == "host-bandwidth") {
     hb.json = o.json;
     if (quick) {

@@ -1,0 +1,172 @@
+#include "bench/workloads/vmm_costs.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "backends/device/device_backend.hpp"
+#include "tvmm/tvmm.hpp"
+
+namespace tvmm::bench {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double ns_since(clock::time_point t0) { return std::chrono::duration<double, std::nano>(clock::now() - t0).count(); }
+
+void check(backend::Status s, const char* what) {
+  if (!s.ok())
+    throw device_error(std::string("tvmm-bench: ") + what + " failed: " + backend::errc_name(s.code), "bench");
+}
+
+struct Costs {
+  double map_ns = 0, access_ns = 0, access_run_ns = 0, unmap_ns = 0;  // per call
+  double plain_h2d_gbs = 0, plain_d2h_gbs = 0, pager_gbs = 0;
+  std::string device_name;
+  std::size_t page = 0;
+};
+
+Config base_config(const VmmOptions& o) {
+  Config c;
+  c.device_backend = o.device;
+  c.device_budget = o.pages * 2 * MiB;  // a frame per page (the CUDA granularity is 2 MiB)
+  c.host_budget = 2 * o.pages * 2 * MiB + 4 * MiB;
+  c.sim.capacity = 4 * o.pages * 2 * MiB;
+  return c;
+}
+
+// Map, set access and unmap `pages` pages `rounds` times through the backend directly.
+void call_costs(const VmmOptions& o, Costs& r) {
+  Config c = base_config(o);
+  auto dev = backend::make_device_backend(c);
+  const std::size_t g = dev->properties().granularity;
+  r.page = g;
+  r.device_name = dev->properties().name;
+  backend::DevPtr va = 0;
+  check(dev->reserve(o.pages * g, &va), "reserve");
+  std::vector<backend::ChunkHandle> chunks(o.pages);
+  for (auto& ch : chunks) check(dev->create_chunk(g, &ch), "create_chunk");
+  double map = 0, access = 0, run = 0, unmap = 0;
+  for (int round = 0; round < o.rounds; ++round) {
+    auto t0 = clock::now();
+    for (std::size_t i = 0; i < o.pages; ++i) check(dev->map(va + i * g, g, chunks[i]), "map");
+    map += ns_since(t0);
+    // Half the rounds grant access page by page, half over the whole run (as the transfer engine does).
+    if (round % 2 == 0) {
+      t0 = clock::now();
+      for (std::size_t i = 0; i < o.pages; ++i) check(dev->set_access(va + i * g, g), "set_access");
+      access += ns_since(t0);
+    } else {
+      t0 = clock::now();
+      check(dev->set_access(va, o.pages * g), "set_access (run)");
+      run += ns_since(t0);
+    }
+    t0 = clock::now();
+    for (std::size_t i = 0; i < o.pages; ++i) check(dev->unmap(va + i * g, g), "unmap");
+    unmap += ns_since(t0);
+  }
+  const double calls = static_cast<double>(o.pages) * o.rounds;
+  r.map_ns = map / calls;
+  r.access_ns = access / (static_cast<double>(o.pages) * ((o.rounds + 1) / 2));
+  r.access_run_ns = o.rounds > 1 ? run / (o.rounds / 2) : 0;
+  r.unmap_ns = unmap / calls;
+  for (auto& ch : chunks) check(dev->release_chunk(ch), "release_chunk");
+  check(dev->release_reservation(va, o.pages * g), "release_reservation");
+
+  // Plain copies of pinned host memory into and out of mapped pages, page by page on one stream.
+  check(dev->reserve(o.pages * g, &va), "reserve");
+  for (auto& ch : chunks) check(dev->create_chunk(g, &ch), "create_chunk");
+  for (std::size_t i = 0; i < o.pages; ++i) check(dev->map(va + i * g, g, chunks[i]), "map");
+  check(dev->set_access(va, o.pages * g), "set_access");
+  void* host = nullptr;
+  check(dev->alloc_host(o.pages * g, &host), "alloc_host");
+  std::memset(host, 1, o.pages * g);
+  backend::StreamHandle s = nullptr;
+  check(dev->create_stream(&s), "create_stream");
+  for (auto kind : {backend::CopyKind::host_to_device, backend::CopyKind::device_to_host}) {
+    const auto t0 = clock::now();
+    for (int round = 0; round < o.rounds; ++round) {
+      for (std::size_t i = 0; i < o.pages; ++i) {
+        void* d = reinterpret_cast<void*>(va + i * g);
+        void* h = static_cast<char*>(host) + i * g;
+        check(kind == backend::CopyKind::host_to_device ? dev->memcpy_async(d, h, g, kind, s)
+                                                        : dev->memcpy_async(h, d, g, kind, s),
+              "memcpy_async");
+      }
+    }
+    check(dev->synchronize_stream(s), "synchronize");
+    const double gbs = static_cast<double>(o.pages * g) * o.rounds / (ns_since(t0));
+    (kind == backend::CopyKind::host_to_device ? r.plain_h2d_gbs : r.plain_d2h_gbs) = gbs;
+  }
+  check(dev->destroy_stream(s), "destroy_stream");
+  check(dev->free_host(host, o.pages * g), "free_host");
+  for (std::size_t i = 0; i < o.pages; ++i) check(dev->unmap(va + i * g, g), "unmap");
+  for (auto& ch : chunks) check(dev->release_chunk(ch), "release_chunk");
+  check(dev->release_reservation(va, o.pages * g), "release_reservation");
+}
+
+// Page moves through the pager: two tensors of `pages` pages over a device that holds one; every pin
+// brings one in and writes the other out.
+void pager_bandwidth(const VmmOptions& o, Costs& r) {
+  Config c = base_config(o);
+  c.min_bytes = 0;
+  Pager pager(c);
+  auto stream = pager.create_stream();
+  const std::size_t bytes = o.pages * pager.config().page_size;
+  Tensor a = pager.allocate(bytes), b = pager.allocate(bytes);
+  for (auto* t : {&a, &b}) auto pin = t->pin(stream, Access::write);
+  stream.synchronize();
+  const auto before = pager.stats();
+  const auto t0 = clock::now();
+  for (int round = 0; round < o.rounds; ++round) {
+    for (auto* t : {&a, &b}) auto pin = t->pin(stream, Access::read_write);
+  }
+  stream.synchronize();
+  const auto after = pager.stats();
+  const double moved = static_cast<double>((after.host_to_device.bytes - before.host_to_device.bytes) +
+                                           (after.device_to_host.bytes - before.device_to_host.bytes));
+  r.pager_gbs = moved / ns_since(t0);
+}
+
+}  // namespace
+
+int run_vmm(const VmmOptions& o) {
+  Costs r;
+  try {
+    call_costs(o, r);
+    pager_bandwidth(o, r);
+  } catch (const error& e) {
+    std::fprintf(stderr, "tvmm-bench: %s\n", e.what());
+    return 1;
+  }
+  // The plain copies run one direction at a time; the pager moves both at once (two copy streams), half
+  // its bytes each way: compare per direction.
+  const double plain_each = (r.plain_h2d_gbs + r.plain_d2h_gbs) / 2;
+  const double pager_each = r.pager_gbs / 2;
+  std::printf("workload vmm on %s: %zu pages of %zu MiB, %d rounds\n", r.device_name.c_str(), o.pages, r.page / MiB,
+              o.rounds);
+  std::printf("  per call: map %.1f us, set_access %.1f us (one page) / %.1f us (a run of %zu pages), unmap %.1f us\n",
+              r.map_ns / 1e3, r.access_ns / 1e3, r.access_run_ns / 1e3, o.pages, r.unmap_ns / 1e3);
+  std::printf("  plain pinned copies: H2D %.2f GB/s, D2H %.2f GB/s\n", r.plain_h2d_gbs, r.plain_d2h_gbs);
+  std::printf("  pager page moves: %.2f GB/s in and out at once, %.2f GB/s per direction = %.2fx the plain copies\n",
+              r.pager_gbs, pager_each, plain_each > 0 ? pager_each / plain_each : 0.0);
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    if (!out) {
+      std::fprintf(stderr, "tvmm-bench: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+    out << "[{\"workload\": \"vmm\", \"backend\": \"" << r.device_name << "\", \"page_bytes\": " << r.page
+        << ", \"map_ns\": " << r.map_ns << ", \"set_access_ns\": " << r.access_ns
+        << ", \"set_access_run_ns\": " << r.access_run_ns << ", \"unmap_ns\": " << r.unmap_ns
+        << ", \"plain_h2d_gbs\": " << r.plain_h2d_gbs << ", \"plain_d2h_gbs\": " << r.plain_d2h_gbs
+        << ", \"pager_gbs\": " << r.pager_gbs
+        << ", \"pager_vs_plain\": " << (plain_each > 0 ? pager_each / plain_each : 0.0) << "}]\n";
+  }
+  return 0;
+}
+
+}  // namespace tvmm::bench
