@@ -14,6 +14,10 @@ for field in workload backend policy oversubscription step_time_s bytes_moved by
   [ "$n" -eq 2 ] || { echo "field $field appears $n times"; cat "$out"; exit 1; }
 done
 grep -q '"policy": "trace"' "$out"
+# Every byte written and checked through the pager (the CPU pattern kernels on the simulator).
+v=$("$bench" --workload train --layers 2 --tensor-mib 2 --iterations 3 --ratios 2 --policies lru --compute-us 100 \
+  --verify)
+grep -Eq 'verified [0-9]+ bytes .*: all correct' <<<"$v" || { echo "byte check failed:"; echo "$v"; exit 1; }
 # Host-tier bandwidth by NUMA placement: a near and an unbound row, each with a figure.
 hb=$("$bench" --workload host-bandwidth --quick)
 grep -Eq '^near +auto +[0-9.]+ +bound' <<<"$hb" || { echo "no bound near row:"; echo "$hb"; exit 1; }

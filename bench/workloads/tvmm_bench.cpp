@@ -12,18 +12,26 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/workloads/host_bandwidth.hpp"
 #include "bench/workloads/vmm_costs.hpp"
+#include "kernels/pattern.hpp"
 #include "policies/belady.hpp"
 #include "tvmm/tvmm.hpp"
+#include "vmm/pager_impl.hpp"
+#if defined(TVMM_HAVE_CUDA)
+#include "backends/device/cuda/cuda_device.hpp"
+#endif
 
 namespace {
 
@@ -41,6 +49,7 @@ struct Options {
   std::size_t keep_recent = 6;  // the trace policy's next-use eviction spares the last 6 pins' tensors
   std::string json;
   std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
+  bool verify = false;         // write and check every tensor's bytes (always on with --device cuda)
 };
 
 struct Pin {
@@ -84,7 +93,77 @@ struct Result {
   double bytes_vs_belady = 0;
   double time_vs_bound = 0;
   std::uint64_t misses = 0, evictions = 0, prefetched = 0;
+  std::uint64_t verified_bytes = 0, mismatched_bytes = 0;
 };
+
+// Writes and checks every tensor's bytes with the pattern kernels: each write pin fills a new seed,
+// each read checks the tensor's last one. On the GPU the CUDA backend's fill and verify kernels run on
+// the stream, counting into an 8-byte tensor kept resident (below the admission threshold); on the
+// simulator the CPU kernels run as host callables.
+class ByteCheck {
+ public:
+  virtual ~ByteCheck() = default;
+  virtual void fill(tvmm::Stream& s, void* p, std::size_t bytes, std::uint64_t seed) = 0;
+  virtual void verify(tvmm::Stream& s, void* p, std::size_t bytes, std::uint64_t seed) = 0;
+  //! Waits for the stream; the bytes found different so far.
+  virtual std::uint64_t mismatches(tvmm::Stream& s) = 0;
+};
+
+class CpuCheck final : public ByteCheck {
+ public:
+  void fill(tvmm::Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
+    s.launch([p, bytes, seed] { tvmm::kernels::fill_pattern(p, bytes, seed); });
+  }
+  void verify(tvmm::Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
+    s.launch([p, bytes, seed, bad = bad_] { *bad += tvmm::kernels::count_mismatches(p, bytes, seed); });
+  }
+  std::uint64_t mismatches(tvmm::Stream& s) override {
+    s.synchronize();
+    return bad_->load();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<std::uint64_t>> bad_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+};
+
+#if defined(TVMM_HAVE_CUDA)
+class GpuCheck final : public ByteCheck {
+ public:
+  GpuCheck(tvmm::backend::CudaDevice& dev, tvmm::Pager& pager, tvmm::Stream& s)
+      : dev_(dev), counter_(pager.allocate(8, {"verify counter"})) {
+    check(dev_.alloc_host(8, &host_), "alloc_host");
+    std::memset(host_, 0, 8);
+    check(dev_.memcpy_async(counter_.data(), host_, 8, tvmm::backend::CopyKind::host_to_device, s.native_handle()),
+          "zeroing the counter");
+  }
+  ~GpuCheck() override { (void)dev_.free_host(host_, 8); }
+  void fill(tvmm::Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
+    check(dev_.fill(s.native_handle(), reinterpret_cast<tvmm::backend::DevPtr>(p), bytes, seed), "the fill kernel");
+  }
+  void verify(tvmm::Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
+    check(dev_.verify(s.native_handle(), reinterpret_cast<tvmm::backend::DevPtr>(p), bytes, seed,
+                      reinterpret_cast<tvmm::backend::DevPtr>(counter_.data())),
+          "the verify kernel");
+  }
+  std::uint64_t mismatches(tvmm::Stream& s) override {
+    check(dev_.memcpy_async(host_, counter_.data(), 8, tvmm::backend::CopyKind::device_to_host, s.native_handle()),
+          "reading the counter");
+    s.synchronize();
+    std::uint64_t v = 0;
+    std::memcpy(&v, host_, 8);
+    return v;
+  }
+
+ private:
+  static void check(tvmm::backend::Status st, const char* what) {
+    if (!st.ok())
+      throw tvmm::device_error(std::string(what) + " failed: " + tvmm::backend::errc_name(st.code), "bench");
+  }
+  tvmm::backend::CudaDevice& dev_;
+  tvmm::Tensor counter_;
+  void* host_ = nullptr;
+};
+#endif
 
 Result run(const Options& o, const std::string& policy, double ratio, bool progress) {
   const std::size_t page = 2 * tvmm::MiB;
@@ -106,11 +185,35 @@ Result run(const Options& o, const std::string& policy, double ratio, bool progr
   cfg.prefetch = policy == "trace" ? "trace" : "none";
   cfg.prefetch_distance = o.distance;
   cfg.keep_recent = policy == "trace" ? o.keep_recent : 0;  // "belady" stays the pure optimum
-  tvmm::Pager pager(cfg);
+  std::unique_ptr<tvmm::backend::DeviceBackend> dev;
+#if defined(TVMM_HAVE_CUDA)
+  tvmm::backend::CudaDevice* cuda = nullptr;
+  if (o.device == "cuda") {  // built here to reach its kernels
+    dev = tvmm::backend::make_cuda_device(cfg.cuda_device);
+    cuda = static_cast<tvmm::backend::CudaDevice*>(dev.get());
+  }
+#endif
+  tvmm::Pager pager = dev ? tvmm::detail::PagerAccess::make(cfg, std::move(dev)) : tvmm::Pager(cfg);
   auto stream = pager.create_stream();
   std::vector<tvmm::Tensor> ts;
   for (std::size_t i = 0; i < tensors; ++i) ts.push_back(pager.allocate(tensor_bytes));
   const auto kernels = training_step(o);
+
+  // Byte checking: always on the GPU, on request on the simulator (its CPU kernels take real time).
+  std::unique_ptr<ByteCheck> bytes_check;
+#if defined(TVMM_HAVE_CUDA)
+  if (cuda != nullptr) bytes_check = std::make_unique<GpuCheck>(*cuda, pager, stream);
+#endif
+  if (!bytes_check && o.verify) bytes_check = std::make_unique<CpuCheck>();
+  std::vector<std::uint64_t> seeds(tensors, 0);
+  std::uint64_t next_seed = 1, verified = 0;
+  if (bytes_check) {
+    for (std::size_t i = 0; i < tensors; ++i) {
+      auto pin = ts[i].pin(stream, tvmm::Access::write);
+      seeds[i] = next_seed++;
+      bytes_check->fill(stream, pin.data(), tensor_bytes, seeds[i]);
+    }
+  }
 
   using clock = std::chrono::steady_clock;
   clock::time_point t0;
@@ -128,6 +231,19 @@ Result run(const Options& o, const std::string& policy, double ratio, bool progr
     for (const auto& k : kernels) {
       std::vector<tvmm::Pin> pins;
       for (const auto& p : k.pins) pins.push_back(ts[p.tensor].pin(stream, p.access));
+      if (bytes_check) {
+        for (std::size_t i = 0; i < k.pins.size(); ++i) {
+          const auto t = k.pins[i].tensor;
+          if (k.pins[i].access != tvmm::Access::write) {
+            bytes_check->verify(stream, pins[i].data(), tensor_bytes, seeds[t]);
+            verified += tensor_bytes;
+          }
+          if (k.pins[i].access != tvmm::Access::read) {
+            seeds[t] = next_seed++;
+            bytes_check->fill(stream, pins[i].data(), tensor_bytes, seeds[t]);
+          }
+        }
+      }
       stream.busy_for(std::chrono::nanoseconds(static_cast<std::int64_t>(k.compute_us * 1e3)));
     }
     timer.stop();
@@ -167,6 +283,10 @@ Result run(const Options& o, const std::string& policy, double ratio, bool progr
   r.misses = after.misses - before.misses;
   r.evictions = after.evictions - before.evictions;
   r.prefetched = after.prefetched - before.prefetched;
+  if (bytes_check) {
+    r.verified_bytes = verified;
+    r.mismatched_bytes = bytes_check->mismatches(stream);
+  }
   return r;
 }
 
@@ -214,6 +334,9 @@ int main(int argc, char** argv) {
                  "The trace policy's eviction spares tensors pinned in the last N pins (0 = pure next use)")
       ->check(CLI::Range(0, 1000));
   app.add_option("--json", o.json, "Write the results as JSON to this file");
+  app.add_flag("--verify", o.verify,
+               "train: write and check every tensor's bytes with the pattern kernels (always on with --device "
+               "cuda; on the simulator the CPU kernels add real time to the modelled step)");
   CLI11_PARSE(app, argc, argv);
   if (workload == "vmm") {
     tvmm::bench::VmmOptions vo;
@@ -266,6 +389,16 @@ int main(int argc, char** argv) {
                 r.bytes_vs_belady, r.time_vs_bound, static_cast<unsigned long long>(r.misses),
                 static_cast<unsigned long long>(r.prefetched));
   }
+  std::uint64_t verified = 0, mismatched = 0;
+  for (const auto& r : results) {
+    verified += r.verified_bytes;
+    mismatched += r.mismatched_bytes;
+  }
+  if (verified != 0) {
+    std::printf("verified %llu bytes read back through the pager with the %s pattern kernels: %s\n",
+                static_cast<unsigned long long>(verified), o.device == "cuda" ? "GPU" : "CPU",
+                mismatched == 0 ? "all correct" : (std::to_string(mismatched) + " bytes WRONG").c_str());
+  }
   if (!o.json.empty()) {
     std::ofstream out(o.json);
     if (!out) {
@@ -275,7 +408,7 @@ int main(int argc, char** argv) {
     out << "[\n";
     for (std::size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
-      out << "  {\"workload\": \"train\", \"backend\": \"sim\", \"policy\": \"" << r.policy
+      out << "  {\"workload\": \"train\", \"backend\": \"" << o.device << "\", \"policy\": \"" << r.policy
           << "\", \"oversubscription\": " << json_number(r.ratio) << ", \"step_time_s\": " << json_number(r.step_time_s)
           << ", \"wall_step_time_s\": " << json_number(r.wall_step_time_s)
           << ", \"bytes_moved\": " << json_number(r.bytes_moved)
@@ -283,9 +416,10 @@ int main(int argc, char** argv) {
           << ", \"bytes_vs_belady\": " << json_number(r.bytes_vs_belady)
           << ", \"time_vs_bound\": " << json_number(r.time_vs_bound) << ", \"compute_s\": " << json_number(r.compute_s)
           << ", \"misses\": " << r.misses << ", \"evictions\": " << r.evictions << ", \"prefetched\": " << r.prefetched
-          << "}" << (i + 1 < results.size() ? "," : "") << "\n";
+          << ", \"verified_bytes\": " << r.verified_bytes << ", \"mismatched_bytes\": " << r.mismatched_bytes << "}"
+          << (i + 1 < results.size() ? "," : "") << "\n";
     }
     out << "]\n";
   }
-  return 0;
+  return mismatched == 0 ? 0 : 1;
 }
