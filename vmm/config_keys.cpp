@@ -74,6 +74,24 @@ ConfigKey size_key(std::string_view section, std::string_view key, const char* m
                    }};
 }
 
+using BoolField = bool& (*)(Config&);
+
+ConfigKey bool_key(std::string_view section, std::string_view key, const char* meaning, BoolField field) {
+  return ConfigKey{section,
+                   key,
+                   KeyType::boolean,
+                   "true or false",
+                   meaning,
+                   false,
+                   0.0,
+                   {},
+                   [field](Config& c, const KeyValue& v) { field(c) = v.flag; },
+                   [field](const Config& c) {
+                     Config copy = c;  // the accessor gives a mutable reference; printing is rare
+                     return std::string(field(copy) ? "true" : "false");
+                   }};
+}
+
 std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> keys;
   keys.push_back({"device",
@@ -175,27 +193,13 @@ std::vector<ConfigKey> make_keys() {
                     return id ? c.host_numa : toml_string(c.host_numa);
                   },
                   true});
-  keys.push_back({"host",
-                  "numa_strict",
-                  KeyType::boolean,
-                  "true or false",
-                  "true = the frames may only come from the chosen nodes (MPOL_BIND); false = preferred, other "
-                  "nodes when those are full",
-                  false,
-                  0.0,
-                  {},
-                  [](Config& c, const KeyValue& v) { c.host_numa_strict = v.flag; },
-                  [](const Config& c) { return std::string(c.host_numa_strict ? "true" : "false"); }});
-  keys.push_back({"host",
-                  "bind_threads",
-                  KeyType::boolean,
-                  "true or false",
-                  "bind copy-engine and I/O worker threads to the CPUs of the host tier's node",
-                  false,
-                  0.0,
-                  {},
-                  [](Config& c, const KeyValue& v) { c.bind_threads = v.flag; },
-                  [](const Config& c) { return std::string(c.bind_threads ? "true" : "false"); }});
+  keys.push_back(bool_key("host", "numa_strict",
+                          "true = the frames may only come from the chosen nodes (MPOL_BIND); false = preferred, "
+                          "other nodes when those are full",
+                          [](Config& c) -> bool& { return c.host_numa_strict; }));
+  keys.push_back(bool_key("host", "bind_threads",
+                          "bind copy-engine and I/O worker threads to the CPUs of the host tier's node",
+                          [](Config& c) -> bool& { return c.bind_threads; }));
   keys.push_back({"nvme",
                   "paths",
                   KeyType::paths,
@@ -236,17 +240,10 @@ std::vector<ConfigKey> make_keys() {
        {},
        [](Config& c, const KeyValue& v) { c.nvme.queue_depth = static_cast<unsigned>(whole(v.number, 4096)); },
        [](const Config& c) { return std::to_string(c.nvme.queue_depth); }});
-  keys.push_back({"nvme",
-                  "direct",
-                  KeyType::boolean,
-                  "true or false",
-                  "open the tier's files with O_DIRECT (bypass the page cache); false only for filesystems "
-                  "without O_DIRECT",
-                  false,
-                  0.0,
-                  {},
-                  [](Config& c, const KeyValue& v) { c.nvme.direct = v.flag; },
-                  [](const Config& c) { return std::string(c.nvme.direct ? "true" : "false"); }});
+  keys.push_back(bool_key("nvme", "direct",
+                          "open the tier's files with O_DIRECT (bypass the page cache); false only for filesystems "
+                          "without O_DIRECT",
+                          [](Config& c) -> bool& { return c.nvme.direct; }));
   keys.push_back({"pager",
                   "wait_timeout_ms",
                   KeyType::number,
