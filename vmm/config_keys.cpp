@@ -15,8 +15,6 @@ std::string toml_number(double d) {
   return os.str();
 }
 
-namespace {
-
 // A TOML basic string: quotes, backslashes and control characters escaped, so it reads back the same.
 std::string toml_string(std::string_view s) {
   std::string out = "\"";
@@ -35,6 +33,8 @@ std::string toml_string(std::string_view s) {
   }
   return out + "\"";
 }
+
+namespace {
 
 // `d` as a whole number no larger than `max`; throws config_error("") otherwise (the caller adds the key
 // and what was expected). Checked before any cast: converting an out-of-range double is undefined.

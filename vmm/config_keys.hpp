@@ -42,5 +42,8 @@ const std::vector<ConfigKey>& config_keys();
 std::string environment_variable(const ConfigKey& key);
 //! A number as TOML ("25", "0.5").
 std::string toml_number(double d);
+//! A string as a TOML basic string, quotes, backslashes and control characters escaped (\uXXXX):
+//! also a valid JSON string.
+std::string toml_string(std::string_view s);
 
 }  // namespace tvmm::detail

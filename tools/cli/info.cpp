@@ -15,27 +15,14 @@
 #include "backends/storage/storage_backend.hpp"
 #include "backends/topology/topology.hpp"
 #include "tvmm/tvmm.hpp"
+#include "vmm/config_keys.hpp"
 
 namespace tvmm::cli {
 
 namespace {
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+// A JSON string: TOML basic strings escape the same way.
+std::string json_string(const std::string& s) { return detail::toml_string(s); }
 
 // "0-3,8,10-11"
 std::string cpu_ranges(const std::vector<unsigned>& cpus) {
