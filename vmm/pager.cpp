@@ -97,7 +97,9 @@ Pin::Pin(Pin&& other) noexcept
       alloc_(std::exchange(other.alloc_, nullptr)),
       stream_(std::exchange(other.stream_, nullptr)),
       offset_(std::exchange(other.offset_, 0)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
+      bytes_(std::exchange(other.bytes_, 0)),
+      first_page_(std::exchange(other.first_page_, 0)),
+      pages_(std::exchange(other.pages_, 0)) {}
 
 Pin& Pin::operator=(Pin&& other) noexcept {
   if (this != &other) {
@@ -107,6 +109,8 @@ Pin& Pin::operator=(Pin&& other) noexcept {
     stream_ = std::exchange(other.stream_, nullptr);
     offset_ = std::exchange(other.offset_, 0);
     bytes_ = std::exchange(other.bytes_, 0);
+    first_page_ = std::exchange(other.first_page_, 0);
+    pages_ = std::exchange(other.pages_, 0);
   }
   return *this;
 }
@@ -116,9 +120,7 @@ std::size_t Pin::size() const noexcept { return alloc_ ? bytes_ : 0; }
 
 void Pin::release() noexcept {
   if (alloc_ == nullptr) return;
-  // The same range as at pin time (it was validated then, so this cannot throw).
-  const auto r = pager_->range(alloc_, offset_, bytes_, Access::read);
-  pager_->unpin(std::exchange(alloc_, nullptr), r.span, std::exchange(stream_, nullptr));
+  pager_->unpin(std::exchange(alloc_, nullptr), {first_page_, pages_}, std::exchange(stream_, nullptr));
 }
 
 // --- Tensor ---------------------------------------------------------------------------------------------
@@ -165,14 +167,14 @@ Pin Tensor::pin_range(Stream& stream, std::size_t offset, std::size_t bytes, Acc
   if (!stream) throw invalid_argument("tvmm::Tensor::pin: the stream is empty (moved from?)");
   const auto r = pager_->range(alloc_, offset, bytes, access);
   pager_->pin(alloc_, r.span, r.access, stream.native_handle());
-  return Pin(pager_, alloc_, stream.native_handle(), offset, bytes);
+  return Pin(pager_, alloc_, stream.native_handle(), offset, bytes, r.span.first, r.span.count);
 }
 
 Pin Tensor::pin_range(std::size_t offset, std::size_t bytes, Access access) {
   require(alloc_, "pin");
   const auto r = pager_->range(alloc_, offset, bytes, access);
   pager_->pin(alloc_, r.span, r.access, nullptr);
-  return Pin(pager_, alloc_, nullptr, offset, bytes);
+  return Pin(pager_, alloc_, nullptr, offset, bytes, r.span.first, r.span.count);
 }
 
 void Tensor::prefetch(Stream& stream) {

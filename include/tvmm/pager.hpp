@@ -150,13 +150,22 @@ class Pin {
 
  private:
   friend class Tensor;
-  Pin(detail::PagerImpl* pager, detail::Allocation* alloc, void* stream, std::size_t offset, std::size_t bytes) noexcept
-      : pager_(pager), alloc_(alloc), stream_(stream), offset_(offset), bytes_(bytes) {}
+  Pin(detail::PagerImpl* pager, detail::Allocation* alloc, void* stream, std::size_t offset, std::size_t bytes,
+      std::uint32_t first_page, std::uint32_t pages) noexcept
+      : pager_(pager),
+        alloc_(alloc),
+        stream_(stream),
+        offset_(offset),
+        bytes_(bytes),
+        first_page_(first_page),
+        pages_(pages) {}
   detail::PagerImpl* pager_ = nullptr;
   detail::Allocation* alloc_ = nullptr;
   void* stream_ = nullptr;
   std::size_t offset_ = 0;
   std::size_t bytes_ = 0;
+  std::uint32_t first_page_ = 0;  // the pinned pages of the tensor, as computed at pin time
+  std::uint32_t pages_ = 0;
 };
 
 //! A tensor: a range of device virtual addresses whose pages the pager moves between tiers. Move-only;
