@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/topology/topology.hpp"
+#include "bench/workloads/page_moves.hpp"
 #include "tvmm/tvmm.hpp"
 
 namespace tvmm::bench {
@@ -29,27 +30,8 @@ Row measure(const HostBandwidthOptions& o, const std::string& label, const std::
   cfg.host_numa = numa;
   cfg.sim.pci_bus_id = o.pci_bus_id;
   Pager pager(cfg);
-  auto stream = pager.create_stream();
-  std::vector<Tensor> ts;
-  for (int i = 0; i < 4; ++i) ts.push_back(pager.allocate(tensor));
-  for (auto& t : ts) {
-    auto pin = t.pin(stream, Access::write);  // data once, so later moves copy real bytes
-    stream.launch([p = pin.data(), n = t.size()] {
-      for (std::size_t k = 0; k < n; k += 4096) static_cast<char*>(p)[k] = 1;
-    });
-  }
-  stream.synchronize();
-  const auto before = pager.stats();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int s = 0; s < o.sweeps; ++s) {
-    for (auto& t : ts) auto pin = t.pin(stream, Access::read_write);
-    stream.synchronize();
-  }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const auto after = pager.stats();
-  const double bytes = static_cast<double>((after.host_to_device.bytes - before.host_to_device.bytes) +
-                                           (after.device_to_host.bytes - before.device_to_host.bytes));
-  return {label, numa, pager.placement().host_outcome, bytes / secs / 1e9};
+  const double gbs = page_move_gbs(pager, 4, tensor, o.sweeps);
+  return {label, numa, pager.placement().host_outcome, gbs};
 }
 
 }  // namespace

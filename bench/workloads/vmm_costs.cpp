@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/device/device_backend.hpp"
+#include "bench/workloads/page_moves.hpp"
 #include "tvmm/tvmm.hpp"
 
 namespace tvmm::bench {
@@ -114,21 +115,7 @@ void pager_bandwidth(const VmmOptions& o, Costs& r) {
   Config c = base_config(o);
   c.min_bytes = 0;
   Pager pager(c);
-  auto stream = pager.create_stream();
-  const std::size_t bytes = o.pages * pager.config().page_size;
-  Tensor a = pager.allocate(bytes), b = pager.allocate(bytes);
-  for (auto* t : {&a, &b}) auto pin = t->pin(stream, Access::write);
-  stream.synchronize();
-  const auto before = pager.stats();
-  const auto t0 = clock::now();
-  for (int round = 0; round < o.rounds; ++round) {
-    for (auto* t : {&a, &b}) auto pin = t->pin(stream, Access::read_write);
-  }
-  stream.synchronize();
-  const auto after = pager.stats();
-  const double moved = static_cast<double>((after.host_to_device.bytes - before.host_to_device.bytes) +
-                                           (after.device_to_host.bytes - before.device_to_host.bytes));
-  r.pager_gbs = moved / ns_since(t0);
+  r.pager_gbs = page_move_gbs(pager, 2, o.pages * pager.config().page_size, o.rounds);
 }
 
 }  // namespace
