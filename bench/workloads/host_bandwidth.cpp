@@ -1,6 +1,5 @@
 #include "bench/workloads/host_bandwidth.hpp"
 
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
