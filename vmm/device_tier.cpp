@@ -7,8 +7,9 @@
 
 namespace tvmm::detail {
 
-DeviceTier::DeviceTier(backend::DeviceBackend& dev, std::size_t page_size, std::uint32_t budget_frames)
-    : dev_(dev), page_size_(page_size), budget_(budget_frames) {
+DeviceTier::DeviceTier(backend::DeviceBackend& dev, std::size_t page_size, std::uint32_t budget_frames,
+                       backend::ChunkLocation where)
+    : dev_(dev), page_size_(page_size), budget_(budget_frames), where_(where) {
   chunks_.reserve(budget_frames);
   free_.reserve(budget_frames);
 }
@@ -16,7 +17,8 @@ DeviceTier::DeviceTier(backend::DeviceBackend& dev, std::size_t page_size, std::
 DeviceTier::~DeviceTier() {
   for (auto c : chunks_) {
     if (auto s = dev_.release_chunk(c); !s.ok()) {
-      std::fprintf(stderr, "tvmm: releasing a device frame failed: %s\n", backend::errc_name(s.code));
+      std::fprintf(stderr, "tvmm: releasing a %s frame failed: %s\n",
+                   where_ == backend::ChunkLocation::host ? "host-located" : "device", backend::errc_name(s.code));
     }
   }
 }
@@ -28,7 +30,7 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
     free_.pop_back();
   } else if (chunks_.size() < budget_) {
     backend::ChunkHandle c;
-    TVMM_CHECK(dev_.create_chunk(page_size_, &c));
+    TVMM_CHECK(dev_.create_chunk(page_size_, &c, where_));
     f = static_cast<std::uint32_t>(chunks_.size());
     chunks_.push_back(c);
   } else {

@@ -2,6 +2,8 @@
 // The device tier: a pool of physical frames of page_size bytes. Frames are created on first need, up
 // to the budget, then recycled forever: creating physical memory costs hundreds of microseconds on a
 // real GPU, so the hot path never creates or releases it. All methods require the pager lock.
+// The transparent heap uses a second pool of host-located chunks (ChunkLocation::host): the same
+// mechanism, other memory.
 
 #include <cstdint>
 #include <optional>
@@ -13,7 +15,8 @@ namespace tvmm::detail {
 
 class DeviceTier {
  public:
-  DeviceTier(backend::DeviceBackend& dev, std::size_t page_size, std::uint32_t budget_frames);
+  DeviceTier(backend::DeviceBackend& dev, std::size_t page_size, std::uint32_t budget_frames,
+             backend::ChunkLocation where = backend::ChunkLocation::device);
   ~DeviceTier();
   DeviceTier(const DeviceTier&) = delete;
   DeviceTier& operator=(const DeviceTier&) = delete;
@@ -32,6 +35,7 @@ class DeviceTier {
   backend::DeviceBackend& dev_;
   std::size_t page_size_;
   std::uint32_t budget_;
+  backend::ChunkLocation where_;
   std::uint32_t in_use_ = 0;
   std::uint32_t peak_ = 0;
   std::vector<backend::ChunkHandle> chunks_;

@@ -13,10 +13,7 @@
 
 namespace tvmm::detail {
 
-namespace {
-
-// Resolves the page size and budgets against the backend; throws config_error naming the fix.
-Config resolve(Config cfg, const backend::DeviceProperties& props) {
+Config resolve_config(Config cfg, const backend::DeviceProperties& props) {
   const std::size_t g = props.granularity;
   if (cfg.page_size == 0) cfg.page_size = g;
   if (cfg.page_size % g != 0) {
@@ -65,13 +62,11 @@ Config resolve(Config cfg, const backend::DeviceProperties& props) {
   return cfg;
 }
 
-}  // namespace
-
 PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBackend> backend,
                      std::unique_ptr<storage::StorageBackend> storage)
     : cfg_((config.validate(), config)),
       dev_(backend ? std::move(backend) : backend::make_device_backend(cfg_)),
-      page_size_((cfg_ = resolve(cfg_, dev_->properties())).page_size),
+      page_size_((cfg_ = resolve_config(cfg_, dev_->properties())).page_size),
       va_storage_(std::make_unique<AddressSpace>(*dev_, cfg_.va_size, page_size_)),
       va_(*va_storage_),
       table_storage_(std::make_unique<PageTable>(va_.pages())),

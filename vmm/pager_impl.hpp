@@ -29,6 +29,7 @@
 #include "vmm/nvme_tier.hpp"
 #include "vmm/output.hpp"
 #include "vmm/page_table.hpp"
+#include "vmm/resolve_config.hpp"
 #include "vmm/small_arena.hpp"
 #include "vmm/transfer_engine.hpp"
 

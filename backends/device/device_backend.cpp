@@ -52,9 +52,10 @@ Status DeviceBackend::release_reservation(DevPtr base, std::size_t bytes) {
   return do_release_reservation(base, bytes);
 }
 
-Status DeviceBackend::create_chunk(std::size_t bytes, ChunkHandle* out) {
+Status DeviceBackend::create_chunk(std::size_t bytes, ChunkHandle* out, ChunkLocation where) {
   if (bytes == 0 || !aligned(bytes) || out == nullptr) return invalid();
-  auto s = do_create_chunk(bytes, out);
+  if (where == ChunkLocation::host && !props_.host_chunks) return Status::fail(Errc::not_supported);
+  auto s = do_create_chunk(bytes, where, out);
   if (s.ok()) chunks_.fetch_add(1, relaxed);
   return s;
 }

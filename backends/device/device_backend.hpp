@@ -11,8 +11,12 @@
 //   reserve(bytes)      bytes > 0 and a multiple of granularity. Post: a granularity-aligned range that
 //                       is not accessible (any access faults) and belongs to no other reservation.
 //   release_reservation all mappings inside were unmapped.
-//   create_chunk(bytes) bytes a multiple of granularity. Fails with out_of_memory past the device's
-//                       physical capacity (a hard limit). Contents are undefined.
+//   create_chunk(bytes, where)
+//                       bytes a multiple of granularity. `device`: GPU memory; fails with out_of_memory
+//                       past the device's physical capacity (a hard limit). `host`: host memory that maps
+//                       into the reservation like device memory (cuMemCreate at a host NUMA node), so
+//                       device work reaches it over the bus; not_supported unless
+//                       properties().host_chunks. Contents are undefined.
 //   map(va, bytes, c)   va..va+bytes inside a reservation, aligned, not mapped. Post: mapped, but not
 //                       accessible until set_access.
 //   set_access(va, n)   the range is mapped. Post: readable and writable by device work.
@@ -72,6 +76,12 @@ struct [[nodiscard]] Status {
   static Status fail(Errc e, int err = 0) noexcept { return {e, err}; }
 };
 
+//! Where a physical chunk lives.
+enum class ChunkLocation : std::uint8_t {
+  device,  //!< GPU memory
+  host,    //!< host memory on the GPU's NUMA node, mappable into the device reservation
+};
+
 //! A physical chunk of device memory (cuMemGenericAllocationHandle).
 struct ChunkHandle {
   std::uint64_t value = 0;
@@ -91,6 +101,7 @@ struct DeviceProperties {
   std::size_t granularity = 0;   //!< mapping granularity in bytes
   std::size_t capacity = 0;      //!< physical memory in bytes
   bool host_accessible = false;  //!< device addresses can be dereferenced by the host (simulator)
+  bool host_chunks = false;      //!< create_chunk(..., ChunkLocation::host) works
   std::string pci_bus_id;        //!< the device's PCI bus id ("0000:65:00.0"), "" if unknown
 };
 
@@ -110,7 +121,7 @@ class DeviceBackend {
 
   Status reserve(std::size_t bytes, DevPtr* out);
   Status release_reservation(DevPtr base, std::size_t bytes);
-  Status create_chunk(std::size_t bytes, ChunkHandle* out);
+  Status create_chunk(std::size_t bytes, ChunkHandle* out, ChunkLocation where = ChunkLocation::device);
   Status release_chunk(ChunkHandle chunk);
   Status map(DevPtr va, std::size_t bytes, ChunkHandle chunk);
   Status set_access(DevPtr va, std::size_t bytes);
@@ -148,7 +159,7 @@ class DeviceBackend {
  private:
   virtual Status do_reserve(std::size_t bytes, DevPtr* out) = 0;
   virtual Status do_release_reservation(DevPtr base, std::size_t bytes) = 0;
-  virtual Status do_create_chunk(std::size_t bytes, ChunkHandle* out) = 0;
+  virtual Status do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) = 0;
   virtual Status do_release_chunk(ChunkHandle chunk) = 0;
   virtual Status do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) = 0;
   virtual Status do_set_access(DevPtr va, std::size_t bytes) = 0;

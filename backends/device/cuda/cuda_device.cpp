@@ -60,6 +60,9 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   int host_numa = 0;
   (void)api.DeviceGetAttribute(&host_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, o.dev);
   o.host_numa_chunks = host_numa != 0;
+  int numa_id = -1;
+  (void)api.DeviceGetAttribute(&numa_id, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, o.dev);
+  o.host_numa_id = numa_id < 0 ? 0 : numa_id;  // -1: no NUMA, so node 0 is all there is
   if (CUresult r = api.DevicePrimaryCtxRetain(&o.ctx, o.dev); r != CUDA_SUCCESS) {
     throw fail("cuDevicePrimaryCtxRetain", r);
   }
@@ -81,6 +84,7 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   o.props.granularity = granularity;
   o.props.capacity = total;
   o.props.host_accessible = false;
+  o.props.host_chunks = o.host_numa_chunks;
   o.props.pci_bus_id = bus;
   return o;
 }
@@ -92,7 +96,8 @@ CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened)
       api_(std::move(api)),
       dev_(opened.dev),
       ctx_(opened.ctx),
-      host_numa_chunks_(opened.host_numa_chunks) {}
+      host_numa_chunks_(opened.host_numa_chunks),
+      host_numa_id_(opened.host_numa_id) {}
 
 CudaDevice::~CudaDevice() {
   if (module_ != nullptr && enter()) (void)api_->ModuleUnload(module_);
@@ -138,8 +143,13 @@ Status CudaDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
   return s;
 }
 
-Status CudaDevice::do_create_chunk(std::size_t bytes, ChunkHandle* out) {
-  const CUmemAllocationProp prop = device_prop(dev_);
+Status CudaDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) {
+  CUmemAllocationProp prop = device_prop(dev_);
+  if (where == ChunkLocation::host) {
+    // Host memory on the GPU's nearest NUMA node, mapped into the reservation like a device frame.
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    prop.location.id = host_numa_id_;
+  }
   CUmemGenericAllocationHandle h = 0;
   const Status s = TVMM_CU(api_->MemCreate(&h, bytes, &prop, 0));
   if (!s.ok()) return s;

@@ -51,13 +51,14 @@ class CudaDevice final : public DeviceBackend {
     CUdevice dev = 0;
     CUcontext ctx = nullptr;
     bool host_numa_chunks = false;
+    int host_numa_id = 0;
   };
   static Opened open(const cuda::Api& api, int ordinal);
   CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened);
 
   Status do_reserve(std::size_t bytes, DevPtr* out) override;
   Status do_release_reservation(DevPtr base, std::size_t bytes) override;
-  Status do_create_chunk(std::size_t bytes, ChunkHandle* out) override;
+  Status do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) override;
   Status do_release_chunk(ChunkHandle chunk) override;
   Status do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) override;
   Status do_set_access(DevPtr va, std::size_t bytes) override;
@@ -93,7 +94,8 @@ class CudaDevice final : public DeviceBackend {
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
   bool host_numa_chunks_ = false;
-  std::mutex mu_;  // guards book_ (the VMM calls' bookkeeping; copies and events take no lock)
+  int host_numa_id_ = 0;  // the GPU's nearest host NUMA node: where host chunks are created
+  std::mutex mu_;         // guards book_ (the VMM calls' bookkeeping; copies and events take no lock)
   VmmBook book_;
   std::mutex module_mu_;  // guards the lazily loaded kernels
   CUmodule module_ = nullptr;

@@ -122,9 +122,9 @@ Status FaultyDevice::do_reserve(std::size_t bytes, DevPtr* out) { return inner_-
 Status FaultyDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
   return inner_->release_reservation(base, bytes);
 }
-Status FaultyDevice::do_create_chunk(std::size_t bytes, ChunkHandle* out) {
+Status FaultyDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) {
   TVMM_FAULT(Op::create_chunk);
-  return inner_->create_chunk(bytes, out);
+  return inner_->create_chunk(bytes, out, where);
 }
 Status FaultyDevice::do_release_chunk(ChunkHandle chunk) { return inner_->release_chunk(chunk); }
 Status FaultyDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {

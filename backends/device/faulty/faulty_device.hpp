@@ -66,7 +66,7 @@ class FaultyDevice final : public DeviceBackend {
 
   Status do_reserve(std::size_t bytes, DevPtr* out) override;
   Status do_release_reservation(DevPtr base, std::size_t bytes) override;
-  Status do_create_chunk(std::size_t bytes, ChunkHandle* out) override;
+  Status do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) override;
   Status do_release_chunk(ChunkHandle chunk) override;
   Status do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) override;
   Status do_set_access(DevPtr va, std::size_t bytes) override;

@@ -22,6 +22,7 @@ DeviceProperties sim_properties(const SimDeviceConfig& c, std::size_t device_bud
   const std::size_t want = c.capacity != 0 ? c.capacity : device_budget;
   p.capacity = c.granularity == 0 ? want : (want + c.granularity - 1) / c.granularity * c.granularity;
   p.host_accessible = true;
+  p.host_chunks = true;
   p.pci_bus_id = c.pci_bus_id;
   return p;
 }
@@ -30,6 +31,29 @@ void* as_ptr(DevPtr p) noexcept { return reinterpret_cast<void*>(p); }
 sim::SimStream* as_stream(StreamHandle s) noexcept { return static_cast<sim::SimStream*>(s); }
 sim::SimEvent* as_event(EventHandle e) noexcept { return static_cast<sim::SimEvent*>(e); }
 Status sys_fail() noexcept { return Status::fail(Errc::system_error, errno); }
+
+constexpr std::uint64_t host_bit = std::uint64_t{1} << 63;
+std::size_t chunk_offset(std::uint64_t handle) noexcept { return (handle & ~host_bit) - 1; }
+
+std::size_t physical_ram() noexcept {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long size = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(size)
+                               : std::size_t{1} << 34;
+}
+
+int open_memory(const char* name, std::size_t bytes) {
+  const int fd = ::memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) throw device_error("sim: memfd_create failed: " + std::generic_category().message(errno), "system_error");
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw device_error("sim: cannot size the simulated " + std::string(name) + " to " + format_bytes(bytes) + ": " +
+                           std::generic_category().message(err),
+                       "system_error");
+  }
+  return fd;
+}
 
 // Replaces [va, va+bytes) with inaccessible anonymous memory: the state of reserved, unmapped VA.
 bool make_inaccessible(DevPtr va, std::size_t bytes) noexcept {
@@ -40,7 +64,9 @@ bool make_inaccessible(DevPtr va, std::size_t bytes) noexcept {
 }  // namespace
 
 SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
-    : DeviceBackend(sim_properties(config, device_budget)), granules_(properties().capacity) {
+    : DeviceBackend(sim_properties(config, device_budget)),
+      device_mem_(properties().capacity),
+      host_mem_(physical_ram() / properties().granularity * properties().granularity) {
   const auto& props = properties();
   const auto host_page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   if (props.granularity == 0 || (props.granularity & (props.granularity - 1)) != 0 ||
@@ -50,15 +76,12 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
                        "); the default is 2 MiB");
   }
   if (props.capacity == 0) throw config_error("sim.capacity resolves to 0 bytes; set device_budget or sim.capacity");
-  memfd_ = ::memfd_create("tvmm-sim-device", MFD_CLOEXEC);
-  if (memfd_ < 0)
-    throw device_error("sim: memfd_create failed: " + std::generic_category().message(errno), "system_error");
-  if (::ftruncate(memfd_, static_cast<off_t>(props.capacity)) != 0) {
-    const int err = errno;
-    ::close(memfd_);
-    throw device_error("sim: cannot size the simulated device memory to " + format_bytes(props.capacity) + ": " +
-                           std::generic_category().message(err),
-                       "system_error");
+  device_mem_.fd = open_memory("tvmm-sim-device", props.capacity);
+  try {
+    host_mem_.fd = open_memory("tvmm-sim-host", host_mem_.granules.free_total());
+  } catch (...) {
+    ::close(device_mem_.fd);
+    throw;
   }
   timing_ = config.timing == "model" ? sim::Timing::model : sim::Timing::wall;
   h2d_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
@@ -69,7 +92,12 @@ SimDevice::~SimDevice() {
   h2d_.reset();
   d2h_.reset();
   for (auto& [base, bytes] : book_.reservations()) ::munmap(as_ptr(base), bytes);
-  if (memfd_ >= 0) ::close(memfd_);
+  ::close(device_mem_.fd);
+  ::close(host_mem_.fd);
+}
+
+SimDevice::Memory& SimDevice::memory_of(std::uint64_t handle) noexcept {
+  return (handle & host_bit) != 0 ? host_mem_ : device_mem_;
 }
 
 Status SimDevice::do_reserve(std::size_t bytes, DevPtr* out) {
@@ -95,11 +123,12 @@ Status SimDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
   return Status::success();
 }
 
-Status SimDevice::do_create_chunk(std::size_t bytes, ChunkHandle* out) {
+Status SimDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) {
   std::lock_guard lk(mu_);
-  const auto off = granules_.allocate(bytes);
+  Memory& mem = where == ChunkLocation::host ? host_mem_ : device_mem_;
+  const auto off = mem.granules.allocate(bytes);
   if (!off) return Status::fail(Errc::out_of_memory);
-  const std::uint64_t handle = *off + 1;  // never 0
+  const std::uint64_t handle = (*off + 1) | (where == ChunkLocation::host ? host_bit : 0);  // never 0
   book_.add_chunk(handle, bytes);
   out->value = handle;
   return Status::success();
@@ -109,11 +138,12 @@ Status SimDevice::do_release_chunk(ChunkHandle chunk) {
   std::lock_guard lk(mu_);
   std::size_t len = 0;
   if (auto s = book_.check_release_chunk(chunk.value, &len); !s.ok()) return s;
-  const std::size_t off = chunk.value - 1;
+  const std::size_t off = chunk_offset(chunk.value);
+  Memory& mem = memory_of(chunk.value);
   book_.remove_chunk(chunk.value);
   // Give the memory back to the host, as releasing device memory would.
-  ::fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off), static_cast<off_t>(len));
-  granules_.free(off, len);
+  ::fallocate(mem.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off), static_cast<off_t>(len));
+  mem.granules.free(off, len);
   return Status::success();
 }
 
@@ -123,8 +153,8 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   // MAP_POPULATE builds the page-table entries now, as a real map does, instead of taking one minor
   // fault per 4 KiB on the first copy into the page. Then no access until set_access, as in CUDA
   // (mprotect keeps the populated entries).
-  if (::mmap(as_ptr(va), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, memfd_,
-             static_cast<off_t>(chunk.value - 1)) == MAP_FAILED ||
+  if (::mmap(as_ptr(va), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+             memory_of(chunk.value).fd, static_cast<off_t>(chunk_offset(chunk.value))) == MAP_FAILED ||
       ::mprotect(as_ptr(va), bytes, PROT_NONE) != 0) {
     const Status failed = sys_fail();
     make_inaccessible(va, bytes);

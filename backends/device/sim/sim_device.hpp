@@ -32,7 +32,7 @@ class SimDevice final : public DeviceBackend {
  private:
   Status do_reserve(std::size_t bytes, DevPtr* out) override;
   Status do_release_reservation(DevPtr base, std::size_t bytes) override;
-  Status do_create_chunk(std::size_t bytes, ChunkHandle* out) override;
+  Status do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) override;
   Status do_release_chunk(ChunkHandle chunk) override;
   Status do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) override;
   Status do_set_access(DevPtr va, std::size_t bytes) override;
@@ -56,10 +56,19 @@ class SimDevice final : public DeviceBackend {
   Status do_synchronize_event(EventHandle event) override;
   Status do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) override;
 
-  int memfd_ = -1;
+  // Physical memory: one memfd per location. Host chunks (handle bit 63 set) model cuMemCreate at a
+  // host NUMA node; their capacity is the machine's RAM.
+  struct Memory {
+    int fd = -1;
+    detail::RangeAllocator<std::size_t> granules;  // free byte ranges of fd
+    explicit Memory(std::size_t bytes) : granules(bytes) {}
+  };
+  [[nodiscard]] Memory& memory_of(std::uint64_t handle) noexcept;
+
   std::mutex mu_;
-  detail::RangeAllocator<std::size_t> granules_;  // free byte ranges of the memfd
-  VmmBook book_;                                  // reservations, chunks (handle = offset + 1), mappings
+  Memory device_mem_;
+  Memory host_mem_;
+  VmmBook book_;  // reservations, chunks (handle = offset + 1, | host bit), mappings
   std::unique_ptr<sim::CopyEngine> h2d_;
   std::unique_ptr<sim::CopyEngine> d2h_;
   sim::Timing timing_ = sim::Timing::wall;

@@ -1,0 +1,155 @@
+// The transparent heap on the simulated GPU: every page stays mapped and keeps its bytes across
+// demotions and promotions, remaps only after a drain, capacity = device + host budgets.
+#include "vmm/transparent_heap.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backends/device/faulty/faulty_device.hpp"
+#include "backends/device/sim/sim_device.hpp"
+#include "kernels/pattern.hpp"
+#include "tvmm/errors.hpp"
+
+namespace tvmm::detail {
+namespace {
+
+constexpr std::size_t page = 2 * MiB;
+
+Config small_config() {
+  Config c;
+  c.device_budget = 4 * page;
+  c.host_budget = 12 * page;
+  c.bind_threads = false;
+  return c;
+}
+
+struct Heap {
+  int drains = 0;
+  TransparentHeap heap;
+  explicit Heap(const Config& c = small_config()) : heap(c, [this] { ++drains; }) {}
+};
+
+TEST(TransparentHeap, KeepsEveryByteAcrossDemotionsTriggeredByLaterAllocations) {
+  Heap h;
+  std::vector<void*> ptrs;
+  // 4x the device budget, one page at a time, each filled at once.
+  for (unsigned i = 0; i < 16; ++i) {
+    void* p = h.heap.allocate(page);
+    ASSERT_TRUE(h.heap.contains(p));
+    kernels::fill_pattern(p, page, i);
+    ptrs.push_back(p);
+  }
+  const auto c = h.heap.counters();
+  EXPECT_EQ(c.pages_demoted, 12u);  // each allocation past the 4th pushed the oldest page to the host
+  EXPECT_GT(h.drains, 0);           // remaps happened only after draining
+  for (unsigned i = 0; i < 16; ++i) {
+    EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
+  }
+  // The newest four are on the device.
+  EXPECT_EQ(h.heap.usage().on_device, 4 * page);
+  for (void* p : ptrs) h.heap.free(p);
+  EXPECT_EQ(h.heap.usage().used, 0u);
+}
+
+TEST(TransparentHeap, PromotesHostPagesIntoFramesThatFreesLeaveIdle) {
+  Heap h;
+  std::vector<void*> ptrs;
+  for (unsigned i = 0; i < 8; ++i) {
+    ptrs.push_back(h.heap.allocate(page));
+    kernels::fill_pattern(ptrs.back(), page, 100 + i);
+  }
+  ASSERT_EQ(h.heap.usage().on_device, 4 * page);
+  h.heap.free(ptrs[7]);
+  h.heap.free(ptrs[6]);   // two device frames idle, four pages on the host
+  h.heap.touch(ptrs[1]);  // the program used allocation 1 last: it is promoted first
+  const auto before = h.heap.counters().pages_promoted;
+  h.heap.maintain(true);
+  EXPECT_EQ(h.heap.counters().pages_promoted - before, 2u);
+  EXPECT_EQ(h.heap.usage().on_device, 4 * page);
+  for (unsigned i = 0; i < 6; ++i) {
+    EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, 100 + i), 0u) << "allocation " << i;
+  }
+  // Nothing to do: no drain.
+  const int drains = h.drains;
+  h.heap.maintain(false);
+  EXPECT_EQ(h.drains, drains);
+}
+
+TEST(TransparentHeap, AllocationLargerThanTheDeviceSpillsItsTailToTheHost) {
+  Heap h;
+  auto* p = static_cast<std::byte*>(h.heap.allocate(6 * page + 5));
+  kernels::fill_pattern(p, 6 * page + 5, 7);
+  EXPECT_EQ(h.heap.usage().on_device, 4 * page);
+  EXPECT_EQ(h.heap.usage().used, 7 * page);
+  EXPECT_EQ(h.heap.size_of(p), 6 * page + 5);
+  EXPECT_EQ(kernels::count_mismatches(p, 6 * page + 5, 7), 0u);
+}
+
+TEST(TransparentHeap, BeyondDevicePlusHostBudgetsIsOutOfMemoryNamingTheBudgets) {
+  Heap h;
+  void* a = h.heap.allocate(10 * page);
+  try {
+    (void)h.heap.allocate(7 * page);
+    FAIL() << "no out_of_memory";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("device budget"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("NVMe tier needs the explicit API"), std::string::npos) << e.what();
+  }
+  // Nothing changed: the earlier allocation is intact and the capacity left is usable.
+  kernels::fill_pattern(a, 10 * page, 3);
+  void* b = h.heap.allocate(6 * page);
+  EXPECT_EQ(kernels::count_mismatches(a, 10 * page, 3), 0u);
+  h.heap.free(b);
+  h.heap.free(a);
+}
+
+TEST(TransparentHeap, DoubleFreeAndInteriorPointersAreErrorsAndChangeNothing) {
+  Heap h;
+  auto* a = static_cast<std::byte*>(h.heap.allocate(page));
+  EXPECT_THROW(h.heap.free(a + 64), invalid_argument);
+  h.heap.free(a);
+  EXPECT_THROW(h.heap.free(a), invalid_argument);
+  EXPECT_EQ(h.heap.usage().used, 0u);
+  int outside = 0;
+  EXPECT_FALSE(h.heap.contains(&outside));
+}
+
+TEST(TransparentHeap, DeferredFreesAreReleasedAtTheNextQuiescentPoint) {
+  Heap h;
+  void* a = h.heap.allocate(16 * page);  // all of the capacity
+  h.heap.free_deferred(a);
+  EXPECT_EQ(h.heap.usage().used, 16 * page);  // not yet: device work may still use it
+  EXPECT_THROW(h.heap.free_deferred(a), invalid_argument);
+  void* b = h.heap.allocate(page);  // under pressure: drains, then releases the deferred free
+  EXPECT_EQ(h.heap.usage().used, page);
+  h.heap.free(b);
+}
+
+TEST(TransparentHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
+  auto faulty =
+      std::make_unique<backend::FaultyDevice>(std::make_unique<backend::SimDevice>(small_config().sim, 4 * page));
+  auto* dev = faulty.get();
+  TransparentHeap heap(
+      small_config(), [] {}, std::move(faulty));
+  std::vector<void*> ptrs;
+  for (unsigned i = 0; i < 4; ++i) {
+    ptrs.push_back(heap.allocate(page));
+    kernels::fill_pattern(ptrs.back(), page, i);
+  }
+  dev->fail_once(backend::FaultyDevice::Op::copy_out, backend::Errc::invalid_value);
+  EXPECT_THROW((void)heap.allocate(page), device_error);
+  EXPECT_EQ(heap.usage().used, 4 * page);
+  for (unsigned i = 0; i < 4; ++i) {
+    EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
+  }
+  // Works again once the fault is gone.
+  void* p = heap.allocate(page);
+  EXPECT_EQ(heap.counters().pages_demoted, 1u);
+  kernels::fill_pattern(p, page, 9);
+  EXPECT_EQ(kernels::count_mismatches(ptrs[3], page, 3), 0u);
+}
+
+}  // namespace
+}  // namespace tvmm::detail
