@@ -1,8 +1,11 @@
 #include "vmm/config_keys.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "tvmm/errors.hpp"
@@ -32,6 +35,80 @@ std::string toml_string(std::string_view s) {
     }
   }
   return out + "\"";
+}
+
+namespace {
+
+// The first of `names` that is set: its value parsed as a whole number, and the name.
+std::optional<std::pair<long, std::string>> launcher_number(std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    errno = 0;
+    const long x = std::strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0' || x < 0) {
+      throw config_error(std::string("the launcher variable ") + n + " = \"" + v +
+                         "\" is not a whole number >= 0; tvmm reads it for {rank} / {local_rank} in config paths");
+    }
+    return std::pair{x, std::string(n)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+RankInfo rank_info() {
+  RankInfo r;
+  if (auto v = launcher_number(
+          {"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"})) {
+    r.rank = v->first;
+    r.rank_from = v->second;
+  }
+  if (auto v = launcher_number({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                                "MV2_COMM_WORLD_LOCAL_RANK"})) {
+    r.local_rank = v->first;
+  }
+  if (auto v = launcher_number({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "MV2_COMM_WORLD_SIZE",
+                                "LOCAL_WORLD_SIZE"})) {
+    r.world_size = v->first;
+  }
+  return r;
+}
+
+std::string substitute_rank(std::string_view value, RankPaths kind, const std::string& name) {
+  if (kind == RankPaths::no) return std::string(value);
+  std::string out;
+  bool placeholder = false;
+  std::optional<RankInfo> info;
+  auto get = [&]() -> const RankInfo& {
+    if (!info) info = rank_info();
+    return *info;
+  };
+  for (std::size_t i = 0; i < value.size();) {
+    if (value[i] != '{') {
+      out += value[i++];
+      continue;
+    }
+    const auto close = value.find('}', i);
+    const std::string_view token =
+        value.substr(i, close == std::string_view::npos ? std::string_view::npos : close - i + 1);
+    if (token == "{rank}") {
+      out += std::to_string(get().rank);
+    } else if (token == "{local_rank}") {
+      out += std::to_string(get().local_rank);
+    } else {
+      throw config_error(name + " = \"" + std::string(value) + "\": unknown placeholder " + std::string(token) +
+                         "; the placeholders are {rank} and {local_rank}");
+    }
+    placeholder = true;
+    i += token.size();
+  }
+  // Several processes (torchrun, mpirun) and one output file: each writes its own.
+  if (kind == RankPaths::files && !placeholder && !out.empty() && out != "-" && get().world_size > 1) {
+    out += ".rank" + std::to_string(get().rank);
+  }
+  return out;
 }
 
 namespace {
@@ -114,16 +191,21 @@ std::vector<ConfigKey> make_keys() {
                           "device address reservation; bounds the total size of live tensors; \"auto\" = 4 x "
                           "(device + host budgets), at least 1 GiB",
                           true, [](Config& c) -> std::size_t& { return c.va_size; }));
-  keys.push_back({"device",
-                  "ordinal",
-                  KeyType::number,
-                  "a whole number >= 0",
-                  "which GPU the cuda backend uses, as the driver numbers them (CUDA_VISIBLE_DEVICES applies)",
-                  false,
-                  0.0,
-                  {},
-                  [](Config& c, const KeyValue& v) { c.cuda_device = static_cast<int>(whole(v.number, 1024)); },
-                  [](const Config& c) { return std::to_string(c.cuda_device); }});
+  keys.push_back(
+      {"device",
+       "ordinal",
+       KeyType::text,
+       "\"auto\" or a GPU number >= 0",
+       "which GPU the cuda backend uses, as the driver numbers them (CUDA_VISIBLE_DEVICES applies); "
+       "\"auto\" = the process's current device (what torch.cuda.set_device chose), else 0",
+       false,
+       0.0,
+       {"auto"},
+       [](Config& c, const KeyValue& v) {
+         c.cuda_device = v.text == "auto" ? -1 : static_cast<int>(whole(std::stod(v.text), 1024));
+       },
+       [](const Config& c) { return c.cuda_device < 0 ? std::string("\"auto\"") : std::to_string(c.cuda_device); },
+       true});
   keys.push_back(size_key("device.sim", "capacity",
                           "physical memory of the simulated GPU (a hard limit); \"auto\" = the "
                           "device budget",
@@ -205,7 +287,8 @@ std::vector<ConfigKey> make_keys() {
                   KeyType::paths,
                   "an array of directory paths like [\"/mnt/nvme0/tvmm\", \"/mnt/nvme1/tvmm\"] (or one string, "
                   "as in the environment, with paths separated by ':')",
-                  "directories of the NVMe tier's files, one per drive (slots are striped across them)",
+                  "directories of the NVMe tier's files, one per drive (slots are striped across them); {rank} and "
+                  "{local_rank} are substituted",
                   false,
                   0.0,
                   {},
@@ -214,7 +297,9 @@ std::vector<ConfigKey> make_keys() {
                     std::string out = "[";
                     for (const auto& p : c.nvme.paths) out += (out.size() > 1 ? ", " : "") + toml_string(p);
                     return out + "]";
-                  }});
+                  },
+                  false,
+                  RankPaths::dirs});
   keys.push_back(size_key("nvme", "budget",
                           "storage the NVMe tier may use for pages, reserved at start; 0 = no NVMe tier", false,
                           [](Config& c) -> std::size_t& { return c.nvme.budget; }));
@@ -312,23 +397,27 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"stats",
                   "file",
                   KeyType::text,
-                  "a file path, \"-\" (standard error) or \"\" (none)",
+                  "a file path ({rank} and {local_rank} are substituted), \"-\" (standard error) or \"\" (none)",
                   "when the pager is destroyed, its final stats are written here as one JSON object",
                   false,
                   0.0,
                   {},
                   [](Config& c, const KeyValue& v) { c.stats_file = v.text; },
-                  [](const Config& c) { return toml_string(c.stats_file); }});
+                  [](const Config& c) { return toml_string(c.stats_file); },
+                  false,
+                  RankPaths::files});
   keys.push_back({"trace",
                   "file",
                   KeyType::text,
-                  "a file path, \"-\" (standard error) or \"\" (none)",
+                  "a file path ({rank} and {local_rank} are substituted), \"-\" (standard error) or \"\" (none)",
                   "every pin and iteration mark as a line of JSON, for studying policies offline",
                   false,
                   0.0,
                   {},
                   [](Config& c, const KeyValue& v) { c.trace_file = v.text; },
-                  [](const Config& c) { return toml_string(c.trace_file); }});
+                  [](const Config& c) { return toml_string(c.trace_file); },
+                  false,
+                  RankPaths::files});
   return keys;
 }
 

@@ -14,6 +14,28 @@ namespace tvmm::detail {
 
 enum class KeyType { size, number, text, paths, boolean };
 
+//! Whether a key's value is a path with per-process placeholders (see substitute_rank).
+enum class RankPaths : std::uint8_t {
+  no,
+  dirs,   //!< directories: {rank} and {local_rank} are substituted
+  files,  //!< output files: substituted, and one process of several never writes another's file
+};
+
+//! The launcher's view of this process: RANK / LOCAL_RANK / WORLD_SIZE (torchrun, DeepSpeed), else the
+//! Open MPI, PMI/PMIx, Slurm or MVAPICH variables; 0, 0 and 1 when none is set.
+struct RankInfo {
+  long rank = 0;
+  long local_rank = 0;
+  long world_size = 1;
+  std::string rank_from;  // the variable the rank came from, "" if none
+};
+//! Reads the launcher variables; throws config_error naming a variable whose value is not a number.
+RankInfo rank_info();
+//! Replaces {rank} and {local_rank} in `value`; with RankPaths::files and several processes but no
+//! placeholder, appends ".rank<N>" so the processes never clobber one file. Throws config_error for any
+//! other {placeholder}, naming `name`.
+std::string substitute_rank(std::string_view value, RankPaths kind, const std::string& name);
+
 struct KeyValue {
   std::size_t size = 0;
   double number = 0.0;
@@ -34,6 +56,7 @@ struct ConfigKey {
   std::function<void(Config&, const KeyValue&)> set;
   std::function<std::string(const Config&)> get;  // the value as TOML
   bool whole_number_too = false;                  // text: a whole number is also accepted (as its digits)
+  RankPaths rank_paths = RankPaths::no;           // {rank} / {local_rank} are substituted
 };
 
 //! Every key, grouped by section in printing order.

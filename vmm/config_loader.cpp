@@ -146,6 +146,14 @@ void apply(Config& cfg, const ConfigKey& k, const Raw& v, const std::string& nam
                           : v.number  ? toml_number(*v.number)
                           : v.list    ? "(an array of " + std::to_string(v.list->size()) + " strings)"
                                       : "(a table or array)";
+  // {rank} / {local_rank}; its errors say what is wrong themselves, at this value's location.
+  auto per_rank = [&](const std::string& path) {
+    try {
+      return detail::substitute_rank(path, k.rank_paths, name);
+    } catch (const config_error& e) {
+      throw config_error(e.what(), location);
+    }
+  };
   try {
     switch (k.type) {
       case KeyType::size: k.set(cfg, detail::KeyValue{to_size(k, v), 0.0, {}, {}, false}); break;
@@ -172,6 +180,7 @@ void apply(Config& cfg, const ConfigKey& k, const Raw& v, const std::string& nam
         }
         for (const auto& p : paths)
           if (trim(p).empty()) throw config_error("");
+        for (auto& p : paths) p = per_rank(p);
         detail::KeyValue kv;
         kv.list = std::move(paths);
         k.set(cfg, kv);
@@ -211,6 +220,7 @@ void apply(Config& cfg, const ConfigKey& k, const Raw& v, const std::string& nam
           throw config_error(name + " = \"" + t + "\": expected " + k.expected + "." + suggestion(t, k.choices),
                              location);
         }
+        t = per_rank(t);
         k.set(cfg, detail::KeyValue{0, 0.0, t, {}, false});
         break;
       }

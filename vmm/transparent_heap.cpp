@@ -123,7 +123,10 @@ void* TransparentHeap::allocate(std::size_t bytes) {
       frame = pool(where).try_acquire();
     }
     if (!frame) throw out_of_memory("tvmm: no frame left for a page of a " + format_bytes(bytes) + " allocation");
-    TVMM_CHECK(dev_->map(va + i * page_, page_, pool(where).chunk(*frame)));
+    if (auto s = dev_->map(va + i * page_, page_, pool(where).chunk(*frame)); !s.ok()) {
+      pool(where).release(*frame);
+      throw_status(s, "map(page, frame)", __FILE__, __LINE__);
+    }
     b.pages.push_back({*frame, where});
   }
   TVMM_CHECK(dev_->set_access(va, n * page_));

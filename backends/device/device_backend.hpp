@@ -22,7 +22,9 @@
 //   set_access(va, n)   the range is mapped. Post: readable and writable by device work.
 //   unmap(va, n)        the range is mapped exactly as one or more whole map() calls. Not stream-ordered:
 //                       the caller must have waited for all work that uses the range.
-//   memcpy_async        runs in stream order on the direction's copy engine.
+//   memcpy_async        runs in stream order on the direction's copy engine. Either end may be a device
+//                       address (inside a reservation); with both, it is a device-to-device copy (a remap
+//                       between a device frame and a host-located chunk) and `kind` names the bus direction.
 //   launch_host(s,f,u)  f(u) runs in stream order (cuLaunchHostFunc); f must not call the backend's
 //                       synchronous functions.
 //   launch_busy(s, d)   a kernel that keeps s busy for d of device time and touches no memory (a

@@ -65,8 +65,9 @@ struct Config {
   //! Device backend: "sim" (simulated GPU; works everywhere) or "cuda" (an NVIDIA GPU through the
   //! driver, loaded at run time: without a driver the Pager constructor throws tvmm::device_error).
   std::string device_backend = "sim";
-  //! Which GPU the "cuda" backend uses, as the driver numbers them.
-  int cuda_device = 0;
+  //! Which GPU the "cuda" backend uses, as the driver numbers them; -1 ("auto") = the device of the
+  //! calling thread's current context (as torch.cuda.set_device or cudaSetDevice left it), else 0.
+  int cuda_device = -1;
   //! Page size in bytes, the unit of residency. 0 = the backend's granularity. Otherwise a multiple
   //! of the granularity (larger pages amortise the fixed per-page driver cost).
   std::size_t page_size = 0;

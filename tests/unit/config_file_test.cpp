@@ -320,3 +320,57 @@ TEST(ConfigFile, SimTimingAndKeepRecentAreReadAndChecked) {
   EXPECT_THROW((void)parse_config("[policy.eviction]\nkeep_recent = -1\n"), config_error);
   EXPECT_THROW((void)parse_config("[policy.eviction]\nkeep_recent = 1.5\n"), config_error);
 }
+
+TEST(ConfigFile, RankPlaceholdersComeFromTheLauncherVariables) {
+  ScopedEnv rank("RANK", "3");
+  ScopedEnv local("LOCAL_RANK", "1");
+  ScopedEnv world("WORLD_SIZE", "4");
+  const auto c = parse_config(R"(
+[nvme]
+paths = ["/mnt/a/r{rank}", "/mnt/b/l{local_rank}"]
+[stats]
+file = "/tmp/stats-{rank}-{local_rank}.json"
+[trace]
+file = "/tmp/pins.jsonl"
+)");
+  ASSERT_EQ(c.nvme.paths.size(), 2u);
+  EXPECT_EQ(c.nvme.paths[0], "/mnt/a/r3");
+  EXPECT_EQ(c.nvme.paths[1], "/mnt/b/l1");
+  EXPECT_EQ(c.stats_file, "/tmp/stats-3-1.json");
+  // Four processes, one file named without a placeholder: each rank gets its own.
+  EXPECT_EQ(c.trace_file, "/tmp/pins.jsonl.rank3");
+  // The environment's paths are substituted too; "-" (stderr) is never renamed.
+  ScopedEnv stats("TVMM_STATS_FILE", "-");
+  Config e;
+  apply_environment(e);
+  EXPECT_EQ(e.stats_file, "-");
+}
+
+TEST(ConfigFile, RankPlaceholdersWithoutALauncherAreZeroAndOneProcessKeepsItsFileName) {
+  for (const char* v : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+                        "PMIX_RANK", "SLURM_PROCID", "SLURM_NTASKS", "LOCAL_WORLD_SIZE", "PMI_SIZE"}) {
+    ::unsetenv(v);
+  }
+  ScopedEnv mpi_rank("OMPI_COMM_WORLD_RANK", "2");
+  const auto c = parse_config("[stats]\nfile = \"s{rank}.json\"\n[trace]\nfile = \"t.jsonl\"\n");
+  EXPECT_EQ(c.stats_file, "s2.json");
+  EXPECT_EQ(c.trace_file, "t.jsonl");
+}
+
+TEST(ConfigFile, UnknownPlaceholderOrBadLauncherVariableIsAnErrorWithItsLocation) {
+  const std::string unknown = error_of("[stats]\nfile = \"s{node}.json\"\n");
+  EXPECT_TRUE(has(unknown, "test.toml:2:")) << unknown;
+  EXPECT_TRUE(has(unknown, "unknown placeholder {node}")) << unknown;
+  EXPECT_TRUE(has(unknown, "{rank} and {local_rank}")) << unknown;
+  ScopedEnv rank("RANK", "three");
+  const std::string bad = error_of("[stats]\nfile = \"s{rank}.json\"\n");
+  EXPECT_TRUE(has(bad, "RANK = \"three\"")) << bad;
+}
+
+TEST(ConfigFile, DeviceOrdinalIsAutoByDefaultOrANumber) {
+  EXPECT_EQ(Config{}.cuda_device, -1);
+  EXPECT_EQ(parse_config("[device]\nordinal = 2\n").cuda_device, 2);
+  EXPECT_EQ(parse_config("[device]\nordinal = \"auto\"\n").cuda_device, -1);
+  const std::string bad = error_of("[device]\nordinal = \"first\"\n");
+  EXPECT_TRUE(has(bad, "\"auto\" or a GPU number")) << bad;
+}

@@ -15,6 +15,7 @@
 #include "backends/device/cuda/cuda_device.hpp"
 #include "test_support.hpp"
 #include "vmm/pager_impl.hpp"
+#include "vmm/transparent_heap.hpp"
 
 using namespace tvmm;
 namespace cu = tvmm::backend::cuda;
@@ -40,6 +41,8 @@ struct Fake {
   std::vector<std::pair<void*, std::size_t>> reservations;
   std::uint64_t next_handle = 1;
   int streams = 0, events = 0;
+  bool host_numa = false;   // the device supports host-located VMM chunks (on host node 1)
+  int current_device = -1;  // cuCtxGetDevice: -1 = no current context
   void add(Call c) {
     std::lock_guard lk(mu);
     log.push_back(std::move(c));
@@ -70,7 +73,7 @@ std::shared_ptr<const cu::Api> fake_api() {
   auto api = std::make_shared<cu::Api>();
   api->Init = [](unsigned) { return CUDA_SUCCESS; };
   api->DeviceGetCount = [](int* n) {
-    *n = 1;
+    *n = 4;
     return CUDA_SUCCESS;
   };
   api->DeviceGet = [](CUdevice* d, int i) {
@@ -79,6 +82,13 @@ std::shared_ptr<const cu::Api> fake_api() {
   };
   api->DeviceGetAttribute = [](int* v, CUdevice_attribute a, CUdevice) {
     *v = a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ? 1 : 0;
+    if (a == CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) *v = g_fake->host_numa ? 1 : 0;
+    if (a == CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID) *v = 1;
+    return CUDA_SUCCESS;
+  };
+  api->CtxGetDevice = [](CUdevice* d) {
+    if (g_fake->current_device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    *d = g_fake->current_device;
     return CUDA_SUCCESS;
   };
   api->DeviceGetName = [](char* s, int n, CUdevice) {
@@ -104,8 +114,12 @@ std::shared_ptr<const cu::Api> fake_api() {
     return CUDA_SUCCESS;
   };
   api->MemAddressReserve = [](CUdeviceptr* p, std::size_t size, std::size_t, CUdeviceptr, unsigned long long) {
-    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    // Aligned to the granularity, as the driver's are (the slack before it stays reserved).
+    void* raw = ::mmap(nullptr, size + kGranularity, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    void* m = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(raw) + kGranularity - 1) / kGranularity *
+                                      kGranularity);
     {
       std::lock_guard lk(g_fake->mu);
       g_fake->reservations.emplace_back(m, size);
@@ -121,14 +135,16 @@ std::shared_ptr<const cu::Api> fake_api() {
   };
   api->MemCreate = [](CUmemGenericAllocationHandle* h, std::size_t size, const CUmemAllocationProp* prop,
                       unsigned long long) {
-    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
+    const bool host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    if ((prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE && !(host && g_fake->host_numa)) ||
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     {
       std::lock_guard lk(g_fake->mu);
       *h = g_fake->next_handle++;
     }
-    g_fake->add({"cuMemCreate", 0, size});
+    g_fake->add({host ? "cuMemCreate(host numa " + std::to_string(prop->location.id) + ")" : "cuMemCreate", 0, size});
     return CUDA_SUCCESS;
   };
   api->MemRelease = [](CUmemGenericAllocationHandle) {
@@ -184,6 +200,13 @@ std::shared_ptr<const cu::Api> fake_api() {
   api->MemcpyDtoHAsync = [](void* h, CUdeviceptr d, std::size_t b, CUstream s) {
     std::memcpy(h, reinterpret_cast<const void*>(d), b);
     g_fake->add({"cuMemcpyDtoHAsync", static_cast<std::uintptr_t>(d), b, s});
+    return CUDA_SUCCESS;
+  };
+  api->MemcpyDtoDAsync = [](CUdeviceptr dst, CUdeviceptr src, std::size_t b, CUstream s) {
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), b);
+    Call c{"cuMemcpyDtoDAsync", static_cast<std::uintptr_t>(src), b, s};
+    c.event = reinterpret_cast<const void*>(dst);
+    g_fake->add(c);
     return CUDA_SUCCESS;
   };
   api->LaunchHostFunc = [](CUstream, CUhostFn fn, void* user) {
@@ -401,4 +424,45 @@ TEST_F(CudaBackendFake, VictimsAreUnmappedAfterTheirWriteBackAndPageInsWaitForIt
   ASSERT_NE(wait, SIZE_MAX) << "no stream waits for the write-back of the frame's previous page";
   ASSERT_NE(page_in, SIZE_MAX);
   EXPECT_LT(wait, page_in) << "the page-in was queued before its stream waited for the frame's write-back";
+}
+
+TEST_F(CudaBackendFake, AutoOrdinalIsTheCurrentContextsDeviceElseZero) {
+  backend::CudaDevice first(fake_api(), -1);
+  fake_.current_device = 2;
+  backend::CudaDevice current(fake_api(), -1);
+  backend::StreamHandle s = nullptr;
+  EXPECT_TRUE(current.create_stream(&s).ok());
+  EXPECT_TRUE(current.destroy_stream(s).ok());
+  EXPECT_EQ(first.device_ordinal(), 0);
+  EXPECT_EQ(current.device_ordinal(), 2);
+}
+
+TEST_F(CudaBackendFake, TransparentRemapsUseHostNumaChunksAndDeviceToDeviceCopies) {
+  fake_.host_numa = true;
+  auto dev = std::make_unique<backend::CudaDevice>(fake_api(), 0);
+  EXPECT_TRUE(dev->properties().host_chunks);
+  Config c = config();
+  c.device_budget = 2 * kGranularity;
+  c.host_budget = 4 * kGranularity;
+  int drains = 0;
+  detail::TransparentHeap heap(
+      c, [&] { ++drains; }, std::move(dev));
+  void* a = heap.allocate(2 * kGranularity);
+  EXPECT_EQ(calls("cuMemCreate").size(), 2u);
+  void* b = heap.allocate(kGranularity);  // demotes a's last page to a chunk on the GPU's host node
+  EXPECT_EQ(drains, 1);
+  EXPECT_EQ(calls("cuMemCreate(host numa 1)").size(), 1u);
+  const auto copies = calls("cuMemcpyDtoDAsync");
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].ptr, reinterpret_cast<std::uintptr_t>(a) + kGranularity);  // from the page's own address
+  // The page's address is unmapped only after the copy, and mapped again at once: it never stays unmapped.
+  const std::size_t copy = find_call(0, [](const Call& x) { return x.name == "cuMemcpyDtoDAsync"; });
+  const auto page = reinterpret_cast<std::uintptr_t>(a) + kGranularity;
+  const std::size_t unmap = find_call(copy, [&](const Call& x) { return x.name == "cuMemUnmap" && x.ptr == page; });
+  const std::size_t remap = find_call(unmap, [&](const Call& x) { return x.name == "cuMemMap" && x.ptr == page; });
+  ASSERT_NE(unmap, SIZE_MAX);
+  ASSERT_NE(remap, SIZE_MAX);
+  EXPECT_EQ(find_call(unmap + 1, [](const Call& x) { return x.name == "cuMemcpyDtoDAsync"; }), SIZE_MAX);
+  heap.free(b);
+  heap.free(a);
 }

@@ -54,6 +54,7 @@ std::shared_ptr<const Api> load_driver() {
   resolve(get, "cuDevicePrimaryCtxRetain", api->DevicePrimaryCtxRetain);
   resolve(get, "cuDevicePrimaryCtxRelease", api->DevicePrimaryCtxRelease);
   resolve(get, "cuCtxSetCurrent", api->CtxSetCurrent);
+  resolve(get, "cuCtxGetDevice", api->CtxGetDevice);
   resolve(get, "cuMemGetAllocationGranularity", api->MemGetAllocationGranularity);
   resolve(get, "cuMemAddressReserve", api->MemAddressReserve);
   resolve(get, "cuMemAddressFree", api->MemAddressFree);
@@ -72,6 +73,7 @@ std::shared_ptr<const Api> load_driver() {
   resolve(get, "cuStreamWaitEvent", api->StreamWaitEvent);
   resolve(get, "cuMemcpyHtoDAsync", api->MemcpyHtoDAsync);
   resolve(get, "cuMemcpyDtoHAsync", api->MemcpyDtoHAsync);
+  resolve(get, "cuMemcpyDtoDAsync", api->MemcpyDtoDAsync);
   resolve(get, "cuLaunchHostFunc", api->LaunchHostFunc);
   resolve(get, "cuEventCreate", api->EventCreate);
   resolve(get, "cuEventDestroy", api->EventDestroy);

@@ -25,6 +25,7 @@ struct Api {
   CUresult (*DevicePrimaryCtxRetain)(CUcontext* ctx, CUdevice dev) = nullptr;
   CUresult (*DevicePrimaryCtxRelease)(CUdevice dev) = nullptr;
   CUresult (*CtxSetCurrent)(CUcontext ctx) = nullptr;
+  CUresult (*CtxGetDevice)(CUdevice* dev) = nullptr;
   CUresult (*MemGetAllocationGranularity)(std::size_t* granularity, const CUmemAllocationProp* prop,
                                           CUmemAllocationGranularity_flags option) = nullptr;
   CUresult (*MemAddressReserve)(CUdeviceptr* ptr, std::size_t size, std::size_t alignment, CUdeviceptr addr,
@@ -47,6 +48,7 @@ struct Api {
   CUresult (*StreamWaitEvent)(CUstream stream, CUevent event, unsigned flags) = nullptr;
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream) = nullptr;
   CUresult (*MemcpyDtoHAsync)(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream) = nullptr;
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) = nullptr;
   CUresult (*LaunchHostFunc)(CUstream stream, CUhostFn fn, void* user) = nullptr;
   CUresult (*EventCreate)(CUevent* event, unsigned flags) = nullptr;
   CUresult (*EventDestroy)(CUevent event) = nullptr;

@@ -43,6 +43,10 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   if (CUresult r = api.Init(0); r != CUDA_SUCCESS) throw fail("cuInit", r);
   int count = 0;
   if (CUresult r = api.DeviceGetCount(&count); r != CUDA_SUCCESS) throw fail("cuDeviceGetCount", r);
+  if (ordinal < 0) {  // "auto": the device of this thread's current context, as the program set it
+    CUdevice current = 0;
+    ordinal = api.CtxGetDevice != nullptr && api.CtxGetDevice(&current) == CUDA_SUCCESS ? static_cast<int>(current) : 0;
+  }
   if (ordinal < 0 || ordinal >= count) {
     throw device_error(
         "no CUDA device " + std::to_string(ordinal) + ": the driver sees " + std::to_string(count) + " GPU(s)",
@@ -222,6 +226,15 @@ Status CudaDevice::do_create_stream(StreamHandle* out) {
 Status CudaDevice::do_destroy_stream(StreamHandle stream) { return TVMM_CU(api_->StreamDestroy(as_stream(stream))); }
 
 Status CudaDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) {
+  bool both_device = false;  // a remap: the target chunk is mapped in the reservation too
+  {
+    std::lock_guard lk(mu_);
+    both_device = book_.reserved(reinterpret_cast<DevPtr>(dst)) && book_.reserved(reinterpret_cast<DevPtr>(src));
+  }
+  if (both_device) {
+    return TVMM_CU(api_->MemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes,
+                                         as_stream(stream)));
+  }
   if (kind == CopyKind::host_to_device) {
     return TVMM_CU(api_->MemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, bytes, as_stream(stream)));
   }

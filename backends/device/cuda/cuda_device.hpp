@@ -24,8 +24,8 @@ namespace tvmm::backend {
 
 class CudaDevice final : public DeviceBackend {
  public:
-  //! Opens device `ordinal` through `api`. Throws tvmm::device_error naming the failing call when the
-  //! driver has no such device or the device lacks virtual memory management.
+  //! Opens device `ordinal` (-1: the current context's device, else 0) through `api`. Throws tvmm::device_error naming
+  //! the failing call when the driver has no such device or the device lacks virtual memory management.
   CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal);
   ~CudaDevice() override;
 
@@ -44,6 +44,8 @@ class CudaDevice final : public DeviceBackend {
   //! The device supports host-located VMM chunks (cuMemCreate at CU_MEM_LOCATION_TYPE_HOST_NUMA), which
   //! a later release can use to keep evicted pages mapped.
   [[nodiscard]] bool host_numa_chunks() const noexcept { return host_numa_chunks_; }
+  //! The driver's number for the device in use (what "auto" resolved to).
+  [[nodiscard]] int device_ordinal() const noexcept { return static_cast<int>(dev_); }
 
  private:
   struct Opened {
