@@ -274,7 +274,10 @@ void TransparentHeap::remap(Lock&, DevPtr va, Page& page, ChunkLocation to) {
   // 2. On the simulator the program's threads are its "kernels" and never drain: make the page
   //    read-only so no write lands in the old copy after it is taken (a fault handler waits for step 4).
   remapping_.store(true, std::memory_order_release);
-  ScopeGuard end_window([&] { remapping_.store(false, std::memory_order_release); });
+  ScopeGuard end_window([&] {
+    remap_epoch_.fetch_add(1, std::memory_order_acq_rel);
+    remapping_.store(false, std::memory_order_release);
+  });
   if (host_threads_touch) ::mprotect(host_va, page_, PROT_READ);
   ScopeGuard restore([&] {
     if (host_threads_touch) ::mprotect(host_va, page_, PROT_READ | PROT_WRITE);

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/device/device_backend.hpp"
@@ -88,6 +89,10 @@ class TransparentHeap {
     return remapping_.load(std::memory_order_acquire) && contains(addr);
   }
   [[nodiscard]] bool remapping() const noexcept { return remapping_.load(std::memory_order_acquire); }
+  //! Async-signal-safe: counts finished remaps (a fault handler retries a faulting access once per value).
+  [[nodiscard]] std::uint64_t remap_epoch() const noexcept { return remap_epoch_.load(std::memory_order_acquire); }
+  //! The heap's address range [first, second).
+  [[nodiscard]] std::pair<backend::DevPtr, backend::DevPtr> range() const noexcept { return {lo_, hi_}; }
 
  private:
   struct Page {
@@ -131,6 +136,7 @@ class TransparentHeap {
   std::uint64_t clock_ = 0;  // last_use stamps
   Counters counters_;
   std::atomic<bool> remapping_{false};
+  std::atomic<std::uint64_t> remap_epoch_{0};
 };
 
 }  // namespace tvmm::detail

@@ -1,0 +1,366 @@
+#include "preload/runtime.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "tvmm/errors.hpp"
+#include "vmm/detail/last_error.hpp"
+
+namespace tvmm::preload {
+
+thread_local int Inside::depth_ = 0;
+
+namespace {
+
+// ---- logging ---------------------------------------------------------------------------------------
+
+Level parse_level(const char* v) noexcept {
+  if (v == nullptr || *v == '\0') return Level::warn;
+  if (std::strcmp(v, "off") == 0 || std::strcmp(v, "none") == 0) return Level::off;
+  if (std::strcmp(v, "error") == 0) return Level::error;
+  if (std::strcmp(v, "info") == 0) return Level::info;
+  if (std::strcmp(v, "debug") == 0) return Level::debug;
+  return Level::warn;
+}
+
+// ---- state -----------------------------------------------------------------------------------------
+
+pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
+std::atomic<detail::TransparentHeap*> g_heap{nullptr};
+bool g_failed = false;  // under g_init_mu
+std::string g_init_error;
+bool g_exit_registered = false;
+
+// Heaps inherited from a parent across fork: their ranges are fenced off in the child.
+constexpr int kMaxParents = 8;
+std::atomic<std::uintptr_t> g_parent_lo[kMaxParents];
+std::atomic<std::uintptr_t> g_parent_hi[kMaxParents];
+
+struct sigaction g_old_segv;
+bool g_handler_installed = false;
+__attribute__((tls_model("initial-exec"))) thread_local const void* t_fault_addr = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local std::uint64_t t_fault_epoch = 0;
+
+// The program's device work, drained: cudaDeviceSynchronize if the program has a CUDA runtime, else
+// the driver's cuCtxSynchronize, else nothing (the simulator with no runtime at all).
+void drain() {
+  using Sync = int (*)();
+  static auto* runtime_sync = reinterpret_cast<Sync>(next_symbol("cudaDeviceSynchronize"));
+  if (runtime_sync != nullptr) {
+    if (const int r = runtime_sync(); r != kSuccess) {
+      throw device_error("cudaDeviceSynchronize failed with error " + std::to_string(r) +
+                             " while tvmm waited for the program's device work before remapping pages",
+                         "driver_error");
+    }
+    return;
+  }
+  if (void* cuda = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)) {
+    auto* ctx_sync = reinterpret_cast<Sync>(real_dlsym(cuda, "cuCtxSynchronize"));
+    ::dlclose(cuda);
+    if (ctx_sync != nullptr) {
+      if (const int r = ctx_sync(); r != kSuccess) {
+        throw device_error("cuCtxSynchronize failed with error " + std::to_string(r), "driver_error");
+      }
+    }
+  }
+}
+
+// ---- the fault handler (the simulator only) ------------------------------------------------------------
+// The program's host threads touch simulated device memory directly, so a page being remapped is
+// read-only (or briefly unmapped): an access to it faults, waits here until the remap ends, and retries.
+
+void chain(int sig, siginfo_t* info, void* context) {
+  if ((g_old_segv.sa_flags & SA_SIGINFO) != 0 && g_old_segv.sa_sigaction != nullptr) {
+    g_old_segv.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (g_old_segv.sa_handler == SIG_DFL || g_old_segv.sa_handler == SIG_IGN) {
+    // Default action: restore it and return; the access faults again and the process ends as it would
+    // have without tvmm.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(sig, &dfl, nullptr);
+    return;
+  }
+  g_old_segv.sa_handler(sig);
+}
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  detail::TransparentHeap* h = g_heap.load(std::memory_order_acquire);
+  if (h != nullptr && h->contains(info->si_addr)) {
+    if (h->remapping()) {
+      while (h->remapping()) ::sched_yield();
+      errno = saved_errno;
+      return;
+    }
+    // The remap may have ended between the fault and this check: retry once per remap epoch.
+    const std::uint64_t epoch = h->remap_epoch();
+    if (t_fault_addr != info->si_addr || t_fault_epoch != epoch) {
+      t_fault_addr = info->si_addr;
+      t_fault_epoch = epoch;
+      errno = saved_errno;
+      return;
+    }
+  }
+  chain(sig, info, context);
+  errno = saved_errno;
+}
+
+void install_fault_handler() {
+  if (g_handler_installed) return;
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  if (::sigaction(SIGSEGV, &sa, &g_old_segv) == 0) {
+    g_handler_installed = true;
+  } else {
+    log(Level::warn,
+        "cannot install the SIGSEGV handler (%s): a thread touching a page while it is remapped "
+        "will crash",
+        std::strerror(errno));
+  }
+}
+
+// ---- exit and fork ------------------------------------------------------------------------------------
+
+void write_stats_at_exit() {
+  detail::TransparentHeap* h = g_heap.load(std::memory_order_acquire);
+  if (h == nullptr || h->config().stats_file.empty()) return;
+  try {
+    const std::string json = h->stats_json() + "\n";
+    const std::string& path = h->config().stats_file;
+    const int fd = path == "-" ? 2 : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      log(Level::error, "cannot write the stats to %s: %s", path.c_str(), std::strerror(errno));
+      return;
+    }
+    const ssize_t n = ::write(fd, json.data(), json.size());
+    if (n != static_cast<ssize_t>(json.size())) log(Level::error, "writing the stats to %s failed", path.c_str());
+    if (fd != 2) ::close(fd);
+  } catch (...) {
+    log(Level::error, "writing the stats failed");
+  }
+}
+
+void before_fork() { pthread_mutex_lock(&g_init_mu); }
+void after_fork_parent() { pthread_mutex_unlock(&g_init_mu); }
+void after_fork_child() {
+  // The parent's heap cannot be used here: its worker threads did not survive the fork, and on the
+  // simulator its memory is shared with the parent. Fence its range off (an access faults, as it would
+  // on a GPU in a forked child) and start afresh on first use.
+  if (detail::TransparentHeap* h = g_heap.exchange(nullptr)) {
+    const auto [lo, hi] = h->range();
+    ::mmap(reinterpret_cast<void*>(lo), hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+           0);
+    for (int i = 0; i < kMaxParents; ++i) {
+      if (g_parent_lo[i].load() == 0) {
+        g_parent_lo[i].store(lo);
+        g_parent_hi[i].store(hi);
+        break;
+      }
+    }
+    // The old heap object is left alone (leaked): destroying it would wait for threads that are gone.
+  }
+  g_failed = false;
+  g_init_error.clear();
+  pthread_mutex_unlock(&g_init_mu);
+}
+
+__attribute__((constructor)) void register_fork_handlers() {
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+detail::TransparentHeap* create_heap() {
+  Config cfg;
+  if (const char* path = std::getenv("TVMM_CONFIG"); path != nullptr && *path != '\0') {
+    cfg = load_config(path);
+  } else {
+    apply_environment(cfg);
+  }
+  if (cfg.nvme.budget != 0) {
+    log(Level::info,
+        "nvme.budget is ignored in transparent mode: its capacity is the device and host budgets "
+        "(the NVMe tier needs the explicit API)");
+  }
+  auto* h = new detail::TransparentHeap(cfg, drain);
+  log(Level::info, "transparent mode on the %s device: device budget %s, host budget %s, pages of %s",
+      h->device().properties().name.c_str(), format_bytes(h->config().device_budget).c_str(),
+      format_bytes(h->config().host_budget).c_str(), format_bytes(h->config().page_size).c_str());
+  if (h->device().properties().host_accessible) install_fault_handler();
+  return h;
+}
+
+}  // namespace
+
+Level log_level() noexcept {
+  static const Level level = parse_level(std::getenv("TVMM_LOG"));
+  return level;
+}
+
+void log(Level level, const char* format, ...) noexcept {
+  if (level == Level::off || static_cast<int>(level) > static_cast<int>(log_level())) return;
+  char buf[1024];
+  int n = std::snprintf(buf, sizeof buf, "tvmm: ");
+  va_list args;
+  va_start(args, format);
+  const int m = std::vsnprintf(buf + n, sizeof buf - static_cast<std::size_t>(n) - 1, format, args);
+  va_end(args);
+  n = std::min<int>(static_cast<int>(sizeof buf) - 2, n + (m < 0 ? 0 : m));
+  buf[n++] = '\n';
+  // One write: lines from several threads never interleave, and no stdio lock is taken (fork-safe).
+  (void)!::write(2, buf, static_cast<std::size_t>(n));
+}
+
+void* glibc_dlsym() noexcept {
+  static std::atomic<void*> real{nullptr};
+  void* f = real.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (f == nullptr) f = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    real.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+void* real_dlsym(void* handle, const char* name) noexcept {
+  using Dlsym = void* (*)(void*, const char*);
+  auto f = reinterpret_cast<Dlsym>(glibc_dlsym());
+  return f == nullptr ? nullptr : f(handle, name);
+}
+
+void* next_symbol(const char* name) noexcept { return real_dlsym(RTLD_NEXT, name); }
+
+detail::TransparentHeap* heap_if_created() noexcept { return g_heap.load(std::memory_order_acquire); }
+
+detail::TransparentHeap* heap() noexcept {
+  if (auto* h = g_heap.load(std::memory_order_acquire)) return h;
+  pthread_mutex_lock(&g_init_mu);
+  detail::TransparentHeap* h = g_heap.load(std::memory_order_acquire);
+  if (h == nullptr && !g_failed) {
+    Inside inside;
+    try {
+      h = create_heap();
+      g_heap.store(h, std::memory_order_release);
+      if (!g_exit_registered) g_exit_registered = std::atexit(write_stats_at_exit) == 0;
+    } catch (const device_error& e) {
+      g_failed = true;
+      g_init_error = e.what();
+      if (e.error_name() == "not_supported") {
+        g_init_error += "; the um (managed memory) fallback is not available in this version, so tvmm is off";
+      }
+    } catch (const std::exception& e) {
+      g_failed = true;
+      g_init_error = e.what();
+    }
+    if (g_failed) log(Level::error, "cannot start transparent mode: %s", g_init_error.c_str());
+  }
+  pthread_mutex_unlock(&g_init_mu);
+  return h;
+}
+
+const std::string& init_error() noexcept { return g_init_error; }
+
+bool from_parent_before_fork(const void* ptr) noexcept {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  for (int i = 0; i < kMaxParents; ++i) {
+    if (p >= g_parent_lo[i].load() && p < g_parent_hi[i].load()) return true;
+  }
+  return false;
+}
+
+int code_of_current_exception(const char* call) noexcept {
+  const tvmm_status s = detail::status_of_current_exception();
+  const char* reason = tvmm_last_error();
+  log(Level::warn, "%s: %s", call, reason);
+  switch (s) {
+    case TVMM_ERROR_INVALID_ARGUMENT: return kInvalidValue;
+    case TVMM_ERROR_OUT_OF_MEMORY: return kOutOfMemory;
+    case TVMM_ERROR_CONFIG: return kNotInitialized;
+    default: return kUnknown;
+  }
+}
+
+namespace {
+int off(const char* call) noexcept {
+  detail::set_last_error(std::string(call) + ": transparent mode is off: " + init_error());
+  log(Level::warn, "%s: transparent mode is off (%s)", call, init_error().c_str());
+  return kNotInitialized;
+}
+}  // namespace
+
+int allocate(const char* call, void** out, std::size_t bytes) noexcept {
+  if (out == nullptr) {
+    log(Level::warn, "%s: the result pointer is NULL", call);
+    return kInvalidValue;
+  }
+  *out = nullptr;
+  if (bytes == 0) return kSuccess;
+  detail::TransparentHeap* h = heap();
+  if (h == nullptr) return off(call);
+  return boundary(call, [&] {
+    *out = h->allocate(bytes);
+    log(Level::debug, "%s(%zu) = %p", call, bytes, *out);
+    return kSuccess;
+  });
+}
+
+bool free_if_ours(const char* call, void* ptr, bool deferred, int* code) noexcept {
+  detail::TransparentHeap* h = heap_if_created();
+  if (h != nullptr && h->contains(ptr)) {
+    *code = boundary(call, [&] {
+      if (deferred) {
+        h->free_deferred(ptr);
+      } else {
+        h->free(ptr);
+      }
+      return kSuccess;
+    });
+    return true;
+  }
+  if (from_parent_before_fork(ptr)) {
+    detail::set_last_error(std::string(call) + ": the parent process allocated this before fork");
+    log(Level::warn, "%s(%p): the parent process allocated this before fork; a child cannot use or free it", call, ptr);
+    *code = kInvalidValue;
+    return true;
+  }
+  return false;
+}
+
+int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept {
+  if (free == nullptr || total == nullptr) {
+    log(Level::warn, "%s: a result pointer is NULL", call);
+    return kInvalidValue;
+  }
+  detail::TransparentHeap* h = heap();
+  if (h == nullptr) return off(call);
+  return boundary(call, [&] {
+    const auto u = h->usage();
+    *total = u.capacity;
+    *free = u.capacity - u.used;
+    return kSuccess;
+  });
+}
+
+void quiescent(bool drained) noexcept {
+  if (detail::TransparentHeap* h = heap_if_created()) {
+    (void)boundary("a quiescent point", [&] {
+      h->maintain(drained);
+      return kSuccess;
+    });
+  }
+}
+
+}  // namespace tvmm::preload

@@ -1,0 +1,91 @@
+#pragma once
+// The interposer's process-wide state: the transparent heap (created on first use), the real functions
+// behind each hook, logging (TVMM_LOG), the fork and exit handlers, and the error boundary every hook
+// goes through. No CUDA header is needed: the hooks use the C ABI's plain types, and the CUDA error
+// codes they return are the same numbers in the runtime and the driver API.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "vmm/transparent_heap.hpp"
+
+namespace tvmm::preload {
+
+//! Error codes, identical in cudaError_t and CUresult.
+enum Code : int {
+  kSuccess = 0,
+  kInvalidValue = 1,    // cudaErrorInvalidValue / CUDA_ERROR_INVALID_VALUE
+  kOutOfMemory = 2,     // cudaErrorMemoryAllocation / CUDA_ERROR_OUT_OF_MEMORY
+  kNotInitialized = 3,  // cudaErrorInitializationError / CUDA_ERROR_NOT_INITIALIZED
+  kNotSupported = 801,  // cudaErrorNotSupported / CUDA_ERROR_NOT_SUPPORTED
+  kUnknown = 999,       // cudaErrorUnknown / CUDA_ERROR_UNKNOWN
+};
+
+enum class Level : int { off = 0, error, warn, info, debug };
+//! TVMM_LOG: off, error, warn (the default), info or debug.
+Level log_level() noexcept;
+//! One line "tvmm: <text>" on stderr when `level` is enabled.
+void log(Level level, const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
+
+//! glibc's dlsym (the interposer defines its own), and its address.
+void* real_dlsym(void* handle, const char* name) noexcept;
+void* glibc_dlsym() noexcept;
+//! The next definition of `name` after this library (RTLD_NEXT), never this library's own.
+void* next_symbol(const char* name) noexcept;
+
+//! The heap, created on first call from TVMM_CONFIG and the TVMM_* variables; nullptr when it cannot be
+//! (the reason is logged once and kept in init_error()).
+detail::TransparentHeap* heap() noexcept;
+//! The heap if it exists already (never creates it).
+detail::TransparentHeap* heap_if_created() noexcept;
+//! Why heap() returned nullptr.
+const std::string& init_error() noexcept;
+//! True when `ptr` is in the address range of a heap inherited from the parent across fork.
+bool from_parent_before_fork(const void* ptr) noexcept;
+
+//! Set while a hook runs tvmm's own code: CUDA calls tvmm makes then go straight to the real functions.
+class Inside {
+ public:
+  Inside() noexcept { ++depth_; }
+  ~Inside() { --depth_; }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+  [[nodiscard]] static bool active() noexcept { return depth_ > 0; }
+
+ private:
+  static thread_local int depth_;
+};
+
+// ---- what every hook family does (the runtime, the driver and the PyTorch entry points) -------------
+
+//! Allocates `bytes` in transparent mode into *out (0 bytes: *out = null, success).
+int allocate(const char* call, void** out, std::size_t bytes) noexcept;
+//! If tvmm owns `ptr` (or owned it before a fork), frees it (`deferred`: at the next quiescent point),
+//! sets *code and returns true. False: not tvmm's; the caller passes it to the real function.
+bool free_if_ours(const char* call, void* ptr, bool deferred, int* code) noexcept;
+//! cudaMemGetInfo / cuMemGetInfo: the heap's capacity (device + host budgets) and what is left.
+int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept;
+//! After a synchronising call succeeded: a quiescent point (`drained`: every stream has drained).
+void quiescent(bool drained) noexcept;
+
+//! Runs `f` (which returns a Code) and turns any exception into the code the caller expects, with a
+//! one-line reason on stderr naming `call`.
+template <class F>
+int boundary(const char* call, F&& f) noexcept;
+
+//! The Code for the exception in flight (inside a catch block), logged with `call`.
+int code_of_current_exception(const char* call) noexcept;
+
+template <class F>
+int boundary(const char* call, F&& f) noexcept {
+  Inside inside;
+  try {
+    return f();
+  } catch (...) {
+    return code_of_current_exception(call);
+  }
+}
+
+}  // namespace tvmm::preload

@@ -1,0 +1,217 @@
+// The C API (include/tvmm/tvmm.h) over the C++ API: handles own C++ objects; every exception stops
+// here and becomes a status plus the thread's last-error text.
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "tvmm/errors.hpp"
+#include "tvmm/pager.hpp"
+#include "tvmm/tvmm.h"
+#include "vmm/detail/last_error.hpp"
+
+struct tvmm_pager {
+  tvmm::Pager pager;
+};
+struct tvmm_tensor {
+  tvmm::Tensor tensor;
+};
+struct tvmm_stream {
+  tvmm::Stream stream;
+};
+struct tvmm_pin {
+  tvmm::Pin pin;
+};
+
+namespace tvmm::detail {
+
+namespace {
+thread_local std::string t_last_error;
+}
+
+void set_last_error(std::string text) noexcept {
+  try {
+    t_last_error = std::move(text);
+  } catch (...) {  // keep the previous text rather than fail
+  }
+}
+
+tvmm_status status_of_current_exception() noexcept {
+  try {
+    throw;
+  } catch (const invalid_argument& e) {
+    set_last_error(e.what());
+    return TVMM_ERROR_INVALID_ARGUMENT;
+  } catch (const out_of_memory& e) {
+    set_last_error(e.what());
+    return TVMM_ERROR_OUT_OF_MEMORY;
+  } catch (const config_error& e) {
+    set_last_error(e.what());
+    return TVMM_ERROR_CONFIG;
+  } catch (const device_error& e) {
+    set_last_error(e.what());
+    return TVMM_ERROR_DEVICE;
+  } catch (const io_error& e) {
+    set_last_error(e.what());
+    return TVMM_ERROR_IO;
+  } catch (const std::bad_alloc&) {
+    set_last_error("out of host memory");
+    return TVMM_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_last_error(e.what());
+    return TVMM_ERROR_INTERNAL;
+  } catch (...) {
+    set_last_error("an unknown exception");
+    return TVMM_ERROR_INTERNAL;
+  }
+}
+
+}  // namespace tvmm::detail
+
+namespace {
+
+using tvmm::detail::set_last_error;
+using tvmm::detail::status_of_current_exception;
+
+tvmm_status null_argument(const char* function, const char* argument) {
+  set_last_error(std::string(function) + ": " + argument + " is NULL");
+  return TVMM_ERROR_INVALID_ARGUMENT;
+}
+
+// Runs `f`, turning any exception into a status.
+template <class F>
+tvmm_status guarded(F&& f) noexcept {
+  try {
+    f();
+    return TVMM_SUCCESS;
+  } catch (...) {
+    return status_of_current_exception();
+  }
+}
+
+tvmm::Access to_access(tvmm_access a) {
+  switch (a) {
+    case TVMM_ACCESS_READ: return tvmm::Access::read;
+    case TVMM_ACCESS_READ_WRITE: return tvmm::Access::read_write;
+    case TVMM_ACCESS_WRITE: return tvmm::Access::write;
+  }
+  throw tvmm::invalid_argument("tvmm_pin_create: access = " + std::to_string(static_cast<int>(a)) +
+                               " is not a tvmm_access (TVMM_ACCESS_READ, _READ_WRITE or _WRITE)");
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* tvmm_last_error(void) { return tvmm::detail::t_last_error.c_str(); }
+
+const char* tvmm_status_name(tvmm_status status) {
+  switch (status) {
+    case TVMM_SUCCESS: return "TVMM_SUCCESS";
+    case TVMM_ERROR_INVALID_ARGUMENT: return "TVMM_ERROR_INVALID_ARGUMENT";
+    case TVMM_ERROR_OUT_OF_MEMORY: return "TVMM_ERROR_OUT_OF_MEMORY";
+    case TVMM_ERROR_CONFIG: return "TVMM_ERROR_CONFIG";
+    case TVMM_ERROR_DEVICE: return "TVMM_ERROR_DEVICE";
+    case TVMM_ERROR_IO: return "TVMM_ERROR_IO";
+    case TVMM_ERROR_INTERNAL: return "TVMM_ERROR_INTERNAL";
+  }
+  return "TVMM_ERROR_(unknown status)";
+}
+
+tvmm_status tvmm_pager_create(const char* config_path, tvmm_pager** out) {
+  if (out == nullptr) return null_argument("tvmm_pager_create", "out");
+  *out = nullptr;
+  return guarded([&] {
+    tvmm::Config c;
+    if (config_path != nullptr) {
+      c = tvmm::load_config(config_path);
+    } else {
+      tvmm::apply_environment(c);
+    }
+    *out = new tvmm_pager{tvmm::Pager(c)};
+  });
+}
+
+void tvmm_pager_destroy(tvmm_pager* pager) { delete pager; }
+
+tvmm_status tvmm_pager_mark_iteration(tvmm_pager* pager) {
+  if (pager == nullptr) return null_argument("tvmm_pager_mark_iteration", "pager");
+  return guarded([&] { pager->pager.mark_iteration(); });
+}
+
+tvmm_status tvmm_pager_stats_json(tvmm_pager* pager, char* buffer, size_t capacity, size_t* needed) {
+  if (pager == nullptr) return null_argument("tvmm_pager_stats_json", "pager");
+  if (buffer == nullptr && capacity != 0) return null_argument("tvmm_pager_stats_json", "buffer");
+  return guarded([&] {
+    const std::string json = tvmm::to_json(pager->pager.stats());
+    if (needed != nullptr) *needed = json.size() + 1;
+    if (capacity == 0) return;
+    const std::size_t n = std::min(json.size(), capacity - 1);
+    std::memcpy(buffer, json.data(), n);
+    buffer[n] = '\0';
+  });
+}
+
+tvmm_status tvmm_tensor_create(tvmm_pager* pager, size_t bytes, const char* name, tvmm_tensor** out) {
+  if (pager == nullptr) return null_argument("tvmm_tensor_create", "pager");
+  if (out == nullptr) return null_argument("tvmm_tensor_create", "out");
+  *out = nullptr;
+  return guarded([&] {
+    tvmm::Hints hints;
+    if (name != nullptr) hints.name = name;
+    *out = new tvmm_tensor{pager->pager.allocate(bytes, hints)};
+  });
+}
+
+void tvmm_tensor_destroy(tvmm_tensor* tensor) { delete tensor; }
+
+void* tvmm_tensor_address(const tvmm_tensor* tensor) { return tensor == nullptr ? nullptr : tensor->tensor.data(); }
+
+size_t tvmm_tensor_size(const tvmm_tensor* tensor) { return tensor == nullptr ? 0 : tensor->tensor.size(); }
+
+tvmm_status tvmm_tensor_prefetch(tvmm_tensor* tensor, tvmm_stream* stream) {
+  if (tensor == nullptr) return null_argument("tvmm_tensor_prefetch", "tensor");
+  if (stream == nullptr) return null_argument("tvmm_tensor_prefetch", "stream");
+  return guarded([&] { tensor->tensor.prefetch(stream->stream); });
+}
+
+tvmm_status tvmm_stream_create(tvmm_pager* pager, tvmm_stream** out) {
+  if (pager == nullptr) return null_argument("tvmm_stream_create", "pager");
+  if (out == nullptr) return null_argument("tvmm_stream_create", "out");
+  *out = nullptr;
+  return guarded([&] { *out = new tvmm_stream{pager->pager.create_stream()}; });
+}
+
+void tvmm_stream_destroy(tvmm_stream* stream) { delete stream; }
+
+tvmm_status tvmm_stream_synchronize(tvmm_stream* stream) {
+  if (stream == nullptr) return null_argument("tvmm_stream_synchronize", "stream");
+  return guarded([&] { stream->stream.synchronize(); });
+}
+
+tvmm_status tvmm_pin_create(tvmm_tensor* tensor, tvmm_stream* stream, size_t offset, size_t bytes, tvmm_access access,
+                            tvmm_pin** out) {
+  if (tensor == nullptr) return null_argument("tvmm_pin_create", "tensor");
+  if (out == nullptr) return null_argument("tvmm_pin_create", "out");
+  *out = nullptr;
+  return guarded([&] {
+    const tvmm::Access a = to_access(access);
+    const std::size_t size = tensor->tensor.size();
+    if (bytes == 0) {
+      if (offset >= size) {
+        throw tvmm::invalid_argument("tvmm_pin_create: offset " + std::to_string(offset) +
+                                     " is past the end of a tensor of " + std::to_string(size) + " bytes");
+      }
+      bytes = size - offset;
+    }
+    tvmm::Pin p = stream != nullptr ? tensor->tensor.pin_range(stream->stream, offset, bytes, a)
+                                    : tensor->tensor.pin_range(offset, bytes, a);
+    *out = new tvmm_pin{std::move(p)};
+  });
+}
+
+void* tvmm_pin_address(const tvmm_pin* pin) { return pin == nullptr ? nullptr : pin->pin.data(); }
+
+void tvmm_pin_destroy(tvmm_pin* pin) { delete pin; }
+
+}  // extern "C"
