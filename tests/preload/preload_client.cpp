@@ -139,7 +139,7 @@ int double_free() {
 // 8 threads allocate, write, re-read and free at once, together needing more than the device, so
 // pages are remapped while other threads write theirs.
 int threads() {
-  constexpr int kThreads = 8, kRounds = 12;
+  constexpr int kThreads = 8, kRounds = 16;
   std::atomic<int> errors{0};
   std::vector<std::thread> pool;
   for (int t = 0; t < kThreads; ++t) {
@@ -155,6 +155,12 @@ int threads() {
         const auto seed = static_cast<std::uint64_t>(t * 1000 + r);
         fill_pattern(p, n, seed);
         mine.emplace_back(p, n);
+        // Write the older blocks again while other threads' allocations remap pages: a write must
+        // never land in a page's old copy.
+        for (std::size_t i = 0; i + 1 < mine.size(); ++i) {
+          fill_pattern(mine[i].first, mine[i].second,
+                       static_cast<std::uint64_t>(t * 1000 + r - static_cast<int>(mine.size() - 1 - i)));
+        }
         if (mine.size() > 2) {  // keep a few alive, free the oldest
           const auto [q, m] = mine.front();
           const auto qseed = static_cast<std::uint64_t>(t * 1000 + r - 2);
