@@ -131,11 +131,9 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_
 // glibc's dlsym, where the trampoline below jumps.
 __attribute__((visibility("hidden"))) void* tvmm_glibc_dlsym = nullptr;
 
-// dlsym's decision: tvmm's hook for a hooked driver symbol that `handle` really has, else null (glibc's
-// dlsym answers). Also sets tvmm_glibc_dlsym for the trampoline.
-__attribute__((visibility("hidden"))) void* tvmm_preload_dlsym_hook(void* handle, const char* name) {
-  if (tvmm_glibc_dlsym == nullptr) tvmm_glibc_dlsym = glibc_dlsym();
-  if (name == nullptr || Inside::active() || handle == RTLD_NEXT) return nullptr;
+// The part of dlsym's decision for names that start with "cu".
+__attribute__((visibility("hidden"))) void* tvmm_preload_dlsym_cuda(void* handle, const char* name) {
+  if (Inside::active()) return nullptr;
   const int s = slot_of_export(name);
   if (s < 0) return nullptr;
   void* theirs = real_dlsym(handle, name);
@@ -143,6 +141,20 @@ __attribute__((visibility("hidden"))) void* tvmm_preload_dlsym_hook(void* handle
   remember(static_cast<Slot>(s), theirs);
   log(Level::debug, "dlsym(\"%s\"): tvmm's hook", name);
   return ours(static_cast<Slot>(s));
+}
+
+// dlsym's decision: tvmm's hook for a hooked driver symbol that `handle` really has, else null (glibc's
+// dlsym answers). Also sets tvmm_glibc_dlsym for the trampoline. Sanitizer runtimes look up their real
+// functions with dlsym while they start, before their own state exists, so this first step is not
+// instrumented and calls nothing that is.
+__attribute__((visibility("hidden"), no_sanitize("address", "undefined", "thread"))) void* tvmm_preload_dlsym_hook(
+    void* handle, const char* name) {
+  if (tvmm_glibc_dlsym == nullptr) {
+    void* f = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    tvmm_glibc_dlsym = f != nullptr ? f : ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  }
+  if (name == nullptr || handle == RTLD_NEXT || name[0] != 'c' || name[1] != 'u') return nullptr;
+  return tvmm_preload_dlsym_cuda(handle, name);
 }
 
 }  // extern "C"

@@ -224,20 +224,15 @@ void log(Level level, const char* format, ...) noexcept {
   (void)!::write(2, buf, static_cast<std::size_t>(n));
 }
 
-void* glibc_dlsym() noexcept {
-  static std::atomic<void*> real{nullptr};
-  void* f = real.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    f = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (f == nullptr) f = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    real.store(f, std::memory_order_release);
-  }
-  return f;
-}
-
 void* real_dlsym(void* handle, const char* name) noexcept {
   using Dlsym = void* (*)(void*, const char*);
-  auto f = reinterpret_cast<Dlsym>(glibc_dlsym());
+  static std::atomic<Dlsym> real{nullptr};
+  Dlsym f = real.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<Dlsym>(::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
+    if (f == nullptr) f = reinterpret_cast<Dlsym>(::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
+    real.store(f, std::memory_order_release);
+  }
   return f == nullptr ? nullptr : f(handle, name);
 }
 

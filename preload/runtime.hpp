@@ -29,9 +29,8 @@ Level log_level() noexcept;
 //! One line "tvmm: <text>" on stderr when `level` is enabled.
 void log(Level level, const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
 
-//! glibc's dlsym (the interposer defines its own), and its address.
+//! glibc's dlsym (the interposer defines its own).
 void* real_dlsym(void* handle, const char* name) noexcept;
-void* glibc_dlsym() noexcept;
 //! The next definition of `name` after this library (RTLD_NEXT), never this library's own.
 void* next_symbol(const char* name) noexcept;
 
