@@ -89,13 +89,19 @@ tvmm_status guarded(F&& f) noexcept {
   }
 }
 
-tvmm::Access to_access(tvmm_access a) {
-  switch (a) {
+// A C caller may pass any int as a tvmm_access; read its bits as an int (loading an out-of-range enum
+// value is undefined in C++).
+tvmm::Access to_access(const tvmm_access& a) {
+  int raw = 0;
+  static_assert(sizeof raw == sizeof a);
+  std::memcpy(&raw, &a, sizeof raw);
+  switch (raw) {
     case TVMM_ACCESS_READ: return tvmm::Access::read;
     case TVMM_ACCESS_READ_WRITE: return tvmm::Access::read_write;
     case TVMM_ACCESS_WRITE: return tvmm::Access::write;
+    default: break;
   }
-  throw tvmm::invalid_argument("tvmm_pin_create: access = " + std::to_string(static_cast<int>(a)) +
+  throw tvmm::invalid_argument("tvmm_pin_create: access = " + std::to_string(raw) +
                                " is not a tvmm_access (TVMM_ACCESS_READ, _READ_WRITE or _WRITE)");
 }
 
