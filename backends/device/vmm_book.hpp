@@ -24,6 +24,16 @@ class VmmBook {
     return Status::success();
   }
   void remove_reservation(DevPtr base) { reservations_.erase(base); }
+  //! The chunk behind [va, va+bytes) and va's offset in it, if one mapping holds the whole range.
+  [[nodiscard]] bool backing(DevPtr va, std::size_t bytes, std::uint64_t* handle, std::size_t* offset) const {
+    auto it = mappings_.upper_bound(va);
+    if (it == mappings_.begin()) return false;
+    --it;
+    if (va + bytes > it->first + it->second.bytes) return false;
+    *handle = it->second.handle;
+    *offset = va - it->first;
+    return true;
+  }
   //! True when `p` lies inside a reservation.
   [[nodiscard]] bool reserved(DevPtr p) const {
     auto it = reservations_.upper_bound(p);

@@ -15,6 +15,12 @@
 
 namespace tvmm::backend::sim {
 
+//! Physical memory as the simulator holds it: a range of a memfd.
+struct FileSpan {
+  int fd = -1;
+  std::int64_t offset = 0;
+};
+
 class CopyEngine {
  public:
   CopyEngine(double bandwidth_bytes_per_s, std::chrono::nanoseconds latency);
@@ -22,9 +28,12 @@ class CopyEngine {
   CopyEngine& operator=(const CopyEngine&) = delete;
 
   // Performs a copy that a stream issues at device time `start`; returns its device end time, once
-  // the wall clock has reached it. Unthrottled, the copy takes the memcpy's real time.
+  // the wall clock has reached it. Unthrottled, the copy takes the memcpy's real time. With `from`
+  // and `to` set (a copy between two device addresses) the bytes move between the physical memory
+  // behind them with copy_file_range, as a GPU's copy engine moves them, untouched by any host thread.
   std::chrono::steady_clock::time_point copy(void* dst, const void* src, std::size_t bytes,
-                                             std::chrono::steady_clock::time_point start);
+                                             std::chrono::steady_clock::time_point start,
+                                             const FileSpan* from = nullptr, const FileSpan* to = nullptr);
 
  private:
   const double bandwidth_;

@@ -139,7 +139,9 @@ void SimStream::execute(const SimOp& op) {
   const auto start = std::max(clock_, op.queued);
   switch (op.kind) {
     case SimOp::Kind::copy:
-      clock_ = (op.copy_kind == CopyKind::host_to_device ? h2d_ : d2h_)->copy(op.dst, op.src, op.bytes, start);
+      clock_ = (op.copy_kind == CopyKind::host_to_device ? h2d_ : d2h_)
+                   ->copy(op.dst, op.src, op.bytes, start, op.file_src.fd >= 0 ? &op.file_src : nullptr,
+                          op.file_dst.fd >= 0 ? &op.file_dst : nullptr);
       break;
     case SimOp::Kind::host: {
       const auto t0 = DeviceClock::now();

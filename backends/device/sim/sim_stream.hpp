@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backends/device/device_backend.hpp"
+#include "backends/device/sim/copy_engine.hpp"
 
 namespace tvmm::backend::sim {
 
@@ -71,6 +72,7 @@ struct SimOp {
   void* dst = nullptr;
   const void* src = nullptr;
   std::size_t bytes = 0;
+  FileSpan file_src, file_dst;  // a device-to-device copy: the memory behind src and dst (fd -1 otherwise)
   HostFn fn = nullptr;
   void* user = nullptr;
   SimEvent* event = nullptr;
