@@ -16,6 +16,7 @@
 
 #include "tvmm/errors.hpp"
 #include "vmm/detail/last_error.hpp"
+#include "vmm/remap_heap.hpp"
 
 namespace tvmm::preload {
 
@@ -38,6 +39,8 @@ Level parse_level(const char* v) noexcept {
 
 pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 std::atomic<detail::TransparentHeap*> g_heap{nullptr};
+// The same heap when it remaps under the program's threads (vmm on the simulator): the fault handler's.
+std::atomic<detail::RemapHeap*> g_remap_heap{nullptr};
 bool g_failed = false;  // under g_init_mu
 std::string g_init_error;
 bool g_exit_registered = false;
@@ -98,7 +101,7 @@ void chain(int sig, siginfo_t* info, void* context) {
 
 void on_fault(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
-  detail::TransparentHeap* h = g_heap.load(std::memory_order_acquire);
+  detail::RemapHeap* h = g_remap_heap.load(std::memory_order_acquire);
   if (h != nullptr && h->contains(info->si_addr)) {
     if (h->remapping()) {
       while (h->remapping()) ::sched_yield();
@@ -161,7 +164,8 @@ void after_fork_child() {
   // The parent's heap cannot be used here: its worker threads did not survive the fork, and on the
   // simulator its memory is shared with the parent. Fence its range off (an access faults, as it would
   // on a GPU in a forked child) and start afresh on first use.
-  if (detail::TransparentHeap* h = g_heap.exchange(nullptr)) {
+  g_heap.store(nullptr);
+  if (detail::RemapHeap* h = g_remap_heap.exchange(nullptr)) {
     const auto [lo, hi] = h->range();
     ::mmap(reinterpret_cast<void*>(lo), hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
            0);
@@ -195,11 +199,17 @@ detail::TransparentHeap* create_heap() {
         "nvme.budget is ignored in transparent mode: its capacity is the device and host budgets "
         "(the NVMe tier needs the explicit API)");
   }
-  auto* h = new detail::TransparentHeap(cfg, drain);
-  log(Level::info, "transparent mode on the %s device: device budget %s, host budget %s, pages of %s",
-      h->device().properties().name.c_str(), format_bytes(h->config().device_budget).c_str(),
+  std::string why;
+  detail::TransparentHeap* h = detail::make_transparent_heap(cfg, drain, &why).release();
+  // Falling back to managed memory is a choice the user should see; the rest is at info level.
+  log(std::strcmp(h->mechanism(), "um") == 0 && cfg.transparent_memory == "auto" ? Level::warn : Level::info,
+      "transparent mode (%s) on the %s device: %s; device budget %s, host budget %s, pages of %s", h->mechanism(),
+      h->device().properties().name.c_str(), why.c_str(), format_bytes(h->config().device_budget).c_str(),
       format_bytes(h->config().host_budget).c_str(), format_bytes(h->config().page_size).c_str());
-  if (h->device().properties().host_accessible) install_fault_handler();
+  if (auto* remap = dynamic_cast<detail::RemapHeap*>(h); remap != nullptr && h->device().properties().host_accessible) {
+    g_remap_heap.store(remap, std::memory_order_release);
+    install_fault_handler();
+  }
   return h;
 }
 
@@ -253,9 +263,6 @@ detail::TransparentHeap* heap() noexcept {
     } catch (const device_error& e) {
       g_failed = true;
       g_init_error = e.what();
-      if (e.error_name() == "not_supported") {
-        g_init_error += "; the um (managed memory) fallback is not available in this version, so tvmm is off";
-      }
     } catch (const std::exception& e) {
       g_failed = true;
       g_init_error = e.what();

@@ -25,6 +25,9 @@ std::string format_bytes(std::size_t bytes) {
 }
 
 void Config::validate() const {
+  if (transparent_memory != "auto" && transparent_memory != "vmm" && transparent_memory != "um") {
+    throw config_error("transparent_memory = \"" + transparent_memory + "\" is not \"auto\", \"vmm\" or \"um\"");
+  }
   if (device_budget == 0) {
     throw config_error("device_budget is 0: the device tier needs at least one page; set it to e.g. 256 MiB");
   }

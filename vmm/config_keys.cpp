@@ -394,6 +394,18 @@ std::vector<ConfigKey> make_keys() {
                   {},
                   [](Config& c, const KeyValue& v) { c.keep_recent = static_cast<std::size_t>(whole(v.number, 1e9)); },
                   [](const Config& c) { return std::to_string(c.keep_recent); }});
+  keys.push_back({"transparent",
+                  "memory",
+                  KeyType::text,
+                  "one of: \"auto\", \"vmm\", \"um\"",
+                  "transparent mode's memory (LD_PRELOAD, tvmm_malloc): vmm = pages mapped on device frames or "
+                  "host-located VMM chunks, remapped at quiescent points; um = managed memory placed with advice and "
+                  "prefetches; auto = vmm where the device has host-located VMM memory, else um",
+                  false,
+                  0.0,
+                  {"auto", "vmm", "um"},
+                  [](Config& c, const KeyValue& v) { c.transparent_memory = v.text; },
+                  [](const Config& c) { return toml_string(c.transparent_memory); }});
   keys.push_back({"stats",
                   "file",
                   KeyType::text,

@@ -105,6 +105,29 @@ Status DeviceBackend::set_worker_cpus(const std::vector<unsigned>& cpus) {
   return do_set_worker_cpus(cpus);
 }
 
+Status DeviceBackend::alloc_managed(std::size_t bytes, void** out) {
+  if (bytes == 0 || out == nullptr) return invalid();
+  if (!props_.managed) return Status::fail(Errc::not_supported);
+  return do_alloc_managed(bytes, out);
+}
+
+Status DeviceBackend::free_managed(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0) return invalid();
+  return do_free_managed(ptr, bytes);
+}
+
+Status DeviceBackend::advise_managed(void* ptr, std::size_t bytes, ChunkLocation where) {
+  if (ptr == nullptr || bytes == 0) return invalid();
+  return do_advise_managed(ptr, bytes, where);
+}
+
+Status DeviceBackend::prefetch_managed(void* ptr, std::size_t bytes, ChunkLocation where, StreamHandle stream) {
+  if (ptr == nullptr || bytes == 0 || stream == nullptr) return invalid();
+  copies_.fetch_add(1, relaxed);
+  copy_bytes_.fetch_add(bytes, relaxed);
+  return do_prefetch_managed(ptr, bytes, where, stream);
+}
+
 Status DeviceBackend::create_stream(StreamHandle* out) {
   if (out == nullptr) return invalid();
   return do_create_stream(out);

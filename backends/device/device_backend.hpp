@@ -25,6 +25,12 @@
 //   memcpy_async        runs in stream order on the direction's copy engine. Either end may be a device
 //                       address (inside a reservation); with both, it is a device-to-device copy (a remap
 //                       between a device frame and a host-located chunk) and `kind` names the bus direction.
+//   alloc_managed(b,o)  managed memory (cuMemAllocManaged): one address for device and host; the driver
+//                       migrates its pages on access. not_supported unless properties().managed.
+//   free_managed(p,b)   p came from alloc_managed(b); no work may still use it.
+//   advise_managed      where the driver should keep [p, p+b) (cuMemAdvise SET_PREFERRED_LOCATION).
+//   prefetch_managed    moves [p, p+b) to `where` in stream order (cuMemPrefetchAsync); the memory stays
+//                       usable by both sides throughout.
 //   launch_host(s,f,u)  f(u) runs in stream order (cuLaunchHostFunc); f must not call the backend's
 //                       synchronous functions.
 //   launch_busy(s, d)   a kernel that keeps s busy for d of device time and touches no memory (a
@@ -104,6 +110,7 @@ struct DeviceProperties {
   std::size_t capacity = 0;      //!< physical memory in bytes
   bool host_accessible = false;  //!< device addresses can be dereferenced by the host (simulator)
   bool host_chunks = false;      //!< create_chunk(..., ChunkLocation::host) works
+  bool managed = false;          //!< alloc_managed, advise_managed and prefetch_managed work
   std::string pci_bus_id;        //!< the device's PCI bus id ("0000:65:00.0"), "" if unknown
 };
 
@@ -140,6 +147,12 @@ class DeviceBackend {
   //! and kernels), existing and future, to `cpus`; not_supported where it has none it can bind.
   Status set_worker_cpus(const std::vector<unsigned>& cpus);
 
+  //! Managed (unified) memory: see the contract above.
+  Status alloc_managed(std::size_t bytes, void** out);
+  Status free_managed(void* ptr, std::size_t bytes);
+  Status advise_managed(void* ptr, std::size_t bytes, ChunkLocation where);
+  Status prefetch_managed(void* ptr, std::size_t bytes, ChunkLocation where, StreamHandle stream);
+
   Status create_stream(StreamHandle* out);
   Status destroy_stream(StreamHandle stream);
   Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream);
@@ -171,6 +184,10 @@ class DeviceBackend {
   virtual Status do_register_host(void* ptr, std::size_t bytes) = 0;
   virtual Status do_unregister_host(void* ptr, std::size_t bytes) = 0;
   virtual Status do_set_worker_cpus(const std::vector<unsigned>& cpus) = 0;
+  virtual Status do_alloc_managed(std::size_t bytes, void** out) = 0;
+  virtual Status do_free_managed(void* ptr, std::size_t bytes) = 0;
+  virtual Status do_advise_managed(void* ptr, std::size_t bytes, ChunkLocation where) = 0;
+  virtual Status do_prefetch_managed(void* ptr, std::size_t bytes, ChunkLocation where, StreamHandle stream) = 0;
   virtual Status do_create_stream(StreamHandle* out) = 0;
   virtual Status do_destroy_stream(StreamHandle stream) = 0;
   virtual Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) = 0;

@@ -125,6 +125,10 @@ struct Config {
   //! Pin log: every pin and iteration mark as a line of JSON (docs/configuration.md has the format),
   //! for studying policies offline. "" = none; "-" = standard error. Opened when the Pager is built.
   std::string trace_file;
+  //! Transparent mode's memory (the LD_PRELOAD interposer, tvmm_malloc): "vmm" (pages mapped on device
+  //! frames or host-located VMM chunks, remapped at quiescent points), "um" (managed memory placed with
+  //! advice and prefetches) or "auto" (vmm where the device has host-located VMM memory, else um).
+  std::string transparent_memory = "auto";
   //! Settings of the simulated GPU.
   SimDeviceConfig sim;
   //! Settings of the NVMe tier (off by default).

@@ -1,5 +1,6 @@
-// The transparent heap on the simulated GPU: every page stays mapped and keeps its bytes across
-// demotions and promotions, remaps only after a drain, capacity = device + host budgets.
+// The transparent heap on the simulated GPU, with both mechanisms (vmm: remaps of mapped pages; um:
+// managed memory with advice and prefetches): every page stays usable and keeps its bytes across
+// demotions and promotions, vmm remaps only after a drain, capacity = device + host budgets.
 #include "vmm/transparent_heap.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 #include "backends/device/sim/sim_device.hpp"
 #include "kernels/pattern.hpp"
 #include "tvmm/errors.hpp"
+#include "vmm/managed_heap.hpp"
+#include "vmm/remap_heap.hpp"
 
 namespace tvmm::detail {
 namespace {
@@ -25,14 +28,24 @@ Config small_config() {
   return c;
 }
 
+// One heap of the mechanism the test is instantiated for, counting its drains.
 struct Heap {
   int drains = 0;
-  TransparentHeap heap;
-  explicit Heap(const Config& c = small_config()) : heap(c, [this] { ++drains; }) {}
+  std::unique_ptr<TransparentHeap> owner;
+  TransparentHeap& heap;
+  explicit Heap(const std::string& memory, Config c = small_config())
+      : owner(make_transparent_heap((c.transparent_memory = memory, c), [this] { ++drains; })), heap(*owner) {}
 };
 
-TEST(TransparentHeap, KeepsEveryByteAcrossDemotionsTriggeredByLaterAllocations) {
-  Heap h;
+class TransparentHeapTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  [[nodiscard]] bool vmm() const { return GetParam() == "vmm"; }
+};
+INSTANTIATE_TEST_SUITE_P(Mechanisms, TransparentHeapTest, ::testing::Values("vmm", "um"),
+                         [](const auto& param_info) { return param_info.param; });
+
+TEST_P(TransparentHeapTest, KeepsEveryByteAcrossDemotionsTriggeredByLaterAllocations) {
+  Heap h(GetParam());
   std::vector<void*> ptrs;
   // 4x the device budget, one page at a time, each filled at once.
   for (unsigned i = 0; i < 16; ++i) {
@@ -43,7 +56,8 @@ TEST(TransparentHeap, KeepsEveryByteAcrossDemotionsTriggeredByLaterAllocations) 
   }
   const auto c = h.heap.counters();
   EXPECT_EQ(c.pages_demoted, 12u);  // each allocation past the 4th pushed the oldest page to the host
-  EXPECT_GT(h.drains, 0);           // remaps happened only after draining
+  EXPECT_EQ(h.drains > 0, vmm());   // a remap waits for device work; a managed-memory prefetch need not           //
+                                    // remaps happened only after draining
   for (unsigned i = 0; i < 16; ++i) {
     EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
   }
@@ -53,8 +67,8 @@ TEST(TransparentHeap, KeepsEveryByteAcrossDemotionsTriggeredByLaterAllocations) 
   EXPECT_EQ(h.heap.usage().used, 0u);
 }
 
-TEST(TransparentHeap, PromotesHostPagesIntoFramesThatFreesLeaveIdle) {
-  Heap h;
+TEST_P(TransparentHeapTest, PromotesHostPagesIntoFramesThatFreesLeaveIdle) {
+  Heap h(GetParam());
   std::vector<void*> ptrs;
   for (unsigned i = 0; i < 8; ++i) {
     ptrs.push_back(h.heap.allocate(page));
@@ -72,13 +86,14 @@ TEST(TransparentHeap, PromotesHostPagesIntoFramesThatFreesLeaveIdle) {
     EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, 100 + i), 0u) << "allocation " << i;
   }
   // Nothing to do: no drain.
+  h.heap.maintain(false);
   const int drains = h.drains;
   h.heap.maintain(false);
   EXPECT_EQ(h.drains, drains);
 }
 
-TEST(TransparentHeap, AllocationLargerThanTheDeviceSpillsItsTailToTheHost) {
-  Heap h;
+TEST_P(TransparentHeapTest, AllocationLargerThanTheDeviceSpillsItsTailToTheHost) {
+  Heap h(GetParam());
   auto* p = static_cast<std::byte*>(h.heap.allocate(6 * page + 5));
   kernels::fill_pattern(p, 6 * page + 5, 7);
   EXPECT_EQ(h.heap.usage().on_device, 4 * page);
@@ -87,8 +102,8 @@ TEST(TransparentHeap, AllocationLargerThanTheDeviceSpillsItsTailToTheHost) {
   EXPECT_EQ(kernels::count_mismatches(p, 6 * page + 5, 7), 0u);
 }
 
-TEST(TransparentHeap, BeyondDevicePlusHostBudgetsIsOutOfMemoryNamingTheBudgets) {
-  Heap h;
+TEST_P(TransparentHeapTest, BeyondDevicePlusHostBudgetsIsOutOfMemoryNamingTheBudgets) {
+  Heap h(GetParam());
   void* a = h.heap.allocate(10 * page);
   try {
     (void)h.heap.allocate(7 * page);
@@ -105,8 +120,8 @@ TEST(TransparentHeap, BeyondDevicePlusHostBudgetsIsOutOfMemoryNamingTheBudgets) 
   h.heap.free(a);
 }
 
-TEST(TransparentHeap, DoubleFreeAndInteriorPointersAreErrorsAndChangeNothing) {
-  Heap h;
+TEST_P(TransparentHeapTest, DoubleFreeAndInteriorPointersAreErrorsAndChangeNothing) {
+  Heap h(GetParam());
   auto* a = static_cast<std::byte*>(h.heap.allocate(page));
   EXPECT_THROW(h.heap.free(a + 64), invalid_argument);
   h.heap.free(a);
@@ -114,10 +129,13 @@ TEST(TransparentHeap, DoubleFreeAndInteriorPointersAreErrorsAndChangeNothing) {
   EXPECT_EQ(h.heap.usage().used, 0u);
   int outside = 0;
   EXPECT_FALSE(h.heap.contains(&outside));
+  if (!vmm()) {
+    EXPECT_FALSE(h.heap.contains(a));  // managed memory: gone with its allocation
+  }
 }
 
-TEST(TransparentHeap, DeferredFreesAreReleasedAtTheNextQuiescentPoint) {
-  Heap h;
+TEST_P(TransparentHeapTest, DeferredFreesAreReleasedAtTheNextQuiescentPoint) {
+  Heap h(GetParam());
   void* a = h.heap.allocate(16 * page);  // all of the capacity
   h.heap.free_deferred(a);
   EXPECT_EQ(h.heap.usage().used, 16 * page);  // not yet: device work may still use it
@@ -127,11 +145,11 @@ TEST(TransparentHeap, DeferredFreesAreReleasedAtTheNextQuiescentPoint) {
   h.heap.free(b);
 }
 
-TEST(TransparentHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
+TEST(RemapHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
   auto faulty =
       std::make_unique<backend::FaultyDevice>(std::make_unique<backend::SimDevice>(small_config().sim, 4 * page));
   auto* dev = faulty.get();
-  TransparentHeap heap(
+  RemapHeap heap(
       small_config(), [] {}, std::move(faulty));
   std::vector<void*> ptrs;
   for (unsigned i = 0; i < 4; ++i) {
@@ -149,6 +167,35 @@ TEST(TransparentHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
   EXPECT_EQ(heap.counters().pages_demoted, 1u);
   kernels::fill_pattern(p, page, 9);
   EXPECT_EQ(kernels::count_mismatches(ptrs[3], page, 3), 0u);
+}
+
+TEST(ManagedHeap, AFailedPrefetchLeavesThePageWhereItWasWithItsBytes) {
+  auto faulty =
+      std::make_unique<backend::FaultyDevice>(std::make_unique<backend::SimDevice>(small_config().sim, 4 * page));
+  auto* dev = faulty.get();
+  ManagedHeap heap(
+      small_config(), [] {}, std::move(faulty));
+  std::vector<void*> ptrs;
+  for (unsigned i = 0; i < 4; ++i) {
+    ptrs.push_back(heap.allocate(page));
+    kernels::fill_pattern(ptrs.back(), page, i);
+  }
+  dev->fail_once(backend::FaultyDevice::Op::copy_out, backend::Errc::invalid_value);
+  EXPECT_THROW((void)heap.allocate(page), device_error);
+  EXPECT_EQ(heap.usage().used, 4 * page);
+  EXPECT_EQ(heap.usage().on_device, 4 * page);
+  for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
+}
+
+TEST(TransparentHeapChoice, AutoPicksVmmWhereHostChunksExistAndRefusesAnUnknownMechanism) {
+  std::string why;
+  auto vmm = make_transparent_heap(
+      small_config(), [] {}, &why);
+  EXPECT_STREQ(vmm->mechanism(), "vmm");
+  EXPECT_NE(why.find("host-located VMM memory"), std::string::npos) << why;
+  Config bad = small_config();
+  bad.transparent_memory = "both";
+  EXPECT_THROW((void)make_transparent_heap(bad, [] {}), config_error);
 }
 
 }  // namespace

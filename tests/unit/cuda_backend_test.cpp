@@ -14,8 +14,9 @@
 
 #include "backends/device/cuda/cuda_device.hpp"
 #include "test_support.hpp"
+#include "vmm/managed_heap.hpp"
 #include "vmm/pager_impl.hpp"
-#include "vmm/transparent_heap.hpp"
+#include "vmm/remap_heap.hpp"
 
 using namespace tvmm;
 namespace cu = tvmm::backend::cuda;
@@ -42,6 +43,7 @@ struct Fake {
   std::uint64_t next_handle = 1;
   int streams = 0, events = 0;
   bool host_numa = false;   // the device supports host-located VMM chunks (on host node 1)
+  bool managed = false;     // the device supports managed memory with concurrent access
   int current_device = -1;  // cuCtxGetDevice: -1 = no current context
   void add(Call c) {
     std::lock_guard lk(mu);
@@ -84,6 +86,9 @@ std::shared_ptr<const cu::Api> fake_api() {
     *v = a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ? 1 : 0;
     if (a == CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) *v = g_fake->host_numa ? 1 : 0;
     if (a == CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID) *v = 1;
+    if (a == CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY || a == CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS) {
+      *v = g_fake->managed ? 1 : 0;
+    }
     return CUDA_SUCCESS;
   };
   api->CtxGetDevice = [](CUdevice* d) {
@@ -206,6 +211,30 @@ std::shared_ptr<const cu::Api> fake_api() {
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), b);
     Call c{"cuMemcpyDtoDAsync", static_cast<std::uintptr_t>(src), b, s};
     c.event = reinterpret_cast<const void*>(dst);
+    g_fake->add(c);
+    return CUDA_SUCCESS;
+  };
+  api->MemAllocManaged = [](CUdeviceptr* p, std::size_t bytes, unsigned flags) {
+    if (flags != CU_MEM_ATTACH_GLOBAL) return CUDA_ERROR_INVALID_VALUE;
+    void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = reinterpret_cast<CUdeviceptr>(m);
+    g_fake->add({"cuMemAllocManaged", reinterpret_cast<std::uintptr_t>(m), bytes});
+    return CUDA_SUCCESS;
+  };
+  api->MemFree = [](CUdeviceptr p) {
+    g_fake->add({"cuMemFree", static_cast<std::uintptr_t>(p)});
+    return CUDA_SUCCESS;
+  };
+  api->MemAdvise = [](CUdeviceptr p, std::size_t bytes, CUmem_advise advice, CUdevice dev) {
+    if (advice != CU_MEM_ADVISE_SET_PREFERRED_LOCATION) return CUDA_ERROR_INVALID_VALUE;
+    g_fake->add(
+        {dev == CU_DEVICE_CPU ? "cuMemAdvise(cpu)" : "cuMemAdvise(gpu)", static_cast<std::uintptr_t>(p), bytes});
+    return CUDA_SUCCESS;
+  };
+  api->MemPrefetchAsync = [](CUdeviceptr p, std::size_t bytes, CUdevice dev, CUstream s) {
+    Call c{dev == CU_DEVICE_CPU ? "cuMemPrefetchAsync(cpu)" : "cuMemPrefetchAsync(gpu)", static_cast<std::uintptr_t>(p),
+           bytes, s};
     g_fake->add(c);
     return CUDA_SUCCESS;
   };
@@ -445,7 +474,7 @@ TEST_F(CudaBackendFake, TransparentRemapsUseHostNumaChunksAndDeviceToDeviceCopie
   c.device_budget = 2 * kGranularity;
   c.host_budget = 4 * kGranularity;
   int drains = 0;
-  detail::TransparentHeap heap(
+  detail::RemapHeap heap(
       c, [&] { ++drains; }, std::move(dev));
   void* a = heap.allocate(2 * kGranularity);
   EXPECT_EQ(calls("cuMemCreate").size(), 2u);
@@ -465,4 +494,39 @@ TEST_F(CudaBackendFake, TransparentRemapsUseHostNumaChunksAndDeviceToDeviceCopie
   EXPECT_EQ(find_call(unmap + 1, [](const Call& x) { return x.name == "cuMemcpyDtoDAsync"; }), SIZE_MAX);
   heap.free(b);
   heap.free(a);
+}
+
+TEST_F(CudaBackendFake, WithoutHostNumaChunksTransparentModeFallsBackToManagedMemoryPlacedByThePolicy) {
+  fake_.managed = true;  // no host-located VMM memory, but managed memory
+  Config c = config();
+  c.device_budget = 2 * kGranularity;
+  c.host_budget = 4 * kGranularity;
+  std::string why;
+  auto heap = detail::make_transparent_heap(
+      c, [] {}, &why, std::make_unique<backend::CudaDevice>(fake_api(), 0));
+  EXPECT_STREQ(heap->mechanism(), "um");
+  EXPECT_NE(why.find("falls back to managed memory"), std::string::npos) << why;
+  void* a = heap->allocate(2 * kGranularity);
+  ASSERT_EQ(calls("cuMemAllocManaged").size(), 1u);
+  EXPECT_EQ(calls("cuMemAllocManaged")[0].bytes, 2 * kGranularity);
+  EXPECT_EQ(calls("cuMemPrefetchAsync(gpu)").size(), 2u);  // both pages preferred on, and moved to, the GPU
+  EXPECT_EQ(calls("cuMemAdvise(gpu)").size(), 2u);
+  void* b = heap->allocate(kGranularity);  // the device is full: a's last page goes to the host
+  const auto to_cpu = calls("cuMemPrefetchAsync(cpu)");
+  ASSERT_EQ(to_cpu.size(), 1u);
+  EXPECT_EQ(to_cpu[0].ptr, reinterpret_cast<std::uintptr_t>(a) + kGranularity);
+  EXPECT_EQ(calls("cuMemAdvise(cpu)").size(), 1u);
+  EXPECT_EQ(heap->usage().on_device, 2 * kGranularity);
+  heap->free(b);
+  heap->free(a);
+  EXPECT_EQ(calls("cuMemFree").size(), 2u);
+  // Neither host-located VMM memory nor managed memory: a clear error.
+  fake_.managed = false;
+  try {
+    (void)detail::make_transparent_heap(
+        c, [] {}, nullptr, std::make_unique<backend::CudaDevice>(fake_api(), 0));
+    FAIL() << "no error";
+  } catch (const device_error& e) {
+    EXPECT_NE(std::string(e.what()).find("neither"), std::string::npos) << e.what();
+  }
 }

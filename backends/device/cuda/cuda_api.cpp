@@ -74,6 +74,10 @@ std::shared_ptr<const Api> load_driver() {
   resolve(get, "cuMemcpyHtoDAsync", api->MemcpyHtoDAsync);
   resolve(get, "cuMemcpyDtoHAsync", api->MemcpyDtoHAsync);
   resolve(get, "cuMemcpyDtoDAsync", api->MemcpyDtoDAsync);
+  resolve(get, "cuMemAllocManaged", api->MemAllocManaged);
+  resolve(get, "cuMemFree", api->MemFree);
+  resolve(get, "cuMemAdvise", api->MemAdvise);
+  resolve(get, "cuMemPrefetchAsync", api->MemPrefetchAsync);
   resolve(get, "cuLaunchHostFunc", api->LaunchHostFunc);
   resolve(get, "cuEventCreate", api->EventCreate);
   resolve(get, "cuEventDestroy", api->EventDestroy);

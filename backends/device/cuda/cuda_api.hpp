@@ -49,6 +49,11 @@ struct Api {
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream) = nullptr;
   CUresult (*MemcpyDtoHAsync)(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream) = nullptr;
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) = nullptr;
+  CUresult (*MemAllocManaged)(CUdeviceptr* ptr, std::size_t bytes, unsigned flags) = nullptr;
+  CUresult (*MemFree)(CUdeviceptr ptr) = nullptr;
+  // The 12.0 ABI of both (a CUdevice, CU_DEVICE_CPU for the host), as kAbiVersion resolves them.
+  CUresult (*MemAdvise)(CUdeviceptr ptr, std::size_t bytes, CUmem_advise advice, CUdevice device) = nullptr;
+  CUresult (*MemPrefetchAsync)(CUdeviceptr ptr, std::size_t bytes, CUdevice device, CUstream stream) = nullptr;
   CUresult (*LaunchHostFunc)(CUstream stream, CUhostFn fn, void* user) = nullptr;
   CUresult (*EventCreate)(CUevent* event, unsigned flags) = nullptr;
   CUresult (*EventDestroy)(CUevent event) = nullptr;

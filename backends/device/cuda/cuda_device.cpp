@@ -89,6 +89,10 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   o.props.capacity = total;
   o.props.host_accessible = false;
   o.props.host_chunks = o.host_numa_chunks;
+  int managed = 0, concurrent = 0;
+  (void)api.DeviceGetAttribute(&managed, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, o.dev);
+  (void)api.DeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, o.dev);
+  o.props.managed = managed != 0 && concurrent != 0;  // prefetch and advice need concurrent access
   o.props.pci_bus_id = bus;
   return o;
 }
@@ -214,6 +218,27 @@ Status CudaDevice::do_unregister_host(void* ptr, std::size_t /*bytes*/) {
 
 Status CudaDevice::do_set_worker_cpus(const std::vector<unsigned>& /*cpus*/) {
   return Status::fail(Errc::not_supported);  // the driver's own threads are not ours to bind
+}
+
+Status CudaDevice::do_alloc_managed(std::size_t bytes, void** out) {
+  CUdeviceptr p = 0;
+  const Status s = TVMM_CU(api_->MemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL));
+  if (s.ok()) *out = reinterpret_cast<void*>(p);
+  return s;
+}
+
+Status CudaDevice::do_free_managed(void* ptr, std::size_t) {
+  return TVMM_CU(api_->MemFree(reinterpret_cast<CUdeviceptr>(ptr)));
+}
+
+Status CudaDevice::do_advise_managed(void* ptr, std::size_t bytes, ChunkLocation where) {
+  return TVMM_CU(api_->MemAdvise(reinterpret_cast<CUdeviceptr>(ptr), bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+                                 where == ChunkLocation::device ? dev_ : CU_DEVICE_CPU));
+}
+
+Status CudaDevice::do_prefetch_managed(void* ptr, std::size_t bytes, ChunkLocation where, StreamHandle stream) {
+  return TVMM_CU(api_->MemPrefetchAsync(reinterpret_cast<CUdeviceptr>(ptr), bytes,
+                                        where == ChunkLocation::device ? dev_ : CU_DEVICE_CPU, as_stream(stream)));
 }
 
 Status CudaDevice::do_create_stream(StreamHandle* out) {

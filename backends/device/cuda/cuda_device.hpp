@@ -70,6 +70,10 @@ class CudaDevice final : public DeviceBackend {
   Status do_register_host(void* ptr, std::size_t bytes) override;
   Status do_unregister_host(void* ptr, std::size_t bytes) override;
   Status do_set_worker_cpus(const std::vector<unsigned>& cpus) override;
+  Status do_alloc_managed(std::size_t bytes, void** out) override;
+  Status do_free_managed(void* ptr, std::size_t bytes) override;
+  Status do_advise_managed(void* ptr, std::size_t bytes, ChunkLocation where) override;
+  Status do_prefetch_managed(void* ptr, std::size_t bytes, ChunkLocation where, StreamHandle stream) override;
   Status do_create_stream(StreamHandle* out) override;
   Status do_destroy_stream(StreamHandle stream) override;
   Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) override;

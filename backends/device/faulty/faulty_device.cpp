@@ -144,6 +144,16 @@ Status FaultyDevice::do_free_host(void* ptr, std::size_t bytes) { return inner_-
 Status FaultyDevice::do_register_host(void* ptr, std::size_t bytes) { return inner_->register_host(ptr, bytes); }
 Status FaultyDevice::do_unregister_host(void* ptr, std::size_t bytes) { return inner_->unregister_host(ptr, bytes); }
 Status FaultyDevice::do_set_worker_cpus(const std::vector<unsigned>& cpus) { return inner_->set_worker_cpus(cpus); }
+Status FaultyDevice::do_alloc_managed(std::size_t bytes, void** out) { return inner_->alloc_managed(bytes, out); }
+Status FaultyDevice::do_free_managed(void* ptr, std::size_t bytes) { return inner_->free_managed(ptr, bytes); }
+Status FaultyDevice::do_advise_managed(void* ptr, std::size_t bytes, ChunkLocation where) {
+  return inner_->advise_managed(ptr, bytes, where);
+}
+Status FaultyDevice::do_prefetch_managed(void* ptr, std::size_t bytes, ChunkLocation where, StreamHandle stream) {
+  TVMM_FAULT(where == ChunkLocation::device ? Op::copy_in : Op::copy_out);
+  return inner_->prefetch_managed(ptr, bytes, where, stream);
+}
+
 Status FaultyDevice::do_create_stream(StreamHandle* out) { return inner_->create_stream(out); }
 Status FaultyDevice::do_destroy_stream(StreamHandle stream) { return inner_->destroy_stream(stream); }
 Status FaultyDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,

@@ -14,6 +14,7 @@ CopyEngine::CopyEngine(double bandwidth_bytes_per_s, std::chrono::nanoseconds la
 namespace {
 
 void move_bytes(void* dst, const void* src, std::size_t bytes, const FileSpan* from, const FileSpan* to) {
+  if (dst == nullptr && src == nullptr) return;  // a managed-memory prefetch: time, no data
   if (from == nullptr || to == nullptr) {
     std::memcpy(dst, src, bytes);
     return;

@@ -31,6 +31,7 @@ class CopyEngine {
   // the wall clock has reached it. Unthrottled, the copy takes the memcpy's real time. With `from`
   // and `to` set (a copy between two device addresses) the bytes move between the physical memory
   // behind them with copy_file_range, as a GPU's copy engine moves them, untouched by any host thread.
+  // With both addresses null it moves nothing and takes the time (a managed-memory prefetch).
   std::chrono::steady_clock::time_point copy(void* dst, const void* src, std::size_t bytes,
                                              std::chrono::steady_clock::time_point start,
                                              const FileSpan* from = nullptr, const FileSpan* to = nullptr);

@@ -23,6 +23,7 @@ DeviceProperties sim_properties(const SimDeviceConfig& c, std::size_t device_bud
   p.capacity = c.granularity == 0 ? want : (want + c.granularity - 1) / c.granularity * c.granularity;
   p.host_accessible = true;
   p.host_chunks = true;
+  p.managed = true;
   p.pci_bus_id = c.pci_bus_id;
   return p;
 }
@@ -217,6 +218,51 @@ Status SimDevice::do_set_worker_cpus(const std::vector<unsigned>& cpus) {
   }
   worker_cpus_ = cpus;
   return Status::success();
+}
+
+// Managed memory on the simulator is host memory: it is always where both sides can use it, so advice
+// changes nothing and a prefetch only takes its modelled time on the copy engine.
+Status SimDevice::do_alloc_managed(std::size_t bytes, void** out) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return Status::fail(Errc::out_of_memory, errno);
+  std::lock_guard lk(mu_);
+  managed_.emplace(reinterpret_cast<std::uintptr_t>(p), bytes);
+  *out = p;
+  return Status::success();
+}
+
+Status SimDevice::do_free_managed(void* ptr, std::size_t bytes) {
+  std::lock_guard lk(mu_);
+  auto it = managed_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == managed_.end() || it->second != bytes) return Status::fail(Errc::invalid_value);
+  managed_.erase(it);
+  return ::munmap(ptr, bytes) == 0 ? Status::success() : sys_fail();
+}
+
+Status SimDevice::do_advise_managed(void* ptr, std::size_t bytes, ChunkLocation) {
+  std::lock_guard lk(mu_);
+  return managed_range(ptr, bytes) ? Status::success() : Status::fail(Errc::invalid_value);
+}
+
+Status SimDevice::do_prefetch_managed(void* ptr, std::size_t bytes, ChunkLocation where, StreamHandle stream) {
+  {
+    std::lock_guard lk(mu_);
+    if (!managed_range(ptr, bytes)) return Status::fail(Errc::invalid_value);
+  }
+  sim::SimOp op;  // no addresses: the copy engine models the transfer's time and moves nothing
+  op.kind = sim::SimOp::Kind::copy;
+  op.copy_kind = where == ChunkLocation::device ? CopyKind::host_to_device : CopyKind::device_to_host;
+  op.bytes = bytes;
+  as_stream(stream)->enqueue(op);
+  return Status::success();
+}
+
+bool SimDevice::managed_range(const void* ptr, std::size_t bytes) const {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  auto it = managed_.upper_bound(p);
+  if (it == managed_.begin()) return false;
+  --it;
+  return p + bytes <= it->first + it->second;
 }
 
 Status SimDevice::do_create_stream(StreamHandle* out) {

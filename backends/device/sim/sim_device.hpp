@@ -42,6 +42,10 @@ class SimDevice final : public DeviceBackend {
   Status do_register_host(void* ptr, std::size_t bytes) override;
   Status do_unregister_host(void* ptr, std::size_t bytes) override;
   Status do_set_worker_cpus(const std::vector<unsigned>& cpus) override;
+  Status do_alloc_managed(std::size_t bytes, void** out) override;
+  Status do_free_managed(void* ptr, std::size_t bytes) override;
+  Status do_advise_managed(void* ptr, std::size_t bytes, ChunkLocation where) override;
+  Status do_prefetch_managed(void* ptr, std::size_t bytes, ChunkLocation where, StreamHandle stream) override;
   Status do_create_stream(StreamHandle* out) override;
   Status do_destroy_stream(StreamHandle stream) override;
   Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) override;
@@ -72,8 +76,10 @@ class SimDevice final : public DeviceBackend {
   std::unique_ptr<sim::CopyEngine> h2d_;
   std::unique_ptr<sim::CopyEngine> d2h_;
   sim::Timing timing_ = sim::Timing::wall;
-  std::map<std::uintptr_t, std::size_t> registered_;  // register_host ranges (under mu_)
-  std::mutex streams_mu_;                             // guards streams_ and worker_cpus_
+  std::map<std::uintptr_t, std::size_t> registered_;                           // register_host ranges (under mu_)
+  std::map<std::uintptr_t, std::size_t> managed_;                              // alloc_managed ranges (under mu_)
+  [[nodiscard]] bool managed_range(const void* ptr, std::size_t bytes) const;  // under mu_
+  std::mutex streams_mu_;                                                      // guards streams_ and worker_cpus_
   std::set<sim::SimStream*> streams_;
   std::vector<unsigned> worker_cpus_;  // empty: unbound
 };

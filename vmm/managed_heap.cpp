@@ -1,0 +1,68 @@
+#include "vmm/managed_heap.hpp"
+
+#include <cstdio>
+
+#include "tvmm/errors.hpp"
+#include "vmm/detail/check.hpp"
+
+namespace tvmm::detail {
+
+using backend::ChunkLocation;
+using backend::DevPtr;
+
+ManagedHeap::ManagedHeap(const Config& config, Drain drain, std::unique_ptr<backend::DeviceBackend> dev)
+    : TransparentHeap(config, std::move(drain), std::move(dev)) {}
+
+ManagedHeap::~ManagedHeap() { release_all(); }
+
+bool ManagedHeap::contains(const void* ptr) const noexcept {
+  const auto p = reinterpret_cast<DevPtr>(ptr);
+  try {
+    std::lock_guard lk(ranges_mu_);
+    auto it = ranges_.upper_bound(p);
+    if (it == ranges_.begin()) return false;
+    --it;
+    return p < it->first + it->second;
+  } catch (...) {
+    return false;
+  }
+}
+
+DevPtr ManagedHeap::do_reserve(std::size_t pages) {
+  void* p = nullptr;
+  if (auto s = device().alloc_managed(pages * page(), &p); !s.ok()) {
+    if (s.code == backend::Errc::out_of_memory) {
+      throw out_of_memory("tvmm: the driver has no managed memory left for " + format_bytes(pages * page()));
+    }
+    throw_status(s, "alloc_managed", __FILE__, __LINE__);
+  }
+  std::lock_guard lk(ranges_mu_);
+  ranges_.emplace(reinterpret_cast<DevPtr>(p), pages * page());
+  return reinterpret_cast<DevPtr>(p);
+}
+
+void ManagedHeap::place(DevPtr va, ChunkLocation where) {
+  void* p = reinterpret_cast<void*>(va);
+  TVMM_CHECK(device().advise_managed(p, page(), where));
+  TVMM_CHECK(device().prefetch_managed(p, page(), where, stream()));
+}
+
+void ManagedHeap::do_place(DevPtr va, ChunkLocation where) { place(va, where); }
+
+// Prefetches run in stream order on the heap's own stream; the program's streams need not wait for
+// them (managed memory is coherent), so nothing is synchronised here.
+void ManagedHeap::do_placed(DevPtr, std::size_t) {}
+
+void ManagedHeap::do_move(DevPtr va, ChunkLocation, ChunkLocation to) { place(va, to); }
+
+void ManagedHeap::do_release(DevPtr va, std::size_t pages, const std::vector<ChunkLocation>&) {
+  // The heap's prefetches of these pages must be done before the memory goes.
+  (void)device().synchronize_stream(stream());
+  if (auto s = device().free_managed(reinterpret_cast<void*>(va), pages * page()); !s.ok()) {
+    std::fprintf(stderr, "tvmm: freeing managed memory failed (%s); it is leaked\n", backend::errc_name(s.code));
+  }
+  std::lock_guard lk(ranges_mu_);
+  ranges_.erase(va);
+}
+
+}  // namespace tvmm::detail

@@ -1,0 +1,39 @@
+#pragma once
+// Transparent mode's fallback where the device has no host-located VMM memory (see
+// transparent_heap.hpp): each allocation is managed memory (cuMemAllocManaged), which device and host
+// both reach at one address while the driver migrates its pages. The heap's policy still decides
+// where each page should live and says so to the driver: its preferred location
+// (cuMemAdvise SET_PREFERRED_LOCATION) and a prefetch (cuMemPrefetchAsync) to it. A move never
+// unmaps anything, so it needs no quiescent point.
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "vmm/transparent_heap.hpp"
+
+namespace tvmm::detail {
+
+class ManagedHeap final : public TransparentHeap {
+ public:
+  ManagedHeap(const Config& config, Drain drain, std::unique_ptr<backend::DeviceBackend> dev);
+  ~ManagedHeap() override;
+
+  [[nodiscard]] const char* mechanism() const noexcept override { return "um"; }
+  //! Inside a live managed allocation of this heap.
+  [[nodiscard]] bool contains(const void* ptr) const noexcept override;
+
+ private:
+  backend::DevPtr do_reserve(std::size_t pages) override;
+  void do_place(backend::DevPtr va, backend::ChunkLocation where) override;
+  void do_placed(backend::DevPtr va, std::size_t pages) override;
+  void do_move(backend::DevPtr va, backend::ChunkLocation from, backend::ChunkLocation to) override;
+  void do_release(backend::DevPtr va, std::size_t pages, const std::vector<backend::ChunkLocation>& where) override;
+  [[nodiscard]] bool moves_need_drain() const noexcept override { return false; }
+  void place(backend::DevPtr va, backend::ChunkLocation where);
+
+  mutable std::mutex ranges_mu_;                   // guards ranges_ (contains() runs without the heap lock)
+  std::map<backend::DevPtr, std::size_t> ranges_;  // allocation -> bytes (whole pages)
+};
+
+}  // namespace tvmm::detail
