@@ -44,6 +44,7 @@ std::atomic<detail::RemapHeap*> g_remap_heap{nullptr};
 bool g_failed = false;  // under g_init_mu
 std::string g_init_error;
 bool g_exit_registered = false;
+bool g_forked_child = false;  // this process is a fork of one that had a heap
 
 // Heaps inherited from a parent across fork: their ranges are fenced off in the child.
 constexpr int kMaxParents = 8;
@@ -63,7 +64,7 @@ void drain() {
   if (runtime_sync != nullptr) {
     if (const int r = runtime_sync(); r != kSuccess) {
       throw device_error("cudaDeviceSynchronize failed with error " + std::to_string(r) +
-                             " while tvmm waited for the program's device work before remapping pages",
+                             " while tvmm waited for the program's device work before moving or freeing pages",
                          "driver_error");
     }
     return;
@@ -144,7 +145,9 @@ void write_stats_at_exit() {
   if (h == nullptr || h->config().stats_file.empty()) return;
   try {
     const std::string json = h->stats_json() + "\n";
-    const std::string& path = h->config().stats_file;
+    std::string path = h->config().stats_file;
+    // A forked child has the parent's configuration: its own file, so neither clobbers the other's.
+    if (g_forked_child && path != "-") path += ".child" + std::to_string(::getpid());
     const int fd = path == "-" ? 2 : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
       log(Level::error, "cannot write the stats to %s: %s", path.c_str(), std::strerror(errno));
@@ -164,7 +167,7 @@ void after_fork_child() {
   // The parent's heap cannot be used here: its worker threads did not survive the fork, and on the
   // simulator its memory is shared with the parent. Fence its range off (an access faults, as it would
   // on a GPU in a forked child) and start afresh on first use.
-  g_heap.store(nullptr);
+  if (g_heap.exchange(nullptr) != nullptr) g_forked_child = true;
   if (detail::RemapHeap* h = g_remap_heap.exchange(nullptr)) {
     const auto [lo, hi] = h->range();
     ::mmap(reinterpret_cast<void*>(lo), hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
@@ -260,12 +263,12 @@ detail::TransparentHeap* heap() noexcept {
       h = create_heap();
       g_heap.store(h, std::memory_order_release);
       if (!g_exit_registered) g_exit_registered = std::atexit(write_stats_at_exit) == 0;
-    } catch (const device_error& e) {
-      g_failed = true;
-      g_init_error = e.what();
     } catch (const std::exception& e) {
       g_failed = true;
       g_init_error = e.what();
+    } catch (...) {
+      g_failed = true;
+      g_init_error = "an unknown error";
     }
     if (g_failed) log(Level::error, "cannot start transparent mode: %s", g_init_error.c_str());
   }
@@ -297,7 +300,10 @@ int code_of_current_exception(const char* call) noexcept {
 
 namespace {
 int off(const char* call) noexcept {
-  detail::set_last_error(std::string(call) + ": transparent mode is off: " + init_error());
+  try {
+    detail::set_last_error(std::string(call) + ": transparent mode is off: " + init_error());
+  } catch (...) {  // out of memory for the message: the log line still says why
+  }
   log(Level::warn, "%s: transparent mode is off (%s)", call, init_error().c_str());
   return kNotInitialized;
 }
@@ -333,7 +339,7 @@ bool free_if_ours(const char* call, void* ptr, bool deferred, int* code) noexcep
     return true;
   }
   if (from_parent_before_fork(ptr)) {
-    detail::set_last_error(std::string(call) + ": the parent process allocated this before fork");
+    detail::set_last_error("the parent process allocated this before fork");
     log(Level::warn, "%s(%p): the parent process allocated this before fork; a child cannot use or free it", call, ptr);
     *code = kInvalidValue;
     return true;
