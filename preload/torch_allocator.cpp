@@ -29,8 +29,8 @@ void* tvmm_malloc(ssize_t size, int device, void* stream) {
 void tvmm_free(void* ptr, ssize_t size, int device, void* stream) {
   (void)size;
   (void)device;
-  // PyTorch frees a block once the streams that used it are done with it (its allocator records
-  // events), so the free can be immediate; the heap still drains before it unmaps.
+  // Work still queued on `stream` may use the block: the heap drains the device before it unmaps, so
+  // the free is safe at once (at the cost of a device synchronisation per free).
   (void)stream;
   if (ptr == nullptr) return;
   int code = kSuccess;
