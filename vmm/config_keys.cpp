@@ -410,14 +410,15 @@ std::vector<ConfigKey> make_keys() {
                   "file",
                   KeyType::text,
                   "a file path ({rank} and {local_rank} are substituted), \"-\" (standard error) or \"\" (none)",
-                  "when the pager is destroyed, its final stats are written here as one JSON object",
+                  "when the pager is destroyed, its final stats are written here as one JSON object (also TVMM_STATS)",
                   false,
                   0.0,
                   {},
                   [](Config& c, const KeyValue& v) { c.stats_file = v.text; },
                   [](const Config& c) { return toml_string(c.stats_file); },
                   false,
-                  RankPaths::files});
+                  RankPaths::files,
+                  "TVMM_STATS"});
   keys.push_back({"trace",
                   "file",
                   KeyType::text,
@@ -430,6 +431,21 @@ std::vector<ConfigKey> make_keys() {
                   [](const Config& c) { return toml_string(c.trace_file); },
                   false,
                   RankPaths::files});
+  keys.push_back({"trace",
+                  "events",
+                  KeyType::text,
+                  "a file path ({rank} and {local_rank} are substituted), \"-\" (standard error) or \"\" (none)",
+                  "what the pager did and when, as Chrome trace-event JSON for Perfetto (ui.perfetto.dev): page "
+                  "moves per copy engine, NVMe I/O, pins per stream, pin stalls per thread, evictions; written "
+                  "when the pager is destroyed (also TVMM_TRACE)",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.trace_events = v.text; },
+                  [](const Config& c) { return toml_string(c.trace_events); },
+                  false,
+                  RankPaths::files,
+                  "TVMM_TRACE"});
   return keys;
 }
 

@@ -57,6 +57,7 @@ struct ConfigKey {
   std::function<std::string(const Config&)> get;  // the value as TOML
   bool whole_number_too = false;                  // text: a whole number is also accepted (as its digits)
   RankPaths rank_paths = RankPaths::no;           // {rank} / {local_rank} are substituted
+  const char* short_env = nullptr;                // a shorter environment variable, used when the long one is unset
 };
 
 //! Every key, grouped by section in printing order.

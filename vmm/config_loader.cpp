@@ -346,8 +346,9 @@ Config load_config(const std::string& path) {
 std::vector<std::string> apply_environment(Config& config) {
   std::vector<std::string> applied;
   for (const auto& k : detail::config_keys()) {
-    const std::string name = env_name(k);
+    std::string name = env_name(k);
     const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): read at start-up
+    if (value == nullptr && k.short_env != nullptr && (value = std::getenv(k.short_env)) != nullptr) name = k.short_env;
     if (value == nullptr) continue;
     Raw raw;
     raw.text = value;

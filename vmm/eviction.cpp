@@ -92,6 +92,12 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
     if (v->ready != nullptr) EventRef::drop(std::exchange(v->ready, nullptr));
     batch.pages.push_back(table_.index_of(*v));
   }
+  if (events_trace_) {
+    const auto now = Clock::now();
+    for (const std::uint32_t page : batch.pages) {
+      events_trace_->instant(events_trace_->evictions, "evict", now, "\"page\": " + std::to_string(page));
+    }
+  }
   evictions_.push_back(std::move(batch));
   counters_.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
   counters_.clean_evictions.fetch_add(dropped, std::memory_order_relaxed);

@@ -74,6 +74,14 @@ std::optional<std::uint32_t> PagerImpl::acquire_nvme_slot() noexcept {
   return std::nullopt;
 }
 
+void PagerImpl::run_nvme(std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what) {
+  const auto start = Clock::now();
+  nvme_->run(ios, hooks);
+  if (events_trace_) {
+    events_trace_->span(events_trace_->nvme, what, start, Clock::now(), "\"pages\": " + std::to_string(ios.size()));
+  }
+}
+
 std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   if (!nvme_) return 0;
   reap(lk);
@@ -152,7 +160,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   NvmeTier::Hooks hooks;
   hooks.ready = arrived;
   lk.unlock();
-  nvme_->run(ios, hooks);
+  run_nvme(ios, hooks, "nvme write");
   lk.lock();
   reap(lk);  // retires the write-backs of the pages claimed on their way: each completed before its write
   // 4. Publish: written pages move to NVMe; a failed write leaves its page on the host, readable.
@@ -285,7 +293,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   NvmeTier::Hooks hooks;
   hooks.done = page_in;
   lk.unlock();
-  nvme_->run(ios, hooks);
+  run_nvme(ios, hooks, "nvme read");
   lk.lock();
   EventRef done;
   try {

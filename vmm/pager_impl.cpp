@@ -107,6 +107,10 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   sequential_prefetch_ = cfg_.prefetch == "sequential";
   if (!cfg_.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(cfg_.stats_file, "stats.file");
   if (!cfg_.trace_file.empty()) pin_log_ = std::make_unique<PinLog>(cfg_.trace_file);
+  if (!cfg_.trace_events.empty()) {
+    events_trace_ = std::make_unique<EventTrace>(cfg_.trace_events);
+    xfer_->set_trace(events_trace_.get());
+  }
   tracing_ = trace_prefetch_ || cfg_.eviction == "belady";
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe
@@ -198,7 +202,8 @@ PagerImpl::~PagerImpl() {
     (void)xfer_->drain();
     reap(lk);  // unmaps the old addresses of finished evictions
   }
-  xfer_.reset();  // drains the copy streams before the tiers go away
+  xfer_.reset();                              // drains the copy streams before the tiers go away
+  if (events_trace_) events_trace_->close();  // every copy's completion is in it now
   loads_.clear();
   evictions_.clear();
   policy_.reset();
@@ -455,6 +460,11 @@ backend::StreamHandle PagerImpl::create_stream() {
   backend::StreamHandle s = nullptr;
   TVMM_CHECK(dev_->create_stream(&s));
   return s;
+}
+
+std::uint32_t PagerImpl::stream_number(backend::StreamHandle s) {
+  std::lock_guard lk(stream_numbers_mu_);
+  return stream_numbers_.try_emplace(s, static_cast<std::uint32_t>(stream_numbers_.size()) + 1).first->second;
 }
 
 void PagerImpl::destroy_stream(backend::StreamHandle s) noexcept {

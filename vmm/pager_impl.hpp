@@ -25,6 +25,7 @@
 #include "vmm/allocation.hpp"
 #include "vmm/device_tier.hpp"
 #include "vmm/event_pool.hpp"
+#include "vmm/event_trace.hpp"
 #include "vmm/host_tier.hpp"
 #include "vmm/nvme_tier.hpp"
 #include "vmm/output.hpp"
@@ -148,6 +149,12 @@ class PagerImpl {
   std::vector<EventRef> pending_page_ins(const Allocation* a, PageSpan span);
   // Pages of `span` of `a` on the host tier, at most `limit`; caller holds mu_.
   std::vector<PageEntry*> host_pages(const Allocation* a, PageSpan span, std::size_t limit = SIZE_MAX);
+  // nvme_->run, as a span on the trace's I/O lane (`what`: "nvme write" or "nvme read").
+  void run_nvme(std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what);
+  // The event trace: an instant per pin on its stream's lane (or the pinning thread's).
+  void trace_pin(const Allocation* a, std::uint32_t pages, bool hit, backend::StreamHandle stream) noexcept;
+  // Streams are numbered from 1 in the order they were created (the trace's lane names).
+  std::uint32_t stream_number(backend::StreamHandle stream);
   void add_stall(Clock::time_point since) noexcept;
   // Makes every page of `span` of `a` resident; returns the page-in events a user must order after.
   std::vector<EventRef> make_resident(Lock& lk, Allocation* a, PageSpan span, Access access, Clock::time_point deadline,
@@ -230,9 +237,12 @@ class PagerImpl {
   std::unique_ptr<topology::HostBuffer> host_mem_;  // the host tier's frames (outlives host_)
   std::string threads_outcome_;
   std::unique_ptr<HostTier> host_;
-  std::unique_ptr<OutputFile> stats_out_;   // stats_file: written by the destructor
-  std::unique_ptr<PinLog> pin_log_;         // trace_file
-  std::unique_ptr<NvmeTier> nvme_;          // null without an NVMe budget
+  std::unique_ptr<OutputFile> stats_out_;     // stats_file: written by the destructor
+  std::unique_ptr<PinLog> pin_log_;           // trace_file
+  std::unique_ptr<EventTrace> events_trace_;  // trace_events
+  std::mutex stream_numbers_mu_;
+  std::unordered_map<backend::StreamHandle, std::uint32_t> stream_numbers_;  // for the trace's lanes
+  std::unique_ptr<NvmeTier> nvme_;                                           // null without an NVMe budget
   std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, oldest first (lazy: checked on use)
   std::deque<std::uint32_t> slot_keepers_;  // pages keeping an NVMe slot elsewhere (lazy: checked on use)
   std::unique_ptr<TransferEngine> xfer_;

@@ -109,6 +109,7 @@ void PagerImpl::pin(Allocation* a, PageSpan span, Access access, backend::Stream
   a->refs.fetch_add(1, std::memory_order_relaxed);
   if (tracing_) record_pin(a, span, access);
   if (pin_log_) pin_log_->pin(a->id, n, access, hit);
+  if (events_trace_) trace_pin(a, n, hit, stream);
   if (sequential_prefetch_) prefetch_after(a, span);
 }
 
@@ -238,10 +239,28 @@ std::vector<PageEntry*> PagerImpl::host_pages(const Allocation* a, PageSpan span
   return out;
 }
 
+void PagerImpl::trace_pin(const Allocation* a, std::uint32_t pages, bool hit, backend::StreamHandle stream) noexcept {
+  try {
+    const std::uint32_t lane = stream != nullptr
+                                   ? events_trace_->lane("stream " + std::to_string(stream_number(stream)))
+                                   : events_trace_->thread_lane();
+    events_trace_->instant(lane, hit ? "pin (hit)" : "pin (miss)", Clock::now(),
+                           "\"tensor\": " + std::to_string(a->id) + ", \"pages\": " + std::to_string(pages));
+  } catch (...) {  // the trace misses this pin
+  }
+}
+
 void PagerImpl::add_stall(Clock::time_point since) noexcept {
+  const auto now = Clock::now();
   counters_.stall_ns.fetch_add(
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count()),
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - since).count()),
       std::memory_order_relaxed);
+  if (events_trace_) {
+    try {
+      events_trace_->span(events_trace_->thread_lane(), "pin stall", since, now);
+    } catch (...) {  // a lane name could not be allocated: the trace misses this stall
+    }
+  }
 }
 
 void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::StreamHandle stream) {

@@ -50,14 +50,43 @@ void TransferEngine::map(std::span<const MapRequest> reqs) {
 
 void TransferEngine::unmap(backend::DevPtr va) { TVMM_CHECK(dev_.unmap(va, page_size_)); }
 
+namespace {
+
+// A traced copy: queued at `queued`; the host callback queued behind it records its span.
+struct CopyMark {
+  EventTrace* trace;
+  std::uint32_t lane;
+  EventTrace::Clock::time_point queued;
+  backend::DevPtr va;
+};
+
+void copy_done(void* user) {
+  std::unique_ptr<CopyMark> m(static_cast<CopyMark*>(user));
+  m->trace->span(m->lane, m->lane == m->trace->copy_in ? "page in" : "write-back", m->queued, EventTrace::Clock::now(),
+                 "\"va\": " + std::to_string(m->va));
+}
+
+}  // namespace
+
+void TransferEngine::mark(backend::StreamHandle stream, std::uint32_t lane, backend::DevPtr va,
+                          EventTrace::Clock::time_point queued) {
+  auto m = std::make_unique<CopyMark>(CopyMark{trace_, lane, queued, va});
+  // Tracing never fails a copy: without its callback the span is just missing.
+  if (dev_.launch_host(stream, copy_done, m.get()).ok()) (void)m.release();  // copy_done owns it now
+}
+
 void TransferEngine::copy_in(backend::DevPtr va, const void* host) {
+  const auto queued = EventTrace::Clock::now();
   TVMM_CHECK(dev_.memcpy_async(host_ptr(va), host, page_size_, backend::CopyKind::host_to_device, in_));
   pages_in_.fetch_add(1, std::memory_order_relaxed);
+  if (trace_ != nullptr) mark(in_, trace_->copy_in, va, queued);
 }
 
 void TransferEngine::copy_out(void* host, backend::DevPtr va) {
+  const auto queued = EventTrace::Clock::now();
   TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), page_size_, backend::CopyKind::device_to_host, out_));
   pages_out_.fetch_add(1, std::memory_order_relaxed);
+  if (trace_ != nullptr) mark(out_, trace_->copy_out, va, queued);
 }
 
 void TransferEngine::order_copy_out_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(out_, e->handle)); }

@@ -8,6 +8,7 @@
 
 #include "backends/device/device_backend.hpp"
 #include "vmm/event_pool.hpp"
+#include "vmm/event_trace.hpp"
 
 namespace tvmm::detail {
 
@@ -29,6 +30,9 @@ class TransferEngine {
   //! Unmaps one page. Not stream-ordered: callers wait for every use of the page first.
   void unmap(backend::DevPtr va);
 
+  //! Records every copy as a span on the trace's copy-engine lanes, from queued to completed (a host
+  //! callback after each copy marks its completion). Null: no tracing (the default).
+  void set_trace(EventTrace* trace) noexcept { trace_ = trace; }
   //! Queues a page-in (host slot -> device address) on the host-to-device stream.
   void copy_in(backend::DevPtr va, const void* host);
   //! Queues a write-back (device address -> host slot) on the device-to-host stream.
@@ -57,6 +61,8 @@ class TransferEngine {
   backend::StreamHandle out_ = nullptr;
   std::atomic<std::uint64_t> pages_in_{0};
   std::atomic<std::uint64_t> pages_out_{0};
+  void mark(backend::StreamHandle stream, std::uint32_t lane, backend::DevPtr va, EventTrace::Clock::time_point queued);
+  EventTrace* trace_ = nullptr;
 };
 
 }  // namespace tvmm::detail

@@ -28,25 +28,7 @@ std::string error_of(std::string_view toml) {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// Sets an environment variable for one test; restores it on exit.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 }  // namespace
 

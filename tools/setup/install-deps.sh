@@ -10,6 +10,7 @@ packages=(
   libbenchmark-dev
   libtomlplusplus-dev   # TOML policy config files
   libcli11-dev          # the tvmm command-line tool
+  nlohmann-json3-dev    # JSON: tvmm stats, and the tests that check tvmm's JSON output
   liburing-dev          # the NVMe tier's io_uring backend
   libxxhash-dev         # NVMe page checksums (XXH3)
   libhwloc-dev          # NUMA topology and host-memory / thread placement
