@@ -1,6 +1,7 @@
 // tvmm: the command-line tool. `tvmm check-config FILE` validates a policy file (with the TVMM_*
 // environment overrides) against the backend it names and prints the effective configuration;
-// `tvmm info [--json] [--config FILE]` reports what this machine offers and where a pager would go.
+// `tvmm info [--json] [--config FILE]` reports what this machine offers and where a pager would go;
+// `tvmm stats FILE` prints a stats file (stats.file / TVMM_STATS) for a person.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "tools/cli/info.hpp"
+#include "tools/cli/stats.hpp"
 #include "tvmm/tvmm.hpp"
 
 namespace {
@@ -63,7 +65,12 @@ int main(int argc, char** argv) {
   bool info_no_env = false;
   info->add_flag("--no-env", info_no_env, "Ignore the TVMM_<SECTION>_<KEY> environment overrides");
 
+  std::string stats_path;
+  auto* stats = app.add_subcommand("stats", "Print a stats file (stats.file / TVMM_STATS) for a person");
+  stats->add_option("FILE", stats_path, "JSON written by a pager or by transparent mode")->required();
+
   CLI11_PARSE(app, argc, argv);
+  if (stats->parsed()) return tvmm::cli::run_stats(stats_path);
   if (check->parsed()) return check_config(path, !no_env);
   if (info->parsed()) {
     info_opts.use_env = !info_no_env;

@@ -39,7 +39,9 @@ struct Options {
                "  --layers N        layers (default 12)\n"
                "  --tensor-mib N    size of each tensor in MiB (default 8)\n"
                "  --iterations N    training iterations (default 2)\n"
-               "  --bandwidth-gbs X model a bus of X GB/s per direction (default: unthrottled)\n");
+               "  --bandwidth-gbs X model a bus of X GB/s per direction (default: unthrottled)\n"
+               "environment: TVMM_STATS=FILE writes the final stats as JSON (read it with `tvmm stats FILE`),\n"
+               "  TVMM_TRACE=FILE an event trace for Perfetto (ui.perfetto.dev)\n");
   std::exit(code);
 }
 
@@ -103,6 +105,9 @@ int main(int argc, char** argv) {
   const std::size_t total = 3 * o.layers * tensor_bytes;
   cfg.host_budget = total + tvmm::MiB * 8;  // every tensor fits on the host, plus the swap page
   cfg.sim.bandwidth_bytes_per_s = o.bandwidth_gbs * 1e9;
+  // Observability, as everywhere in tvmm: TVMM_STATS = the final stats as JSON, TVMM_TRACE = the event trace.
+  if (const char* s = std::getenv("TVMM_STATS"); s != nullptr) cfg.stats_file = s;
+  if (const char* t = std::getenv("TVMM_TRACE"); t != nullptr) cfg.trace_events = t;
   const bool progress = ::isatty(STDERR_FILENO) != 0;
 
   try {

@@ -1,0 +1,140 @@
+#include "tools/cli/stats.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tvmm/config.hpp"
+#include "tvmm/errors.hpp"
+
+namespace tvmm::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::uint64_t num(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number_unsigned()) {
+    throw invalid_argument(std::string("it has no whole number \"") + key + "\"");
+  }
+  return it->get<std::uint64_t>();
+}
+
+std::string bytes(std::uint64_t b) { return format_bytes(static_cast<std::size_t>(b)); }
+
+std::string percent(std::uint64_t part, std::uint64_t whole) {
+  if (whole == 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+  return buf;
+}
+
+void line(std::ostringstream& o, const char* format, auto... args) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, format, args...);
+  o << buf << "\n";
+}
+
+std::string pager_report(const json& j, const std::string& source) {
+  std::ostringstream o;
+  o << source << ": a pager's stats, pages of " << bytes(num(j, "page_size")) << "\n\n";
+  line(o, "%-8s %12s %12s %12s", "tier", "in use", "peak", "budget");
+  line(o, "%-8s %12s %12s %12s", "device", bytes(num(j, "device_used_bytes")).c_str(),
+       bytes(num(j, "device_peak_bytes")).c_str(), bytes(num(j, "device_budget")).c_str());
+  line(o, "%-8s %12s %12s %12s", "host", bytes(num(j, "host_used_bytes")).c_str(),
+       bytes(num(j, "host_peak_bytes")).c_str(), bytes(num(j, "host_budget")).c_str());
+  if (num(j, "nvme_budget") != 0) {
+    line(o, "%-8s %12s %12s %12s", "nvme", bytes(num(j, "nvme_used_bytes")).c_str(),
+         bytes(num(j, "nvme_peak_bytes")).c_str(), bytes(num(j, "nvme_budget")).c_str());
+  }
+  o << "\n";
+  line(o, "%-16s %12s %10s", "traffic", "bytes", "pages");
+  for (const char* dir : {"host_to_device", "device_to_host", "host_to_nvme", "nvme_to_host"}) {
+    const auto it = j.find(dir);
+    if (it == j.end() || !it->is_object()) throw invalid_argument(std::string("it has no \"") + dir + "\" object");
+    std::string name = dir;
+    for (auto& c : name) c = c == '_' ? ' ' : c;
+    line(o, "%-16s %12s %10llu", name.c_str(), bytes(num(*it, "bytes")).c_str(),
+         static_cast<unsigned long long>(num(*it, "pages")));
+  }
+  o << "\n";
+  const auto hits = num(j, "hits"), misses = num(j, "misses");
+  line(o, "pins %llu: %s of pages resident when pinned (%llu hits, %llu misses); %.1f ms stalled",
+       static_cast<unsigned long long>(num(j, "pins")), percent(hits, hits + misses).c_str(),
+       static_cast<unsigned long long>(hits), static_cast<unsigned long long>(misses),
+       static_cast<double>(num(j, "stall_ns")) / 1e6);
+  line(o, "evictions %llu (%llu clean: no write-back); prefetched %llu pages; trace divergences %llu",
+       static_cast<unsigned long long>(num(j, "evictions")), static_cast<unsigned long long>(num(j, "clean_evictions")),
+       static_cast<unsigned long long>(num(j, "prefetched")),
+       static_cast<unsigned long long>(num(j, "trace_divergences")));
+  line(o, "tensors allocated %llu; live now %s", static_cast<unsigned long long>(num(j, "allocations")),
+       bytes(num(j, "live_bytes")).c_str());
+  const auto we = num(j, "nvme_write_errors"), re = num(j, "nvme_read_errors"), ce = num(j, "nvme_corrupt_reads");
+  if (we + re + ce != 0) {
+    line(o, "NVMe ERRORS: %llu failed writes, %llu failed reads, %llu corrupt reads (never handed out)",
+         static_cast<unsigned long long>(we), static_cast<unsigned long long>(re), static_cast<unsigned long long>(ce));
+  }
+  return o.str();
+}
+
+std::string transparent_report(const json& j, const std::string& source) {
+  std::ostringstream o;
+  const auto mech = j.find("mechanism");
+  const auto backend = j.find("backend");
+  o << source << ": transparent mode (" << (mech != j.end() && mech->is_string() ? mech->get<std::string>() : "?")
+    << " on the " << (backend != j.end() && backend->is_string() ? backend->get<std::string>() : "?")
+    << " device), pages of " << bytes(num(j, "page_size")) << "\n\n";
+  line(o, "budgets: device %s, host %s", bytes(num(j, "device_budget")).c_str(), bytes(num(j, "host_budget")).c_str());
+  line(o, "in use at exit: %s (%s on the device); peak %s", bytes(num(j, "bytes_in_use")).c_str(),
+       bytes(num(j, "bytes_on_device")).c_str(), bytes(num(j, "peak_bytes")).c_str());
+  line(o, "allocations %llu, frees %llu (%llu stream-ordered)", static_cast<unsigned long long>(num(j, "allocations")),
+       static_cast<unsigned long long>(num(j, "frees")), static_cast<unsigned long long>(num(j, "deferred_frees")));
+  line(o, "pages demoted to the host %llu (%s), promoted to the device %llu (%s)",
+       static_cast<unsigned long long>(num(j, "pages_demoted")), bytes(num(j, "bytes_demoted")).c_str(),
+       static_cast<unsigned long long>(num(j, "pages_promoted")), bytes(num(j, "bytes_promoted")).c_str());
+  line(o, "device drains %llu; quiescent points %llu", static_cast<unsigned long long>(num(j, "drains")),
+       static_cast<unsigned long long>(num(j, "quiescent_points")));
+  return o.str();
+}
+
+}  // namespace
+
+std::string describe_stats(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw invalid_argument(source + " is not JSON (" + e.what() +
+                           "); expected a stats file written by stats.file or TVMM_STATS");
+  }
+  try {
+    if (!j.is_object()) throw invalid_argument("it is not a JSON object");
+    const auto mode = j.find("mode");
+    if (mode != j.end() && *mode == "transparent") return transparent_report(j, source);
+    return pager_report(j, source);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(source + " is not a tvmm stats file: " + e.what() +
+                           "; expected one written by stats.file or TVMM_STATS");
+  }
+}
+
+int run_stats(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "tvmm stats: cannot read %s\n", path.c_str());
+    return 1;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    std::fputs(describe_stats(text.str(), path).c_str(), stdout);
+    return 0;
+  } catch (const tvmm::error& e) {
+    std::fprintf(stderr, "tvmm stats: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace tvmm::cli
