@@ -4,13 +4,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 
 #include "vmm/config_keys.hpp"
 
 namespace tvmm::detail {
 
-EventTrace::EventTrace(const std::string& path) : out_(path, "trace.events") {
+namespace {
+std::atomic<std::uint64_t> g_traces{0};  // traces made so far in this process
+}  // namespace
+
+EventTrace::EventTrace(const std::string& path) : out_(path, "trace.events"), number_(++g_traces) {
   copy_in = lane("copy engine: host to device");
   copy_out = lane("copy engine: device to host");
   nvme = lane("I/O queue: nvme");
@@ -28,11 +33,12 @@ std::uint32_t EventTrace::lane(const std::string& name) {
 }
 
 std::uint32_t EventTrace::thread_lane() {
-  thread_local EventTrace* owner = nullptr;
+  // Cached per thread for the trace it was made for (by number: a later trace may reuse the address).
+  thread_local std::uint64_t owner = 0;
   thread_local std::uint32_t id = 0;
-  if (owner != this) {
+  if (owner != number_) {
     id = lane("pins: thread " + std::to_string(::syscall(SYS_gettid)));
-    owner = this;
+    owner = number_;
   }
   return id;
 }

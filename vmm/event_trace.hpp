@@ -54,6 +54,7 @@ class EventTrace {
   [[nodiscard]] double us(Clock::time_point t) const noexcept;
 
   OutputFile out_;
+  std::uint64_t number_;  // this trace among all the process has made (thread_lane's cache key)
   Clock::time_point start_ = Clock::now();
   std::mutex mu_;
   std::vector<std::string> lanes_;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -261,4 +262,33 @@ TEST(PagerThreads, TracePrefetchWithInterleavedThreads) {
   marker.join();
   EXPECT_EQ(bad.load(), 0u);
   p.check_invariants();
+}
+
+// The event trace is fed from every pinning thread and from the copy streams' completion callbacks at
+// once; ThreadSanitizer checks its locking, and the file must still name every lane it uses.
+TEST(PagerThreads, EventTraceFromManyThreads) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/trace.json";
+  {
+    auto cfg = test::small_config(4, 64);
+    cfg.trace_events = path;
+    Pager p(cfg);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&p, t] {
+        auto s = p.create_stream();
+        auto a = p.allocate(2 * 64 * KiB);
+        for (int i = 0; i < 40; ++i) {
+          auto pin = (i + t) % 2 == 0 ? a.pin(s, Access::read_write) : a.pin(Access::read_write);
+        }
+        s.synchronize();
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  const std::string text = test::read_file(path);
+  EXPECT_EQ(text.rfind("{\"displayTimeUnit\"", 0), 0u);
+  EXPECT_NE(text.find("copy engine: host to device"), std::string::npos);
+  EXPECT_NE(text.find("\"stream 4\""), std::string::npos);  // four threads, a stream each
+  EXPECT_EQ(text.substr(text.size() - 4), "\n]}\n");
 }

@@ -103,3 +103,20 @@ TEST(EventTrace, ShortEnvironmentNamesSetTheStatsAndTraceFiles) {
   apply_environment(d);
   EXPECT_EQ(d.stats_file, "/tmp/long.json");
 }
+
+TEST(EventTrace, ASecondTraceOnTheSameThreadNamesItsOwnLanes) {
+  test::TempDir dir;
+  for (int i = 0; i < 2; ++i) {  // the second pager may reuse the first's addresses
+    const std::string path = dir.path() + "/trace" + std::to_string(i) + ".json";
+    {
+      Config c = test::small_config(2, 4);
+      c.trace_events = path;
+      Pager p(c);
+      auto t = p.allocate(64 * KiB);
+      auto pin = t.pin(Access::write);  // a host pin: an instant on this thread's lane
+    }
+    const Trace t = read_trace(path);  // fails on an event whose lane is not named in this file
+    EXPECT_TRUE(std::any_of(t.lanes.begin(), t.lanes.end(),
+                            [](const auto& l) { return l.second.rfind("pins: thread ", 0) == 0; }));
+  }
+}
