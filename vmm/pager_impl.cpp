@@ -464,10 +464,14 @@ backend::StreamHandle PagerImpl::create_stream() {
 
 std::uint32_t PagerImpl::stream_number(backend::StreamHandle s) {
   std::lock_guard lk(stream_numbers_mu_);
-  return stream_numbers_.try_emplace(s, static_cast<std::uint32_t>(stream_numbers_.size()) + 1).first->second;
+  return stream_numbers_.try_emplace(s, ++streams_numbered_).first->second;
 }
 
 void PagerImpl::destroy_stream(backend::StreamHandle s) noexcept {
+  if (events_trace_) {  // a later stream at the same handle gets a lane of its own
+    std::lock_guard lk(stream_numbers_mu_);
+    stream_numbers_.erase(s);
+  }
   (void)dev_->synchronize_stream(s);
   if (auto st = dev_->destroy_stream(s); !st.ok()) {
     std::fprintf(stderr, "tvmm: destroying a stream failed: %s\n", backend::errc_name(st.code));

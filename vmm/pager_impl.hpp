@@ -242,7 +242,8 @@ class PagerImpl {
   std::unique_ptr<EventTrace> events_trace_;  // trace_events
   std::mutex stream_numbers_mu_;
   std::unordered_map<backend::StreamHandle, std::uint32_t> stream_numbers_;  // for the trace's lanes
-  std::unique_ptr<NvmeTier> nvme_;                                           // null without an NVMe budget
+  std::uint32_t streams_numbered_ = 0;
+  std::unique_ptr<NvmeTier> nvme_;          // null without an NVMe budget
   std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, oldest first (lazy: checked on use)
   std::deque<std::uint32_t> slot_keepers_;  // pages keeping an NVMe slot elsewhere (lazy: checked on use)
   std::unique_ptr<TransferEngine> xfer_;
