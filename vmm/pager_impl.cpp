@@ -464,7 +464,8 @@ backend::StreamHandle PagerImpl::create_stream() {
 
 std::uint32_t PagerImpl::stream_number(backend::StreamHandle s) {
   std::lock_guard lk(stream_numbers_mu_);
-  return stream_numbers_.try_emplace(s, ++streams_numbered_).first->second;
+  if (const auto it = stream_numbers_.find(s); it != stream_numbers_.end()) return it->second;
+  return stream_numbers_.emplace(s, ++streams_numbered_).first->second;
 }
 
 void PagerImpl::destroy_stream(backend::StreamHandle s) noexcept {
