@@ -95,7 +95,7 @@ void RemapHeap::do_move(DevPtr va, ChunkLocation from, ChunkLocation to) {
 
   // 3. Copy the page into the target (device to device: both ends are in the reservation).
   const auto kind = to == ChunkLocation::host ? backend::CopyKind::device_to_host : backend::CopyKind::host_to_device;
-  TVMM_CHECK(device().memcpy_async(reinterpret_cast<void*>(staging_), host_va, page(), kind, stream()));
+  TVMM_CHECK(device().copy_device(staging_, va, page(), kind, stream()));
   TVMM_CHECK(device().synchronize_stream(stream()));
 
   // 4. Swap: the address now maps the target. If mapping it fails, the old chunk goes back.

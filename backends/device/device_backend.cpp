@@ -145,6 +145,13 @@ Status DeviceBackend::memcpy_async(void* dst, const void* src, std::size_t bytes
   return do_memcpy_async(dst, src, bytes, kind, stream);
 }
 
+Status DeviceBackend::copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream) {
+  if (dst == 0 || src == 0 || bytes == 0 || stream == nullptr) return invalid();
+  copies_.fetch_add(1, relaxed);
+  copy_bytes_.fetch_add(bytes, relaxed);
+  return do_copy_device(dst, src, bytes, bus, stream);
+}
+
 Status DeviceBackend::launch_host(StreamHandle stream, HostFn fn, void* user) {
   if (stream == nullptr || fn == nullptr) return invalid();
   return do_launch_host(stream, fn, user);

@@ -22,9 +22,11 @@
 //   set_access(va, n)   the range is mapped. Post: readable and writable by device work.
 //   unmap(va, n)        the range is mapped exactly as one or more whole map() calls. Not stream-ordered:
 //                       the caller must have waited for all work that uses the range.
-//   memcpy_async        runs in stream order on the direction's copy engine. Either end may be a device
-//                       address (inside a reservation); with both, it is a device-to-device copy (a remap
-//                       between a device frame and a host-located chunk) and `kind` names the bus direction.
+//   memcpy_async        runs in stream order on the direction's copy engine; one end is host memory.
+//   copy_device(d,s,n,k) both ends are device addresses, each inside one accessible mapping (a remap
+//                       between a device frame and a host-located chunk): runs in stream order on the
+//                       copy engine of direction k (the way the bytes cross the bus). invalid_value if
+//                       an end is not mapped.
 //   alloc_managed(b,o)  managed memory (cuMemAllocManaged): one address for device and host; the driver
 //                       migrates its pages on access. not_supported unless properties().managed.
 //   free_managed(p,b)   p came from alloc_managed(b); no work may still use it.
@@ -156,6 +158,7 @@ class DeviceBackend {
   Status create_stream(StreamHandle* out);
   Status destroy_stream(StreamHandle stream);
   Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream);
+  Status copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream);
   Status launch_host(StreamHandle stream, HostFn fn, void* user);
   Status launch_busy(StreamHandle stream, std::chrono::nanoseconds duration);
   Status synchronize_stream(StreamHandle stream);
@@ -191,6 +194,7 @@ class DeviceBackend {
   virtual Status do_create_stream(StreamHandle* out) = 0;
   virtual Status do_destroy_stream(StreamHandle stream) = 0;
   virtual Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) = 0;
+  virtual Status do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream) = 0;
   virtual Status do_launch_host(StreamHandle stream, HostFn fn, void* user) = 0;
   virtual Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) = 0;
   virtual Status do_synchronize_stream(StreamHandle stream) = 0;

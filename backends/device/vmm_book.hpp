@@ -34,13 +34,6 @@ class VmmBook {
     *offset = va - it->first;
     return true;
   }
-  //! True when `p` lies inside a reservation.
-  [[nodiscard]] bool reserved(DevPtr p) const {
-    auto it = reservations_.upper_bound(p);
-    if (it == reservations_.begin()) return false;
-    --it;
-    return p < it->first + it->second;
-  }
   [[nodiscard]] const std::map<DevPtr, std::size_t>& reservations() const noexcept { return reservations_; }
 
   void add_chunk(std::uint64_t handle, std::size_t bytes) { chunks_.emplace(handle, bytes); }

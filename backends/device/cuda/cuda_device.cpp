@@ -251,19 +251,22 @@ Status CudaDevice::do_create_stream(StreamHandle* out) {
 Status CudaDevice::do_destroy_stream(StreamHandle stream) { return TVMM_CU(api_->StreamDestroy(as_stream(stream))); }
 
 Status CudaDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) {
-  bool both_device = false;  // a remap: the target chunk is mapped in the reservation too
-  {
-    std::lock_guard lk(mu_);
-    both_device = book_.reserved(reinterpret_cast<DevPtr>(dst)) && book_.reserved(reinterpret_cast<DevPtr>(src));
-  }
-  if (both_device) {
-    return TVMM_CU(api_->MemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes,
-                                         as_stream(stream)));
-  }
   if (kind == CopyKind::host_to_device) {
     return TVMM_CU(api_->MemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, bytes, as_stream(stream)));
   }
   return TVMM_CU(api_->MemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), bytes, as_stream(stream)));
+}
+
+Status CudaDevice::do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind, StreamHandle stream) {
+  {
+    std::lock_guard lk(mu_);
+    std::uint64_t handle = 0;
+    std::size_t offset = 0;
+    if (!book_.backing(dst, bytes, &handle, &offset) || !book_.backing(src, bytes, &handle, &offset)) {
+      return Status::fail(Errc::invalid_value);
+    }
+  }
+  return TVMM_CU(api_->MemcpyDtoDAsync(dptr(dst), dptr(src), bytes, as_stream(stream)));
 }
 
 Status CudaDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {

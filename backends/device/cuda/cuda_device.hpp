@@ -77,6 +77,7 @@ class CudaDevice final : public DeviceBackend {
   Status do_create_stream(StreamHandle* out) override;
   Status do_destroy_stream(StreamHandle stream) override;
   Status do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) override;
+  Status do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream) override;
   Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
   Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
   Status do_synchronize_stream(StreamHandle stream) override;

@@ -158,6 +158,14 @@ Status FaultyDevice::do_create_stream(StreamHandle* out) { return inner_->create
 Status FaultyDevice::do_destroy_stream(StreamHandle stream) { return inner_->destroy_stream(stream); }
 Status FaultyDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind,
                                      StreamHandle stream) {
+  if (auto s = before_copy(kind, stream); !s.ok()) return s;
+  return inner_->memcpy_async(dst, src, bytes, kind, stream);
+}
+Status FaultyDevice::do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream) {
+  if (auto s = before_copy(bus, stream); !s.ok()) return s;
+  return inner_->copy_device(dst, src, bytes, bus, stream);
+}
+Status FaultyDevice::before_copy(CopyKind kind, StreamHandle stream) {
   const Op op = kind == CopyKind::host_to_device ? Op::copy_in : Op::copy_out;
   TVMM_FAULT(op);
   const std::size_t g = gate_of(op);
@@ -172,7 +180,7 @@ Status FaultyDevice::do_memcpy_async(void* dst, const void* src, std::size_t byt
     if (auto st = inner_->launch_host(stream, &FaultyDevice::wait_ticket, ticket.get()); !st.ok()) return st;
     (void)ticket.release();  // wait_ticket owns it now
   }
-  return inner_->memcpy_async(dst, src, bytes, kind, stream);
+  return Status::success();
 }
 Status FaultyDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {
   return inner_->launch_host(stream, fn, user);

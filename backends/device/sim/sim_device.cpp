@@ -290,16 +290,28 @@ Status SimDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes,
   op.dst = dst;
   op.src = src;
   op.bytes = bytes;
+  as_stream(stream)->enqueue(op);
+  return Status::success();
+}
+
+// The copy engine moves the physical memory behind both addresses itself (copy_file_range between the
+// memfds), as a GPU's does: no host thread touches the bytes.
+Status SimDevice::do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream) {
+  sim::SimOp op;
+  op.kind = sim::SimOp::Kind::copy;
+  op.copy_kind = bus;
+  op.dst = as_ptr(dst);
+  op.src = as_ptr(src);
+  op.bytes = bytes;
   {
-    // Between two device addresses (a remap), the copy engine moves the physical memory itself.
     std::lock_guard lk(mu_);
     std::uint64_t from = 0, to = 0;
     std::size_t from_off = 0, to_off = 0;
-    if (book_.backing(reinterpret_cast<DevPtr>(src), bytes, &from, &from_off) &&
-        book_.backing(reinterpret_cast<DevPtr>(dst), bytes, &to, &to_off)) {
-      op.file_src = {memory_of(from).fd, static_cast<std::int64_t>(chunk_offset(from) + from_off)};
-      op.file_dst = {memory_of(to).fd, static_cast<std::int64_t>(chunk_offset(to) + to_off)};
+    if (!book_.backing(src, bytes, &from, &from_off) || !book_.backing(dst, bytes, &to, &to_off)) {
+      return Status::fail(Errc::invalid_value);
     }
+    op.file_src = {memory_of(from).fd, static_cast<std::int64_t>(chunk_offset(from) + from_off)};
+    op.file_dst = {memory_of(to).fd, static_cast<std::int64_t>(chunk_offset(to) + to_off)};
   }
   as_stream(stream)->enqueue(op);
   return Status::success();
