@@ -153,6 +153,28 @@ ConfigKey size_key(std::string_view section, std::string_view key, const char* m
 
 using BoolField = bool& (*)(Config&);
 
+// An output file's path: per-process placeholders substituted, "-" = standard error, "" = none.
+using TextField = std::string& (*)(Config&);
+ConfigKey output_file_key(std::string_view section, std::string_view key, const char* meaning, TextField field,
+                          const char* short_env = nullptr) {
+  return ConfigKey{section,
+                   key,
+                   KeyType::text,
+                   "a file path ({rank} and {local_rank} are substituted), \"-\" (standard error) or \"\" (none)",
+                   meaning,
+                   false,
+                   0.0,
+                   {},
+                   [field](Config& c, const KeyValue& v) { field(c) = v.text; },
+                   [field](const Config& c) {
+                     Config copy = c;  // the accessor gives a mutable reference; printing is rare
+                     return toml_string(field(copy));
+                   },
+                   false,
+                   RankPaths::files,
+                   short_env};
+}
+
 ConfigKey bool_key(std::string_view section, std::string_view key, const char* meaning, BoolField field) {
   return ConfigKey{section,
                    key,
@@ -406,46 +428,19 @@ std::vector<ConfigKey> make_keys() {
                   {"auto", "vmm", "um"},
                   [](Config& c, const KeyValue& v) { c.transparent_memory = v.text; },
                   [](const Config& c) { return toml_string(c.transparent_memory); }});
-  keys.push_back({"stats",
-                  "file",
-                  KeyType::text,
-                  "a file path ({rank} and {local_rank} are substituted), \"-\" (standard error) or \"\" (none)",
-                  "when the pager is destroyed, its final stats are written here as one JSON object (also TVMM_STATS)",
-                  false,
-                  0.0,
-                  {},
-                  [](Config& c, const KeyValue& v) { c.stats_file = v.text; },
-                  [](const Config& c) { return toml_string(c.stats_file); },
-                  false,
-                  RankPaths::files,
-                  "TVMM_STATS"});
-  keys.push_back({"trace",
-                  "file",
-                  KeyType::text,
-                  "a file path ({rank} and {local_rank} are substituted), \"-\" (standard error) or \"\" (none)",
-                  "every pin and iteration mark as a line of JSON, for studying policies offline",
-                  false,
-                  0.0,
-                  {},
-                  [](Config& c, const KeyValue& v) { c.trace_file = v.text; },
-                  [](const Config& c) { return toml_string(c.trace_file); },
-                  false,
-                  RankPaths::files});
-  keys.push_back({"trace",
-                  "events",
-                  KeyType::text,
-                  "a file path ({rank} and {local_rank} are substituted), \"-\" (standard error) or \"\" (none)",
-                  "what the pager did and when, as Chrome trace-event JSON for Perfetto (ui.perfetto.dev): page "
-                  "moves per copy engine, NVMe I/O, pins per stream, pin stalls per thread, evictions; written "
-                  "when the pager is destroyed (also TVMM_TRACE)",
-                  false,
-                  0.0,
-                  {},
-                  [](Config& c, const KeyValue& v) { c.trace_events = v.text; },
-                  [](const Config& c) { return toml_string(c.trace_events); },
-                  false,
-                  RankPaths::files,
-                  "TVMM_TRACE"});
+  keys.push_back(output_file_key(
+      "stats", "file",
+      "when the pager is destroyed, its final stats are written here as one JSON object (also TVMM_STATS)",
+      [](Config& c) -> std::string& { return c.stats_file; }, "TVMM_STATS"));
+  keys.push_back(output_file_key("trace", "file",
+                                 "every pin and iteration mark as a line of JSON, for studying policies offline",
+                                 [](Config& c) -> std::string& { return c.trace_file; }));
+  keys.push_back(output_file_key(
+      "trace", "events",
+      "what the pager did and when, as Chrome trace-event JSON for Perfetto (ui.perfetto.dev): page moves per copy "
+      "engine, NVMe I/O, pins per stream, pin stalls per thread, evictions; written when the pager is destroyed "
+      "(also TVMM_TRACE)",
+      [](Config& c) -> std::string& { return c.trace_events; }, "TVMM_TRACE"));
   return keys;
 }
 
