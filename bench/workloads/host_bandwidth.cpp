@@ -1,11 +1,12 @@
 #include "bench/workloads/host_bandwidth.hpp"
 
 #include <cstdio>
-#include <fstream>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 #include "backends/topology/topology.hpp"
+#include "bench/workloads/json_records.hpp"
 #include "bench/workloads/page_moves.hpp"
 #include "tvmm/tvmm.hpp"
 
@@ -71,18 +72,14 @@ int run_host_bandwidth(const HostBandwidthOptions& o) {
     std::printf("%-8s %-6s %10.2f  %s\n", r.label.c_str(), r.numa.c_str(), r.gbs, r.outcome.c_str());
   }
   if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    if (!out) {
-      std::fprintf(stderr, "tvmm-bench: cannot write %s\n", o.json.c_str());
-      return 1;
+    std::vector<std::string> records;
+    for (const auto& r : rows) {
+      std::ostringstream rec;
+      rec << "{\"workload\": \"host-bandwidth\", \"frames\": \"" << r.label << "\", \"numa\": \"" << r.numa
+          << "\", \"numa_nodes\": " << topo->nodes().size() << ", \"gbs\": " << r.gbs << "}";
+      records.push_back(rec.str());
     }
-    out << "[\n";
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      out << "  {\"workload\": \"host-bandwidth\", \"frames\": \"" << rows[i].label << "\", \"numa\": \""
-          << rows[i].numa << "\", \"numa_nodes\": " << topo->nodes().size() << ", \"gbs\": " << rows[i].gbs << "}"
-          << (i + 1 < rows.size() ? "," : "") << "\n";
-    }
-    out << "]\n";
+    if (!write_json_records(o.json, records)) return 1;
   }
   return 0;
 }

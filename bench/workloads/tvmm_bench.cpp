@@ -17,13 +17,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/workloads/host_bandwidth.hpp"
+#include "bench/workloads/json_records.hpp"
 #include "bench/workloads/vmm_costs.hpp"
 #include "kernels/pattern.hpp"
 #include "policies/belady.hpp"
@@ -400,15 +400,10 @@ int main(int argc, char** argv) {
                 mismatched == 0 ? "all correct" : (std::to_string(mismatched) + " bytes WRONG").c_str());
   }
   if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    if (!out) {
-      std::fprintf(stderr, "tvmm-bench: cannot write %s\n", o.json.c_str());
-      return 1;
-    }
-    out << "[\n";
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const auto& r = results[i];
-      out << "  {\"workload\": \"train\", \"backend\": \"" << o.device << "\", \"policy\": \"" << r.policy
+    std::vector<std::string> records;
+    for (const auto& r : results) {
+      std::ostringstream out;
+      out << "{\"workload\": \"train\", \"backend\": \"" << o.device << "\", \"policy\": \"" << r.policy
           << "\", \"oversubscription\": " << json_number(r.ratio) << ", \"step_time_s\": " << json_number(r.step_time_s)
           << ", \"wall_step_time_s\": " << json_number(r.wall_step_time_s)
           << ", \"bytes_moved\": " << json_number(r.bytes_moved)
@@ -416,10 +411,10 @@ int main(int argc, char** argv) {
           << ", \"bytes_vs_belady\": " << json_number(r.bytes_vs_belady)
           << ", \"time_vs_bound\": " << json_number(r.time_vs_bound) << ", \"compute_s\": " << json_number(r.compute_s)
           << ", \"misses\": " << r.misses << ", \"evictions\": " << r.evictions << ", \"prefetched\": " << r.prefetched
-          << ", \"verified_bytes\": " << r.verified_bytes << ", \"mismatched_bytes\": " << r.mismatched_bytes << "}"
-          << (i + 1 < results.size() ? "," : "") << "\n";
+          << ", \"verified_bytes\": " << r.verified_bytes << ", \"mismatched_bytes\": " << r.mismatched_bytes << "}";
+      records.push_back(out.str());
     }
-    out << "]\n";
+    if (!tvmm::bench::write_json_records(o.json, records)) return 1;
   }
   return mismatched == 0 ? 0 : 1;
 }

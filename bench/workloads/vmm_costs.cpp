@@ -3,10 +3,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "backends/device/device_backend.hpp"
+#include "bench/workloads/json_records.hpp"
 #include "bench/workloads/page_moves.hpp"
 #include "tvmm/tvmm.hpp"
 
@@ -141,17 +142,14 @@ int run_vmm(const VmmOptions& o) {
   std::printf("  pager page moves: %.2f GB/s in and out at once, %.2f GB/s per direction = %.2fx the plain copies\n",
               r.pager_gbs, pager_each, plain_each > 0 ? pager_each / plain_each : 0.0);
   if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    if (!out) {
-      std::fprintf(stderr, "tvmm-bench: cannot write %s\n", o.json.c_str());
-      return 1;
-    }
-    out << "[{\"workload\": \"vmm\", \"backend\": \"" << r.device_name << "\", \"page_bytes\": " << r.page
+    std::ostringstream out;
+    out << "{\"workload\": \"vmm\", \"backend\": \"" << r.device_name << "\", \"page_bytes\": " << r.page
         << ", \"map_ns\": " << r.map_ns << ", \"set_access_ns\": " << r.access_ns
         << ", \"set_access_run_ns\": " << r.access_run_ns << ", \"unmap_ns\": " << r.unmap_ns
         << ", \"plain_h2d_gbs\": " << r.plain_h2d_gbs << ", \"plain_d2h_gbs\": " << r.plain_d2h_gbs
         << ", \"pager_gbs\": " << r.pager_gbs
-        << ", \"pager_vs_plain\": " << (plain_each > 0 ? pager_each / plain_each : 0.0) << "}]\n";
+        << ", \"pager_vs_plain\": " << (plain_each > 0 ? pager_each / plain_each : 0.0) << "}";
+    if (!write_json_records(o.json, {out.str()})) return 1;
   }
   return 0;
 }
