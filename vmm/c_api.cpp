@@ -37,32 +37,28 @@ void set_last_error(std::string text) noexcept {
 }
 
 tvmm_status status_of_current_exception() noexcept {
+  const auto failed = [](tvmm_status status, const char* why) {
+    set_last_error(why);
+    return status;
+  };
   try {
     throw;
   } catch (const invalid_argument& e) {
-    set_last_error(e.what());
-    return TVMM_ERROR_INVALID_ARGUMENT;
+    return failed(TVMM_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const out_of_memory& e) {
-    set_last_error(e.what());
-    return TVMM_ERROR_OUT_OF_MEMORY;
+    return failed(TVMM_ERROR_OUT_OF_MEMORY, e.what());
   } catch (const config_error& e) {
-    set_last_error(e.what());
-    return TVMM_ERROR_CONFIG;
+    return failed(TVMM_ERROR_CONFIG, e.what());
   } catch (const device_error& e) {
-    set_last_error(e.what());
-    return TVMM_ERROR_DEVICE;
+    return failed(TVMM_ERROR_DEVICE, e.what());
   } catch (const io_error& e) {
-    set_last_error(e.what());
-    return TVMM_ERROR_IO;
+    return failed(TVMM_ERROR_IO, e.what());
   } catch (const std::bad_alloc&) {
-    set_last_error("out of host memory");
-    return TVMM_ERROR_OUT_OF_MEMORY;
+    return failed(TVMM_ERROR_OUT_OF_MEMORY, "out of host memory");
   } catch (const std::exception& e) {
-    set_last_error(e.what());
-    return TVMM_ERROR_INTERNAL;
+    return failed(TVMM_ERROR_INTERNAL, e.what());
   } catch (...) {
-    set_last_error("an unknown exception");
-    return TVMM_ERROR_INTERNAL;
+    return failed(TVMM_ERROR_INTERNAL, "an unknown exception");
   }
 }
 
