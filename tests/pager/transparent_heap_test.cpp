@@ -145,17 +145,27 @@ TEST_P(TransparentHeapTest, DeferredFreesAreReleasedAtTheNextQuiescentPoint) {
   h.heap.free(b);
 }
 
-TEST(RemapHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
-  auto faulty =
-      std::make_unique<backend::FaultyDevice>(std::make_unique<backend::SimDevice>(small_config().sim, 4 * page));
-  auto* dev = faulty.get();
-  RemapHeap heap(
-      small_config(), [] {}, std::move(faulty));
+// A simulated GPU of the small config's device budget, behind a fault injector.
+std::unique_ptr<backend::FaultyDevice> faulty_sim() {
+  return std::make_unique<backend::FaultyDevice>(std::make_unique<backend::SimDevice>(small_config().sim, 4 * page));
+}
+
+// Four one-page allocations (the whole device budget), allocation i filled with pattern i.
+std::vector<void*> fill_the_device(TransparentHeap& heap) {
   std::vector<void*> ptrs;
   for (unsigned i = 0; i < 4; ++i) {
     ptrs.push_back(heap.allocate(page));
     kernels::fill_pattern(ptrs.back(), page, i);
   }
+  return ptrs;
+}
+
+TEST(RemapHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
+  auto faulty = faulty_sim();
+  auto* dev = faulty.get();
+  RemapHeap heap(
+      small_config(), [] {}, std::move(faulty));
+  const std::vector<void*> ptrs = fill_the_device(heap);
   dev->fail_once(backend::FaultyDevice::Op::copy_out, backend::Errc::invalid_value);
   EXPECT_THROW((void)heap.allocate(page), device_error);
   EXPECT_EQ(heap.usage().used, 4 * page);
@@ -170,16 +180,11 @@ TEST(RemapHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
 }
 
 TEST(ManagedHeap, AFailedPrefetchLeavesThePageWhereItWasWithItsBytes) {
-  auto faulty =
-      std::make_unique<backend::FaultyDevice>(std::make_unique<backend::SimDevice>(small_config().sim, 4 * page));
+  auto faulty = faulty_sim();
   auto* dev = faulty.get();
   ManagedHeap heap(
       small_config(), [] {}, std::move(faulty));
-  std::vector<void*> ptrs;
-  for (unsigned i = 0; i < 4; ++i) {
-    ptrs.push_back(heap.allocate(page));
-    kernels::fill_pattern(ptrs.back(), page, i);
-  }
+  const std::vector<void*> ptrs = fill_the_device(heap);
   dev->fail_once(backend::FaultyDevice::Op::copy_out, backend::Errc::invalid_value);
   EXPECT_THROW((void)heap.allocate(page), device_error);
   EXPECT_EQ(heap.usage().used, 4 * page);
