@@ -40,10 +40,6 @@ void TransparentHeap::release_all() noexcept {
   }
 }
 
-bool TransparentHeap::any_deferred() const noexcept {
-  return std::any_of(blocks_.begin(), blocks_.end(), [](const auto& b) { return b.second.deferred; });
-}
-
 void TransparentHeap::drain_once(bool& drained) {
   if (drained) return;
   if (drain_) drain_();
@@ -57,7 +53,7 @@ void* TransparentHeap::allocate(std::size_t bytes) {
   Lock lk(mu_);
   bool drained = false;
   auto free_pages = [&] { return device_pages_ + host_pages_ - used_pages_; };
-  if (n > free_pages() && any_deferred()) {
+  if (n > free_pages() && deferred_ != 0) {
     drain_once(drained);
     release_deferred(lk);
   }
@@ -120,6 +116,7 @@ void TransparentHeap::free_deferred(void* ptr) {
         "(freed twice, or a pointer into an allocation)");
   }
   it->second.deferred = true;
+  ++deferred_;
   ++counters_.deferred_frees;
 }
 
@@ -144,8 +141,8 @@ void TransparentHeap::maintain(bool drained) {
   Lock lk(mu_);
   ++counters_.quiescent_points;
   const bool promotable = on_device_ < device_pages_ && used_pages_ > on_device_;
-  if (!any_deferred() && !promotable) return;
-  if (any_deferred()) {
+  if (deferred_ == 0 && !promotable) return;
+  if (deferred_ != 0) {
     drain_once(drained);
     release_deferred(lk);
   }
@@ -157,11 +154,12 @@ void TransparentHeap::release_block(Lock&, std::map<DevPtr, Block>::iterator it)
   do_release(it->first, b.where.size(), b.where);
   on_device_ -= static_cast<std::size_t>(std::count(b.where.begin(), b.where.end(), ChunkLocation::device));
   used_pages_ -= b.where.size();
+  if (b.deferred) --deferred_;
   blocks_.erase(it);
 }
 
 void TransparentHeap::release_deferred(Lock& lk) {
-  for (auto it = blocks_.begin(); it != blocks_.end();) {
+  for (auto it = blocks_.begin(); deferred_ != 0 && it != blocks_.end();) {
     auto next = std::next(it);
     if (it->second.deferred) release_block(lk, it);
     it = next;

@@ -123,7 +123,6 @@ class TransparentHeap {
   void demote(Lock& lk, std::size_t pages, bool& drained);
   void promote(Lock& lk, bool& drained);
   void move(backend::DevPtr va, backend::ChunkLocation& where, backend::ChunkLocation to, bool& drained);
-  [[nodiscard]] bool any_deferred() const noexcept;
 
   Config cfg_;
   Drain drain_;
@@ -135,7 +134,8 @@ class TransparentHeap {
   mutable std::mutex mu_;
   std::map<backend::DevPtr, Block> blocks_;  // by address
   std::size_t used_pages_ = 0, on_device_ = 0;
-  std::uint64_t clock_ = 0;  // last_use stamps
+  std::size_t deferred_ = 0;  // blocks freed with free_deferred, not yet released
+  std::uint64_t clock_ = 0;   // last_use stamps
   Counters counters_;
 };
 
