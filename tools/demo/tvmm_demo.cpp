@@ -105,12 +105,15 @@ int main(int argc, char** argv) {
   const std::size_t total = 3 * o.layers * tensor_bytes;
   cfg.host_budget = total + tvmm::MiB * 8;  // every tensor fits on the host, plus the swap page
   cfg.sim.bandwidth_bytes_per_s = o.bandwidth_gbs * 1e9;
-  // Observability, as everywhere in tvmm: TVMM_STATS = the final stats as JSON, TVMM_TRACE = the event trace.
-  if (const char* s = std::getenv("TVMM_STATS"); s != nullptr) cfg.stats_file = s;
-  if (const char* t = std::getenv("TVMM_TRACE"); t != nullptr) cfg.trace_events = t;
   const bool progress = ::isatty(STDERR_FILENO) != 0;
 
   try {
+    // Observability, read as everywhere in tvmm (TVMM_STATS / TVMM_STATS_FILE, TVMM_TRACE /
+    // TVMM_TRACE_EVENTS, {rank} substituted); the demo's budgets stay its own.
+    tvmm::Config env;
+    tvmm::apply_environment(env);
+    cfg.stats_file = env.stats_file;
+    cfg.trace_events = env.trace_events;
     tvmm::Pager pager(cfg);
     const auto page = pager.config().page_size;
     std::printf("tvmm demo on the %s device: page %s, device budget %s, host budget %s\n", pager.backend_name(),
