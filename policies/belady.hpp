@@ -17,6 +17,7 @@ struct TraceAccess {
   bool discard = false;
   bool with_previous = false;
   std::uint32_t first = 0;
+  bool writes = false;  //!< the access may modify the pages (Access::write or read_write): they become dirty
   bool operator==(const TraceAccess&) const = default;
 };
 
@@ -38,6 +39,9 @@ struct BeladyCost {
 //! against). A page's first access loads nothing (no data yet); later misses load unless the access
 //! discards. Throws std::invalid_argument if one group of accesses needs more pages than there are
 //! frames.
-BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat = 8);
+//! With `drop_clean`, an evicted page that was not written since it was loaded costs no write-back
+//! (a tier below keeps its copy, as tvmm's NVMe tier does for pages read back from it).
+BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat = 8,
+                           bool drop_clean = false);
 
 }  // namespace tvmm::policies

@@ -8,13 +8,15 @@
 
 namespace tvmm::policies {
 
-BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat) {
+BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
+                           bool drop_clean) {
   if (repeat < 3) throw std::invalid_argument("simulate_belady: repeat must be at least 3");
   // The page reference string, access by access, over `repeat` iterations.
   struct Ref {
     std::uint64_t page;  // tensor << 32 | page index
     std::size_t group;   // which group of accesses (for "resident together")
     bool discard;
+    bool writes;
     int rep;
   };
   std::vector<Ref> refs;
@@ -34,7 +36,7 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
                                     " pages but there are " + std::to_string(frames) + " frames");
       }
       for (std::uint32_t i = 0; i < acc.pages; ++i) {
-        refs.push_back({(acc.tensor << 32) | (acc.first + i), group, acc.discard, r});
+        refs.push_back({(acc.tensor << 32) | (acc.first + i), group, acc.discard, acc.writes || acc.discard, r});
       }
     }
   }
@@ -49,6 +51,7 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
   }
   std::map<std::uint64_t, std::size_t> resident;  // page -> its next use
   std::map<std::uint64_t, bool> has_data;         // pages that hold data somewhere
+  std::map<std::uint64_t, bool> dirty;            // resident pages written since they were loaded
   BeladyCost cost;
   cost.iterations = repeat - 2;
   for (std::size_t p = 0; p < refs.size(); ++p) {
@@ -67,12 +70,14 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
           if (current) continue;
           if (victim == resident.end() || r->second > victim->second) victim = r;
         }
-        if (measured) ++cost.write_backs;
+        if (measured && (!drop_clean || dirty[victim->first])) ++cost.write_backs;
         resident.erase(victim);
       }
       if (has_data[ref.page] && !ref.discard && measured) ++cost.loads;
       resident.emplace(ref.page, next[p]);
+      dirty[ref.page] = !has_data[ref.page];  // a first touch has no copy below yet
     }
+    if (ref.writes) dirty[ref.page] = true;
     has_data[ref.page] = true;
   }
   return cost;

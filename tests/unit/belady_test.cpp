@@ -61,3 +61,18 @@ TEST(Belady, BadInputIsRejected) {
   EXPECT_THROW((void)simulate_belady({{1, 3, false}}, 2), std::invalid_argument);
   EXPECT_THROW((void)simulate_belady({{1, 1, false}}, 2, 2), std::invalid_argument);
 }
+
+TEST(Belady, WithDropCleanOnlyWrittenPagesAreWrittenBack) {
+  // The cyclic scan above: the same 8 loads; read-only pages cost no write-back once loaded from below
+  // (only pages first made in the cold iteration and evicted later are dirty: at most the 3 frames' worth).
+  std::vector<TraceAccess> reads = {{1, 1, false}, {2, 1, false}, {3, 1, false}, {4, 1, false}};
+  const auto clean = simulate_belady(reads, 3, 8, true);
+  EXPECT_EQ(clean.loads, 8u);
+  EXPECT_LE(clean.write_backs, 3u);
+  auto writes = reads;
+  for (auto& a : writes) a.writes = true;
+  const auto dirty = simulate_belady(writes, 3, 8, true);
+  EXPECT_EQ(dirty.loads, 8u);
+  EXPECT_EQ(dirty.write_backs, 8u);  // every eviction, as without drop_clean
+  EXPECT_EQ(simulate_belady(reads, 3).write_backs, 8u);
+}
