@@ -1,0 +1,184 @@
+#include "bench/traces/trace_format.hpp"
+
+#include <zlib.h>
+
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace tvmm::bench {
+namespace {
+
+[[noreturn]] void fail(const std::string& source, std::size_t line, const std::string& what) {
+  throw std::runtime_error(source + ":" + std::to_string(line) + ": " + what);
+}
+
+std::vector<std::string> split_ws(const std::string& line, std::size_t max_fields) {
+  // Splits on spaces into at most max_fields fields; the last keeps the rest of the line.
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    if (i >= line.size()) break;
+    if (out.size() + 1 == max_fields) {
+      out.push_back(line.substr(i));
+      break;
+    }
+    const auto j = line.find(' ', i);
+    out.push_back(line.substr(i, j == std::string::npos ? std::string::npos : j - i));
+    i = j == std::string::npos ? line.size() : j;
+  }
+  return out;
+}
+
+template <typename T>
+bool parse_number(const std::string& s, T& out) {
+  const auto* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && p == end;
+}
+
+std::vector<std::uint32_t> parse_ids(const std::string& field, std::size_t storages, const std::string& source,
+                                     std::size_t line) {
+  std::vector<std::uint32_t> ids;
+  if (field == "-") return ids;
+  std::size_t i = 0;
+  while (i <= field.size()) {
+    const auto j = std::min(field.find(',', i), field.size());
+    std::uint32_t id = 0;
+    if (!parse_number(field.substr(i, j - i), id))
+      fail(source, line, "bad storage id list \"" + field + "\": expected comma-separated ids or -");
+    if (id >= storages)
+      fail(source, line,
+           "storage " + std::to_string(id) + " is used before its storage line (there are " + std::to_string(storages) +
+               " so far)");
+    ids.push_back(id);
+    i = j + 1;
+  }
+  return ids;
+}
+
+std::string format_ids(const std::vector<std::uint32_t>& ids) {
+  if (ids.empty()) return "-";
+  std::string s;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i != 0) s += ',';
+    s += std::to_string(ids[i]);
+  }
+  return s;
+}
+
+std::string format_double(double d) {
+  char buf[64];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, d);  // shortest text that reads back as d
+  return ec == std::errc() ? std::string(buf, p) : std::string("0");
+}
+
+bool has_space(const std::string& s) { return s.empty() || s.find_first_of(" \t\n\r") != std::string::npos; }
+
+}  // namespace
+
+Trace parse_trace(const std::string& text, const std::string& source) {
+  Trace t;
+  std::istringstream in(text);
+  std::string line;
+  std::size_t n = 0;
+  bool header = false;
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    if (!header) {
+      if (line != "tvmm-trace 1")
+        fail(source, n, "not a tvmm trace: the first line must be \"tvmm-trace 1\" (see docs/trace-format.md)");
+      header = true;
+      continue;
+    }
+    const auto kind = line.substr(0, line.find(' '));
+    if (kind == "meta") {
+      auto f = split_ws(line, 3);
+      if (f.size() < 2) fail(source, n, "meta needs a key");
+      t.meta[f[1]] = f.size() > 2 ? f[2] : "";
+    } else if (kind == "storage") {
+      auto f = split_ws(line, 5);
+      if (f.size() != 5) fail(source, n, "storage needs: storage <id> <bytes> <kind> <name>");
+      std::uint64_t id = 0;
+      TraceStorage s;
+      if (!parse_number(f[1], id) || id != t.storages.size())
+        fail(source, n,
+             "storage id \"" + f[1] + "\": ids must be 0, 1, 2... in order (expected " +
+                 std::to_string(t.storages.size()) + ")");
+      if (!parse_number(f[2], s.bytes)) fail(source, n, "storage bytes \"" + f[2] + "\" is not a whole number");
+      s.kind = f[3];
+      s.name = f[4];
+      t.storages.push_back(std::move(s));
+    } else if (kind == "op") {
+      auto f = split_ws(line, 6);
+      if (f.size() != 5) fail(source, n, "op needs: op <time_us> <name> <read ids|-> <written ids|->");
+      TraceOp op;
+      if (!parse_number(f[1], op.time_us) || !(op.time_us >= 0))
+        fail(source, n, "op time \"" + f[1] + "\" is not a non-negative number of microseconds");
+      op.name = f[2];
+      op.reads = parse_ids(f[3], t.storages.size(), source, n);
+      op.writes = parse_ids(f[4], t.storages.size(), source, n);
+      t.ops.push_back(std::move(op));
+    } else {
+      fail(source, n, "unknown record \"" + kind + "\": expected meta, storage or op");
+    }
+  }
+  if (!header) fail(source, n, "empty trace: no \"tvmm-trace 1\" header");
+  return t;
+}
+
+std::string format_trace(const Trace& t) {
+  std::string out = "tvmm-trace 1\n";
+  for (const auto& [k, v] : t.meta) {
+    if (has_space(k)) throw std::runtime_error("trace meta key \"" + k + "\" is empty or has spaces");
+    out += "meta " + k + " " + v + "\n";
+  }
+  for (std::size_t i = 0; i < t.storages.size(); ++i) {
+    const auto& s = t.storages[i];
+    if (has_space(s.kind)) throw std::runtime_error("storage " + std::to_string(i) + ": kind is empty or has spaces");
+    out += "storage " + std::to_string(i) + " " + std::to_string(s.bytes) + " " + s.kind + " " +
+           (s.name.empty() ? "-" : s.name) + "\n";
+  }
+  for (const auto& op : t.ops) {
+    if (has_space(op.name)) throw std::runtime_error("op name \"" + op.name + "\" is empty or has spaces");
+    out += "op " + format_double(op.time_us) + " " + op.name + " " + format_ids(op.reads) + " " +
+           format_ids(op.writes) + "\n";
+  }
+  return out;
+}
+
+Trace read_trace(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files as they are
+  if (f == nullptr) throw std::runtime_error("cannot open trace " + path + ": " + std::strerror(errno));
+  std::string text;
+  char buf[1 << 16];
+  int got = 0;
+  while ((got = gzread(f, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(got));
+  int err = 0;
+  const char* msg = gzerror(f, &err);
+  const std::string why = got < 0 ? std::string(msg) : "";
+  gzclose(f);
+  if (got < 0) throw std::runtime_error("reading trace " + path + " failed: " + why + " (a truncated .gz file?)");
+  return parse_trace(text, path);
+}
+
+void write_trace(const std::string& path, const Trace& trace) {
+  const auto text = format_trace(trace);
+  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  if (gz) {
+    gzFile f = gzopen(path.c_str(), "wb9");
+    if (f == nullptr) throw std::runtime_error("cannot write trace " + path + ": " + std::strerror(errno));
+    const bool ok = gzwrite(f, text.data(), static_cast<unsigned>(text.size())) == static_cast<int>(text.size());
+    if (gzclose(f) != Z_OK || !ok) throw std::runtime_error("writing trace " + path + " failed");
+    return;
+  }
+  std::ofstream out(path, std::ios::binary);
+  if (!out || !(out << text) || !out.flush()) throw std::runtime_error("writing trace " + path + " failed");
+}
+
+}  // namespace tvmm::bench
