@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Runs a tiny tvmm-bench training matrix and checks the JSON has one record per run with the promised
-# fields; then a quick host-bandwidth run. Args: TVMM_BENCH
+# Runs every tvmm-bench workload once, small, and checks each prints its table: train (with the
+# byte check), infer, random (uniform and Zipf), scan, replay of both shipped traces, host-bandwidth
+# and vmm. Figures are not checked (benchmarks are not timed tests). Args: TVMM_BENCH SOURCE_DIR
 set -euo pipefail
 bench=$1
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-"$bench" --workload train --layers 3 --tensor-mib 2 --iterations 3 --ratios 2 --policies lru,trace --compute-us 200 \
-  --json "$out"
-records=$(grep -c '"workload": "train"' "$out")
-[ "$records" -eq 2 ] || { echo "expected 2 records, got $records"; cat "$out"; exit 1; }
-for field in workload backend policy oversubscription step_time_s bytes_moved bytes_vs_belady time_vs_bound; do
-  n=$(grep -o "\"$field\": " "$out" | wc -l)
-  [ "$n" -eq 2 ] || { echo "field $field appears $n times"; cat "$out"; exit 1; }
-done
-grep -q '"policy": "trace"' "$out"
+src=$2
+small=(--iterations 3 --ratios 2 --policies lru,trace --peers naive --compute-us 100)
+check() {  # check NAME OUTPUT: the table has an lru and a trace row for the workload
+  grep -q "^workload $1:" <<<"$2" || { echo "no table for $1:"; echo "$2"; exit 1; }
+  grep -Eq '^trace +2\.00x +[0-9.]+' <<<"$2" || { echo "no trace row for $1:"; echo "$2"; exit 1; }
+  grep -Eq 'naive [0-9.]+ ms' <<<"$2" || { echo "no naive peer for $1:"; echo "$2"; exit 1; }
+}
+check train "$("$bench" --workload train --layers 3 --tensor-mib 2 "${small[@]}")"
+check infer "$("$bench" --workload infer --layers 6 --tensor-mib 2 "${small[@]}")"
+check random-uniform "$("$bench" --workload random --tensors 12 --tensor-mib 2 --accesses 24 "${small[@]}")"
+check random-zipf "$("$bench" --workload random --zipf 1.1 --tensors 12 --tensor-mib 2 --accesses 24 "${small[@]}")"
+check scan "$("$bench" --workload scan --tensors 8 --tensor-mib 2 "${small[@]}")"
+check replay:resnet18 "$("$bench" --workload replay --trace "$src/bench/traces/resnet18.trace.gz" --min-mib 4 \
+  "${small[@]}")"
+# A replay without --trace is refused with the fix.
+if err=$("$bench" --workload replay 2>&1); then echo "replay without --trace succeeded"; exit 1; fi
+grep -q -- "needs --trace FILE" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 # Every byte written and checked through the pager (the CPU pattern kernels on the simulator).
-v=$("$bench" --workload train --layers 2 --tensor-mib 2 --iterations 3 --ratios 2 --policies lru --compute-us 100 \
-  --verify)
+v=$("$bench" --workload train --layers 2 --tensor-mib 2 --iterations 3 --ratios 2 --policies lru --peers none \
+  --compute-us 100 --verify)
 grep -Eq 'verified [0-9]+ bytes .*: all correct' <<<"$v" || { echo "byte check failed:"; echo "$v"; exit 1; }
 # Host-tier bandwidth by NUMA placement: a near and an unbound row, each with a figure.
 hb=$("$bench" --workload host-bandwidth --quick)

@@ -11,15 +11,20 @@ packages=(
   libtomlplusplus-dev   # TOML policy config files
   libcli11-dev          # the tvmm command-line tool
   nlohmann-json3-dev    # JSON: tvmm stats, and the tests that check tvmm's JSON output
+  zlib1g-dev            # tvmm-bench reads gzip-compressed model traces
+  gnuplot-nox           # tvmm-bench --out draws its plots
   liburing-dev          # the NVMe tier's io_uring backend
   libxxhash-dev         # NVMe page checksums (XXH3)
   libhwloc-dev          # NUMA topology and host-memory / thread placement
   fio                   # bench/nvme_vs_fio.sh compares the NVMe tier with it
 )
 
-# `install-deps.sh fuzz` also installs clang and its libFuzzer runtime.
+# `install-deps.sh fuzz` also installs clang and its libFuzzer runtime; `install-deps.sh traces`
+# PyTorch for bench/traces/capture.py (the shipped traces do not need it).
 if [ "${1:-}" = "fuzz" ]; then
   packages+=(clang libclang-rt-14-dev)
+elif [ "${1:-}" = "traces" ]; then
+  packages+=(python3-torch python3-torchvision)
 fi
 
 missing=()

@@ -1,0 +1,353 @@
+#include "bench/workloads/report.hpp"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace tvmm::bench {
+namespace {
+
+using nlohmann::json;
+
+json number(double d) { return std::isfinite(d) ? json(d) : json(nullptr); }
+
+json run_json(const RunResult& r) {
+  return {{"step_time_s", number(r.step_time_s)},
+          {"wall_step_time_s", number(r.wall_step_time_s)},
+          {"bytes_moved", number(r.bytes_moved)},
+          {"disk_read_bytes", number(r.disk_read_bytes)},
+          {"disk_write_bytes", number(r.disk_write_bytes)}};
+}
+
+json peers_json(const Peers& p) {
+  json j;
+  j["bound"] = {{"step_time_s", number(p.bound_s)}, {"bytes_moved", number(p.belady_bytes)}};
+  j["belady"] = {{"bytes_moved", number(p.belady_bytes)}};
+  j["naive"] = p.naive ? run_json(*p.naive) : json{{"skipped", p.naive_skipped}};
+  j["all_in_memory"] = p.all_in_memory ? run_json(*p.all_in_memory) : json{{"skipped", p.all_in_memory_skipped}};
+  if (p.kernel.ran) {
+    j["kernel"] = {
+        {"step_time_s", number(p.kernel.step_time_s)},         {"wall_step_time_s", number(p.kernel.step_time_s)},
+        {"disk_read_bytes", number(p.kernel.disk_read_bytes)}, {"disk_write_bytes", number(p.kernel.disk_write_bytes)},
+        {"memory_limit_bytes", p.kernel_memory_limit},         {"cgroup", p.kernel.cgroup}};
+  } else {
+    j["kernel"] = {{"skipped", p.kernel.skipped}, {"memory_limit_bytes", p.kernel_memory_limit}};
+  }
+  if (p.tvmm_wall) {
+    j["tvmm_wall"] = run_json(*p.tvmm_wall);
+    j["tvmm_wall"]["policy"] = p.tvmm_wall->policy;
+  } else {
+    j["tvmm_wall"] = {{"skipped", p.tvmm_wall_skipped}};
+  }
+  j["unified_memory"] = {{"skipped", p.unified_memory_skipped}};
+  return j;
+}
+
+json record_json(const Record& rec) {
+  const auto& r = rec.result;
+  const auto page = static_cast<double>(rec.page_bytes);
+  return {{"workload", rec.workload},
+          {"backend", rec.backend},
+          {"policy", r.policy},
+          {"oversubscription", number(r.ratio)},
+          {"working_set_bytes", rec.working_set_bytes},
+          {"page_bytes", rec.page_bytes},
+          {"device_budget_bytes", static_cast<double>(rec.budgets.frames) * page},
+          {"host_budget_bytes", static_cast<double>(rec.budgets.host_pages) * page},
+          {"nvme_budget_bytes", static_cast<double>(rec.budgets.nvme_pages) * page},
+          {"step_time_s", number(r.step_time_s)},
+          {"wall_step_time_s", number(r.wall_step_time_s)},
+          {"bytes_moved", number(r.bytes_moved)},
+          {"disk_read_bytes", number(r.disk_read_bytes)},
+          {"disk_write_bytes", number(r.disk_write_bytes)},
+          {"belady_bytes", number(r.belady_bytes)},
+          {"bytes_vs_belady", number(r.bytes_vs_belady)},
+          {"compute_s", number(r.compute_s)},
+          {"bound_s", number(r.bound_s)},
+          {"time_vs_bound", number(r.time_vs_bound)},
+          {"misses", r.misses},
+          {"evictions", r.evictions},
+          {"prefetched", r.prefetched},
+          {"verified_bytes", r.verified_bytes},
+          {"mismatched_bytes", r.mismatched_bytes},
+          {"peers", rec.peers ? peers_json(*rec.peers) : json::object()}};
+}
+
+std::string file_name(std::string s) {
+  for (auto& c : s) {
+    if (c == ':' || c == '/' || c == ' ') c = '_';
+  }
+  return s;
+}
+
+// A CSV row per policy and per peer: policy,oversubscription,step_time_s,wall_step_time_s,bytes_moved,
+// disk_read_bytes,bytes_vs_belady,time_vs_bound.
+struct Row {
+  std::string workload, policy;
+  double ratio, step, wall, bytes, disk, vs_belady, vs_bound;
+};
+
+std::vector<Row> rows_of(const std::vector<Record>& records) {
+  std::vector<Row> rows;
+  std::set<const Peers*> seen;
+  const double nan = NAN;
+  for (const auto& rec : records) {
+    const auto& r = rec.result;
+    rows.push_back({rec.workload, r.policy, r.ratio, r.step_time_s, r.wall_step_time_s, r.bytes_moved,
+                    r.disk_read_bytes, r.bytes_vs_belady, r.time_vs_bound});
+    if (!rec.peers || !seen.insert(rec.peers.get()).second) continue;
+    const auto& p = *rec.peers;
+    rows.push_back({rec.workload, "bound", r.ratio, p.bound_s, nan, p.belady_bytes, nan, 1.0, 1.0});
+    auto peer_row = [&](const std::string& name, const RunResult& q) {
+      rows.push_back({rec.workload, name, r.ratio, q.step_time_s, q.wall_step_time_s, q.bytes_moved, q.disk_read_bytes,
+                      p.belady_bytes > 0 ? q.bytes_moved / p.belady_bytes : nan,
+                      p.bound_s > 0 ? q.step_time_s / p.bound_s : nan});
+    };
+    if (p.naive) peer_row("naive", *p.naive);
+    if (p.all_in_memory) peer_row("all_in_memory", *p.all_in_memory);
+    if (p.tvmm_wall) {
+      const auto& q = *p.tvmm_wall;
+      rows.push_back({rec.workload, "tvmm_wall", r.ratio, q.step_time_s, q.step_time_s, q.bytes_moved,
+                      q.disk_read_bytes, nan, p.bound_s > 0 ? q.step_time_s / p.bound_s : nan});
+    }
+    if (p.kernel.ran) {
+      rows.push_back({rec.workload, "kernel", r.ratio, p.kernel.step_time_s, p.kernel.step_time_s, nan,
+                      p.kernel.disk_read_bytes, nan, p.bound_s > 0 ? p.kernel.step_time_s / p.bound_s : nan});
+    }
+  }
+  return rows;
+}
+
+std::string csv_number(double d) {
+  if (!std::isfinite(d)) return "";
+  std::ostringstream os;
+  os.precision(8);
+  os << d;
+  return os.str();
+}
+
+std::string csv_of(const std::vector<Row>& rows, const std::string& workload) {
+  std::string out =
+      "workload,policy,oversubscription,step_time_s,wall_step_time_s,bytes_moved,disk_read_bytes,bytes_vs_belady,"
+      "time_vs_bound\n";
+  for (const auto& r : rows) {
+    if (!workload.empty() && r.workload != workload) continue;
+    out += r.workload + "," + r.policy + "," + csv_number(r.ratio) + "," + csv_number(r.step) + "," +
+           csv_number(r.wall) + "," + csv_number(r.bytes) + "," + csv_number(r.disk) + "," + csv_number(r.vs_belady) +
+           "," + csv_number(r.vs_bound) + "\n";
+  }
+  return out;
+}
+
+// The gnuplot script: per workload, step time (modelled) and wall time against oversubscription per
+// policy and peer, bytes moved over Belady's per policy, and the residency timelines.
+std::string gnuplot_script(const std::vector<std::string>& workloads, const std::vector<Row>& rows,
+                           const std::vector<Timeline>& timelines) {
+  std::ostringstream gp;
+  gp << "# Written by tvmm-bench --out; run `gnuplot plots.gp` in this directory to redraw.\n"
+        "set terminal pngcairo size 960,560 noenhanced font \",11\"\n"
+        "set datafile separator \",\"\n"
+        "set key outside right top\nset grid\nset logscale y\n"
+        "set xlabel \"oversubscription (working set / device budget)\"\n";
+  for (const auto& w : workloads) {
+    std::vector<std::string> policies;
+    for (const auto& r : rows) {
+      if (r.workload == w && std::find(policies.begin(), policies.end(), r.policy) == policies.end())
+        policies.push_back(r.policy);
+    }
+    const auto csv = file_name(w) + ".csv";
+    double lo = 1e9, hi = 0;
+    for (const auto& r : rows) {
+      if (r.workload == w) lo = std::min(lo, r.ratio), hi = std::max(hi, r.ratio);
+    }
+    gp << "\nset xrange [" << lo - 0.1 * (hi - lo) - 0.1 << ":" << hi + 0.1 * (hi - lo) + 0.1 << "]\n";
+    auto series = [&](const std::string& column, bool skip_wall, bool only_measured,
+                      const std::vector<std::string>& only = {}) {
+      std::string s;
+      for (const auto& p : policies) {
+        const bool wall = p == "kernel" || p == "tvmm_wall";
+        if ((skip_wall && wall) || (only_measured && (p == "bound" || wall))) continue;
+        if (!only.empty() && std::find(only.begin(), only.end(), p) == only.end()) continue;
+        if (!s.empty()) s += ", \\\n     ";
+        s += "\"" + csv + "\" using 3:(strcol(2) eq \"" + p + "\" ? " + column + " : NaN) with linespoints " +
+             (p == "bound" ? "dt 2 lw 2 " : "") + "title \"" + p + "\"";
+      }
+      return s;
+    };
+    gp << "\nset output \"step_time_" << file_name(w) << ".png\"\n"
+       << "set title \"" << w << ": step time (modelled device time) per policy\"\nset ylabel \"step time (ms)\"\n"
+       << "plot " << series("column(4)*1000", true, false) << "\n";
+    gp << "\nset output \"wall_time_" << file_name(w) << ".png\"\n"
+       << "set title \"" << w << ": step time on the wall clock (disk I/O included): tvmm and the kernel as pager\"\n"
+       << "set ylabel \"step time (ms)\"\n"
+       << "plot " << series("column(4)*1000", false, false, {"tvmm_wall", "kernel", "all_in_memory"}) << "\n";
+    gp << "\nset output \"bytes_vs_belady_" << file_name(w) << ".png\"\n"
+       << "set title \"" << w << ": bytes moved over Belady's per policy\"\nunset logscale y\n"
+       << "set ylabel \"bytes moved / Belady's\"\n"
+       << "plot " << series("column(8)", true, true) << "\nset logscale y\n";
+  }
+  for (const auto& t : timelines) {
+    const auto name = file_name(t.workload);
+    gp << "\nset output \"residency_" << name
+       << ".png\"\nset autoscale x\nunset logscale y\nunset grid\nset datafile separator whitespace\n"
+       << "set title \"" << t.workload << ": device residency per tensor, " << t.policy << " at " << t.ratio
+       << "x (one iteration)\"\n"
+       << "set xlabel \"kernel (in order)\"\nset ylabel \"tensor (index)\"\n"
+       << "set palette defined (0 \"white\", 1 \"#1f4e9c\")\nset cbrange [0:1]\n"
+       << "set cblabel \"fraction of pages on the device\"\n"
+       << "plot \"residency_" << name << ".dat\" matrix with image notitle\n"
+       << "set datafile separator \",\"\nset grid\nset logscale y\n"
+       << "set xlabel \"oversubscription (working set / device budget)\"\nunset cblabel\n";
+  }
+  return gp.str();
+}
+
+}  // namespace
+
+bool write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out || !(out << text) || !out.flush()) {
+    std::fprintf(stderr, "tvmm-bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+const std::vector<std::string>& summary_fields() {
+  static const std::vector<std::string> fields = {"workload",
+                                                  "backend",
+                                                  "policy",
+                                                  "oversubscription",
+                                                  "working_set_bytes",
+                                                  "page_bytes",
+                                                  "device_budget_bytes",
+                                                  "host_budget_bytes",
+                                                  "nvme_budget_bytes",
+                                                  "step_time_s",
+                                                  "wall_step_time_s",
+                                                  "bytes_moved",
+                                                  "disk_read_bytes",
+                                                  "disk_write_bytes",
+                                                  "belady_bytes",
+                                                  "bytes_vs_belady",
+                                                  "compute_s",
+                                                  "bound_s",
+                                                  "time_vs_bound",
+                                                  "misses",
+                                                  "evictions",
+                                                  "prefetched",
+                                                  "verified_bytes",
+                                                  "mismatched_bytes",
+                                                  "peers"};
+  return fields;
+}
+
+std::string summary_json(const std::vector<Record>& records) {
+  json all = json::array();
+  for (const auto& r : records) all.push_back(record_json(r));
+  return all.dump(2) + "\n";
+}
+
+void print_table(const std::vector<Record>& records) {
+  const Peers* last = nullptr;
+  std::string last_workload;
+  for (const auto& rec : records) {
+    const auto& r = rec.result;
+    if (rec.workload != last_workload) {
+      std::printf("\nworkload %s: %.1f MiB in %s pages, compute %.2f ms per iteration\n", rec.workload.c_str(),
+                  static_cast<double>(rec.working_set_bytes) / MiB, format_bytes(rec.page_bytes).c_str(),
+                  r.compute_s * 1e3);
+      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s\n", "policy", "ratio", "step ms", "MiB moved", "disk MiB",
+                  "vs Belady", "vs bound", "prefetch");
+      last_workload = rec.workload;
+    }
+    if (rec.peers.get() != last && rec.peers) {
+      last = rec.peers.get();
+      const auto& p = *rec.peers;
+      std::printf("  at %.2fx: bound %.2f ms, Belady %.1f MiB", r.ratio, p.bound_s * 1e3, p.belady_bytes / MiB);
+      if (p.all_in_memory) std::printf("; all in memory %.2f ms", p.all_in_memory->step_time_s * 1e3);
+      if (p.naive) std::printf("; naive %.2f ms", p.naive->step_time_s * 1e3);
+      std::printf("\n");
+      if (p.tvmm_wall) {
+        std::printf("  on the wall clock: tvmm %s %.2f ms, disk read %.1f MiB\n", p.tvmm_wall->policy.c_str(),
+                    p.tvmm_wall->step_time_s * 1e3, p.tvmm_wall->disk_read_bytes / MiB);
+      }
+      if (p.kernel.ran) {
+        std::printf("  on the wall clock: kernel as pager (cgroup %s, limit %.0f MiB) %.2f ms, disk read %.1f MiB\n",
+                    p.kernel.cgroup.c_str(), static_cast<double>(p.kernel_memory_limit) / MiB,
+                    p.kernel.step_time_s * 1e3, p.kernel.disk_read_bytes / MiB);
+      } else if (p.kernel.skipped.rfind("not asked", 0) != 0) {
+        std::printf("  kernel as pager skipped: %s\n", p.kernel.skipped.c_str());
+      }
+    }
+    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9llu\n", r.policy.c_str(), r.ratio, r.step_time_s * 1e3,
+                r.bytes_moved / MiB, r.disk_read_bytes / MiB, r.bytes_vs_belady, r.time_vs_bound,
+                static_cast<unsigned long long>(r.prefetched));
+  }
+}
+
+bool write_outputs(const std::string& dir, const std::vector<Record>& records, const std::vector<Timeline>& timelines) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    std::fprintf(stderr, "tvmm-bench: cannot create the output directory %s: %s\n", dir.c_str(), std::strerror(errno));
+    return false;
+  }
+  const auto rows = rows_of(records);
+  std::vector<std::string> workloads;
+  for (const auto& r : records) {
+    if (std::find(workloads.begin(), workloads.end(), r.workload) == workloads.end()) workloads.push_back(r.workload);
+  }
+  if (!write_text(dir + "/summary.json", summary_json(records)) || !write_text(dir + "/runs.csv", csv_of(rows, "")))
+    return false;
+  for (const auto& w : workloads) {
+    if (!write_text(dir + "/" + file_name(w) + ".csv", csv_of(rows, w))) return false;
+  }
+  for (const auto& t : timelines) {
+    // Rows: tensors; columns: kernels (at most 400, evenly sampled). Also as CSV, a row per kernel.
+    const auto kernels = t.residency.size();
+    const std::size_t stride = std::max<std::size_t>(1, (kernels + 399) / 400);
+    const auto tensors = kernels == 0 ? 0 : t.residency.front().size();
+    std::string dat, csv = "kernel";
+    for (std::size_t x = 0; x < tensors; ++x) csv += ",tensor" + std::to_string(x);
+    csv += "\n";
+    for (std::size_t k = 0; k < kernels; ++k) {
+      csv += std::to_string(k);
+      for (float f : t.residency[k]) csv += "," + csv_number(f);
+      csv += "\n";
+    }
+    for (std::size_t x = 0; x < tensors; ++x) {
+      for (std::size_t k = 0; k < kernels; k += stride) dat += csv_number(t.residency[k][x]) + " ";
+      dat += "\n";
+    }
+    const auto name = file_name(t.workload);
+    if (!write_text(dir + "/residency_" + name + ".csv", csv) || !write_text(dir + "/residency_" + name + ".dat", dat))
+      return false;
+  }
+  if (!write_text(dir + "/plots.gp", gnuplot_script(workloads, rows, timelines))) return false;
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr,
+                 "tvmm-bench: gnuplot is not installed: no PNG plots (%s/plots.gp draws them; apt-get install "
+                 "gnuplot-nox)\n",
+                 dir.c_str());
+    return true;
+  }
+  const auto cmd = "cd '" + dir + "' && gnuplot plots.gp";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::fprintf(stderr, "tvmm-bench: gnuplot failed on %s/plots.gp (status %d)\n", dir.c_str(), rc);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace tvmm::bench

@@ -1,0 +1,270 @@
+#include "bench/workloads/runner.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+#include "kernels/pattern.hpp"
+#include "policies/belady.hpp"
+#include "vmm/pager_impl.hpp"
+#if defined(TVMM_HAVE_CUDA)
+#include "backends/device/cuda/cuda_device.hpp"
+#endif
+
+namespace tvmm::bench {
+namespace {
+
+std::uint32_t pages_of(std::size_t bytes, std::size_t page) {
+  return static_cast<std::uint32_t>((bytes + page - 1) / page);
+}
+
+// Writes and checks every tensor's bytes with the pattern kernels: each write pin fills a new seed,
+// each read checks the tensor's last one. On the GPU the CUDA backend's fill and verify kernels run on
+// the stream, counting into an 8-byte tensor kept resident (below the admission threshold); on the
+// simulator the CPU kernels run as host callables.
+class ByteCheck {
+ public:
+  virtual ~ByteCheck() = default;
+  virtual void fill(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) = 0;
+  virtual void verify(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) = 0;
+  //! Waits for the stream; the bytes found different so far.
+  virtual std::uint64_t mismatches(Stream& s) = 0;
+};
+
+class CpuCheck final : public ByteCheck {
+ public:
+  void fill(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
+    s.launch([p, bytes, seed] { kernels::fill_pattern(p, bytes, seed); });
+  }
+  void verify(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
+    s.launch([p, bytes, seed, bad = bad_] { *bad += kernels::count_mismatches(p, bytes, seed); });
+  }
+  std::uint64_t mismatches(Stream& s) override {
+    s.synchronize();
+    return bad_->load();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<std::uint64_t>> bad_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+};
+
+#if defined(TVMM_HAVE_CUDA)
+class GpuCheck final : public ByteCheck {
+ public:
+  GpuCheck(backend::CudaDevice& dev, Pager& pager, Stream& s)
+      : dev_(dev), counter_(pager.allocate(8, {"verify counter"})) {
+    check(dev_.alloc_host(8, &host_), "alloc_host");
+    std::memset(host_, 0, 8);
+    check(dev_.memcpy_async(counter_.data(), host_, 8, backend::CopyKind::host_to_device, s.native_handle()),
+          "zeroing the counter");
+  }
+  ~GpuCheck() override { (void)dev_.free_host(host_, 8); }
+  void fill(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
+    check(dev_.fill(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed), "the fill kernel");
+  }
+  void verify(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
+    check(dev_.verify(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed,
+                      reinterpret_cast<backend::DevPtr>(counter_.data())),
+          "the verify kernel");
+  }
+  std::uint64_t mismatches(Stream& s) override {
+    check(dev_.memcpy_async(host_, counter_.data(), 8, backend::CopyKind::device_to_host, s.native_handle()),
+          "reading the counter");
+    s.synchronize();
+    std::uint64_t v = 0;
+    std::memcpy(&v, host_, 8);
+    return v;
+  }
+
+ private:
+  static void check(backend::Status st, const char* what) {
+    if (!st.ok()) throw device_error(std::string(what) + " failed: " + backend::errc_name(st.code), "bench");
+  }
+  backend::CudaDevice& dev_;
+  Tensor counter_;
+  void* host_ = nullptr;
+};
+#endif
+
+}  // namespace
+
+Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
+  Budgets b;
+  for (auto bytes : w.tensor_bytes) b.total_pages += pages_of(bytes, o.page_bytes);
+  for (const auto& k : w.step) {
+    std::size_t pages = 0;
+    for (const auto& p : k.pins) pages += pages_of(w.tensor_bytes[p.tensor], o.page_bytes);
+    b.kernel_pages = std::max(b.kernel_pages, pages);
+  }
+  b.frames = static_cast<std::size_t>(std::floor(static_cast<double>(b.total_pages) / ratio));
+  if (b.frames < b.kernel_pages) {
+    throw std::invalid_argument(w.name + " at " + std::to_string(ratio) + "x: one kernel pins " +
+                                std::to_string(b.kernel_pages) + " pages but the device holds " +
+                                std::to_string(b.frames) + "; use a lower oversubscription");
+  }
+  if (o.host_fraction <= 0) {
+    b.host_pages = b.total_pages + 2;
+  } else {
+    b.host_pages =
+        std::max<std::size_t>(4, static_cast<std::size_t>(std::floor(static_cast<double>(b.frames) * o.host_fraction)));
+    if (b.frames + b.host_pages < b.total_pages + 2) b.nvme_pages = b.total_pages + 2;
+  }
+  return b;
+}
+
+double belady_bytes(const Workload& w, std::size_t page_bytes, std::size_t frames, bool drop_clean) {
+  std::vector<policies::TraceAccess> trace;
+  for (const auto& k : w.step) {
+    for (std::size_t i = 0; i < k.pins.size(); ++i) {
+      const auto& p = k.pins[i];
+      // A kernel's tensors are pinned together: all of them must be resident at once.
+      trace.push_back({p.tensor, pages_of(w.tensor_bytes[p.tensor], page_bytes), p.access == Access::write, i != 0, 0,
+                       p.access != Access::read});
+    }
+  }
+  const auto cost = policies::simulate_belady(trace, static_cast<std::uint32_t>(frames), 8, drop_clean);
+  return cost.pages_per_iteration() * static_cast<double>(page_bytes);
+}
+
+RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& policy, double ratio,
+                    Residency* residency) {
+  const auto b = budgets_for(w, o, ratio);
+  const bool naive = policy == "naive";
+  Config cfg;
+  cfg.page_size = o.page_bytes;
+  cfg.device_budget = b.frames * o.page_bytes;
+  cfg.host_budget = b.host_pages * o.page_bytes;
+  cfg.min_bytes = 0;  // every tensor evictable, as Belady's simulation assumes
+  if (b.nvme_pages != 0) {
+    cfg.nvme.budget = b.nvme_pages * o.page_bytes;
+    cfg.nvme.paths = {o.disk_dir};
+  }
+  cfg.sim.bandwidth_bytes_per_s = o.bus_gbs * 1e9;
+  cfg.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(o.latency_us * 1e3));
+  cfg.sim.timing = o.timing;
+  cfg.device_backend = o.device;  // on "cuda" the bus and the kernels are real (busy kernels; GPU timers)
+  cfg.eviction = policy == "trace" ? "belady" : naive ? "lru" : policy;  // with a trace, evict by next use too
+  cfg.prefetch = policy == "trace" ? "trace" : "none";
+  cfg.prefetch_distance = o.distance;
+  cfg.keep_recent = policy == "trace" ? o.keep_recent : 0;  // "belady" stays the pure optimum
+  cfg.trace_file = o.pin_log;
+  cfg.trace_events = o.event_trace;
+  std::unique_ptr<backend::DeviceBackend> dev;
+#if defined(TVMM_HAVE_CUDA)
+  backend::CudaDevice* cuda = nullptr;
+  if (o.device == "cuda") {  // built here to reach its kernels
+    dev = backend::make_cuda_device(cfg.cuda_device);
+    cuda = static_cast<backend::CudaDevice*>(dev.get());
+  }
+#endif
+  Pager pager = dev ? detail::PagerAccess::make(cfg, std::move(dev)) : Pager(cfg);
+  auto stream = pager.create_stream();
+  std::vector<Tensor> ts;
+  ts.reserve(w.tensor_bytes.size());
+  for (auto bytes : w.tensor_bytes) ts.push_back(pager.allocate(bytes));
+
+  // Byte checking: always on the GPU, on request on the simulator (its CPU kernels take real time).
+  std::unique_ptr<ByteCheck> bytes_check;
+#if defined(TVMM_HAVE_CUDA)
+  if (cuda != nullptr) bytes_check = std::make_unique<GpuCheck>(*cuda, pager, stream);
+#endif
+  if (!bytes_check && o.verify) bytes_check = std::make_unique<CpuCheck>();
+  std::vector<std::uint64_t> seeds(ts.size(), 0);
+  std::uint64_t next_seed = 1, verified = 0;
+  if (bytes_check) {
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      auto pin = ts[i].pin(stream, Access::write);
+      seeds[i] = next_seed++;
+      bytes_check->fill(stream, pin.data(), w.tensor_bytes[i], seeds[i]);
+    }
+  }
+
+  using clock = std::chrono::steady_clock;
+  clock::time_point t0;
+  Stats before{};
+  StreamTimer timer(stream);
+  double device_secs = 0;
+  std::vector<Pin> pins;
+  for (int it = 0; it < o.iterations; ++it) {
+    if (it == o.warmup) {
+      stream.synchronize();
+      before = pager.stats();
+      t0 = clock::now();
+    }
+    const bool sample = residency != nullptr && it == o.iterations - 1;
+    if (sample) residency->clear();
+    pager.mark_iteration();
+    timer.start();
+    for (const auto& k : w.step) {
+      pins.clear();
+      for (const auto& p : k.pins) pins.push_back(ts[p.tensor].pin(stream, p.access));
+      if (bytes_check) {
+        for (std::size_t i = 0; i < k.pins.size(); ++i) {
+          const auto t = k.pins[i].tensor;
+          if (k.pins[i].access != Access::write) {
+            bytes_check->verify(stream, pins[i].data(), w.tensor_bytes[t], seeds[t]);
+            verified += w.tensor_bytes[t];
+          }
+          if (k.pins[i].access != Access::read) {
+            seeds[t] = next_seed++;
+            bytes_check->fill(stream, pins[i].data(), w.tensor_bytes[t], seeds[t]);
+          }
+        }
+      }
+      // Naive swapping: the kernel waits for its page-ins, and the next pins wait for the kernel, so
+      // no copy overlaps compute.
+      if (naive) stream.synchronize();
+      stream.busy_for(std::chrono::nanoseconds(static_cast<std::int64_t>(k.compute_us * 1e3)));
+      if (naive) stream.synchronize();
+      pins.clear();
+      if (sample) {
+        std::vector<float> row(ts.size());
+        for (std::size_t t = 0; t < ts.size(); ++t) {
+          const auto n = pages_of(w.tensor_bytes[t], o.page_bytes);
+          std::uint32_t on_device = 0;
+          for (std::uint32_t pg = 0; pg < n; ++pg) on_device += ts[t].tier(pg * o.page_bytes) == Tier::device;
+          row[t] = static_cast<float>(on_device) / static_cast<float>(n);
+        }
+        residency->push_back(std::move(row));
+      }
+    }
+    timer.stop();
+    stream.synchronize();
+    if (it >= o.warmup) device_secs += std::chrono::duration<double>(timer.elapsed()).count();
+    if (!o.progress.empty()) std::fprintf(stderr, "\r%s: iteration %d/%d   ", o.progress.c_str(), it + 1, o.iterations);
+  }
+  const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+  const auto after = pager.stats();
+  const int measured = o.iterations - o.warmup;
+
+  RunResult r;
+  r.policy = policy;
+  r.ratio = ratio;
+  r.step_time_s = device_secs / measured;
+  r.wall_step_time_s = secs / measured;
+  r.bytes_moved = static_cast<double>((after.host_to_device.bytes + after.device_to_host.bytes) -
+                                      (before.host_to_device.bytes + before.device_to_host.bytes)) /
+                  measured;
+  r.disk_read_bytes = static_cast<double>(after.nvme_to_host.bytes - before.nvme_to_host.bytes) / measured;
+  r.disk_write_bytes = static_cast<double>(after.host_to_nvme.bytes - before.host_to_nvme.bytes) / measured;
+  r.belady_bytes = belady_bytes(w, o.page_bytes, b.frames, b.nvme_pages != 0);
+  r.compute_s = w.compute_us() * 1e-6;
+  r.bound_s = std::max(r.compute_s, r.belady_bytes / (o.bus_gbs * 1e9));
+  r.bytes_vs_belady = r.belady_bytes > 0 ? r.bytes_moved / r.belady_bytes : (r.bytes_moved == 0 ? 1.0 : INFINITY);
+  r.time_vs_bound = r.bound_s > 0 ? r.step_time_s / r.bound_s : 1.0;
+  r.misses = after.misses - before.misses;
+  r.evictions = after.evictions - before.evictions;
+  r.prefetched = after.prefetched - before.prefetched;
+  if (bytes_check) {
+    r.verified_bytes = verified;
+    r.mismatched_bytes = bytes_check->mismatches(stream);
+  }
+  return r;
+}
+
+}  // namespace tvmm::bench

@@ -1,0 +1,78 @@
+#pragma once
+// Runs a Workload through a tvmm pager: one of tvmm's policies, or naive synchronous swapping (the
+// same pager with no overlap and no prefetch), with Belady's bytes and the ideal bound for the same
+// trace and budget.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/workloads/workload.hpp"
+
+namespace tvmm::bench {
+
+struct RunOptions {
+  std::size_t page_bytes = 2 * MiB;
+  int iterations = 6;
+  int warmup = 2;  // the recorded iteration and the first replay are not measured
+  double bus_gbs = 25.0;
+  double latency_us = 5.0;
+  std::size_t distance = 1;     // trace prefetch distance, in pins
+  std::size_t keep_recent = 6;  // the trace policy's next-use eviction spares the last 6 pins' tensors
+  //! Host tier = this x the device budget; 0 = room for the whole workload. When device + host cannot
+  //! hold the workload, the rest goes to an NVMe tier in `disk_dir`.
+  double host_fraction = 0;
+  std::string disk_dir = "/var/tmp";
+  //! The simulator's clock: "model" (host work takes no device time: the schedule the pager produces,
+  //! free of this host's noise, but blind to disk I/O) or "wall" (host work, NVMe I/O included,
+  //! delays what it enqueues, as on a real GPU).
+  std::string timing = "model";
+  std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
+  bool verify = false;         // write and check every tensor's bytes (always on with --device cuda)
+  std::string pin_log;         // the pager's trace.file (tests read the pins it saw)
+  std::string event_trace;     // the pager's trace.events (Perfetto)
+  std::string progress;        // when set, a progress line on stderr starting with this label
+};
+
+//! The device and host budgets of a run: whole pages.
+struct Budgets {
+  std::size_t total_pages = 0;   // the workload's tensors, in pages
+  std::size_t frames = 0;        // device pages
+  std::size_t host_pages = 0;    // host-tier pages
+  std::size_t nvme_pages = 0;    // 0 = no NVMe tier
+  std::size_t kernel_pages = 0;  // most pages one kernel pins at once
+};
+[[nodiscard]] Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio);
+
+struct RunResult {
+  std::string policy;  // lru, fifo, clock, trace, belady, naive
+  double ratio = 0;
+  double step_time_s = 0;       // device time (on the simulator, its model)
+  double wall_step_time_s = 0;  // wall clock, host and NVMe I/O included
+  double bytes_moved = 0;       // host<->device, per iteration
+  double disk_read_bytes = 0;   // from the NVMe tier, per iteration
+  double disk_write_bytes = 0;  // to the NVMe tier, per iteration
+  double belady_bytes = 0;
+  double compute_s = 0;
+  double bound_s = 0;  // max(compute, Belady's bytes / bus)
+  double bytes_vs_belady = 0;
+  double time_vs_bound = 0;
+  std::uint64_t misses = 0, evictions = 0, prefetched = 0;
+  std::uint64_t verified_bytes = 0, mismatched_bytes = 0;
+};
+
+//! Per kernel of the last measured iteration, the fraction of each tensor's pages on the device
+//! after the kernel's pins were released: [kernel][tensor].
+using Residency = std::vector<std::vector<float>>;
+
+//! Runs `w` with `policy` at `ratio` (tensor bytes / device budget). Throws tvmm::error from the
+//! pager, std::invalid_argument when one kernel's tensors cannot fit the device at this ratio.
+RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& policy, double ratio,
+                    Residency* residency = nullptr);
+
+//! Belady's bytes moved per iteration with `frames` device pages. With `drop_clean` (runs with an NVMe
+//! tier, which keeps a copy of pages read back from it) pages not written since they were loaded are
+//! dropped without a write-back.
+double belady_bytes(const Workload& w, std::size_t page_bytes, std::size_t frames, bool drop_clean);
+
+}  // namespace tvmm::bench

@@ -1,0 +1,126 @@
+#include "bench/workloads/workload.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+
+namespace tvmm::bench {
+
+std::size_t Workload::total_bytes() const {
+  return std::accumulate(tensor_bytes.begin(), tensor_bytes.end(), std::size_t{0});
+}
+
+double Workload::compute_us() const {
+  double us = 0;
+  for (const auto& k : step) us += k.compute_us;
+  return us;
+}
+
+Workload make_train(std::size_t layers, std::size_t tensor_bytes, double compute_us) {
+  enum { W, A, G, S };
+  auto t = [](std::size_t layer, int kind) { return static_cast<std::uint32_t>(4 * layer + kind); };
+  Workload w;
+  w.name = "train";
+  w.tensor_bytes.assign(4 * layers, tensor_bytes);
+  for (std::size_t l = 0; l < layers; ++l)
+    w.step.push_back({{{t(l, W), Access::read}, {t(l, A), Access::write}}, compute_us});
+  for (std::size_t l = layers; l-- > 0;) {
+    w.step.push_back({{{t(l, A), Access::read}, {t(l, W), Access::read}, {t(l, G), Access::write}}, 2 * compute_us});
+  }
+  for (std::size_t l = 0; l < layers; ++l) {
+    w.step.push_back(
+        {{{t(l, W), Access::read_write}, {t(l, G), Access::read}, {t(l, S), Access::read_write}}, 0.5 * compute_us});
+  }
+  return w;
+}
+
+Workload make_infer(std::size_t layers, std::size_t weight_bytes, std::size_t activation_bytes, double compute_us) {
+  Workload w;
+  w.name = "infer";
+  w.tensor_bytes.assign(layers, weight_bytes);
+  const auto act0 = static_cast<std::uint32_t>(layers);
+  w.tensor_bytes.push_back(activation_bytes);
+  w.tensor_bytes.push_back(activation_bytes);
+  for (std::size_t l = 0; l < layers; ++l) {
+    const std::uint32_t in = act0 + static_cast<std::uint32_t>(l % 2),
+                        out = act0 + static_cast<std::uint32_t>(1 - l % 2);
+    w.step.push_back(
+        {{{static_cast<std::uint32_t>(l), Access::read}, {in, Access::read}, {out, Access::write}}, compute_us});
+  }
+  return w;
+}
+
+Workload make_random(std::size_t tensors, std::size_t tensor_bytes, std::size_t accesses, double zipf_s,
+                     double compute_us, std::uint64_t seed) {
+  if (tensors == 0 || accesses == 0) throw std::invalid_argument("random workload: no tensors or no accesses");
+  Workload w;
+  w.name = zipf_s > 0 ? "random-zipf" : "random-uniform";
+  w.tensor_bytes.assign(tensors, tensor_bytes);
+  std::mt19937_64 rng(seed);
+  std::vector<double> weights(tensors, 1.0);
+  if (zipf_s > 0) {
+    for (std::size_t i = 0; i < tensors; ++i) weights[i] = 1.0 / std::pow(static_cast<double>(i + 1), zipf_s);
+    std::shuffle(weights.begin(), weights.end(), rng);  // hot tensors are not all neighbours
+  }
+  std::discrete_distribution<std::uint32_t> pick(weights.begin(), weights.end());
+  constexpr std::size_t write_every = 4;  // a quarter of the accesses update what they read
+  for (std::size_t a = 0; a < accesses; ++a) {
+    const auto access = a % write_every == write_every - 1 ? Access::read_write : Access::read;
+    w.step.push_back({{{pick(rng), access}}, compute_us});
+  }
+  return w;
+}
+
+Workload make_scan(std::size_t tensors, std::size_t tensor_bytes, double compute_us) {
+  Workload w;
+  w.name = "scan";
+  w.tensor_bytes.assign(tensors, tensor_bytes);
+  for (std::size_t i = 0; i < tensors; ++i)
+    w.step.push_back({{{static_cast<std::uint32_t>(i), Access::read}}, compute_us});
+  return w;
+}
+
+Workload make_replay(const Trace& trace, const std::string& name, double compute_scale, std::size_t min_bytes) {
+  Workload w;
+  w.name = name;
+  constexpr auto none = static_cast<std::uint32_t>(-1);
+  std::vector<std::uint32_t> tensor_of(trace.storages.size(), none);
+  for (std::size_t s = 0; s < trace.storages.size(); ++s) {
+    if (trace.storages[s].bytes == 0 || trace.storages[s].bytes < min_bytes) continue;
+    tensor_of[s] = static_cast<std::uint32_t>(w.tensor_bytes.size());
+    w.tensor_bytes.push_back(trace.storages[s].bytes);
+  }
+  double carried_us = 0;  // time of ops that touched no kept storage, added to the next kernel
+  for (const auto& op : trace.ops) {
+    Kernel k;
+    k.compute_us = carried_us + op.time_us * compute_scale;
+    auto add = [&](std::uint32_t storage, Access a) {
+      const auto t = tensor_of[storage];
+      if (t == none) return;
+      for (auto& p : k.pins) {
+        if (p.tensor == t) {
+          if (p.access != a) p.access = Access::read_write;
+          return;
+        }
+      }
+      k.pins.push_back({t, a});
+    };
+    for (auto s : op.reads) add(s, Access::read);
+    for (auto s : op.writes) add(s, Access::write);
+    if (k.pins.empty()) {
+      carried_us = k.compute_us;
+      continue;
+    }
+    carried_us = 0;
+    w.step.push_back(std::move(k));
+  }
+  if (!w.step.empty()) w.step.back().compute_us += carried_us;
+  if (w.step.empty())
+    throw std::invalid_argument("trace " + name + ": no op touches a storage of at least " + std::to_string(min_bytes) +
+                                " bytes; nothing to replay");
+  return w;
+}
+
+}  // namespace tvmm::bench

@@ -1,0 +1,139 @@
+// tvmm-bench --out: summary.json validates against the fields docs/benchmarks.md documents, the CSV
+// files and plots are there; the kernel-as-pager peer runs or says why not.
+#include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "bench/peers/kernel_pager.hpp"
+#include "bench/workloads/report.hpp"
+#include "test_support.hpp"
+
+namespace tvmm::bench {
+namespace {
+
+using nlohmann::json;
+
+// The "summary.json fields" table of docs/benchmarks.md: field -> type (number, integer, string, object).
+std::map<std::string, std::string> documented_fields() {
+  const auto doc = test::read_file(std::string(TVMM_SOURCE_DIR) + "/docs/benchmarks.md");
+  const auto start = doc.find("## summary.json fields");
+  EXPECT_NE(start, std::string::npos) << "docs/benchmarks.md has no \"## summary.json fields\" section";
+  std::map<std::string, std::string> fields;
+  std::istringstream in(doc.substr(start));
+  std::string line;
+  std::getline(in, line);
+  const std::regex row(R"(^\| `([a-z_]+)` \| (number|integer|string|object) \|)");
+  while (std::getline(in, line) && line.rfind("## ", 0) != 0) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) fields[m[1]] = m[2];
+  }
+  return fields;
+}
+
+bool has_type(const json& v, const std::string& type) {
+  if (type == "number") return v.is_number() || v.is_null();  // null: not finite (no Belady bytes to divide by)
+  if (type == "integer") return v.is_number_unsigned() || v.is_number_integer();
+  if (type == "string") return v.is_string();
+  return v.is_object();
+}
+
+// A directory on a real disk for the NVMe tier and the kernel peer (the build tree, not a tmpfs /tmp).
+std::string disk_dir() {
+  struct statfs fs {};
+  const std::string build = TVMM_BINARY_DIR;
+  if (::statfs("/var/tmp", &fs) == 0 && fs.f_type != TMPFS_MAGIC) return "/var/tmp";
+  return build;
+}
+
+TEST(BenchSummary, ValidatesAgainstItsDocumentedFields) {
+  const auto fields = documented_fields();
+  ASSERT_FALSE(fields.empty());
+  // The documentation and the code list the same fields.
+  std::set<std::string> in_code(summary_fields().begin(), summary_fields().end());
+  std::set<std::string> in_doc;
+  for (const auto& [k, v] : fields) in_doc.insert(k);
+  EXPECT_EQ(in_code, in_doc);
+
+  test::TempDir dir;
+  const auto out = dir.path() + "/out";
+  const std::string cmd = std::string(TVMM_BENCH_BIN) +
+                          " --workload train --layers 3 --tensor-mib 2 --iterations 3 --ratios 2,3 --policies "
+                          "lru,trace --compute-us 100 --host-fraction 0.5 --disk-dir " +
+                          disk_dir() + " --out " + out + " > " + dir.path() + "/stdout 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(dir.path() + "/stdout");
+  const auto summary = json::parse(test::read_file(out + "/summary.json"));
+  ASSERT_TRUE(summary.is_array());
+  ASSERT_EQ(summary.size(), 4u);  // 2 ratios x 2 policies
+  for (const auto& rec : summary) {
+    for (const auto& [name, type] : fields) {
+      ASSERT_TRUE(rec.contains(name)) << "record lacks " << name << ": " << rec.dump();
+      EXPECT_TRUE(has_type(rec[name], type)) << name << " is not a " << type << ": " << rec[name].dump();
+    }
+    EXPECT_EQ(rec["workload"], "train");
+    EXPECT_EQ(rec["backend"], "sim");
+    EXPECT_GT(rec["step_time_s"].get<double>(), 0);
+    EXPECT_GT(rec["bytes_moved"].get<double>(), 0);
+    EXPECT_GE(rec["time_vs_bound"].get<double>(), 0.99);  // nothing beats the ideal bound
+    // Every peer is there: measured (with a step time or bytes) or skipped with a reason.
+    const auto& peers = rec["peers"];
+    for (const char* p : {"bound", "belady", "naive", "all_in_memory", "kernel", "tvmm_wall", "unified_memory"}) {
+      ASSERT_TRUE(peers.contains(p)) << p;
+      const auto& v = peers[p];
+      const bool measured = v.contains("step_time_s") || v.contains("bytes_moved");
+      const bool skipped =
+          v.contains("skipped") && v["skipped"].is_string() && !v["skipped"].get<std::string>().empty();
+      EXPECT_TRUE(measured != skipped) << p << ": " << v.dump();
+    }
+    EXPECT_TRUE(peers["naive"].contains("step_time_s"));
+    EXPECT_EQ(peers["bound"]["step_time_s"], rec["bound_s"]);
+    EXPECT_TRUE(peers["unified_memory"].contains("skipped"));  // needs a GPU
+  }
+  // CSV files with their header, the gnuplot script, and the PNGs when gnuplot is installed.
+  for (const char* csv : {"/runs.csv", "/train.csv"}) {
+    EXPECT_EQ(test::read_file(out + csv).rfind("workload,policy,oversubscription,step_time_s,", 0), 0u) << csv;
+  }
+  EXPECT_NE(test::read_file(out + "/plots.gp").find("step_time_train.png"), std::string::npos);
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    for (const char* png : {"/step_time_train.png", "/wall_time_train.png", "/bytes_vs_belady_train.png"}) {
+      const auto bytes = test::read_file(out + png);
+      ASSERT_GT(bytes.size(), 8u) << png;
+      EXPECT_EQ(bytes.substr(1, 3), "PNG") << png;
+    }
+  }
+}
+
+TEST(BenchSummary, KernelPeerRunsUnderACgroupOrSaysWhy) {
+  const auto w = make_scan(8, 2 * MiB, 50);
+  KernelPagerOptions o;
+  o.memory_limit = 8 * MiB;  // half the arena
+  o.disk_dir = disk_dir();
+  o.iterations = 3;
+  o.warmup = 1;
+  const auto r = run_kernel_pager(w, o);
+  if (!r.ran) {
+    EXPECT_FALSE(r.skipped.empty());
+    GTEST_SKIP() << "the kernel peer cannot run here: " << r.skipped;
+  }
+  EXPECT_TRUE(r.cgroup == "v1" || r.cgroup == "v2");
+  EXPECT_GE(r.step_time_s, w.compute_us() * 1e-6);  // compute is slept, faults come on top
+  EXPECT_GT(r.disk_read_bytes, 0);                  // 16 MiB scanned through 8 MiB: the kernel reads back
+}
+
+TEST(BenchSummary, KernelPeerOnTmpfsIsSkippedWithTheReason) {
+  if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
+  KernelPagerOptions o;
+  o.memory_limit = 8 * MiB;
+  o.disk_dir = "/dev/shm";
+  const auto r = run_kernel_pager(make_scan(2, 2 * MiB, 1), o);
+  EXPECT_FALSE(r.ran);
+  EXPECT_NE(r.skipped.find("tmpfs"), std::string::npos) << r.skipped;
+}
+
+}  // namespace
+}  // namespace tvmm::bench

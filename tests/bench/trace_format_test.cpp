@@ -1,0 +1,107 @@
+// The model-trace format (bench/traces): round trips, the shipped traces, and clear errors.
+#include "bench/traces/trace_format.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_support.hpp"
+
+namespace tvmm::bench {
+namespace {
+
+Trace sample() {
+  Trace t;
+  t.meta = {{"model", "hand-made"}, {"note", "two words"}};
+  t.storages = {{4 * MiB, "param", "layer.weight"}, {2 * MiB, "temp", "aten::mm"}, {100, "other", "-"}};
+  t.ops = {{"aten::mm.default", 12.345, {0}, {1}},
+           {"aten::add_.Tensor", 0.1, {1, 2}, {1}},
+           {"aten::empty.memory_format", 1e-3, {}, {}},
+           {"aten::sum.dim_IntList", 98765.4321, {1}, {}}};
+  return t;
+}
+
+std::string expect_error(const std::string& text) {
+  try {
+    (void)parse_trace(text, "t.trace");
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return {};
+}
+
+TEST(TraceFormat, RoundTripsAsTextPlainFileAndGzip) {
+  const auto t = sample();
+  EXPECT_EQ(parse_trace(format_trace(t), "mem"), t);
+  test::TempDir dir;
+  for (const char* name : {"/a.trace", "/a.trace.gz"}) {
+    const auto path = dir.path() + name;
+    write_trace(path, t);
+    EXPECT_EQ(read_trace(path), t) << path;
+  }
+  // The .gz file really is compressed (gzip magic), the plain one really is text.
+  const auto gz = test::read_file(dir.path() + "/a.trace.gz");
+  ASSERT_GE(gz.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(gz[0]), 0x1f);
+  EXPECT_EQ(static_cast<unsigned char>(gz[1]), 0x8b);
+  EXPECT_EQ(test::read_file(dir.path() + "/a.trace").rfind("tvmm-trace 1\n", 0), 0u);
+}
+
+TEST(TraceFormat, ShippedTracesAreRealTrainingSteps) {
+  for (const char* name : {"resnet18", "gpt2"}) {
+    const auto t = read_trace(std::string(TVMM_SOURCE_DIR) + "/bench/traces/" + name + ".trace.gz");
+    SCOPED_TRACE(name);
+    EXPECT_EQ(t.meta.at("model"), name);
+    EXPECT_GT(t.ops.size(), 200u);
+    std::map<std::string, std::size_t> kinds;
+    for (const auto& s : t.storages) ++kinds[s.kind];
+    // Parameters, their gradients and optimizer state existed before the step; the ops made temporaries.
+    for (const char* k : {"param", "grad", "state", "temp"}) EXPECT_GT(kinds[k], 0u) << k;
+    bool backward = false, optimizer_writes_params = false;
+    for (const auto& op : t.ops) {
+      backward |= op.name.find("backward") != std::string::npos;
+      for (auto w : op.writes) optimizer_writes_params |= t.storages[w].kind == "param";
+    }
+    EXPECT_TRUE(backward) << "the backward pass was not recorded";
+    EXPECT_TRUE(optimizer_writes_params) << "the optimizer step was not recorded";
+  }
+}
+
+TEST(TraceFormat, BadInputSaysWhereAndWhat) {
+  EXPECT_NE(expect_error("").find("empty trace"), std::string::npos);
+  EXPECT_NE(expect_error("hello\n").find("t.trace:1: not a tvmm trace"), std::string::npos);
+  const std::string head = "tvmm-trace 1\nstorage 0 64 temp x\n";
+  EXPECT_NE(expect_error(head + "op 1 f 0,1 -\n").find("t.trace:3: storage 1 is used before its storage line"),
+            std::string::npos);
+  EXPECT_NE(expect_error(head + "storage 5 64 temp y\n").find("ids must be 0, 1, 2... in order (expected 1)"),
+            std::string::npos);
+  EXPECT_NE(expect_error(head + "op -3 f 0 -\n").find("not a non-negative number"), std::string::npos);
+  EXPECT_NE(expect_error(head + "op 1 f 0,,0 -\n").find("bad storage id list"), std::string::npos);
+  EXPECT_NE(expect_error(head + "opp 1 f 0 -\n").find("unknown record \"opp\""), std::string::npos);
+  EXPECT_NE(expect_error(head + "storage 1 lots temp y\n").find("not a whole number"), std::string::npos);
+  EXPECT_THROW((void)read_trace("/nonexistent/x.trace.gz"), std::runtime_error);
+  // A gzip file cut short is reported, not read as a shorter trace.
+  test::TempDir dir;
+  const auto path = dir.path() + "/cut.trace.gz";
+  auto big = sample();
+  for (int i = 0; i < 2000; ++i) big.ops.push_back(big.ops[static_cast<std::size_t>(i) % 4]);
+  write_trace(path, big);
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+  try {
+    (void)read_trace(path);
+    ADD_FAILURE() << "a truncated trace was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.trace.gz"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TraceFormat, WritingRefusesNamesThatWouldNotReadBack) {
+  auto t = sample();
+  t.ops[0].name = "two words";
+  EXPECT_THROW((void)format_trace(t), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace tvmm::bench

@@ -1,0 +1,136 @@
+// tvmm-bench's workloads: what each one pins, and replay of a hand-made trace through a pager.
+#include "bench/workloads/workload.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <sstream>
+
+#include "bench/workloads/runner.hpp"
+#include "test_support.hpp"
+
+namespace tvmm::bench {
+namespace {
+
+std::vector<KernelPin> pins_of(const Workload& w) {
+  std::vector<KernelPin> all;
+  for (const auto& k : w.step) all.insert(all.end(), k.pins.begin(), k.pins.end());
+  return all;
+}
+
+// storages: 0 a 4 MiB parameter, 1 a 2 MiB temporary, 2 a 100-byte scalar (below min_bytes), 3 a 3 MiB state.
+Trace hand_made() {
+  Trace t;
+  t.meta["model"] = "hand";
+  t.storages = {{4 * MiB, "param", "w"}, {2 * MiB, "temp", "aten::mm"}, {100, "other", "-"}, {3 * MiB, "state", "m"}};
+  t.ops = {{"mm", 10, {0}, {1}},          // reads w, writes the temporary
+           {"scalar", 5, {2}, {2}},       // touches only the small storage: its time moves to the next kernel
+           {"addcmul_", 7, {1, 3}, {3}},  // in place on 3: read_write
+           {"sum", 1, {3, 3, 0}, {}},     // a storage named twice is pinned once
+           {"empty", 2, {}, {}}};         // trailing time goes to the last kernel
+  return t;
+}
+
+TEST(Workloads, ReplayMapsStoragesToTensorsAndOpsToKernels) {
+  const auto w = make_replay(hand_made(), "replay:hand", 0.5, 1 * MiB);
+  EXPECT_EQ(w.tensor_bytes, (std::vector<std::size_t>{4 * MiB, 2 * MiB, 3 * MiB}));  // the scalar is left out
+  ASSERT_EQ(w.step.size(), 3u);
+  using A = Access;
+  EXPECT_EQ(w.step[0].pins, (std::vector<KernelPin>{{0, A::read}, {1, A::write}}));
+  EXPECT_EQ(w.step[1].pins, (std::vector<KernelPin>{{1, A::read}, {2, A::read_write}}));
+  EXPECT_EQ(w.step[2].pins, (std::vector<KernelPin>{{2, A::read}, {0, A::read}}));
+  EXPECT_DOUBLE_EQ(w.step[0].compute_us, 5.0);
+  EXPECT_DOUBLE_EQ(w.step[1].compute_us, (5 + 7) * 0.5);
+  EXPECT_DOUBLE_EQ(w.step[2].compute_us, (1 + 2) * 0.5);
+  EXPECT_DOUBLE_EQ(w.compute_us(), 25 * 0.5);
+}
+
+TEST(Workloads, ReplayOfAHandMadeTraceGivesTheExpectedPinSequence) {
+  const auto w = make_replay(hand_made(), "replay:hand", 1.0, 1 * MiB);
+  test::TempDir dir;
+  RunOptions o;
+  o.iterations = 3;
+  o.warmup = 1;
+  o.pin_log = dir.path() + "/pins.jsonl";
+  (void)run_pager(w, o, "lru", 1.2);  // 4 frames: the largest kernel pins 4 pages
+  // The pager's own pin log: per iteration, the tensors and accesses it was asked for, in order.
+  std::istringstream log(test::read_file(o.pin_log));
+  std::vector<std::vector<std::pair<std::uint64_t, std::string>>> iterations;
+  std::string line;
+  while (std::getline(log, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("iteration")) {
+      iterations.emplace_back();
+    } else {
+      ASSERT_FALSE(iterations.empty()) << "a pin before the first iteration mark: " << line;
+      iterations.back().emplace_back(j.at("tensor").get<std::uint64_t>(), j.at("access").get<std::string>());
+    }
+  }
+  ASSERT_EQ(iterations.size(), 3u);
+  std::uint64_t base = UINT64_MAX;
+  for (const auto& [id, access] : iterations[0]) base = std::min(base, id);
+  const std::vector<std::pair<std::uint64_t, std::string>> expected = {{base + 0, "read"}, {base + 1, "write"},
+                                                                       {base + 1, "read"}, {base + 2, "read_write"},
+                                                                       {base + 2, "read"}, {base + 0, "read"}};
+  for (const auto& it : iterations) EXPECT_EQ(it, expected);
+}
+
+TEST(Workloads, TrainPinsForwardBackwardAndOptimizer) {
+  const auto w = make_train(2, 2 * MiB, 100);
+  ASSERT_EQ(w.step.size(), 6u);
+  EXPECT_EQ(w.tensor_bytes.size(), 8u);
+  EXPECT_EQ(w.step[0].pins, (std::vector<KernelPin>{{0, Access::read}, {1, Access::write}}));
+  EXPECT_EQ(w.step[2].pins.front().tensor, 5u);  // backward starts at the last layer's activations
+  EXPECT_DOUBLE_EQ(w.compute_us(), 2 * 100 + 2 * 200 + 2 * 50);
+}
+
+TEST(Workloads, InferStreamsEveryWeightOnceWithPingPongActivations) {
+  const auto w = make_infer(4, 8 * MiB, 1 * MiB, 10);
+  ASSERT_EQ(w.step.size(), 4u);
+  for (std::uint32_t l = 0; l < 4; ++l) {
+    EXPECT_EQ(w.step[l].pins[0], (KernelPin{l, Access::read}));
+    EXPECT_EQ(w.step[l].pins[1].tensor, 4 + l % 2);
+    EXPECT_EQ(w.step[l].pins[2], (KernelPin{4 + (1 - l % 2), Access::write}));
+  }
+}
+
+TEST(Workloads, ScanIsInOrderAndRandomIsSkewedOnlyWithZipf) {
+  const auto scan = make_scan(5, 2 * MiB, 1);
+  for (std::uint32_t i = 0; i < 5; ++i) EXPECT_EQ(scan.step[i].pins[0].tensor, i);
+  auto top_share = [](const Workload& w) {
+    std::vector<std::size_t> n(w.tensor_bytes.size());
+    for (const auto& p : pins_of(w)) ++n[p.tensor];
+    return static_cast<double>(*std::max_element(n.begin(), n.end())) / static_cast<double>(w.step.size());
+  };
+  const auto uniform = make_random(64, 2 * MiB, 6400, 0, 1);
+  const auto zipf = make_random(64, 2 * MiB, 6400, 1.0, 1);
+  EXPECT_EQ(uniform.name, "random-uniform");
+  EXPECT_EQ(zipf.name, "random-zipf");
+  EXPECT_LT(top_share(uniform), 0.04);  // 1/64 = 0.016 expected
+  EXPECT_GT(top_share(zipf), 0.15);     // 1 / H(64) = 0.21 expected for the hottest
+  // The same seed gives the same sequence; writes are a quarter of the accesses.
+  EXPECT_EQ(pins_of(make_random(64, 2 * MiB, 100, 1.0, 1)), pins_of(make_random(64, 2 * MiB, 100, 1.0, 1)));
+  const auto writes = std::count_if(uniform.step.begin(), uniform.step.end(),
+                                    [](const Kernel& k) { return k.pins[0].access == Access::read_write; });
+  EXPECT_EQ(writes, 1600);
+}
+
+TEST(Workloads, AKernelThatCannotFitTheDeviceIsRefusedWithTheReason) {
+  const auto w = make_train(2, 8 * MiB, 1);  // a backward kernel pins 3 tensors = 12 pages of 2 MiB
+  RunOptions o;
+  try {
+    (void)budgets_for(w, o, 4.0);  // 32 pages / 4 = 8 frames
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("pins 12 pages but the device holds 8"), std::string::npos) << e.what();
+  }
+  o.host_fraction = 0.5;
+  const auto b = budgets_for(w, o, 2.0);
+  EXPECT_EQ(b.frames, 16u);
+  EXPECT_EQ(b.host_pages, 8u);
+  EXPECT_GT(b.nvme_pages, 0u);  // device + host hold 24 of 32 pages: the rest needs the NVMe tier
+}
+
+}  // namespace
+}  // namespace tvmm::bench
