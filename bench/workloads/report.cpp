@@ -309,8 +309,17 @@ bool write_outputs(const std::string& dir, const std::vector<Record>& records, c
   }
   if (!write_text(dir + "/summary.json", summary_json(records)) || !write_text(dir + "/runs.csv", csv_of(rows, "")))
     return false;
+  // Per workload, each policy's and peer's rows together (in order of oversubscription), so that the
+  // plots draw each as one line.
+  auto by_series = rows;
+  std::vector<std::string> series;
+  for (const auto& r : rows) {
+    if (std::find(series.begin(), series.end(), r.policy) == series.end()) series.push_back(r.policy);
+  }
+  auto rank = [&](const Row& r) { return std::find(series.begin(), series.end(), r.policy) - series.begin(); };
+  std::stable_sort(by_series.begin(), by_series.end(), [&](const Row& a, const Row& b) { return rank(a) < rank(b); });
   for (const auto& w : workloads) {
-    if (!write_text(dir + "/" + file_name(w) + ".csv", csv_of(rows, w))) return false;
+    if (!write_text(dir + "/" + file_name(w) + ".csv", csv_of(by_series, w))) return false;
   }
   for (const auto& t : timelines) {
     // Rows: tensors; columns: kernels (at most 400, evenly sampled). Also as CSV, a row per kernel.

@@ -16,7 +16,7 @@ namespace tvmm::bench {
 
 //! The peers of one workload at one oversubscription, shared by its policies' records.
 struct Peers {
-  double bound_s = 0;       //!< max(compute, Belady's bytes / bus)
+  double bound_s = 0;       //!< max(compute, Belady's busier bus direction / bus bandwidth)
   double belady_bytes = 0;  //!< Belady's bytes moved per iteration
   std::optional<RunResult> naive;
   std::string naive_skipped;

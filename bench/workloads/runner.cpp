@@ -117,7 +117,8 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
   return b;
 }
 
-double belady_bytes(const Workload& w, std::size_t page_bytes, std::size_t frames, bool drop_clean) {
+Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
+  const auto page_bytes = o.page_bytes;
   std::vector<policies::TraceAccess> trace;
   for (const auto& k : w.step) {
     for (std::size_t i = 0; i < k.pins.size(); ++i) {
@@ -127,8 +128,11 @@ double belady_bytes(const Workload& w, std::size_t page_bytes, std::size_t frame
                        p.access != Access::read});
     }
   }
-  const auto cost = policies::simulate_belady(trace, static_cast<std::uint32_t>(frames), 8, drop_clean);
-  return cost.pages_per_iteration() * static_cast<double>(page_bytes);
+  const auto cost = policies::simulate_belady(trace, static_cast<std::uint32_t>(b.frames), 8, b.nvme_pages != 0);
+  const double per_iteration = static_cast<double>(page_bytes) / std::max(cost.iterations, 1);
+  const double busier = static_cast<double>(std::max(cost.loads, cost.write_backs)) * per_iteration;
+  return {cost.pages_per_iteration() * static_cast<double>(page_bytes),
+          std::max(w.compute_us() * 1e-6, busier / (o.bus_gbs * 1e9))};
 }
 
 RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& policy, double ratio,
@@ -252,9 +256,10 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
                   measured;
   r.disk_read_bytes = static_cast<double>(after.nvme_to_host.bytes - before.nvme_to_host.bytes) / measured;
   r.disk_write_bytes = static_cast<double>(after.host_to_nvme.bytes - before.host_to_nvme.bytes) / measured;
-  r.belady_bytes = belady_bytes(w, o.page_bytes, b.frames, b.nvme_pages != 0);
+  const auto ref = reference(w, o, b);
+  r.belady_bytes = ref.belady_bytes;
   r.compute_s = w.compute_us() * 1e-6;
-  r.bound_s = std::max(r.compute_s, r.belady_bytes / (o.bus_gbs * 1e9));
+  r.bound_s = ref.bound_s;
   r.bytes_vs_belady = r.belady_bytes > 0 ? r.bytes_moved / r.belady_bytes : (r.bytes_moved == 0 ? 1.0 : INFINITY);
   r.time_vs_bound = r.bound_s > 0 ? r.step_time_s / r.bound_s : 1.0;
   r.misses = after.misses - before.misses;

@@ -54,7 +54,7 @@ struct RunResult {
   double disk_write_bytes = 0;  // to the NVMe tier, per iteration
   double belady_bytes = 0;
   double compute_s = 0;
-  double bound_s = 0;  // max(compute, Belady's bytes / bus)
+  double bound_s = 0;  // max(compute, Belady's busier direction / bus)
   double bytes_vs_belady = 0;
   double time_vs_bound = 0;
   std::uint64_t misses = 0, evictions = 0, prefetched = 0;
@@ -70,9 +70,14 @@ using Residency = std::vector<std::vector<float>>;
 RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& policy, double ratio,
                     Residency* residency = nullptr);
 
-//! Belady's bytes moved per iteration with `frames` device pages. With `drop_clean` (runs with an NVMe
-//! tier, which keeps a copy of pages read back from it) pages not written since they were loaded are
-//! dropped without a write-back.
-double belady_bytes(const Workload& w, std::size_t page_bytes, std::size_t frames, bool drop_clean);
+//! What a run is measured against: Belady's bytes moved per iteration with the run's device frames
+//! (with an NVMe tier, which keeps a copy of pages read back from it, pages not written since they
+//! were loaded are dropped without a write-back), and the ideal bound: the longer of the compute and
+//! the busier bus direction moving Belady's bytes (the two directions run at once).
+struct Reference {
+  double belady_bytes = 0;
+  double bound_s = 0;
+};
+[[nodiscard]] Reference reference(const Workload& w, const RunOptions& o, const Budgets& b);
 
 }  // namespace tvmm::bench

@@ -236,8 +236,9 @@ int main(int argc, char** argv) {
       auto peer_set = std::make_shared<Peers>();
       try {
         b = budgets_for(w, o, ratio);
-        peer_set->belady_bytes = belady_bytes(w, o.page_bytes, b.frames, b.nvme_pages != 0);
-        peer_set->bound_s = std::max(w.compute_us() * 1e-6, peer_set->belady_bytes / (o.bus_gbs * 1e9));
+        const auto ref = reference(w, o, b);
+        peer_set->belady_bytes = ref.belady_bytes;
+        peer_set->bound_s = ref.bound_s;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "%stvmm-bench: %s at %.2fx skipped: %s\n", tty ? "\n" : "", w.name.c_str(), ratio,
                      e.what());
