@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -185,17 +186,20 @@ std::string gnuplot_script(const std::vector<std::string>& workloads, const std:
       }
       return s;
     };
-    gp << "\nset output \"step_time_" << file_name(w) << ".png\"\n"
-       << "set title \"" << w << ": step time (modelled device time) per policy\"\nset ylabel \"step time (ms)\"\n"
-       << "plot " << series("column(4)*1000", true, false) << "\n";
-    gp << "\nset output \"wall_time_" << file_name(w) << ".png\"\n"
-       << "set title \"" << w << ": step time on the wall clock (disk I/O included): tvmm and the kernel as pager\"\n"
-       << "set ylabel \"step time (ms)\"\n"
-       << "plot " << series("column(4)*1000", false, false, {"tvmm_wall", "kernel", "all_in_memory"}) << "\n";
-    gp << "\nset output \"bytes_vs_belady_" << file_name(w) << ".png\"\n"
-       << "set title \"" << w << ": bytes moved over Belady's per policy\"\nunset logscale y\n"
-       << "set ylabel \"bytes moved / Belady's\"\n"
-       << "plot " << series("column(8)", true, true) << "\nset logscale y\n";
+    // One PNG per plot that has something to draw (a wall-clock plot needs the kernel peer's runs).
+    auto plot = [&](const std::string& png, const std::string& title, const std::string& ylabel, bool log_y,
+                    const std::string& lines) {
+      if (lines.empty()) return;
+      gp << "\nset output \"" << png << "_" << file_name(w) << ".png\"\nset title \"" << w << ": " << title
+         << "\"\nset ylabel \"" << ylabel << "\"\n"
+         << (log_y ? "set logscale y\n" : "unset logscale y\n") << "plot " << lines << "\n";
+    };
+    plot("step_time", "step time (modelled device time) per policy", "step time (ms)", true,
+         series("column(4)*1000", true, false));
+    plot("wall_time", "step time on the wall clock (disk I/O included): tvmm and the kernel as pager", "step time (ms)",
+         true, series("column(4)*1000", false, false, {"tvmm_wall", "kernel", "all_in_memory"}));
+    plot("bytes_vs_belady", "bytes moved over Belady's per policy", "bytes moved / Belady's", false,
+         series("column(8)", true, true));
   }
   for (const auto& t : timelines) {
     const auto name = file_name(t.workload);
@@ -343,17 +347,26 @@ bool write_outputs(const std::string& dir, const std::vector<Record>& records, c
       return false;
   }
   if (!write_text(dir + "/plots.gp", gnuplot_script(workloads, rows, timelines))) return false;
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+  // gnuplot runs in DIR (no shell: any directory name works); 127 = it could not be started.
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::chdir(dir.c_str()) == 0) ::execlp("gnuplot", "gnuplot", "plots.gp", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) {
+    std::fprintf(stderr, "tvmm-bench: cannot start gnuplot: %s\n", std::strerror(errno));
+    return false;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
     std::fprintf(stderr,
                  "tvmm-bench: gnuplot is not installed: no PNG plots (%s/plots.gp draws them; apt-get install "
                  "gnuplot-nox)\n",
                  dir.c_str());
     return true;
   }
-  const auto cmd = "cd '" + dir + "' && gnuplot plots.gp";
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) {
-    std::fprintf(stderr, "tvmm-bench: gnuplot failed on %s/plots.gp (status %d)\n", dir.c_str(), rc);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "tvmm-bench: gnuplot failed on %s/plots.gp (status %d)\n", dir.c_str(), status);
     return false;
   }
   return true;
