@@ -8,10 +8,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -83,6 +82,17 @@ json record_json(const Record& rec) {
           {"verified_bytes", r.verified_bytes},
           {"mismatched_bytes", r.mismatched_bytes},
           {"peers", rec.peers ? peers_json(*rec.peers) : json::object()}};
+}
+
+//! The distinct `key(item)` values of `items`, in order of first appearance.
+template <typename Items, typename Key>
+std::vector<std::string> distinct(const Items& items, Key key) {
+  std::vector<std::string> out;
+  for (const auto& item : items) {
+    const std::string& k = key(item);
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+  }
+  return out;
 }
 
 std::string file_name(std::string s) {
@@ -162,11 +172,9 @@ std::string gnuplot_script(const std::vector<std::string>& workloads, const std:
         "set key outside right top\nset grid\nset logscale y\n"
         "set xlabel \"oversubscription (working set / device budget)\"\n";
   for (const auto& w : workloads) {
-    std::vector<std::string> policies;
-    for (const auto& r : rows) {
-      if (r.workload == w && std::find(policies.begin(), policies.end(), r.policy) == policies.end())
-        policies.push_back(r.policy);
-    }
+    std::vector<Row> of_w;
+    std::copy_if(rows.begin(), rows.end(), std::back_inserter(of_w), [&](const Row& r) { return r.workload == w; });
+    const auto policies = distinct(of_w, [](const Row& r) -> const std::string& { return r.policy; });
     const auto csv = file_name(w) + ".csv";
     double lo = 1e9, hi = 0;
     for (const auto& r : rows) {
@@ -307,19 +315,13 @@ bool write_outputs(const std::string& dir, const std::vector<Record>& records, c
     return false;
   }
   const auto rows = rows_of(records);
-  std::vector<std::string> workloads;
-  for (const auto& r : records) {
-    if (std::find(workloads.begin(), workloads.end(), r.workload) == workloads.end()) workloads.push_back(r.workload);
-  }
+  const auto workloads = distinct(records, [](const Record& r) -> const std::string& { return r.workload; });
   if (!write_text(dir + "/summary.json", summary_json(records)) || !write_text(dir + "/runs.csv", csv_of(rows, "")))
     return false;
   // Per workload, each policy's and peer's rows together (in order of oversubscription), so that the
   // plots draw each as one line.
   auto by_series = rows;
-  std::vector<std::string> series;
-  for (const auto& r : rows) {
-    if (std::find(series.begin(), series.end(), r.policy) == series.end()) series.push_back(r.policy);
-  }
+  const auto series = distinct(rows, [](const Row& r) -> const std::string& { return r.policy; });
   auto rank = [&](const Row& r) { return std::find(series.begin(), series.end(), r.policy) - series.begin(); };
   std::stable_sort(by_series.begin(), by_series.end(), [&](const Row& a, const Row& b) { return rank(a) < rank(b); });
   for (const auto& w : workloads) {
