@@ -108,6 +108,11 @@ std::shared_ptr<const cu::Api> fake_api() {
     *b = 64 * kGranularity;
     return CUDA_SUCCESS;
   };
+  api->MemGetInfo = [](std::size_t* free, std::size_t* total) {
+    *free = 40 * kGranularity;
+    *total = 64 * kGranularity;
+    return CUDA_SUCCESS;
+  };
   api->DevicePrimaryCtxRetain = [](CUcontext* c, CUdevice) {
     *c = reinterpret_cast<CUcontext>(0x1);
     return CUDA_SUCCESS;
@@ -335,6 +340,10 @@ TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
   EXPECT_EQ(dev.properties().pci_bus_id, "0000:65:00.0");
   EXPECT_FALSE(dev.properties().host_accessible);
   EXPECT_FALSE(dev.host_numa_chunks());
+  std::size_t free = 0, total = 0;  // cuMemGetInfo's figures, as they are
+  ASSERT_TRUE(dev.memory_info(&free, &total).ok());
+  EXPECT_EQ(free, 40 * kGranularity);
+  EXPECT_EQ(total, 64 * kGranularity);
   backend::StreamHandle s = nullptr;
   ASSERT_TRUE(dev.create_stream(&s).ok());
 #if defined(TVMM_HAVE_GPU_KERNELS)

@@ -74,6 +74,7 @@ std::shared_ptr<const Api> load_driver() {
   resolve(get, "cuMemcpyHtoDAsync", api->MemcpyHtoDAsync);
   resolve(get, "cuMemcpyDtoHAsync", api->MemcpyDtoHAsync);
   resolve(get, "cuMemcpyDtoDAsync", api->MemcpyDtoDAsync);
+  resolve(get, "cuMemGetInfo", api->MemGetInfo);
   resolve(get, "cuMemAllocManaged", api->MemAllocManaged);
   resolve(get, "cuMemFree", api->MemFree);
   resolve(get, "cuMemAdvise", api->MemAdvise);

@@ -49,6 +49,7 @@ struct Api {
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream) = nullptr;
   CUresult (*MemcpyDtoHAsync)(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream) = nullptr;
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) = nullptr;
+  CUresult (*MemGetInfo)(std::size_t* free, std::size_t* total) = nullptr;
   CUresult (*MemAllocManaged)(CUdeviceptr* ptr, std::size_t bytes, unsigned flags) = nullptr;
   CUresult (*MemFree)(CUdeviceptr ptr) = nullptr;
   // The 12.0 ABI of both (a CUdevice, CU_DEVICE_CPU for the host), as kAbiVersion resolves them.

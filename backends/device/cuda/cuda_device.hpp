@@ -41,6 +41,10 @@ class CudaDevice final : public DeviceBackend {
   //! compute: `iterations` multiply-adds on each of `n` floats at `va`, as kernels::compute.
   Status compute(StreamHandle stream, DevPtr va, std::size_t n, int iterations);
 
+  //! The device memory free and in total, as the driver counts it (cuMemGetInfo): what the Unified
+  //! Memory peer of tvmm-bench stays within.
+  Status memory_info(std::size_t* free, std::size_t* total);
+
   //! The device supports host-located VMM chunks (cuMemCreate at CU_MEM_LOCATION_TYPE_HOST_NUMA), which
   //! a later release can use to keep evicted pages mapped.
   [[nodiscard]] bool host_numa_chunks() const noexcept { return host_numa_chunks_; }
