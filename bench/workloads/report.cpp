@@ -50,7 +50,14 @@ json peers_json(const Peers& p) {
   } else {
     j["tvmm_wall"] = {{"skipped", p.tvmm_wall_skipped}};
   }
-  j["unified_memory"] = {{"skipped", p.unified_memory_skipped}};
+  const auto& um = p.unified_memory;
+  if (um.ran) {
+    j["unified_memory"] = {{"step_time_s", number(um.step_time_s)}, {"managed_bytes", um.managed_bytes},
+                           {"balloon_bytes", um.balloon_bytes},     {"device_free_bytes", um.device_free_bytes},
+                           {"verified_bytes", um.verified_bytes},   {"mismatched_bytes", um.mismatched_bytes}};
+  } else {
+    j["unified_memory"] = {{"skipped", um.skipped}};
+  }
   return j;
 }
 
@@ -131,6 +138,11 @@ std::vector<Row> rows_of(const std::vector<Record>& records) {
       const auto& q = *p.tvmm_wall;
       rows.push_back({rec.workload, "tvmm_wall", r.ratio, q.step_time_s, q.step_time_s, q.bytes_moved,
                       q.disk_read_bytes, nan, p.bound_s > 0 ? q.step_time_s / p.bound_s : nan});
+    }
+    if (p.unified_memory.ran) {
+      const auto& q = p.unified_memory;
+      rows.push_back({rec.workload, "unified_memory", r.ratio, q.step_time_s, nan, nan, nan, nan,
+                      p.bound_s > 0 ? q.step_time_s / p.bound_s : nan});
     }
     if (p.kernel.ran) {
       rows.push_back({rec.workload, "kernel", r.ratio, p.kernel.step_time_s, p.kernel.step_time_s, nan,
@@ -290,6 +302,7 @@ void print_table(const std::vector<Record>& records) {
       std::printf("  at %.2fx: bound %.2f ms, Belady %.1f MiB", r.ratio, p.bound_s * 1e3, p.belady_bytes / MiB);
       if (p.all_in_memory) std::printf("; all in memory %.2f ms", p.all_in_memory->step_time_s * 1e3);
       if (p.naive) std::printf("; naive %.2f ms", p.naive->step_time_s * 1e3);
+      if (p.unified_memory.ran) std::printf("; Unified Memory %.2f ms", p.unified_memory.step_time_s * 1e3);
       std::printf("\n");
       if (p.tvmm_wall) {
         std::printf("  on the wall clock: tvmm %s %.2f ms, disk read %.1f MiB\n", p.tvmm_wall->policy.c_str(),

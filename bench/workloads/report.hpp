@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/peers/kernel_pager.hpp"
+#include "bench/peers/unified_memory.hpp"
 #include "bench/workloads/runner.hpp"
 
 namespace tvmm::bench {
@@ -27,7 +28,7 @@ struct Peers {
   //! and the NVMe tier's disk I/O count: the run the kernel peer's wall-clock time is compared with.
   std::optional<RunResult> tvmm_wall;
   std::string tvmm_wall_skipped;
-  std::string unified_memory_skipped;  //!< the UM peer's reason (it needs a GPU)
+  UnifiedMemoryResult unified_memory;  //!< CUDA Unified Memory under the same device budget (a GPU only)
   std::size_t kernel_memory_limit = 0;
 };
 

@@ -3,9 +3,9 @@
 // streaming), `random` (uniform or Zipf page access), `scan` (sequential) and `replay` (a model trace
 // captured from PyTorch, bench/traces). Each runs under tvmm's policies and beside its peers: the
 // ideal bound and Belady's bytes, naive synchronous swapping (the same pager, no overlap, no
-// prefetch), the whole workload in device memory, and the Linux kernel as the pager (an mmap'ed file
-// under a memory cgroup). `--suite quick|full` runs a matrix; `--out DIR` writes summary.json, CSV
-// files and plots (docs/benchmarks.md).
+// prefetch), the whole workload in device memory, the Linux kernel as the pager (an mmap'ed file
+// under a memory cgroup), and on a GPU CUDA Unified Memory under the same device budget. `--suite quick|full` runs a
+// matrix; `--out DIR` writes summary.json, CSV files and plots (docs/benchmarks.md).
 //
 // Step time is device time (tvmm::StreamTimer from the start of a step to the end of its last kernel):
 // on the simulator, its modelled time, so the host's scheduling noise and memcpy speed do not enter
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench/peers/kernel_pager.hpp"
+#include "bench/peers/unified_memory.hpp"
 #include "bench/workloads/host_bandwidth.hpp"
 #include "bench/workloads/report.hpp"
 #include "bench/workloads/vmm_costs.hpp"
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> traces;
   std::vector<double> ratios = {1.5, 2.0, 4.0};
   std::vector<std::string> policies = {"lru", "fifo", "clock", "trace", "belady"};
-  std::vector<std::string> peers = {"naive", "memory", "kernel"};
+  std::vector<std::string> peers = {"naive", "memory", "kernel", "um"};
   bool quick = false;
   app.add_option("--workload", workload,
                  "train (a training loop), infer (weight streaming), random (uniform, or Zipf with --zipf), scan "
@@ -139,9 +140,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"lru", "fifo", "clock", "trace", "belady"}));
   app.add_option("--peers", peers,
                  "Peers: naive (synchronous swapping), memory (all in device memory), kernel (the kernel as pager "
-                 "under a memory cgroup), none")
+                 "under a memory cgroup), um (CUDA Unified Memory under the device budget; --device cuda), none")
       ->delimiter(',')
-      ->check(CLI::IsMember({"naive", "memory", "kernel", "none"}));
+      ->check(CLI::IsMember({"naive", "memory", "kernel", "um", "none"}));
   app.add_option("--host-fraction", o.host_fraction,
                  "Host tier = this x the device budget; the rest goes to an NVMe tier in --disk-dir (0 = the host "
                  "holds everything; the suites use 0.5)")
@@ -219,8 +220,10 @@ int main(int argc, char** argv) {
   std::vector<Record> records;
   std::vector<Timeline> timelines;
   int failures = 0;
-  const std::string um_reason = device == "cuda" ? "the Unified Memory peer is not built yet (docs/benchmarks.md)"
-                                                 : "Unified Memory needs a GPU: run with --device cuda";
+  const std::string um_skipped = !wants("um")       ? "not asked for (--peers)"
+                                 : device != "cuda" ? "the simulated GPU does not model Unified Memory's page faults "
+                                                      "and migrations: run with --device cuda"
+                                                    : "";
   for (const auto& job : jobs) {
     const auto& w = job.workload;
     std::optional<RunResult> in_memory;
@@ -245,7 +248,7 @@ int main(int argc, char** argv) {
         done += per_ratio;
         continue;
       }
-      peer_set->unified_memory_skipped = um_reason;
+      peer_set->unified_memory.skipped = um_skipped;
       peer_set->kernel_memory_limit = (b.frames + b.host_pages) * o.page_bytes;
       auto peer_failed = [&](const char* peer, const std::exception& e) {
         std::fprintf(stderr, "%stvmm-bench: %s: the %s peer at %.2fx failed: %s\n", tty ? "\n" : "", w.name.c_str(),
@@ -300,6 +303,27 @@ int main(int argc, char** argv) {
       } else {
         peer_set->kernel.skipped = "not asked for (--peers)";
         peer_set->tvmm_wall_skipped = "runs with the kernel peer (--peers kernel)";
+      }
+      if (um_skipped.empty()) {
+        if (tty) std::fprintf(stderr, "\r%s   ", label("unified memory").c_str());
+        UnifiedMemoryOptions uo;
+        uo.device_budget = b.frames * o.page_bytes;
+        uo.ordinal = tvmm::Config{}.cuda_device;  // the GPU the pager's runs use
+        uo.iterations = o.iterations;
+        uo.warmup = o.warmup;
+        try {
+          peer_set->unified_memory = run_unified_memory(w, uo);
+          if (peer_set->unified_memory.mismatched_bytes != 0) {
+            std::fprintf(stderr, "%stvmm-bench: %s: Unified Memory read %llu wrong bytes at %.2fx\n", tty ? "\n" : "",
+                         w.name.c_str(), static_cast<unsigned long long>(peer_set->unified_memory.mismatched_bytes),
+                         ratio);
+            ++failures;
+          }
+        } catch (const std::exception& e) {
+          peer_set->unified_memory.skipped = peer_failed("Unified Memory", e);
+        }
+      } else if (wants("um")) {
+        ++done;
       }
       for (const auto& policy : policies) {
         auto po = o;
