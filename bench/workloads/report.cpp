@@ -315,6 +315,10 @@ void print_table(const std::vector<Record>& records) {
       } else if (p.kernel.skipped.rfind("not asked", 0) != 0) {
         std::printf("  kernel as pager skipped: %s\n", p.kernel.skipped.c_str());
       }
+      const auto& um = p.unified_memory.skipped;
+      if (!p.unified_memory.ran && rec.backend == "cuda" && um.rfind("not asked", 0) != 0) {
+        std::printf("  Unified Memory skipped: %s\n", um.c_str());
+      }
     }
     std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9llu\n", r.policy.c_str(), r.ratio, r.step_time_s * 1e3,
                 r.bytes_moved / MiB, r.disk_read_bytes / MiB, r.bytes_vs_belady, r.time_vs_bound,

@@ -4,8 +4,9 @@
 // captured from PyTorch, bench/traces). Each runs under tvmm's policies and beside its peers: the
 // ideal bound and Belady's bytes, naive synchronous swapping (the same pager, no overlap, no
 // prefetch), the whole workload in device memory, the Linux kernel as the pager (an mmap'ed file
-// under a memory cgroup), and on a GPU CUDA Unified Memory under the same device budget. `--suite quick|full` runs a
-// matrix; `--out DIR` writes summary.json, CSV files and plots (docs/benchmarks.md).
+// under a memory cgroup), and, on a GPU, CUDA Unified Memory under the same device budget.
+// `--suite quick|full` runs a matrix; `--out DIR` writes summary.json, CSV files and plots
+// (docs/benchmarks.md).
 //
 // Step time is device time (tvmm::StreamTimer from the start of a step to the end of its last kernel):
 // on the simulator, its modelled time, so the host's scheduling noise and memcpy speed do not enter
