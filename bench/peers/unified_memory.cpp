@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
 #if defined(TVMM_HAVE_CUDA)
 #include "backends/device/cuda/cuda_device.hpp"
@@ -15,9 +16,10 @@
 namespace tvmm::bench {
 namespace {
 
-std::size_t round_up(std::size_t v, std::size_t g) { return (v + g - 1) / g * g; }
-
-std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+// A tensor's managed allocation: at least a byte, rounded up to the granularity.
+std::size_t managed_size(std::size_t bytes, std::size_t granularity) {
+  return (std::max<std::size_t>(bytes, 1) + granularity - 1) / granularity * granularity;
+}
 
 }  // namespace
 
@@ -25,20 +27,21 @@ UnifiedMemoryPlan plan_unified_memory(const Workload& w, std::size_t device_budg
                                       std::size_t granularity) {
   UnifiedMemoryPlan plan;
   if (granularity == 0) granularity = 1;
-  for (auto bytes : w.tensor_bytes) plan.managed_bytes += round_up(std::max<std::size_t>(bytes, 1), granularity);
+  for (auto bytes : w.tensor_bytes) plan.managed_bytes += managed_size(bytes, granularity);
   if (device_budget == 0) {
     plan.skipped = "the device budget is zero";
     return plan;
   }
   if (device_budget + kUnifiedMemoryHeadroom >= free_bytes) {
-    plan.skipped = "the device budget (" + mib(device_budget) + ") and " + mib(kUnifiedMemoryHeadroom) +
-                   " of headroom are not below the card's free memory (" + mib(free_bytes) +
-                   "): nothing to oversubscribe";
+    plan.skipped = "the device budget (" + format_bytes(device_budget) + ") and " +
+                   format_bytes(kUnifiedMemoryHeadroom) + " of headroom are not below the card's free memory (" +
+                   format_bytes(free_bytes) + "): nothing to oversubscribe";
     return plan;
   }
   if (plan.managed_bytes + 2 * kUnifiedMemoryHeadroom > free_bytes) {
-    plan.skipped = "the workload's " + mib(plan.managed_bytes) + " of managed memory and " +
-                   mib(2 * kUnifiedMemoryHeadroom) + " of headroom exceed the card's free memory (" + mib(free_bytes) +
+    plan.skipped = "the workload's " + format_bytes(plan.managed_bytes) + " of managed memory and " +
+                   format_bytes(2 * kUnifiedMemoryHeadroom) + " of headroom exceed the card's free memory (" +
+                   format_bytes(free_bytes) +
                    "); asking for more managed memory than the card has free can hang the machine";
     return plan;
   }
@@ -72,7 +75,7 @@ class Session {
 
   void* managed(std::size_t bytes) {
     void* p = nullptr;
-    check(dev_.alloc_managed(bytes, &p), "cuMemAllocManaged of " + mib(bytes));
+    check(dev_.alloc_managed(bytes, &p), "cuMemAllocManaged of " + format_bytes(bytes));
     managed_.emplace_back(p, bytes);
     return p;
   }
@@ -150,15 +153,15 @@ UnifiedMemoryResult run_unified_memory(const Workload& w, const UnifiedMemoryOpt
   // The tensors and the mismatch counter first, while the card still has its free memory.
   std::vector<void*> ts;
   ts.reserve(w.tensor_bytes.size());
-  for (auto bytes : w.tensor_bytes) ts.push_back(s.managed(round_up(std::max<std::size_t>(bytes, 1), granularity)));
+  for (auto bytes : w.tensor_bytes) ts.push_back(s.managed(managed_size(bytes, granularity)));
   auto* counter = static_cast<std::uint64_t*>(s.managed(granularity));
   *counter = 0;  // managed memory is host-writable: no kernel has run on it yet
   r.balloon_bytes = s.inflate(plan.balloon_bytes, granularity);
   Session::check(dev.memory_info(&r.device_free_bytes, &total_bytes), "cuMemGetInfo");
   if (r.device_free_bytes > o.device_budget + 2 * kUnifiedMemoryHeadroom) {
-    r.skipped = "the balloon could take only " + mib(r.balloon_bytes) + " of the " + mib(plan.balloon_bytes) +
-                " planned: " + mib(r.device_free_bytes) + " stay free, more than the budget (" + mib(o.device_budget) +
-                ")";
+    r.skipped = "the balloon could take only " + format_bytes(r.balloon_bytes) + " of the " +
+                format_bytes(plan.balloon_bytes) + " planned: " + format_bytes(r.device_free_bytes) +
+                " stay free, more than the budget (" + format_bytes(o.device_budget) + ")";
     return r;
   }
 
