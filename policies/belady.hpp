@@ -18,6 +18,9 @@ struct TraceAccess {
   bool with_previous = false;
   std::uint32_t first = 0;
   bool writes = false;  //!< the access may modify the pages (Access::write or read_write): they become dirty
+  //! Not a pin: the pages' contents are dead from here (Tensor::discard). Resident ones leave without a
+  //! write-back, and the next access finds no data to load.
+  bool release = false;
   bool operator==(const TraceAccess&) const = default;
 };
 
@@ -37,8 +40,8 @@ struct BeladyCost {
 //! of the accesses joined to it by `with_previous`) resident together, evicting the page whose next
 //! use is farthest; counts the repetitions between the first (cold) and the last (no future to plan
 //! against). A page's first access loads nothing (no data yet); later misses load unless the access
-//! discards. Throws std::invalid_argument if one group of accesses needs more pages than there are
-//! frames.
+//! discards. A release drops its pages without a write-back. Throws std::invalid_argument if one group
+//! of accesses needs more pages than there are frames.
 //! With `drop_clean`, an evicted page that was not written since it was loaded costs no write-back
 //! (a tier below keeps its copy, as tvmm's NVMe tier does for pages read back from it).
 BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat = 8,

@@ -18,13 +18,20 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
     bool discard;
     bool writes;
     int rep;
+    bool release;
   };
   std::vector<Ref> refs;
+  constexpr std::size_t kNoGroup = std::numeric_limits<std::size_t>::max();  // releases join no group
   for (int r = 0; r < repeat; ++r) {
     std::size_t group = 0;
     std::uint64_t group_pages = 0;
     for (std::size_t a = 0; a < iteration.size(); ++a) {
       const auto& acc = iteration[a];
+      if (acc.release) {
+        for (std::uint32_t i = 0; i < acc.pages; ++i)
+          refs.push_back({(acc.tensor << 32) | (acc.first + i), kNoGroup, false, false, r, true});
+        continue;
+      }
       if (a == 0 || !acc.with_previous) {
         group = static_cast<std::size_t>(r) * iteration.size() + a;
         group_pages = 0;
@@ -36,7 +43,7 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
                                     " pages but there are " + std::to_string(frames) + " frames");
       }
       for (std::uint32_t i = 0; i < acc.pages; ++i) {
-        refs.push_back({(acc.tensor << 32) | (acc.first + i), group, acc.discard, acc.writes || acc.discard, r});
+        refs.push_back({(acc.tensor << 32) | (acc.first + i), group, acc.discard, acc.writes || acc.discard, r, false});
       }
     }
   }
@@ -58,6 +65,12 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
     const Ref& ref = refs[p];
     const bool measured = ref.rep >= 1 && ref.rep <= repeat - 2;  // the steady state, with a future
     auto it = resident.find(ref.page);
+    if (ref.release) {  // dead contents: the frame is free and no tier holds data
+      if (it != resident.end()) resident.erase(it);
+      has_data[ref.page] = false;
+      dirty[ref.page] = false;
+      continue;
+    }
     if (it != resident.end()) {
       it->second = next[p];
     } else {

@@ -177,6 +177,11 @@ tvmm_status tvmm_tensor_prefetch(tvmm_tensor* tensor, tvmm_stream* stream) {
   return guarded([&] { tensor->tensor.prefetch(stream->stream); });
 }
 
+tvmm_status tvmm_tensor_discard(tvmm_tensor* tensor) {
+  if (tensor == nullptr) return null_argument("tvmm_tensor_discard", "tensor");
+  return guarded([&] { tensor->tensor.discard(); });
+}
+
 tvmm_status tvmm_stream_create(tvmm_pager* pager, tvmm_stream** out) {
   if (pager == nullptr) return null_argument("tvmm_stream_create", "pager");
   if (out == nullptr) return null_argument("tvmm_stream_create", "out");

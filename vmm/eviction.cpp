@@ -12,68 +12,83 @@ namespace tvmm::detail {
 std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
   std::vector<PageEntry*> victims;
   std::uint32_t slots = host_->free_count();
-  policy_->select(count, [&](PageEntry& p) {
+  auto claim = [&](PageEntry& p) {
     if (protect_ != nullptr && (*protect_)(p)) return false;
-    // A page with a current NVMe copy is dropped, not written back: it needs no host slot. The claim
-    // compares the whole word, so `needs_slot` holds for the word the claim succeeds on.
+    // A page with a current NVMe copy, or discarded, is dropped, not written back: it needs no host
+    // slot. The claim compares the whole word, so `needs_slot` holds for the word the claim succeeds on.
     bool needs_slot = false;
     std::uint64_t w = p.word.load(std::memory_order_acquire);
     do {
       if (word::state(w) != PageState::device || word::pins(w) != 0) return false;
-      needs_slot = p.host_slot == kNoSlot && !clean_on_nvme(p, w);
+      needs_slot = p.host_slot == kNoSlot && !droppable(p, w);
       if (needs_slot && slots == 0) return false;
     } while (!p.word.compare_exchange_weak(w, word::with_state(w, PageState::transit), std::memory_order_acq_rel,
                                            std::memory_order_acquire));
     if (needs_slot) --slots;
     victims.push_back(&p);
     return true;
-  });
+  };
+  // Discarded pages first, whatever the policy: dropping them moves nothing. The queue is lazy: a page
+  // written, evicted or freed since has lost its mark and is skipped; one pinned for reading now is
+  // left to the policy (it keeps its mark, so it is still dropped when chosen).
+  while (victims.size() < count && !discarded_.empty()) {
+    PageEntry& p = table_[discarded_.front()];
+    discarded_.pop_front();
+    if (!word::discarded(p.word.load(std::memory_order_acquire))) continue;
+    if (claim(p)) policy_->remove(p);
+  }
+  if (victims.size() < count) policy_->select(count - victims.size(), claim);
   return victims;
 }
 
 // Starts evicting `victims` (claimed: in transit, unpinned, out of the policy) to the host tier (or,
-// for a page whose NVMe copy is current, to nothing: it is dropped without a copy) and
-// appends their frames to `frames` at once, without waiting: the returned event completes when the
-// write-backs have, and every use of the frames must be ordered after it. The victims stay in transit,
-// still mapped at their own addresses, until reap() sees the event complete and unmaps them.
-EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uint32_t>& frames) {
+// for a page whose NVMe copy is current or whose contents were discarded, to nothing: it is dropped
+// without a copy) and appends their
+// frames to `got` at once, without waiting, each with the event of its own write-back: every use of a
+// frame must be ordered after that event. The victims stay in transit, still mapped at their own
+// addresses, until reap() sees their events complete and unmaps them.
+//
+// The write-backs are pipelined. Each waits only for its own victim's last uses and page-in (and, the
+// copy stream being in order, for the write-backs queued before it), and a page-in into its frame waits
+// only for it. Victims that are already free of pending work go first, so that one whose last kernel
+// is still queued on a stream does not hold up the write-backs behind it.
+void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   std::size_t dropped = 0;
   for (PageEntry* v : victims) {
     if (v->host_slot != kNoSlot) continue;
-    if (clean_on_nvme(*v, v->word.load(std::memory_order_acquire))) {
+    if (droppable(*v, v->word.load(std::memory_order_acquire))) {
       ++dropped;
     } else {
       v->host_slot = *host_->try_acquire();  // select_victims counted free slots
     }
   }
-  EventRef done;
+  // What each victim's write-back must follow: its page-in and its tensor's stream release points.
+  auto pending = [&](PageEntry* v) {
+    std::vector<Event*> after;
+    if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
+    std::lock_guard ul(v->owner->uses_mu);
+    prune_uses(*v->owner);
+    for (auto& u : v->owner->uses) after.push_back(u.done.get());
+    return after;
+  };
+  std::stable_partition(victims.begin(), victims.end(), [&](PageEntry* v) { return pending(v).empty(); });
   std::vector<EventRef> per_page;
   try {
-    // 1. Order the write-backs after each victim's last uses (stream pins' release points) and after
-    //    its own page-in, on the copy stream: the host does not wait for those.
-    std::vector<Event*> after;
-    for (PageEntry* v : victims) {
-      if (v->ready != nullptr) after.push_back(v->ready);
-      std::lock_guard ul(v->owner->uses_mu);
-      prune_uses(*v->owner);
-      for (auto& u : v->owner->uses) after.push_back(u.done.get());
-    }
-    std::sort(after.begin(), after.end());
-    after.erase(std::unique(after.begin(), after.end()), after.end());
-    for (Event* e : after) {
-      if (!events_.is_done(e)) xfer_->order_copy_out_after(e);
-    }
-    // 2. Queue the write-backs, with an event after each, so that each page can move on (to NVMe, see
-    //    spill) as soon as its own copy is done. Dropped pages get one too: the frames' next users
-    //    must follow the victims' last uses.
-    //    Without an NVMe tier no page moves on alone: one event serves the whole batch.
+    // 1. Per victim, in order: make the copy stream wait for what is still pending of its uses (the host
+    //    does not wait for those), queue its write-back, and record an event after it. A page dropped
+    //    without a copy gets an event too: its frame's next users must follow its last uses.
+    std::vector<Event*> ordered;  // what the copy stream already waits for
     per_page.reserve(victims.size());
     for (PageEntry* v : victims) {
-      if (v->host_slot != kNoSlot) xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
-      if (nvme_) per_page.push_back(xfer_->record_out());
+      for (Event* e : pending(v)) {
+        if (std::find(ordered.begin(), ordered.end(), e) != ordered.end()) continue;
+        xfer_->order_copy_out_after(e);
+        ordered.push_back(e);
+      }
+      const bool dead = word::discarded(v->word.load(std::memory_order_acquire));
+      if (v->host_slot != kNoSlot && !dead) xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
+      per_page.push_back(xfer_->record_out());
     }
-    if (!nvme_) per_page.assign(victims.size(), xfer_->record_out());
-    done = per_page.back();
   } catch (...) {
     // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
     // queued into it, so no other page may take it; the page's next eviction reuses it, after that copy.
@@ -84,10 +99,12 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
     cv_.notify_all();
     throw;
   }
-  // 3. Hand the frames over now; the victims stay mapped (and in transit) until reap() retires them.
-  EvictionBatch batch{{}, std::move(per_page)};
-  for (PageEntry* v : victims) {
-    frames.push_back(v->frame);
+  // 2. Hand the frames over now; the victims stay mapped (and in transit) until reap() retires them.
+  EvictionBatch batch{{}, per_page};
+  for (std::size_t i = 0; i < victims.size(); ++i) {
+    PageEntry* v = victims[i];
+    got.frames.push_back(v->frame);
+    got.after.push_back(per_page[i]);
     v->frame = kNoFrame;
     if (v->ready != nullptr) EventRef::drop(std::exchange(v->ready, nullptr));
     batch.pages.push_back(table_.index_of(*v));
@@ -101,12 +118,11 @@ EventRef PagerImpl::evict(std::vector<PageEntry*>& victims, std::vector<std::uin
   evictions_.push_back(std::move(batch));
   counters_.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
   counters_.clean_evictions.fetch_add(dropped, std::memory_order_relaxed);
-  return done;
 }
 
 // Retires completed transfers, oldest first: page-ins release their host slots and clear their pages'
 // pending flags; write-backs unmap their victims' old addresses and publish the victims on the host
-// (or, for pages dropped without a copy, on NVMe).
+// (or, for pages dropped without a copy, on NVMe, or nowhere if their contents were discarded).
 bool PagerImpl::reap(Lock& /*lk*/) {
   bool retired = false;
   while (!loads_.empty() && events_.is_done(loads_.front().done.get())) {
@@ -140,7 +156,13 @@ bool PagerImpl::reap(Lock& /*lk*/) {
         v.stale_mapping = true;
       }
       retired = true;
-      if (v.spill != Spill::none) {
+      if (word::discarded(v.word.load(std::memory_order_acquire))) {
+        // Dropped with its contents: no tier holds data. A host slot kept from a failed eviction is
+        // free now (the write-backs queued into it ran before this event).
+        if (v.host_slot != kNoSlot) host_->release(std::exchange(v.host_slot, kNoSlot));
+        v.word.fetch_and(~(word::kDiscarded | word::kDirty), std::memory_order_acq_rel);
+        v.set_state(PageState::fresh);
+      } else if (v.spill != Spill::none) {
         v.spill = Spill::arrived;  // a spill is writing it to NVMe: it publishes the page
       } else if (v.host_slot != kNoSlot) {
         v.set_state(PageState::host);

@@ -15,20 +15,6 @@ namespace tvmm::detail {
 
 namespace {
 
-// The lazy queues hold page indices that may have gone stale; drop the stale ones (and duplicates)
-// when a queue grows well past the number of pages that can be valid in it.
-void compact(std::deque<std::uint32_t>& q, std::size_t valid_max, const PageTable& table,
-             bool (*valid)(const PageEntry&)) {
-  if (q.size() <= 4 * valid_max + 64) return;
-  std::vector<std::uint32_t> keep;
-  std::vector<bool> seen(table.size(), false);
-  for (auto idx : q) {
-    if (!seen[idx] && valid(table[idx])) keep.push_back(idx);
-    seen[idx] = true;
-  }
-  q.assign(keep.begin(), keep.end());
-}
-
 bool is_host(const PageEntry& p) { return p.state() == PageState::host; }
 bool keeps_slot(const PageEntry& p) {
   const auto s = p.state();
@@ -46,7 +32,7 @@ void PagerImpl::note_host(const PageEntry& p) noexcept {
   if (!nvme_ || p.owner->host_only) return;
   try {
     host_fifo_.push_back(table_.index_of(p));
-    compact(host_fifo_, host_->budget(), table_, is_host);
+    compact_lazy(host_fifo_, host_->budget(), table_, is_host);
   } catch (const std::bad_alloc&) {
     // Without the entry the page is not spilled before it is next loaded; nothing is lost.
   }
@@ -55,7 +41,7 @@ void PagerImpl::note_host(const PageEntry& p) noexcept {
 void PagerImpl::note_slot_kept(const PageEntry& p) noexcept {
   try {
     slot_keepers_.push_back(table_.index_of(p));
-    compact(slot_keepers_, nvme_->budget(), table_, keeps_slot);
+    compact_lazy(slot_keepers_, nvme_->budget(), table_, keeps_slot);
   } catch (const std::bad_alloc&) {
     // The slot stays with the page until the page is freed or written again.
   }
@@ -126,7 +112,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
       PageEntry& p = table_[b->pages[k]];
       // Pages dropped without a copy have no host slot; a clean copy is let go once it has arrived.
       if (p.host_slot == kNoSlot || p.spill != Spill::none || p.owner->host_only ||
-          clean_on_nvme(p, p.word.load(std::memory_order_acquire)))
+          droppable(p, p.word.load(std::memory_order_acquire)))
         continue;
       if (!give_slot(p)) {
         full = true;
@@ -276,7 +262,10 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   std::vector<char> copied(batch.size(), 0);
   std::exception_ptr copy_error;
   try {
-    for (auto& e : got.after) xfer_->order_copy_in_after(e.get());
+    // The reads take longer than the write-backs: waiting here for the latest (which implies the
+    // others) costs nothing and keeps the copies unordered among themselves.
+    auto latest = std::find_if(got.after.rbegin(), got.after.rend(), [](const EventRef& e) { return bool(e); });
+    if (latest != got.after.rend()) xfer_->order_copy_in_after(latest->get());
   } catch (...) {
     abort_chunk(batch, got);
     throw;
@@ -307,17 +296,19 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   //    read leaves its page on NVMe (its slot untouched) with nothing mapped, so nothing wrong is
   //    ever handed out; its frame returns to the pool after the victims' write-backs.
   std::vector<PageEntry*> arrived;
-  Frames arrived_frames, unused{{}, got.after};
+  Frames arrived_frames, unused;
   const NvmeTier::Io* failed = nullptr;
   const PageEntry* failed_page = nullptr;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     if (copied[i] != 0) {
       arrived.push_back(batch[i]);
       arrived_frames.frames.push_back(got.frames[i]);
+      arrived_frames.after.push_back(got.after[i]);
       continue;
     }
     if (!dev_->unmap(va_of(*batch[i]), page_size_).ok()) batch[i]->stale_mapping = true;
     unused.frames.push_back(got.frames[i]);
+    unused.after.push_back(got.after[i]);
     put_back(*batch[i]);
     if (failed == nullptr) {
       failed = &ios[i];

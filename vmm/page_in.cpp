@@ -97,21 +97,30 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
   // 3. Map the pages at their addresses (grouping access grants per contiguous run).
   map_chunk(pages, got);
   // 4. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
-  //    after the write-backs of the frames' previous pages. NVMe pages arrive here only with
-  //    Access::write (others are read and paged in by stage_in).
+  //    each after the write-back of its own frame's previous page, so that a chunk's page-ins overlap
+  //    the write-backs of the frames after theirs. NVMe pages arrive here only with Access::write
+  //    (others are read and paged in by stage_in).
   auto needs_copy = [&](std::size_t i) { return before[i] == PageState::host && access != Access::write; };
   bool any = false;
   EventRef done;
   try {
-    for (auto& e : got.after) xfer_->order_copy_in_after(e.get());
+    Event* ordered = nullptr;  // the latest write-back the page-ins wait for so far
+    auto follow = [&](const EventRef& e) {
+      if (!e || e.get() == ordered) return;
+      ordered = e.get();
+      xfer_->order_copy_in_after(ordered);
+    };
     for (std::size_t i = 0; i < pages.size(); ++i) {
       if (!needs_copy(i)) continue;
+      follow(got.after[i]);
       xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot));
       any = true;
     }
-    // One event for the chunk: it also implies the write-backs it waited for, so pages that were not
-    // copied (fresh, or Access::write) are usable once it completes.
-    if (any || !got.after.empty()) done = xfer_->record_in();
+    // One event for the chunk, after the latest write-back (which implies the others), so pages that
+    // were not copied (fresh, or Access::write) are usable once it completes.
+    auto latest = std::find_if(got.after.rbegin(), got.after.rend(), [](const EventRef& e) { return bool(e); });
+    if (latest != got.after.rend()) follow(*latest);
+    if (any || latest != got.after.rend()) done = xfer_->record_in();
   } catch (...) {
     abort_chunk(pages, got);  // the host copies were not touched: the pages stay readable where they were
     throw;
@@ -125,6 +134,7 @@ void PagerImpl::release_frames(Frames& got) noexcept {
   // Frames from victims may still be written back: the pool must not hand them out before that, so
   // wait here (only failure paths get here with pending write-backs).
   for (auto& e : got.after) {
+    if (!e) continue;
     try {
       events_.wait(e.get());
     } catch (...) {
@@ -146,12 +156,13 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::
       auto f = device_->try_acquire();
       if (!f) break;
       got.frames.push_back(*f);
+      got.after.emplace_back();  // a free frame follows no write-back
     }
     if (got.frames.size() == count) break;
     reap(lk);
     std::vector<PageEntry*> victims = select_victims(count - got.frames.size());
     if (!victims.empty()) {
-      got.after.push_back(evict(victims, got.frames));
+      evict(victims, got);
       continue;
     }
     if (!got.frames.empty() || !may_wait) break;

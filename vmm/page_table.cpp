@@ -1,5 +1,7 @@
 #include "vmm/page_table.hpp"
 
+#include <vector>
+
 namespace tvmm::detail {
 
 const char* to_string(PageState s) noexcept {
@@ -19,6 +21,18 @@ void PageEntry::set_state(PageState s, bool pend) noexcept {
   while (!word.compare_exchange_weak(w, word::with_state(w, s, pend), std::memory_order_acq_rel,
                                      std::memory_order_relaxed)) {
   }
+}
+
+void compact_lazy(std::deque<std::uint32_t>& q, std::size_t valid_max, const PageTable& table,
+                  bool (*valid)(const PageEntry&)) {
+  if (q.size() <= 4 * valid_max + 64) return;
+  std::vector<std::uint32_t> keep;
+  std::vector<bool> seen(table.size(), false);
+  for (auto idx : q) {
+    if (!seen[idx] && valid(table[idx])) keep.push_back(idx);
+    seen[idx] = true;
+  }
+  q.assign(keep.begin(), keep.end());
 }
 
 }  // namespace tvmm::detail

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 
 #include <boost/intrusive/list_hook.hpp>
@@ -27,7 +28,7 @@ enum class PageState : std::uint8_t {
 const char* to_string(PageState s) noexcept;
 
 //! Layout of the state word: state (3 bits) | page-in pending (1) | referenced (1, for CLOCK) |
-//! dirty (1) | pins (24, from bit 8) | version (32).
+//! dirty (1) | discarded (1) | pins (24, from bit 8) | version (32).
 //! "Dirty" means the page's NVMe slot (if it keeps one) no longer holds its current data: set by every
 //! pin that may write (in the same CAS that counts the pin), cleared when the page is written to NVMe.
 //! "Page-in pending" means the page is resident but its page-in copy may still be running: a pin must
@@ -37,6 +38,9 @@ inline constexpr std::uint64_t kStateMask = 0x7;
 inline constexpr std::uint64_t kPending = 0x8;
 inline constexpr std::uint64_t kReferenced = 0x10;  //!< set by CLOCK's touch, cleared by its sweep
 inline constexpr std::uint64_t kDirty = 0x20;       //!< the NVMe copy is stale (kept across state changes)
+//! The contents are dead (Tensor::discard): evicting the page drops it without a write-back. Kept across
+//! state changes; cleared by a pin that may write, and when the page is dropped or freed.
+inline constexpr std::uint64_t kDiscarded = 0x40;
 inline constexpr int kPinShift = 8;
 inline constexpr std::uint64_t kPinOne = std::uint64_t{1} << kPinShift;
 inline constexpr std::uint64_t kPinMax = (std::uint64_t{1} << 24) - 1;
@@ -47,11 +51,12 @@ inline constexpr std::uint64_t kVersionOne = std::uint64_t{1} << kVersionShift;
 constexpr PageState state(std::uint64_t w) noexcept { return static_cast<PageState>(w & kStateMask); }
 constexpr bool pending(std::uint64_t w) noexcept { return (w & kPending) != 0; }
 constexpr bool dirty(std::uint64_t w) noexcept { return (w & kDirty) != 0; }
+constexpr bool discarded(std::uint64_t w) noexcept { return (w & kDiscarded) != 0; }
 constexpr std::uint64_t pins(std::uint64_t w) noexcept { return (w & kPinMask) >> kPinShift; }
 constexpr std::uint32_t version(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w >> kVersionShift); }
-//! `w` with a new state and pending flag, the same pins and dirty bit, and the version advanced.
+//! `w` with a new state and pending flag, the same pins, dirty and discarded bits, and the version advanced.
 constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = false) noexcept {
-  return ((w & (kPinMask | kDirty)) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
+  return ((w & (kPinMask | kDirty | kDiscarded)) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
          ((w >> kVersionShift) + 1) * kVersionOne;
 }
 }  // namespace word
@@ -103,5 +108,10 @@ class PageTable {
   std::uint32_t pages_;
   std::unique_ptr<PageEntry[]> entries_;
 };
+
+//! The pager's lazy queues hold page indices that may have gone stale: drops the stale ones (those
+//! `valid` rejects) and duplicates once `q` grows well past `valid_max`, the most that can be valid.
+void compact_lazy(std::deque<std::uint32_t>& q, std::size_t valid_max, const PageTable& table,
+                  bool (*valid)(const PageEntry&));
 
 }  // namespace tvmm::detail

@@ -183,6 +183,11 @@ void Tensor::prefetch(Stream& stream) {
   pager_->prefetch(alloc_, stream.native_handle());
 }
 
+void Tensor::discard() {
+  require(alloc_, "discard");
+  pager_->discard(alloc_);
+}
+
 Tier Tensor::tier(std::size_t offset) const {
   require(alloc_, "tier");
   return pager_->tier(alloc_, offset);

@@ -419,7 +419,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
       nvme_->release(p.nvme_slot);
       p.nvme_slot = kNoSlot;
     }
-    p.word.fetch_and(~word::kDirty, std::memory_order_relaxed);
+    p.word.fetch_and(~(word::kDirty | word::kDiscarded), std::memory_order_relaxed);
     if (p.ready != nullptr) EventRef::drop(std::exchange(p.ready, nullptr));
     p.owner = nullptr;
     p.set_state(PageState::unused);

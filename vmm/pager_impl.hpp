@@ -69,6 +69,9 @@ class PagerImpl {
   void pin(Allocation* a, PageSpan span, Access access, backend::StreamHandle stream);
   void unpin(Allocation* a, PageSpan span, backend::StreamHandle stream) noexcept;
   void prefetch(Allocation* a, backend::StreamHandle stream);
+  //! Tensor::discard: the contents of `a` are dead. Host and NVMe pages let their slots go at once;
+  //! resident pages become the first victims and are dropped without a write-back.
+  void discard(Allocation* a);
   void mark_iteration();
 
   // Both retire completed transfers first, so a finished eviction reads as `host`.
@@ -105,7 +108,10 @@ class PagerImpl {
     std::vector<EventRef> done;  // per page: its write-back (and every earlier one) has completed
     std::size_t retired = 0;     // pages [0, retired) are retired (events complete in order)
   };
-  struct Frames {  // frames for a chunk, and the write-backs every use of them must follow
+  // Frames for a chunk. after[i] is the write-back of frames[i]'s previous page (null for a frame that
+  // was free): every use of the frame must follow it. All write-backs are recorded on one copy stream,
+  // so the later of two such events implies the earlier; frames are appended in recording order.
+  struct Frames {
     std::vector<std::uint32_t> frames;
     std::vector<EventRef> after;
   };
@@ -180,7 +186,7 @@ class PagerImpl {
   std::vector<PageEntry*> select_victims(std::size_t count);
   // While set (under mu_, by prefetch_ahead), select_victims skips pages for which it returns true.
   const FunctionRef<bool(const PageEntry&)>* protect_ = nullptr;
-  EventRef evict(std::vector<PageEntry*>& victims, std::vector<std::uint32_t>& frames);
+  void evict(std::vector<PageEntry*>& victims, Frames& got);
   // Retires completed page-ins and write-backs; true if it retired any.
   bool reap(Lock& lk);
   void reclaim(Allocation* a) noexcept;
@@ -194,6 +200,11 @@ class PagerImpl {
   //! True if `p`'s NVMe slot holds its current data (given its state word `w`).
   [[nodiscard]] static bool clean_on_nvme(const PageEntry& p, std::uint64_t w) noexcept {
     return p.nvme_slot != kNoSlot && !word::dirty(w);
+  }
+  //! True if evicting `p` (state word `w`) needs no write-back: its NVMe copy is current, or its
+  //! contents were discarded.
+  [[nodiscard]] static bool droppable(const PageEntry& p, std::uint64_t w) noexcept {
+    return word::discarded(w) || clean_on_nvme(p, w);
   }
   //! Records that `p` entered the host tier (candidates for spilling, oldest first).
   void note_host(const PageEntry& p) noexcept;
@@ -246,6 +257,7 @@ class PagerImpl {
   std::unique_ptr<NvmeTier> nvme_;          // null without an NVMe budget
   std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, oldest first (lazy: checked on use)
   std::deque<std::uint32_t> slot_keepers_;  // pages keeping an NVMe slot elsewhere (lazy: checked on use)
+  std::deque<std::uint32_t> discarded_;     // resident pages whose contents were discarded: first victims (lazy)
   std::unique_ptr<TransferEngine> xfer_;
   std::unique_ptr<policies::EvictionPolicy> policy_;
 

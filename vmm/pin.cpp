@@ -15,8 +15,9 @@ bool PagerImpl::try_pin_resident(PageEntry& p, std::uint64_t dirty) noexcept {
   std::uint64_t w = p.word.load(std::memory_order_acquire);
   do {
     if (word::state(w) != PageState::device || word::pending(w) || word::pins(w) == word::kPinMax) return false;
-  } while (!p.word.compare_exchange_weak(w, (w + word::kPinOne) | dirty, std::memory_order_acq_rel,
-                                         std::memory_order_acquire));
+    // A pin that may write brings discarded contents back to life.
+  } while (!p.word.compare_exchange_weak(w, ((w + word::kPinOne) | dirty) & ~(dirty != 0 ? word::kDiscarded : 0),
+                                         std::memory_order_acq_rel, std::memory_order_acquire));
   if (word::pins(w) == 0) pinned_pages_.fetch_add(1);
   return true;
 }
@@ -308,7 +309,10 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   std::vector<EventRef> waits = make_resident(lk, a, span, access, deadline, misses);
   rollback.dismiss();
   if (access != Access::read) {
-    for (std::uint32_t i = 0; i < n; ++i) pages[i].word.fetch_or(word::kDirty, std::memory_order_acq_rel);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      pages[i].word.fetch_or(word::kDirty, std::memory_order_acq_rel);
+      pages[i].word.fetch_and(~word::kDiscarded, std::memory_order_acq_rel);  // the contents live again
+    }
   }
   policy_->touch(pages, n);
   lk.unlock();
@@ -412,6 +416,56 @@ void PagerImpl::prefetch(Allocation* a, backend::StreamHandle stream) {
   lk.unlock();
   counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
   for (const auto& e : waits) xfer_->stream_wait(stream, e.get());
+}
+
+void PagerImpl::discard(Allocation* a) {
+  if (a->arena != nullptr) return;  // a small tensor shares an always-resident arena page: nothing to free
+  PageEntry* pages = pages_of(a);
+  Lock lk(mu_);
+  const auto deadline = Clock::now() + cfg_.wait_timeout;
+  // 1. A pinned page may be in use: refuse, changing nothing. Then wait for transfers other threads run
+  //    on these pages (evictions, prefetches, spills); pages leave transit only under mu_.
+  for (;;) {
+    bool busy = false;
+    for (std::uint32_t i = 0; i < a->pages; ++i) {
+      const std::uint64_t w = pages[i].word.load(std::memory_order_acquire);
+      if (word::pins(w) != 0) {
+        throw invalid_argument("tvmm: cannot discard " + tensor_label(a) + ": page " + std::to_string(i) +
+                               " is pinned; release every pin of the tensor first (its data is unchanged)");
+      }
+      busy = busy || word::state(w) == PageState::transit;
+    }
+    if (!busy) break;
+    if (!wait_progress(lk, deadline)) {
+      throw device_error("tvmm: cannot discard " + tensor_label(a) + ": transfers of its pages did not finish in " +
+                             std::to_string(cfg_.wait_timeout.count()) + " ms (its data is unchanged)",
+                         "timeout");
+    }
+  }
+  // 2. Let the copies go. Host and NVMe pages become fresh now. Resident pages stay mapped (work queued
+  //    on earlier stream pins may still use them) and are marked: the next eviction takes them first and
+  //    drops them, after those uses, without a write-back, unless a pin that may write comes first.
+  for (std::uint32_t i = 0; i < a->pages; ++i) {
+    PageEntry& p = pages[i];
+    const PageState s = p.state();
+    if (s == PageState::fresh) continue;
+    if (p.nvme_slot != kNoSlot) nvme_->release(std::exchange(p.nvme_slot, kNoSlot));
+    if (s == PageState::device) {
+      std::uint64_t w = p.word.load(std::memory_order_acquire);
+      while (!p.word.compare_exchange_weak(w, (w | word::kDiscarded) & ~word::kDirty, std::memory_order_acq_rel,
+                                           std::memory_order_acquire)) {
+      }
+      discarded_.push_back(table_.index_of(p));
+      continue;
+    }
+    if (p.host_slot != kNoSlot) host_->release(std::exchange(p.host_slot, kNoSlot));
+    p.word.fetch_and(~word::kDirty, std::memory_order_acq_rel);
+    p.set_state(PageState::fresh);
+  }
+  compact_lazy(discarded_, device_->budget(), table_,
+               [](const PageEntry& p) { return p.state() == PageState::device && word::discarded(p.word.load()); });
+  lk.unlock();
+  cv_.notify_all();  // host slots may have been freed
 }
 
 }  // namespace tvmm::detail

@@ -208,6 +208,15 @@ class Tensor {
   //! Starts moving the tensor's pages to the device on the copy engines without pinning them; `stream`
   //! is made to wait for the page-ins. Never evicts pinned pages.
   void prefetch(Stream& stream);
+  //! Declares the contents dead, as a framework does when it frees an activation whose memory it keeps
+  //! for the next step: the tensor keeps its address, and its pages give up their memory without being
+  //! copied anywhere. Pages on the host or NVMe tier let their slots go at once. Resident pages stay
+  //! mapped and become the first victims of the next eviction, which drops them without a write-back
+  //! and, like any eviction, only after the work queued on earlier stream pins has completed. The next
+  //! pin sees undefined contents: pin with Access::write to fill the tensor again (a pin that may write
+  //! before the eviction keeps the page, with whatever it holds). Throws `tvmm::invalid_argument`,
+  //! changing nothing, while a pin of the tensor is alive.
+  void discard();
   //! Where the page holding byte `offset` of this tensor lives now.
   [[nodiscard]] Tier tier(std::size_t offset = 0) const;
 

@@ -24,7 +24,7 @@ struct Stats {
   std::uint64_t hits = 0;                //!< Pages found resident at pin time.
   std::uint64_t misses = 0;              //!< Pages that had to be made resident at pin or prefetch time.
   std::uint64_t evictions = 0;           //!< Pages evicted from the device tier.
-  std::uint64_t clean_evictions = 0;     //!< Of those, pages with a current NVMe copy: no write-back.
+  std::uint64_t clean_evictions = 0;     //!< Of those, with a current NVMe copy or discarded: no copy.
   std::uint64_t prefetched = 0;          //!< Pages made resident by prefetch() or trace prefetch.
   std::uint64_t trace_divergences = 0;   //!< Times the program left the recorded trace (it was dropped).
   std::uint64_t stall_ns = 0;            //!< Time calling threads spent blocked inside pin().

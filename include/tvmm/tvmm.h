@@ -64,6 +64,9 @@ void* tvmm_tensor_address(const tvmm_tensor* tensor);
 size_t tvmm_tensor_size(const tvmm_tensor* tensor);
 /** Starts moving the tensor's pages to the device; `stream` waits for them. */
 tvmm_status tvmm_tensor_prefetch(tvmm_tensor* tensor, tvmm_stream* stream);
+/** Declares the tensor's contents dead (as tvmm::Tensor::discard): its pages give up their memory
+ *  without being copied. TVMM_ERROR_INVALID_ARGUMENT, with the data unchanged, while a pin is alive. */
+tvmm_status tvmm_tensor_discard(tvmm_tensor* tensor);
 
 /** Creates a stream on the pager's device. */
 tvmm_status tvmm_stream_create(tvmm_pager* pager, tvmm_stream** out);

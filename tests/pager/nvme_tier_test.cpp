@@ -169,6 +169,29 @@ TEST(NvmeTier, CapacityCountsTheNvmeBudgetAndUnmodifiedPagesAreNotWrittenAgain) 
   p.check_invariants();
 }
 
+TEST(NvmeTier, ADiscardedTensorLetsItsSlotsGoAndIsNotReadBack) {
+  test::TempDir dir;
+  Pager p(nvme_config(2, 2, 8, {dir.path()}));
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 8; ++i) {
+    ts.push_back(p.allocate(kPage));
+    auto pin = ts.back().pin(Access::write);
+    test::fill(pin.data(), kPage, 200 + i);
+  }
+  ASSERT_EQ(ts[0].tier(), Tier::nvme);
+  const auto before = p.stats();
+  ts[0].discard();
+  EXPECT_EQ(ts[0].tier(), Tier::none);
+  EXPECT_EQ(p.stats().nvme_used_bytes, before.nvme_used_bytes - kPage);
+  { auto pin = ts[0].pin(Access::read); }  // nothing to read back
+  EXPECT_EQ(p.stats().nvme_to_host.pages, before.nvme_to_host.pages);
+  for (std::size_t i = 1; i < ts.size(); ++i) {
+    auto pin = ts[i].pin(Access::read);
+    ASSERT_EQ(test::mismatches(pin.data(), kPage, 200 + i), 0u) << "tensor " << i;
+  }
+  p.check_invariants();
+}
+
 TEST(NvmeTier, AllocationsBelowTheNvmeThresholdStayOffNvmeUnderPressure) {
   test::TempDir dir;
   Config c = nvme_config(2, 4, 32, {dir.path()});

@@ -71,6 +71,15 @@ static void explicit_pager(void) {
         "a pin past the end was accepted");
   CHECK(tvmm_pin_create(t[0], NULL, 0, 0, (tvmm_access)7, &bad) == TVMM_ERROR_INVALID_ARGUMENT,
         "a bad access was accepted");
+  /* Discard: refused while pinned (the data stays), then the tensor's contents are dead. */
+  CHECK(tvmm_tensor_discard(NULL) == TVMM_ERROR_INVALID_ARGUMENT, "a NULL tensor was discarded");
+  tvmm_pin* held = NULL;
+  CHECK(tvmm_pin_create(t[1], NULL, 0, 0, TVMM_ACCESS_READ, &held) == TVMM_SUCCESS, "pin to hold");
+  CHECK(tvmm_tensor_discard(t[1]) == TVMM_ERROR_INVALID_ARGUMENT, "a pinned tensor was discarded");
+  CHECK(strstr(tvmm_last_error(), "pinned") != NULL, "the reason does not say the tensor is pinned");
+  CHECK(wrong((const unsigned char*)tvmm_pin_address(held), bytes, 1u) == 0, "a refused discard changed the bytes");
+  tvmm_pin_destroy(held);
+  CHECK(tvmm_tensor_discard(t[1]) == TVMM_SUCCESS, "discard");
   CHECK(tvmm_pager_mark_iteration(pager) == TVMM_SUCCESS, "mark_iteration");
   size_t needed = 0;
   CHECK(tvmm_pager_stats_json(pager, NULL, 0, &needed) == TVMM_SUCCESS && needed > 2, "stats size");

@@ -32,6 +32,17 @@ TEST(Belady, DiscardedContentsAreNotLoaded) {
   EXPECT_LT(b.loads, a.loads);              // but tensor 4's misses load nothing
 }
 
+TEST(Belady, ReleasedPagesLeaveWithoutAWriteBackAndFreeTheirFrames) {
+  // Tensors 1 and 3 are written, then released (dead); tensor 2 lives on. Two frames hold the live data.
+  TraceAccess release1{1, 1}, release3{3, 1};
+  release1.release = release3.release = true;
+  const std::vector<TraceAccess> dead = {{1, 1, true}, {2, 1, false}, release1, {3, 1, true}, release3};
+  EXPECT_EQ(simulate_belady(dead, 2).pages(), 0u);
+  // Without the releases the same accesses do not fit: dead contents are written back.
+  const std::vector<TraceAccess> kept = {{1, 1, true}, {2, 1, false}, {3, 1, true}};
+  EXPECT_GT(simulate_belady(kept, 2).write_backs, 0u);
+}
+
 TEST(Belady, PagesOfTheCurrentAccessStayTogether) {
   // A 2-page tensor and a 1-page tensor, 2 frames: each iteration the 1-page tensor and one page of the
   // other are swapped in and out: 2 loads and 2 write-backs per iteration (worked by hand).

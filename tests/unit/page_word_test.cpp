@@ -19,6 +19,14 @@ TEST(PageWord, StateChangeKeepsPinsAndAdvancesVersion) {
   EXPECT_EQ(word::pins(w3), 3u);
 }
 
+TEST(PageWord, StateChangeKeepsTheDirtyAndDiscardedMarks) {
+  const std::uint64_t w = word::with_state(0, PageState::device) | word::kDirty | word::kDiscarded;
+  const auto w2 = word::with_state(w, PageState::transit);
+  EXPECT_TRUE(word::dirty(w2));
+  EXPECT_TRUE(word::discarded(w2));
+  EXPECT_FALSE(word::discarded(word::with_state(0, PageState::device)));
+}
+
 TEST(PageWord, SetStateOnEntry) {
   PageEntry e;
   e.word.store(word::kPinOne * 2);
