@@ -153,6 +153,14 @@ ChildReport run_child(const Workload& w, const KernelPagerOptions& o) {
           if (p.access != Access::read) t[off] = static_cast<unsigned char>(it);
         }
       }
+      // Dead contents (Kernel::discards): the program frees them, so the kernel drops their pages
+      // without writing them back. Punching a hole in the file does that to the page cache and disk.
+      for (const auto t : k.discards) {
+        const auto bytes = (w.tensor_bytes[t] + small_page - 1) / small_page * small_page;
+        if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset[t]),
+                        static_cast<off_t>(bytes)) != 0)
+          return fail("discarding a tensor (punching a hole in the arena file)");
+      }
       // The kernel runs after its pages are in; the kernel's writeback runs meanwhile.
       deadline =
           std::max(deadline, clock::now()) + std::chrono::nanoseconds(static_cast<std::int64_t>(k.compute_us * 1e3));

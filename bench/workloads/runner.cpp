@@ -19,9 +19,7 @@
 namespace tvmm::bench {
 namespace {
 
-std::uint32_t pages_of(std::size_t bytes, std::size_t page) {
-  return static_cast<std::uint32_t>((bytes + page - 1) / page);
-}
+std::size_t pages_of(std::size_t bytes, std::size_t page) { return (bytes + page - 1) / page; }
 
 // Writes and checks every tensor's bytes with the pattern kernels: each write pin fills a new seed,
 // each read checks the tensor's last one. On the GPU the CUDA backend's fill and verify kernels run on
@@ -101,7 +99,8 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
     for (const auto& p : k.pins) pages += pages_of(w.tensor_bytes[p.tensor], o.page_bytes);
     b.kernel_pages = std::max(b.kernel_pages, pages);
   }
-  b.frames = static_cast<std::size_t>(std::floor(static_cast<double>(b.total_pages) / ratio));
+  b.working_pages = w.peak_live(pages_of, o.page_bytes);
+  b.frames = static_cast<std::size_t>(std::floor(static_cast<double>(b.working_pages) / ratio));
   if (b.frames < b.kernel_pages) {
     throw std::invalid_argument(w.name + " at " + std::to_string(ratio) + "x: one kernel pins " +
                                 std::to_string(b.kernel_pages) + " pages but the device holds " +
@@ -112,7 +111,7 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
   } else {
     b.host_pages =
         std::max<std::size_t>(4, static_cast<std::size_t>(std::floor(static_cast<double>(b.frames) * o.host_fraction)));
-    if (b.frames + b.host_pages < b.total_pages + 2) b.nvme_pages = b.total_pages + 2;
+    if (b.frames + b.host_pages < b.working_pages + 2) b.nvme_pages = b.total_pages + 2;
   }
   return b;
 }
@@ -124,8 +123,15 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
     for (std::size_t i = 0; i < k.pins.size(); ++i) {
       const auto& p = k.pins[i];
       // A kernel's tensors are pinned together: all of them must be resident at once.
-      trace.push_back({p.tensor, pages_of(w.tensor_bytes[p.tensor], page_bytes), p.access == Access::write, i != 0, 0,
-                       p.access != Access::read});
+      trace.push_back({p.tensor, static_cast<std::uint32_t>(pages_of(w.tensor_bytes[p.tensor], page_bytes)),
+                       p.access == Access::write, i != 0, 0, p.access != Access::read});
+    }
+    for (const auto t : k.discards) {
+      policies::TraceAccess release;
+      release.tensor = t;
+      release.pages = static_cast<std::uint32_t>(pages_of(w.tensor_bytes[t], page_bytes));
+      release.release = true;
+      trace.push_back(release);
     }
   }
   const auto cost = policies::simulate_belady(trace, static_cast<std::uint32_t>(b.frames), 8, b.nvme_pages != 0);
@@ -226,6 +232,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
       stream.busy_for(std::chrono::nanoseconds(static_cast<std::int64_t>(k.compute_us * 1e3)));
       if (naive) stream.synchronize();
       pins.clear();
+      for (const auto t : k.discards) ts[t].discard();
       if (sample) {
         std::vector<float> row(ts.size());
         for (std::size_t t = 0; t < ts.size(); ++t) {

@@ -36,11 +36,12 @@ struct RunOptions {
 
 //! The device and host budgets of a run: whole pages.
 struct Budgets {
-  std::size_t total_pages = 0;   // the workload's tensors, in pages
-  std::size_t frames = 0;        // device pages
-  std::size_t host_pages = 0;    // host-tier pages
-  std::size_t nvme_pages = 0;    // 0 = no NVMe tier
-  std::size_t kernel_pages = 0;  // most pages one kernel pins at once
+  std::size_t total_pages = 0;    // the workload's tensors, in pages
+  std::size_t working_pages = 0;  // the most pages live at once (Workload::peak_live): what `ratio` divides
+  std::size_t frames = 0;         // device pages
+  std::size_t host_pages = 0;     // host-tier pages
+  std::size_t nvme_pages = 0;     // 0 = no NVMe tier
+  std::size_t kernel_pages = 0;   // most pages one kernel pins at once
 };
 [[nodiscard]] Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio);
 

@@ -334,7 +334,7 @@ int main(int argc, char** argv) {
         try {
           auto r = run_pager(w, po, policy, ratio, sample ? &tl.residency : nullptr);
           if (r.mismatched_bytes != 0) ++failures;
-          records.push_back({w.name, device, w.total_bytes(), b, o.page_bytes, r, peer_set});
+          records.push_back({w.name, device, w.working_set_bytes(), b, o.page_bytes, r, peer_set});
           if (sample) timelines.push_back(std::move(tl));
         } catch (const std::exception& e) {
           std::fprintf(stderr, "%stvmm-bench: %s %s at %.2fx failed: %s\n", tty ? "\n" : "", w.name.c_str(),

@@ -12,6 +12,36 @@ std::size_t Workload::total_bytes() const {
   return std::accumulate(tensor_bytes.begin(), tensor_bytes.end(), std::size_t{0});
 }
 
+std::size_t Workload::peak_live(std::size_t (*units)(std::size_t bytes, std::size_t unit), std::size_t unit) const {
+  constexpr auto unseen = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> first(tensor_bytes.size(), unseen);
+  std::vector<bool> discarded(tensor_bytes.size(), false);
+  for (std::size_t k = 0; k < step.size(); ++k) {
+    for (const auto& p : step[k].pins) first[p.tensor] = std::min(first[p.tensor], k);
+    for (const auto t : step[k].discards) discarded[t] = true;
+  }
+  std::size_t always = 0;
+  std::vector<std::ptrdiff_t> delta(step.size() + 1, 0);  // live units of discarded tensors, by kernel
+  for (std::size_t t = 0; t < tensor_bytes.size(); ++t) {
+    const auto n = units(tensor_bytes[t], unit);
+    if (!discarded[t] || first[t] == unseen) {
+      always += n;
+      continue;
+    }
+    delta[first[t]] += static_cast<std::ptrdiff_t>(n);
+  }
+  for (std::size_t k = 0; k < step.size(); ++k) {
+    for (const auto t : step[k].discards) delta[k + 1] -= static_cast<std::ptrdiff_t>(units(tensor_bytes[t], unit));
+  }
+  std::ptrdiff_t live = 0, peak = 0;
+  for (const auto d : delta) peak = std::max(peak, live += d);
+  return always + static_cast<std::size_t>(peak);
+}
+
+std::size_t Workload::working_set_bytes() const {
+  return peak_live([](std::size_t bytes, std::size_t) { return bytes; }, 1);
+}
+
 double Workload::compute_us() const {
   double us = 0;
   for (const auto& k : step) us += k.compute_us;
@@ -117,6 +147,19 @@ Workload make_replay(const Trace& trace, const std::string& name, double compute
     w.step.push_back(std::move(k));
   }
   if (!w.step.empty()) w.step.back().compute_us += carried_us;
+  // Tensors first written whole in the step hold nothing the next step reads: dead after their last use.
+  constexpr auto unseen = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> last(w.tensor_bytes.size(), unseen);
+  std::vector<bool> born(w.tensor_bytes.size(), false);
+  for (std::size_t k = 0; k < w.step.size(); ++k) {
+    for (const auto& p : w.step[k].pins) {
+      if (last[p.tensor] == unseen) born[p.tensor] = p.access == Access::write;
+      last[p.tensor] = k;
+    }
+  }
+  for (std::uint32_t t = 0; t < last.size(); ++t) {
+    if (last[t] != unseen && born[t]) w.step[last[t]].discards.push_back(t);
+  }
   if (w.step.empty())
     throw std::invalid_argument("trace " + name + ": no op touches a storage of at least " + std::to_string(min_bytes) +
                                 " bytes; nothing to replay");

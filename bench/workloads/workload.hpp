@@ -21,6 +21,9 @@ struct KernelPin {
 struct Kernel {
   std::vector<KernelPin> pins;  //!< pinned together, in this order, before the kernel runs
   double compute_us = 0;
+  //! Tensors whose contents are dead once this kernel has run (the program frees them; the next
+  //! iteration writes them afresh): discarded after the kernel is queued.
+  std::vector<std::uint32_t> discards;
 };
 
 struct Workload {
@@ -28,6 +31,12 @@ struct Workload {
   std::vector<std::size_t> tensor_bytes;  //!< allocated once, before the first iteration
   std::vector<Kernel> step;               //!< one iteration, run again every iteration
   [[nodiscard]] std::size_t total_bytes() const;
+  //! The working set: the most tensor units live at once, a tensor counting `units(bytes)`. A tensor
+  //! some kernel discards is live from its first use in the step to its last; the others always are.
+  //! Without discards this is the sum over all tensors.
+  [[nodiscard]] std::size_t peak_live(std::size_t (*units)(std::size_t bytes, std::size_t unit),
+                                      std::size_t unit) const;
+  [[nodiscard]] std::size_t working_set_bytes() const;
   [[nodiscard]] double compute_us() const;
 };
 
@@ -54,7 +63,9 @@ Workload make_scan(std::size_t tensors, std::size_t tensor_bytes, double compute
 //! A model trace: one tensor per storage, one kernel per op that touches storages (read, write, or
 //! read_write when it does both), modelled compute = the recorded time x `compute_scale`. Storages
 //! smaller than `min_bytes` are dropped (tvmm keeps such tensors resident in its small-object arena;
-//! their time still counts). Ops with no storages left add their time to the next kernel.
+//! their time still counts). Ops with no storages left add their time to the next kernel. A storage
+//! whose first access in the step is a pure write (an activation, a temporary) is discarded after the
+//! last kernel that uses it, as the program frees it then.
 Workload make_replay(const Trace& trace, const std::string& name, double compute_scale, std::size_t min_bytes);
 
 }  // namespace tvmm::bench

@@ -44,6 +44,42 @@ TEST(Workloads, ReplayMapsStoragesToTensorsAndOpsToKernels) {
   EXPECT_DOUBLE_EQ(w.step[1].compute_us, (5 + 7) * 0.5);
   EXPECT_DOUBLE_EQ(w.step[2].compute_us, (1 + 2) * 0.5);
   EXPECT_DOUBLE_EQ(w.compute_us(), 25 * 0.5);
+  // The temporary (first written whole) is dead after its last use; the others live on.
+  EXPECT_TRUE(w.step[0].discards.empty());
+  EXPECT_EQ(w.step[1].discards, (std::vector<std::uint32_t>{1}));
+  EXPECT_TRUE(w.step[2].discards.empty());
+}
+
+// A weight and two temporaries that are never live together: the working set is two pages, not three.
+Workload disjoint_temporaries() {
+  Workload w;
+  w.name = "disjoint";
+  w.tensor_bytes = {2 * MiB, 2 * MiB, 2 * MiB};
+  w.step = {{{{1, Access::write}}, 10, {}},
+            {{{1, Access::read}, {0, Access::read}}, 10, {1}},
+            {{{2, Access::write}}, 10, {}},
+            {{{2, Access::read}, {0, Access::read}}, 10, {2}}};
+  return w;
+}
+
+TEST(Workloads, TheWorkingSetCountsDiscardedTensorsOnlyWhileTheyLive) {
+  auto w = disjoint_temporaries();
+  auto pages = [](std::size_t bytes, std::size_t page) { return (bytes + page - 1) / page; };
+  EXPECT_EQ(w.peak_live(pages, 2 * MiB), 2u);
+  EXPECT_EQ(w.working_set_bytes(), 4 * MiB);
+  EXPECT_EQ(budgets_for(w, RunOptions{}, 1.0).frames, 2u);
+  for (auto& k : w.step) k.discards.clear();
+  EXPECT_EQ(w.working_set_bytes(), 6 * MiB);
+}
+
+TEST(Workloads, DiscardedTensorsAreDroppedByThePagerAndByBelady) {
+  // At 1x the live data fits: with the temporaries discarded, nothing is written back or loaded.
+  RunOptions o;
+  o.iterations = 4;
+  const auto r = run_pager(disjoint_temporaries(), o, "lru", 1.0);
+  EXPECT_EQ(r.bytes_moved, 0.0);
+  EXPECT_EQ(r.belady_bytes, 0.0);
+  EXPECT_GT(r.evictions, 0u) << "the temporaries share a frame: each evicts the other, dropped";
 }
 
 TEST(Workloads, ReplayOfAHandMadeTraceGivesTheExpectedPinSequence) {
