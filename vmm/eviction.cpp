@@ -43,10 +43,10 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
 
 // Starts evicting `victims` (claimed: in transit, unpinned, out of the policy) to the host tier (or,
 // for a page whose NVMe copy is current or whose contents were discarded, to nothing: it is dropped
-// without a copy) and appends their
-// frames to `got` at once, without waiting, each with the event of its own write-back: every use of a
-// frame must be ordered after that event. The victims stay in transit, still mapped at their own
-// addresses, until reap() sees their events complete and unmaps them.
+// without a copy) and appends their frames to `got` at once, without waiting, each with the event of
+// its own write-back: every use of a frame must be ordered after that event. The victims stay in
+// transit, still mapped at their own addresses, until reap() sees their events complete and unmaps
+// them.
 //
 // The write-backs are pipelined. Each waits only for its own victim's last uses and page-in (and, the
 // copy stream being in order, for the write-backs queued before it), and a page-in into its frame waits

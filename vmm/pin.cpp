@@ -449,15 +449,24 @@ void PagerImpl::discard(Allocation* a) {
     PageEntry& p = pages[i];
     const PageState s = p.state();
     if (s == PageState::fresh) continue;
-    if (p.nvme_slot != kNoSlot) nvme_->release(std::exchange(p.nvme_slot, kNoSlot));
     if (s == PageState::device) {
+      // Marked only while unpinned: a pin another thread took since the check above (racing a discard
+      // is a misuse) keeps its page, and its data, live.
       std::uint64_t w = p.word.load(std::memory_order_acquire);
-      while (!p.word.compare_exchange_weak(w, (w | word::kDiscarded) & ~word::kDirty, std::memory_order_acq_rel,
-                                           std::memory_order_acquire)) {
-      }
+      bool marked = true;
+      do {
+        if (word::pins(w) != 0) {
+          marked = false;
+          break;
+        }
+      } while (!p.word.compare_exchange_weak(w, (w | word::kDiscarded) & ~word::kDirty, std::memory_order_acq_rel,
+                                             std::memory_order_acquire));
+      if (!marked) continue;
+      if (p.nvme_slot != kNoSlot) nvme_->release(std::exchange(p.nvme_slot, kNoSlot));
       discarded_.push_back(table_.index_of(p));
       continue;
     }
+    if (p.nvme_slot != kNoSlot) nvme_->release(std::exchange(p.nvme_slot, kNoSlot));
     if (p.host_slot != kNoSlot) host_->release(std::exchange(p.host_slot, kNoSlot));
     p.word.fetch_and(~word::kDirty, std::memory_order_acq_rel);
     p.set_state(PageState::fresh);

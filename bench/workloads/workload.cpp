@@ -55,13 +55,13 @@ Workload make_train(std::size_t layers, std::size_t tensor_bytes, double compute
   w.name = "train";
   w.tensor_bytes.assign(4 * layers, tensor_bytes);
   for (std::size_t l = 0; l < layers; ++l)
-    w.step.push_back({{{t(l, W), Access::read}, {t(l, A), Access::write}}, compute_us});
+    w.step.push_back({{{t(l, W), Access::read}, {t(l, A), Access::write}}, compute_us, {}});
   for (std::size_t l = layers; l-- > 0;) {
-    w.step.push_back({{{t(l, A), Access::read}, {t(l, W), Access::read}, {t(l, G), Access::write}}, 2 * compute_us});
+    w.step.push_back({{{t(l, A), Access::read}, {t(l, W), Access::read}, {t(l, G), Access::write}}, 2 * compute_us, {}});
   }
   for (std::size_t l = 0; l < layers; ++l) {
     w.step.push_back(
-        {{{t(l, W), Access::read_write}, {t(l, G), Access::read}, {t(l, S), Access::read_write}}, 0.5 * compute_us});
+        {{{t(l, W), Access::read_write}, {t(l, G), Access::read}, {t(l, S), Access::read_write}}, 0.5 * compute_us, {}});
   }
   return w;
 }
@@ -77,7 +77,7 @@ Workload make_infer(std::size_t layers, std::size_t weight_bytes, std::size_t ac
     const std::uint32_t in = act0 + static_cast<std::uint32_t>(l % 2),
                         out = act0 + static_cast<std::uint32_t>(1 - l % 2);
     w.step.push_back(
-        {{{static_cast<std::uint32_t>(l), Access::read}, {in, Access::read}, {out, Access::write}}, compute_us});
+        {{{static_cast<std::uint32_t>(l), Access::read}, {in, Access::read}, {out, Access::write}}, compute_us, {}});
   }
   return w;
 }
@@ -98,7 +98,7 @@ Workload make_random(std::size_t tensors, std::size_t tensor_bytes, std::size_t 
   constexpr std::size_t write_every = 4;  // a quarter of the accesses update what they read
   for (std::size_t a = 0; a < accesses; ++a) {
     const auto access = a % write_every == write_every - 1 ? Access::read_write : Access::read;
-    w.step.push_back({{{pick(rng), access}}, compute_us});
+    w.step.push_back({{{pick(rng), access}}, compute_us, {}});
   }
   return w;
 }
@@ -108,7 +108,7 @@ Workload make_scan(std::size_t tensors, std::size_t tensor_bytes, double compute
   w.name = "scan";
   w.tensor_bytes.assign(tensors, tensor_bytes);
   for (std::size_t i = 0; i < tensors; ++i)
-    w.step.push_back({{{static_cast<std::uint32_t>(i), Access::read}}, compute_us});
+    w.step.push_back({{{static_cast<std::uint32_t>(i), Access::read}}, compute_us, {}});
   return w;
 }
 
