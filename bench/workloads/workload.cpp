@@ -57,11 +57,13 @@ Workload make_train(std::size_t layers, std::size_t tensor_bytes, double compute
   for (std::size_t l = 0; l < layers; ++l)
     w.step.push_back({{{t(l, W), Access::read}, {t(l, A), Access::write}}, compute_us, {}});
   for (std::size_t l = layers; l-- > 0;) {
-    w.step.push_back({{{t(l, A), Access::read}, {t(l, W), Access::read}, {t(l, G), Access::write}}, 2 * compute_us, {}});
+    w.step.push_back(
+        {{{t(l, A), Access::read}, {t(l, W), Access::read}, {t(l, G), Access::write}}, 2 * compute_us, {}});
   }
   for (std::size_t l = 0; l < layers; ++l) {
-    w.step.push_back(
-        {{{t(l, W), Access::read_write}, {t(l, G), Access::read}, {t(l, S), Access::read_write}}, 0.5 * compute_us, {}});
+    w.step.push_back({{{t(l, W), Access::read_write}, {t(l, G), Access::read}, {t(l, S), Access::read_write}},
+                      0.5 * compute_us,
+                      {}});
   }
   return w;
 }

@@ -14,7 +14,7 @@ TEST(UnifiedMemoryGpu, RunsAWorkloadOverTheBudgetWithEveryByteCorrect) {
   w.name = "um";
   for (std::uint32_t t = 0; t < 8; ++t) {
     w.tensor_bytes.push_back(16 * MiB);
-    w.step.push_back({{{t, Access::read_write}}, 100});
+    w.step.push_back({{{t, Access::read_write}}, 100, {}});
   }
   UnifiedMemoryOptions o;
   o.device_budget = 64 * MiB;

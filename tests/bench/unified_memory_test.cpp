@@ -15,7 +15,7 @@ Workload three_tensors() {
   Workload w;
   w.name = "three";
   w.tensor_bytes = {10 * MiB, 1 * MiB + 1, 4 * MiB};  // 10, 2 and 4 MiB once rounded to 2 MiB
-  w.step = {{{{0, Access::read}, {1, Access::write}}, 10}, {{{2, Access::read_write}}, 10}};
+  w.step = {{{{0, Access::read}, {1, Access::write}}, 10, {}}, {{{2, Access::read_write}}, 10, {}}};
   return w;
 }
 
