@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -53,6 +54,16 @@ inline void fill(void* p, std::size_t n, std::uint64_t seed) { kernels::fill_pat
 //! Number of bytes that differ from the pattern `seed`.
 inline std::size_t mismatches(const void* p, std::size_t n, std::uint64_t seed) {
   return kernels::count_mismatches(p, n, seed);
+}
+
+//! What `f` throws, as its what() ("" if it throws nothing).
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 //! The whole contents of a file ("" if it cannot be read).

@@ -11,15 +11,6 @@ namespace {
 
 constexpr std::size_t kPage = 64 * KiB;
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(Discard, ResidentPagesAreDroppedWithoutAWriteBackAndComeBackFresh) {
@@ -74,7 +65,7 @@ TEST(Discard, APinnedTensorIsRefusedAndKeepsItsData) {
   {
     auto pin = a.pin(Access::write);
     test::fill(pin.data(), kPage, 4);
-    const auto msg = message_of([&] { a.discard(); });
+    const auto msg = test::message_of([&] { a.discard(); });
     EXPECT_NE(msg.find("cannot discard"), std::string::npos) << msg;
     EXPECT_NE(msg.find("weights"), std::string::npos) << msg;
     EXPECT_NE(msg.find("pinned"), std::string::npos) << msg;

@@ -44,15 +44,6 @@ Config nvme_config(std::size_t device, std::size_t host, std::size_t nvme, const
   return c;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // --- integrity across the three tiers -------------------------------------------------------------------
 
 struct IntegrityParam {
@@ -253,14 +244,14 @@ TEST(NvmeTier, ChecksumIsMixedWithTheSlot) {
 TEST(NvmeTier, BadSettingsAreRefusedWithTheFix) {
   test::TempDir dir;
   auto c = nvme_config(2, 2, 8, {});
-  EXPECT_NE(message_of([&] { Pager p(c); }).find("nvme.paths"), std::string::npos);
+  EXPECT_NE(test::message_of([&] { Pager p(c); }).find("nvme.paths"), std::string::npos);
   c = nvme_config(2, 2, 8, {dir.path() + "/nope"});
-  EXPECT_NE(message_of([&] { Pager p(c); }).find("nope"), std::string::npos);
+  EXPECT_NE(test::message_of([&] { Pager p(c); }).find("nope"), std::string::npos);
   c = nvme_config(2, 2, 8, {dir.path()}, "spdk");
   EXPECT_THROW(Pager p(c), config_error);
   c = nvme_config(2, 2, 8, {dir.path()});
   c.nvme.budget = 1000;
-  EXPECT_NE(message_of([&] { Pager p(c); }).find("smaller than one page"), std::string::npos);
+  EXPECT_NE(test::message_of([&] { Pager p(c); }).find("smaller than one page"), std::string::npos);
   c.nvme.budget = std::size_t{1} << 46;  // 64 TiB: more than the disk; reported at start-up
   EXPECT_THROW(Pager p(c), out_of_memory);
   EXPECT_TRUE(dir.entries().empty());
@@ -439,11 +430,11 @@ class NvmeFaults : public ::testing::TestWithParam<const char*> {
   }
   // Pins t0 (on NVMe) and returns what it threw.
   std::string pin_t0() {
-    return message_of([&] { auto pin = ts_[0].pin(Access::read); });
+    return test::message_of([&] { auto pin = ts_[0].pin(Access::read); });
   }
   // Pins t4, t5 for writing then a new tensor: the host tier is full, so t2 must spill to NVMe.
   std::string force_spill() {
-    return message_of([&] {
+    return test::message_of([&] {
       auto extra = pager_->allocate(kPage);
       auto pin = extra.pin(Access::write);
       auto pin2 = ts_[1].pin(Access::write);  // needs a frame: a device page goes to the host, t2 to NVMe
@@ -522,14 +513,14 @@ TEST_P(NvmeFaults, BitFlipOnWriteIsDetectedOnEveryReadAndNeverHandedOut) {
   // Exactly one tensor is now corrupt on NVMe: every read of it fails, none hands out its data.
   std::vector<std::size_t> corrupt;
   for (std::size_t i = 0; i < ts_.size(); ++i) {
-    const std::string msg = message_of([&] { auto pin = ts_[i].pin(Access::read); });
+    const std::string msg = test::message_of([&] { auto pin = ts_[i].pin(Access::read); });
     if (msg.empty()) continue;
     EXPECT_NE(msg.find("fails its checksum"), std::string::npos) << msg;
     corrupt.push_back(i);
   }
   ASSERT_EQ(corrupt.size(), 1u);
   for (int i = 0; i < 5; ++i) {
-    const std::string msg = message_of([&] { auto pin = ts_[corrupt[0]].pin(Access::read); });
+    const std::string msg = test::message_of([&] { auto pin = ts_[corrupt[0]].pin(Access::read); });
     ASSERT_NE(msg.find("fails its checksum"), std::string::npos) << "read " << i << ": " << msg;
   }
   // Overwriting the whole tensor needs no read, and makes it usable again.
