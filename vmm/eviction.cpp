@@ -1,6 +1,7 @@
 // PagerImpl, part 4: eviction (victims, write-backs) and retiring completed transfers (reap).
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "vmm/detail/check.hpp"
 #include "vmm/detail/labels.hpp"
@@ -62,16 +63,20 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       v->host_slot = *host_->try_acquire();  // select_victims counted free slots
     }
   }
-  // What each victim's write-back must follow: its page-in and its tensor's stream release points.
-  auto pending = [&](PageEntry* v) {
+  // What each victim's write-back must follow, still pending: its page-in and its tensor's stream
+  // release points (claimed victims gain no new uses). Victims with nothing pending go first.
+  std::vector<std::pair<PageEntry*, std::vector<Event*>>> queue;
+  queue.reserve(victims.size());
+  for (PageEntry* v : victims) {
     std::vector<Event*> after;
     if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
     std::lock_guard ul(v->owner->uses_mu);
     prune_uses(*v->owner);
     for (auto& u : v->owner->uses) after.push_back(u.done.get());
-    return after;
-  };
-  std::stable_partition(victims.begin(), victims.end(), [&](PageEntry* v) { return pending(v).empty(); });
+    queue.emplace_back(v, std::move(after));
+  }
+  std::stable_partition(queue.begin(), queue.end(), [](const auto& q) { return q.second.empty(); });
+  for (std::size_t i = 0; i < queue.size(); ++i) victims[i] = queue[i].first;
   std::vector<EventRef> per_page;
   try {
     // 1. Per victim, in order: make the copy stream wait for what is still pending of its uses (the host
@@ -79,8 +84,8 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     //    without a copy gets an event too: its frame's next users must follow its last uses.
     std::vector<Event*> ordered;  // what the copy stream already waits for
     per_page.reserve(victims.size());
-    for (PageEntry* v : victims) {
-      for (Event* e : pending(v)) {
+    for (auto& [v, after] : queue) {
+      for (Event* e : after) {
         if (std::find(ordered.begin(), ordered.end(), e) != ordered.end()) continue;
         xfer_->order_copy_out_after(e);
         ordered.push_back(e);

@@ -264,8 +264,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   try {
     // The reads take longer than the write-backs: waiting here for the latest (which implies the
     // others) costs nothing and keeps the copies unordered among themselves.
-    auto latest = std::find_if(got.after.rbegin(), got.after.rend(), [](const EventRef& e) { return bool(e); });
-    if (latest != got.after.rend()) xfer_->order_copy_in_after(latest->get());
+    if (Event* latest = got.latest_after()) xfer_->order_copy_in_after(latest);
   } catch (...) {
     abort_chunk(batch, got);
     throw;

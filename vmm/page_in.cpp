@@ -105,22 +105,22 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
   EventRef done;
   try {
     Event* ordered = nullptr;  // the latest write-back the page-ins wait for so far
-    auto follow = [&](const EventRef& e) {
-      if (!e || e.get() == ordered) return;
-      ordered = e.get();
-      xfer_->order_copy_in_after(ordered);
+    auto follow = [&](Event* e) {
+      if (e == nullptr || e == ordered) return;
+      ordered = e;
+      xfer_->order_copy_in_after(e);
     };
     for (std::size_t i = 0; i < pages.size(); ++i) {
       if (!needs_copy(i)) continue;
-      follow(got.after[i]);
+      follow(got.after[i].get());
       xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot));
       any = true;
     }
     // One event for the chunk, after the latest write-back (which implies the others), so pages that
     // were not copied (fresh, or Access::write) are usable once it completes.
-    auto latest = std::find_if(got.after.rbegin(), got.after.rend(), [](const EventRef& e) { return bool(e); });
-    if (latest != got.after.rend()) follow(*latest);
-    if (any || latest != got.after.rend()) done = xfer_->record_in();
+    Event* const latest = got.latest_after();
+    follow(latest);
+    if (any || latest != nullptr) done = xfer_->record_in();
   } catch (...) {
     abort_chunk(pages, got);  // the host copies were not touched: the pages stay readable where they were
     throw;

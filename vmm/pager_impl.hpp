@@ -114,6 +114,13 @@ class PagerImpl {
   struct Frames {
     std::vector<std::uint32_t> frames;
     std::vector<EventRef> after;
+    //! The latest write-back any frame follows (it implies the others), or null.
+    [[nodiscard]] Event* latest_after() const noexcept {
+      for (auto e = after.rbegin(); e != after.rend(); ++e) {
+        if (*e) return e->get();
+      }
+      return nullptr;
+    }
   };
 
   [[nodiscard]] PageEntry* pages_of(const Allocation* a) noexcept { return &table_[a->first_page]; }
