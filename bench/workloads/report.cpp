@@ -32,7 +32,9 @@ json run_json(const RunResult& r) {
 
 json peers_json(const Peers& p) {
   json j;
-  j["bound"] = {{"step_time_s", number(p.bound_s)}, {"bytes_moved", number(p.belady_bytes)}};
+  j["bound"] = {{"step_time_s", number(p.bound_s)},
+                {"window_step_time_s", number(p.window_bound_s)},
+                {"bytes_moved", number(p.belady_bytes)}};
   j["belady"] = {{"bytes_moved", number(p.belady_bytes)}};
   j["naive"] = p.naive ? run_json(*p.naive) : json{{"skipped", p.naive_skipped}};
   j["all_in_memory"] = p.all_in_memory ? run_json(*p.all_in_memory) : json{{"skipped", p.all_in_memory_skipped}};
@@ -83,6 +85,8 @@ json record_json(const Record& rec) {
           {"compute_s", number(r.compute_s)},
           {"bound_s", number(r.bound_s)},
           {"time_vs_bound", number(r.time_vs_bound)},
+          {"window_bound_s", number(r.window_bound_s)},
+          {"time_vs_window_bound", number(r.time_vs_window_bound)},
           {"misses", r.misses},
           {"evictions", r.evictions},
           {"prefetched", r.prefetched},
@@ -110,10 +114,10 @@ std::string file_name(std::string s) {
 }
 
 // A CSV row per policy and per peer: policy,oversubscription,step_time_s,wall_step_time_s,bytes_moved,
-// disk_read_bytes,bytes_vs_belady,time_vs_bound.
+// disk_read_bytes,bytes_vs_belady,time_vs_bound,time_vs_window_bound.
 struct Row {
   std::string workload, policy;
-  double ratio, step, wall, bytes, disk, vs_belady, vs_bound;
+  double ratio, step, wall, bytes, disk, vs_belady, vs_bound, vs_window;
 };
 
 std::vector<Row> rows_of(const std::vector<Record>& records) {
@@ -123,31 +127,27 @@ std::vector<Row> rows_of(const std::vector<Record>& records) {
   for (const auto& rec : records) {
     const auto& r = rec.result;
     rows.push_back({rec.workload, r.policy, r.ratio, r.step_time_s, r.wall_step_time_s, r.bytes_moved,
-                    r.disk_read_bytes, r.bytes_vs_belady, r.time_vs_bound});
+                    r.disk_read_bytes, r.bytes_vs_belady, r.time_vs_bound, r.time_vs_window_bound});
     if (!rec.peers || !seen.insert(rec.peers.get()).second) continue;
     const auto& p = *rec.peers;
-    rows.push_back({rec.workload, "bound", r.ratio, p.bound_s, nan, p.belady_bytes, nan, 1.0, 1.0});
-    auto peer_row = [&](const std::string& name, const RunResult& q) {
-      rows.push_back({rec.workload, name, r.ratio, q.step_time_s, q.wall_step_time_s, q.bytes_moved, q.disk_read_bytes,
-                      p.belady_bytes > 0 ? q.bytes_moved / p.belady_bytes : nan,
-                      p.bound_s > 0 ? q.step_time_s / p.bound_s : nan});
+    const auto vs = [](double step, double bound) { return bound > 0 ? step / bound : NAN; };
+    rows.push_back({rec.workload, "bound", r.ratio, p.bound_s, nan, p.belady_bytes, nan, 1.0, 1.0,
+                    vs(p.bound_s, p.window_bound_s)});
+    auto peer_row = [&](const std::string& name, double step, double wall, double bytes, double disk) {
+      rows.push_back({rec.workload, name, r.ratio, step, wall, bytes, disk,
+                      p.belady_bytes > 0 && std::isfinite(bytes) ? bytes / p.belady_bytes : nan, vs(step, p.bound_s),
+                      vs(step, p.window_bound_s)});
     };
-    if (p.naive) peer_row("naive", *p.naive);
-    if (p.all_in_memory) peer_row("all_in_memory", *p.all_in_memory);
+    for (const auto& [name, q] : {std::pair{"naive", &p.naive}, std::pair{"all_in_memory", &p.all_in_memory}}) {
+      if (*q) peer_row(name, (*q)->step_time_s, (*q)->wall_step_time_s, (*q)->bytes_moved, (*q)->disk_read_bytes);
+    }
     if (p.tvmm_wall) {
       const auto& q = *p.tvmm_wall;
-      rows.push_back({rec.workload, "tvmm_wall", r.ratio, q.step_time_s, q.step_time_s, q.bytes_moved,
-                      q.disk_read_bytes, nan, p.bound_s > 0 ? q.step_time_s / p.bound_s : nan});
+      peer_row("tvmm_wall", q.step_time_s, q.step_time_s, q.bytes_moved, q.disk_read_bytes);
+      rows.back().vs_belady = nan;
     }
-    if (p.unified_memory.ran) {
-      const auto& q = p.unified_memory;
-      rows.push_back({rec.workload, "unified_memory", r.ratio, q.step_time_s, nan, nan, nan, nan,
-                      p.bound_s > 0 ? q.step_time_s / p.bound_s : nan});
-    }
-    if (p.kernel.ran) {
-      rows.push_back({rec.workload, "kernel", r.ratio, p.kernel.step_time_s, p.kernel.step_time_s, nan,
-                      p.kernel.disk_read_bytes, nan, p.bound_s > 0 ? p.kernel.step_time_s / p.bound_s : nan});
-    }
+    if (p.unified_memory.ran) peer_row("unified_memory", p.unified_memory.step_time_s, nan, nan, nan);
+    if (p.kernel.ran) peer_row("kernel", p.kernel.step_time_s, p.kernel.step_time_s, nan, p.kernel.disk_read_bytes);
   }
   return rows;
 }
@@ -163,12 +163,12 @@ std::string csv_number(double d) {
 std::string csv_of(const std::vector<Row>& rows, const std::string& workload) {
   std::string out =
       "workload,policy,oversubscription,step_time_s,wall_step_time_s,bytes_moved,disk_read_bytes,bytes_vs_belady,"
-      "time_vs_bound\n";
+      "time_vs_bound,time_vs_window_bound\n";
   for (const auto& r : rows) {
     if (!workload.empty() && r.workload != workload) continue;
     out += r.workload + "," + r.policy + "," + csv_number(r.ratio) + "," + csv_number(r.step) + "," +
            csv_number(r.wall) + "," + csv_number(r.bytes) + "," + csv_number(r.disk) + "," + csv_number(r.vs_belady) +
-           "," + csv_number(r.vs_bound) + "\n";
+           "," + csv_number(r.vs_bound) + "," + csv_number(r.vs_window) + "\n";
   }
   return out;
 }
@@ -268,6 +268,8 @@ const std::vector<std::string>& summary_fields() {
                                                   "compute_s",
                                                   "bound_s",
                                                   "time_vs_bound",
+                                                  "window_bound_s",
+                                                  "time_vs_window_bound",
                                                   "misses",
                                                   "evictions",
                                                   "prefetched",
@@ -292,14 +294,15 @@ void print_table(const std::vector<Record>& records) {
       std::printf("\nworkload %s: %.1f MiB in %s pages, compute %.2f ms per iteration\n", rec.workload.c_str(),
                   static_cast<double>(rec.working_set_bytes) / MiB, format_bytes(rec.page_bytes).c_str(),
                   r.compute_s * 1e3);
-      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s\n", "policy", "ratio", "step ms", "MiB moved", "disk MiB",
-                  "vs Belady", "vs bound", "prefetch");
+      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s\n", "policy", "ratio", "step ms", "MiB moved", "disk MiB",
+                  "vs Belady", "vs bound", "vs window", "prefetch");
       last_workload = rec.workload;
     }
     if (rec.peers.get() != last && rec.peers) {
       last = rec.peers.get();
       const auto& p = *rec.peers;
-      std::printf("  at %.2fx: bound %.2f ms, Belady %.1f MiB", r.ratio, p.bound_s * 1e3, p.belady_bytes / MiB);
+      std::printf("  at %.2fx: bound %.2f ms, window bound %.2f ms, Belady %.1f MiB", r.ratio, p.bound_s * 1e3,
+                  p.window_bound_s * 1e3, p.belady_bytes / MiB);
       if (p.all_in_memory) std::printf("; all in memory %.2f ms", p.all_in_memory->step_time_s * 1e3);
       if (p.naive) std::printf("; naive %.2f ms", p.naive->step_time_s * 1e3);
       if (p.unified_memory.ran) std::printf("; Unified Memory %.2f ms", p.unified_memory.step_time_s * 1e3);
@@ -320,9 +323,9 @@ void print_table(const std::vector<Record>& records) {
         std::printf("  Unified Memory skipped: %s\n", um.c_str());
       }
     }
-    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9llu\n", r.policy.c_str(), r.ratio, r.step_time_s * 1e3,
-                r.bytes_moved / MiB, r.disk_read_bytes / MiB, r.bytes_vs_belady, r.time_vs_bound,
-                static_cast<unsigned long long>(r.prefetched));
+    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9llu\n", r.policy.c_str(), r.ratio,
+                r.step_time_s * 1e3, r.bytes_moved / MiB, r.disk_read_bytes / MiB, r.bytes_vs_belady, r.time_vs_bound,
+                r.time_vs_window_bound, static_cast<unsigned long long>(r.prefetched));
   }
 }
 

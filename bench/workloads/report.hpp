@@ -17,8 +17,9 @@ namespace tvmm::bench {
 
 //! The peers of one workload at one oversubscription, shared by its policies' records.
 struct Peers {
-  double bound_s = 0;       //!< max(compute, Belady's busier bus direction / bus bandwidth)
-  double belady_bytes = 0;  //!< Belady's bytes moved per iteration
+  double bound_s = 0;         //!< max(compute, Belady's busier bus direction / bus bandwidth)
+  double window_bound_s = 0;  //!< the bound with the device's capacity (window_bound_s() in runner.hpp)
+  double belady_bytes = 0;    //!< Belady's bytes moved per iteration
   std::optional<RunResult> naive;
   std::string naive_skipped;
   std::optional<RunResult> all_in_memory;  //!< the same pager with the whole workload on the device

@@ -137,8 +137,50 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   const auto cost = policies::simulate_belady(trace, static_cast<std::uint32_t>(b.frames), 8, b.nvme_pages != 0);
   const double per_iteration = static_cast<double>(page_bytes) / std::max(cost.iterations, 1);
   const double busier = static_cast<double>(std::max(cost.loads, cost.write_backs)) * per_iteration;
-  return {cost.pages_per_iteration() * static_cast<double>(page_bytes),
-          std::max(w.compute_us() * 1e-6, busier / (o.bus_gbs * 1e9))};
+  Reference ref;
+  ref.belady_bytes = cost.pages_per_iteration() * static_cast<double>(page_bytes);
+  ref.bound_s = std::max(w.compute_us() * 1e-6, busier / (o.bus_gbs * 1e9));
+  ref.window_bound_s = std::max(ref.bound_s, window_bound_s(w, b.frames, page_bytes, o.bus_gbs * 1e9));
+  return ref;
+}
+
+double window_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
+                      int repeat) {
+  if (repeat < 1 || bus_bytes_per_s <= 0) throw std::invalid_argument("window_bound_s: repeat >= 1, bus > 0");
+  const std::size_t n = w.step.size();
+  if (n == 0) return 0;
+  const std::size_t total = n * static_cast<std::size_t>(repeat);
+  const double page_s = static_cast<double>(page_bytes) / bus_bytes_per_s;
+  std::vector<std::int64_t> pages(w.tensor_bytes.size());
+  for (std::size_t t = 0; t < pages.size(); ++t)
+    pages[t] = static_cast<std::int64_t>(pages_of(w.tensor_bytes[t], page_bytes));
+  // first[t]: how the run's first event on tensor t treats its contents.
+  enum : std::uint8_t { absent, needs, no_data };
+  std::vector<std::uint8_t> first(pages.size());
+  std::vector<double> f(total + 1, 0.0);  // f[j]: the bound for the first j kernels
+  for (std::size_t j = 1; j <= total; ++j) {
+    std::fill(first.begin(), first.end(), absent);
+    std::int64_t need = 0;
+    double compute = 0, best = 0;
+    auto set = [&](std::uint32_t t, std::uint8_t how) {
+      if (first[t] == needs) need -= pages[t];
+      first[t] = how;
+      if (how == needs) need += pages[t];
+    };
+    // Grow the run [i, j] leftwards: kernel i's events become the run's first (its pins, then its
+    // discards, so set the discards first and let the pins override them).
+    for (std::size_t i = j; i >= 1 && j - i < n; --i) {
+      const Kernel& k = w.step[(i - 1) % n];
+      compute += k.compute_us * 1e-6;
+      for (const auto t : k.discards) set(t, no_data);
+      for (auto p = k.pins.rbegin(); p != k.pins.rend(); ++p)
+        set(p->tensor, p->access == Access::write ? no_data : needs);
+      const double loads = static_cast<double>(std::max<std::int64_t>(0, need - static_cast<std::int64_t>(frames)));
+      best = std::max(best, f[i - 1] + std::max(compute, loads * page_s));
+    }
+    f[j] = best;
+  }
+  return f[total] / repeat;
 }
 
 RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& policy, double ratio,
@@ -267,8 +309,10 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.belady_bytes = ref.belady_bytes;
   r.compute_s = w.compute_us() * 1e-6;
   r.bound_s = ref.bound_s;
+  r.window_bound_s = ref.window_bound_s;
   r.bytes_vs_belady = r.belady_bytes > 0 ? r.bytes_moved / r.belady_bytes : (r.bytes_moved == 0 ? 1.0 : INFINITY);
   r.time_vs_bound = r.bound_s > 0 ? r.step_time_s / r.bound_s : 1.0;
+  r.time_vs_window_bound = r.window_bound_s > 0 ? r.step_time_s / r.window_bound_s : 1.0;
   r.misses = after.misses - before.misses;
   r.evictions = after.evictions - before.evictions;
   r.prefetched = after.prefetched - before.prefetched;

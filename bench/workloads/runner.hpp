@@ -55,9 +55,11 @@ struct RunResult {
   double disk_write_bytes = 0;  // to the NVMe tier, per iteration
   double belady_bytes = 0;
   double compute_s = 0;
-  double bound_s = 0;  // max(compute, Belady's busier direction / bus)
+  double bound_s = 0;         // max(compute, Belady's busier direction / bus)
+  double window_bound_s = 0;  // the bound with the device's capacity: see window_bound_s()
   double bytes_vs_belady = 0;
   double time_vs_bound = 0;
+  double time_vs_window_bound = 0;
   std::uint64_t misses = 0, evictions = 0, prefetched = 0;
   std::uint64_t verified_bytes = 0, mismatched_bytes = 0;
 };
@@ -75,10 +77,25 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
 //! (with an NVMe tier, which keeps a copy of pages read back from it, pages not written since they
 //! were loaded are dropped without a write-back), and the ideal bound: the longer of the compute and
 //! the busier bus direction moving Belady's bytes (the two directions run at once).
+//! `window_bound_s` tightens the bound with the device's capacity (window_bound_s(), below).
 struct Reference {
   double belady_bytes = 0;
   double bound_s = 0;
+  double window_bound_s = 0;  // max(bound_s, window_bound_s(...))
 };
 [[nodiscard]] Reference reference(const Workload& w, const RunOptions& o, const Budgets& b);
+
+//! A lower bound on any pager's time per iteration with `frames` device pages, a bus moving
+//! `bus_bytes_per_s` per direction and the kernels run in order. For a run of kernels [i, j] let D be
+//! the pages whose contents they need (tensors pinned there whose first pin in the run is not
+//! Access::write and that no discard before it made dead). When kernel i may start, at most `frames`
+//! pages are resident or on their way, so at least |D| - frames pages are copied in whole before
+//! kernel j ends: the run takes at least max(its compute, (|D| - frames) x page / bus). Disjoint runs
+//! take disjoint time, so a step takes at least the best split of the kernels into runs
+//! (a dynamic program over `repeat` iterations, runs at most one iteration long, averaged).
+//! Where every run's pages fit this is the compute; the ideal bound ignores capacity and can be far
+//! below it. Ignores per-copy latency, as the ideal bound does.
+[[nodiscard]] double window_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes,
+                                    double bus_bytes_per_s, int repeat = 4);
 
 }  // namespace tvmm::bench

@@ -80,6 +80,7 @@ TEST(BenchSummary, ValidatesAgainstItsDocumentedFields) {
     EXPECT_GT(rec["step_time_s"].get<double>(), 0);
     EXPECT_GT(rec["bytes_moved"].get<double>(), 0);
     EXPECT_GE(rec["time_vs_bound"].get<double>(), 0.99);  // nothing beats the ideal bound
+    EXPECT_GE(rec["window_bound_s"].get<double>(), rec["bound_s"].get<double>());  // the tighter of the two
     // Every peer is there: measured (with a step time or bytes) or skipped with a reason.
     const auto& peers = rec["peers"];
     for (const char* p : {"bound", "belady", "naive", "all_in_memory", "kernel", "tvmm_wall", "unified_memory"}) {
@@ -92,6 +93,7 @@ TEST(BenchSummary, ValidatesAgainstItsDocumentedFields) {
     }
     EXPECT_TRUE(peers["naive"].contains("step_time_s"));
     EXPECT_EQ(peers["bound"]["step_time_s"], rec["bound_s"]);
+    EXPECT_EQ(peers["bound"]["window_step_time_s"], rec["window_bound_s"]);
     EXPECT_TRUE(peers["unified_memory"].contains("skipped"));  // needs a GPU
   }
   // CSV files with their header, the gnuplot script, and the PNGs when gnuplot is installed.

@@ -168,5 +168,46 @@ TEST(Workloads, AKernelThatCannotFitTheDeviceIsRefusedWithTheReason) {
   EXPECT_GT(b.nvme_pages, 0u);  // device + host hold 24 of 32 pages: the rest needs the NVMe tier
 }
 
+// Two 2-page tensors read in turn by 10 us kernels, with 2 device frames: each pair of kernels needs
+// 4 pages, so at least 2 are copied in while it runs.
+Workload two_in_turn(Access second, bool discard_second) {
+  Workload w;
+  w.name = "two-in-turn";
+  w.tensor_bytes = {4 * MiB, 4 * MiB};
+  w.step.push_back({{{0, Access::read}}, 10, {}});
+  w.step.push_back({{{1, second}}, 10, discard_second ? std::vector<std::uint32_t>{1} : std::vector<std::uint32_t>{}});
+  return w;
+}
+
+TEST(Workloads, TheWindowBoundCountsThePagesARunOfKernelsMustLoad) {
+  const double page = 2.0 * MiB;
+  const double bus = page / 100e-6;  // one page per 100 us
+  // Every run of kernels needs at most 4 pages: with 4 frames nothing must move, the bound is the compute.
+  EXPECT_NEAR(window_bound_s(two_in_turn(Access::read, false), 4, 2 * MiB, bus), 20e-6, 1e-9);
+  // With 2 frames each pair of kernels loads 2 pages (200 us): the best split is into pairs.
+  EXPECT_NEAR(window_bound_s(two_in_turn(Access::read, false), 2, 2 * MiB, bus), 200e-6, 1e-9);
+  // A tensor that is overwritten (Access::write) after a discard needs no contents: nothing must move.
+  EXPECT_NEAR(window_bound_s(two_in_turn(Access::write, true), 2, 2 * MiB, bus), 20e-6, 1e-9);
+  // Overwritten but never discarded: its first pin in a run is still a write, so it needs nothing either.
+  EXPECT_NEAR(window_bound_s(two_in_turn(Access::write, false), 2, 2 * MiB, bus), 20e-6, 1e-9);
+  EXPECT_THROW((void)window_bound_s(two_in_turn(Access::read, false), 2, 2 * MiB, 0), std::invalid_argument);
+}
+
+TEST(Workloads, TheReferenceTakesTheLargerOfTheIdealAndTheWindowBound) {
+  const auto w = two_in_turn(Access::read, false);
+  RunOptions o;
+  o.bus_gbs = 2.0 * MiB / 100e-6 / 1e9;
+  Budgets b;
+  b.frames = 2;
+  b.total_pages = b.working_pages = 4;
+  const auto ref = reference(w, o, b);
+  EXPECT_GE(ref.window_bound_s, ref.bound_s);
+  EXPECT_NEAR(ref.window_bound_s, std::max(ref.bound_s, 200e-6), 1e-9);
+  b.frames = 4;  // all fits: both are the compute
+  const auto fits = reference(w, o, b);
+  EXPECT_NEAR(fits.bound_s, 20e-6, 1e-9);
+  EXPECT_NEAR(fits.window_bound_s, 20e-6, 1e-9);
+}
+
 }  // namespace
 }  // namespace tvmm::bench
