@@ -111,7 +111,8 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
   } else {
     b.host_pages =
         std::max<std::size_t>(4, static_cast<std::size_t>(std::floor(static_cast<double>(b.frames) * o.host_fraction)));
-    if (b.frames + b.host_pages < b.working_pages + 2) b.nvme_pages = b.total_pages + 2;
+    // Every tensor stays allocated (a discarded one too): device and host must hold them all, or NVMe does.
+    if (b.frames + b.host_pages < b.total_pages + 2) b.nvme_pages = b.total_pages + 2;
   }
   return b;
 }

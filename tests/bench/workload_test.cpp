@@ -168,6 +168,30 @@ TEST(Workloads, AKernelThatCannotFitTheDeviceIsRefusedWithTheReason) {
   EXPECT_GT(b.nvme_pages, 0u);  // device + host hold 24 of 32 pages: the rest needs the NVMe tier
 }
 
+// Eight one-page tensors, each written, read and discarded by its own kernel: one page is live at a time.
+Workload one_live_at_a_time() {
+  Workload w;
+  w.name = "one-live";
+  for (std::uint32_t t = 0; t < 8; ++t) {
+    w.tensor_bytes.push_back(2 * MiB);
+    w.step.push_back({{{t, Access::write}}, 1, {}});
+    w.step.push_back({{{t, Access::read}}, 1, {t}});
+  }
+  return w;
+}
+
+TEST(Workloads, TheNvmeTierIsSizedForEveryAllocatedTensorNotOnlyTheLiveOnes) {
+  const auto w = one_live_at_a_time();
+  RunOptions o;
+  o.host_fraction = 4;
+  const auto b = budgets_for(w, o, 1.0);
+  EXPECT_EQ(b.working_pages, 1u);
+  EXPECT_EQ(b.frames, 1u);
+  EXPECT_EQ(b.host_pages, 4u);
+  // Device + host hold the live page many times over but not the 8 allocated ones: NVMe holds the rest.
+  EXPECT_GT(b.nvme_pages, 0u);
+}
+
 // Two 2-page tensors read in turn by 10 us kernels, with 2 device frames: each pair of kernels needs
 // 4 pages, so at least 2 are copied in while it runs.
 Workload two_in_turn(Access second, bool discard_second) {
