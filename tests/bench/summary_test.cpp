@@ -79,8 +79,9 @@ TEST(BenchSummary, ValidatesAgainstItsDocumentedFields) {
     EXPECT_EQ(rec["backend"], "sim");
     EXPECT_GT(rec["step_time_s"].get<double>(), 0);
     EXPECT_GT(rec["bytes_moved"].get<double>(), 0);
-    EXPECT_GE(rec["time_vs_bound"].get<double>(), 0.99);  // nothing beats the ideal bound
-    EXPECT_GE(rec["window_bound_s"].get<double>(), rec["bound_s"].get<double>());  // the tighter of the two
+    // Nothing beats the ideal bound, and the window bound is the tighter of the two.
+    EXPECT_GE(rec["time_vs_bound"].get<double>(), 0.99);
+    EXPECT_GE(rec["window_bound_s"].get<double>(), rec["bound_s"].get<double>());
     // Every peer is there: measured (with a step time or bytes) or skipped with a reason.
     const auto& peers = rec["peers"];
     for (const char* p : {"bound", "belady", "naive", "all_in_memory", "kernel", "tvmm_wall", "unified_memory"}) {
