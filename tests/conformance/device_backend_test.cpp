@@ -328,6 +328,39 @@ TEST(SimDevice, DeviceTimeIsTheModelledTimeExactly) {
   EXPECT_TRUE(dev.free_host(d, 2 * mb).ok());
 }
 
+// With timing "model" a thread's host time moves only when it waits, so an event query answers at that
+// time: work the simulator has already run, but that completes later in device time, is not ready.
+// (Otherwise what a query sees, and so every decision made on it, would depend on how fast the
+// simulator's threads run against the host's.)
+TEST(SimDevice, AModelledQueryAnswersAtTheThreadsHostTime) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  c.timing = "model";
+  SimDevice dev(c, 4 * 64 * KiB);
+  StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  EventHandle e1 = nullptr, e2 = nullptr;
+  ASSERT_TRUE(dev.create_event(&e1).ok());
+  ASSERT_TRUE(dev.create_event(&e2).ok());
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(2)).ok());
+  ASSERT_TRUE(dev.record_event(e1, s).ok());
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(2)).ok());
+  ASSERT_TRUE(dev.record_event(e2, s).ok());
+  // Another thread waits for both, so the simulator has run them; this thread has waited for neither.
+  std::thread([&] { EXPECT_TRUE(dev.synchronize_stream(s).ok()); }).join();
+  EXPECT_EQ(dev.query_event(e1).code, Errc::not_ready);
+  EXPECT_EQ(dev.query_event(e2).code, Errc::not_ready);
+  // Waiting for e1 moves this thread to e1's time: e1 is complete, e2 (2 ms later) still is not.
+  ASSERT_TRUE(dev.synchronize_event(e1).ok());
+  EXPECT_TRUE(dev.query_event(e1).ok());
+  EXPECT_EQ(dev.query_event(e2).code, Errc::not_ready);
+  ASSERT_TRUE(dev.synchronize_event(e2).ok());
+  EXPECT_TRUE(dev.query_event(e2).ok());
+  EXPECT_TRUE(dev.destroy_event(e1).ok());
+  EXPECT_TRUE(dev.destroy_event(e2).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+}
+
 TEST(SimDevice, ElapsedTimeIsNotReadyUntilBothEventsComplete) {
   SimDeviceConfig c;
   c.granularity = 64 * KiB;

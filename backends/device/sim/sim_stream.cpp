@@ -58,6 +58,7 @@ std::uint64_t SimEvent::latest() const {
 bool SimEvent::is_complete() const {
   std::lock_guard lk(mu_);
   if (completed_ < recorded_) return false;
+  if (timing_ == Timing::model) return at_ <= t_seen;  // a query moves no modelled host time
   observe(timing_, at_, host_now(timing_));
   return true;
 }
