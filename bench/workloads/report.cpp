@@ -113,8 +113,9 @@ std::string file_name(std::string s) {
   return s;
 }
 
-// A CSV row per policy and per peer: policy,oversubscription,step_time_s,wall_step_time_s,bytes_moved,
-// disk_read_bytes,bytes_vs_belady,time_vs_bound,time_vs_window_bound.
+// A CSV row per policy and per peer (the two bounds included: `bound`, `window_bound`): policy,
+// oversubscription,step_time_s,wall_step_time_s,bytes_moved,disk_read_bytes,bytes_vs_belady,time_vs_bound,
+// time_vs_window_bound.
 struct Row {
   std::string workload, policy;
   double ratio, step, wall, bytes, disk, vs_belady, vs_bound, vs_window;
@@ -133,6 +134,8 @@ std::vector<Row> rows_of(const std::vector<Record>& records) {
     const auto vs = [](double step, double bound) { return bound > 0 ? step / bound : NAN; };
     rows.push_back({rec.workload, "bound", r.ratio, p.bound_s, nan, p.belady_bytes, nan, 1.0, 1.0,
                     vs(p.bound_s, p.window_bound_s)});
+    rows.push_back({rec.workload, "window_bound", r.ratio, p.window_bound_s, nan, nan, nan, nan,
+                    vs(p.window_bound_s, p.bound_s), 1.0});
     auto peer_row = [&](const std::string& name, double step, double wall, double bytes, double disk) {
       rows.push_back({rec.workload, name, r.ratio, step, wall, bytes, disk,
                       p.belady_bytes > 0 && std::isfinite(bytes) ? bytes / p.belady_bytes : nan, vs(step, p.bound_s),
@@ -198,11 +201,12 @@ std::string gnuplot_script(const std::vector<std::string>& workloads, const std:
       std::string s;
       for (const auto& p : policies) {
         const bool wall = p == "kernel" || p == "tvmm_wall";
-        if ((skip_wall && wall) || (only_measured && (p == "bound" || wall))) continue;
+        const bool bound = p == "bound" || p == "window_bound";
+        if ((skip_wall && wall) || (only_measured && (bound || wall))) continue;
         if (!only.empty() && std::find(only.begin(), only.end(), p) == only.end()) continue;
         if (!s.empty()) s += ", \\\n     ";
         s += "\"" + csv + "\" using 3:(strcol(2) eq \"" + p + "\" ? " + column + " : NaN) with linespoints " +
-             (p == "bound" ? "dt 2 lw 2 " : "") + "title \"" + p + "\"";
+             (bound ? "dt 2 lw 2 " : "") + "title \"" + p + "\"";
       }
       return s;
     };

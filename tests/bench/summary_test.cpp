@@ -101,7 +101,14 @@ TEST(BenchSummary, ValidatesAgainstItsDocumentedFields) {
   for (const char* csv : {"/runs.csv", "/train.csv"}) {
     EXPECT_EQ(test::read_file(out + csv).rfind("workload,policy,oversubscription,step_time_s,", 0), 0u) << csv;
   }
-  EXPECT_NE(test::read_file(out + "/plots.gp").find("step_time_train.png"), std::string::npos);
+  // Both bounds are rows of the CSV and dashed lines of the step-time plot.
+  const auto train_csv = test::read_file(out + "/train.csv");
+  for (const char* row : {"\ntrain,bound,", "\ntrain,window_bound,"}) {
+    EXPECT_NE(train_csv.find(row), std::string::npos) << row;
+  }
+  const auto gp = test::read_file(out + "/plots.gp");
+  EXPECT_NE(gp.find("step_time_train.png"), std::string::npos);
+  EXPECT_NE(gp.find("\"window_bound\" ? column(4)*1000 : NaN) with linespoints dt 2"), std::string::npos);
   if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
     for (const char* png : {"/step_time_train.png", "/wall_time_train.png", "/bytes_vs_belady_train.png"}) {
       const auto bytes = test::read_file(out + png);
