@@ -28,7 +28,7 @@ enum class PageState : std::uint8_t {
 const char* to_string(PageState s) noexcept;
 
 //! Layout of the state word: state (3 bits) | page-in pending (1) | referenced (1, for CLOCK) |
-//! dirty (1) | discarded (1) | pins (24, from bit 8) | version (32).
+//! dirty (1) | discarded (1) | host copy (1) | pins (24, from bit 8) | version (32).
 //! "Dirty" means the page's NVMe slot (if it keeps one) no longer holds its current data: set by every
 //! pin that may write (in the same CAS that counts the pin), cleared when the page is written to NVMe.
 //! "Page-in pending" means the page is resident but its page-in copy may still be running: a pin must
@@ -41,6 +41,11 @@ inline constexpr std::uint64_t kDirty = 0x20;       //!< the NVMe copy is stale 
 //! The contents are dead (Tensor::discard): evicting the page drops it without a write-back. Kept across
 //! state changes; cleared by a pin that may write, and when the page is dropped or freed.
 inline constexpr std::uint64_t kDiscarded = 0x40;
+//! A resident page's host slot still holds its current contents (the slot it was paged in from, kept):
+//! evicting it drops it without a write-back. Set when a page-in from the slot is published; cleared
+//! by a pin that may write (always on the slow path, which lets the slot go), by discard, when the slot
+//! is taken back for another page (PagerImpl::take_back_host_copy), and when the page leaves the device.
+inline constexpr std::uint64_t kHostCopy = 0x80;
 inline constexpr int kPinShift = 8;
 inline constexpr std::uint64_t kPinOne = std::uint64_t{1} << kPinShift;
 inline constexpr std::uint64_t kPinMax = (std::uint64_t{1} << 24) - 1;
@@ -52,11 +57,13 @@ constexpr PageState state(std::uint64_t w) noexcept { return static_cast<PageSta
 constexpr bool pending(std::uint64_t w) noexcept { return (w & kPending) != 0; }
 constexpr bool dirty(std::uint64_t w) noexcept { return (w & kDirty) != 0; }
 constexpr bool discarded(std::uint64_t w) noexcept { return (w & kDiscarded) != 0; }
+constexpr bool host_copy(std::uint64_t w) noexcept { return (w & kHostCopy) != 0; }
 constexpr std::uint64_t pins(std::uint64_t w) noexcept { return (w & kPinMask) >> kPinShift; }
 constexpr std::uint32_t version(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w >> kVersionShift); }
-//! `w` with a new state and pending flag, the same pins, dirty and discarded bits, and the version advanced.
+//! `w` with a new state and pending flag, the same pins, dirty, discarded and host-copy bits, and the
+//! version advanced.
 constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = false) noexcept {
-  return ((w & (kPinMask | kDirty | kDiscarded)) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
+  return ((w & (kPinMask | kDirty | kDiscarded | kHostCopy)) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
          ((w >> kVersionShift) + 1) * kVersionOne;
 }
 }  // namespace word
@@ -76,7 +83,8 @@ struct PageEntry {
   std::atomic<std::uint64_t> word{0};  //!< state word (see word::)
   std::uint32_t frame = kNoFrame;      //!< device frame, when state is device (or transit from device)
   std::uint32_t host_slot = kNoSlot;   //!< host slot: the data (host state), the write-back target
-                                       //!< (evicting), or the source of a page-in still pending
+                                       //!< (evicting), the source of a page-in still pending, or a
+                                       //!< copy kept while resident (word::kHostCopy)
   std::uint32_t nvme_slot = kNoSlot;   //!< NVMe slot: the data (nvme state), or a copy kept while the
                                        //!< page is elsewhere (current unless the word says dirty)
   bool stale_mapping = false;          //!< an eviction failed to unmap the address; unmap before mapping

@@ -419,7 +419,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
       nvme_->release(p.nvme_slot);
       p.nvme_slot = kNoSlot;
     }
-    p.word.fetch_and(~(word::kDirty | word::kDiscarded), std::memory_order_relaxed);
+    p.word.fetch_and(~(word::kDirty | word::kDiscarded | word::kHostCopy), std::memory_order_relaxed);
     if (p.ready != nullptr) EventRef::drop(std::exchange(p.ready, nullptr));
     p.owner = nullptr;
     p.set_state(PageState::unused);
@@ -638,6 +638,8 @@ void PagerImpl::check_invariants() const {
       if (word::pending(w) != (p.ready != nullptr)) fail(where + " pending flag disagrees with its page-in event");
     }
     if (s == PageState::host && (p.host_slot == kNoSlot || p.frame != kNoFrame)) fail(where + " misplaced");
+    if (word::host_copy(w) && (p.host_slot == kNoSlot || (s != PageState::device && s != PageState::transit)))
+      fail(where + " keeps a host copy it cannot have");
     if (s == PageState::fresh && (p.host_slot != kNoSlot || p.frame != kNoFrame || p.nvme_slot != kNoSlot))
       fail(where + " holds resources");
     if (s == PageState::nvme && (p.nvme_slot == kNoSlot || p.frame != kNoFrame || p.host_slot != kNoSlot))

@@ -208,10 +208,14 @@ class PagerImpl {
   [[nodiscard]] static bool clean_on_nvme(const PageEntry& p, std::uint64_t w) noexcept {
     return p.nvme_slot != kNoSlot && !word::dirty(w);
   }
-  //! True if evicting `p` (state word `w`) needs no write-back: its NVMe copy is current, or its
-  //! contents were discarded.
+  //! True if `p`'s host slot is a kept copy of its current contents (a resident page; see kHostCopy).
+  [[nodiscard]] static bool clean_on_host(const PageEntry& p, std::uint64_t w) noexcept {
+    return p.host_slot != kNoSlot && word::host_copy(w);
+  }
+  //! True if evicting `p` (state word `w`) needs no write-back: its host or NVMe copy is current, or
+  //! its contents were discarded.
   [[nodiscard]] static bool droppable(const PageEntry& p, std::uint64_t w) noexcept {
-    return word::discarded(w) || clean_on_nvme(p, w);
+    return word::discarded(w) || clean_on_host(p, w) || clean_on_nvme(p, w);
   }
   //! Records that `p` entered the host tier (candidates for spilling, oldest first).
   void note_host(const PageEntry& p) noexcept;
@@ -233,6 +237,19 @@ class PagerImpl {
   std::vector<std::uint32_t> acquire_host_slots(Lock& lk, std::size_t want, Clock::time_point deadline);
   //! A free NVMe slot, or one taken back from a page that keeps a copy elsewhere.
   std::optional<std::uint32_t> acquire_nvme_slot() noexcept;
+
+  // --- host copies of resident pages (vmm/eviction.cpp); with mu_ held ---
+  //! After `p`'s page-in from its host slot completed: keeps the slot as a copy while the contents
+  //! are unchanged (word::kHostCopy still set), else lets it go.
+  void keep_or_release_host_slot(PageEntry& p) noexcept;
+  //! A pin that may write changes `p`'s contents: its kept copy is stale. Lets the slot go unless a
+  //! page-in from it is still running (then the page-in's retirement does).
+  void drop_host_copy(PageEntry& p) noexcept;
+  //! Frees one host slot by taking back the oldest kept copy of a resident page (which then needs a
+  //! write-back when evicted). False if no page keeps one.
+  bool take_back_host_copy() noexcept;
+  //! A free host slot, or one taken back from a kept copy; none if neither exists.
+  std::optional<std::uint32_t> acquire_host_slot() noexcept;
 
   Config cfg_;
   std::unique_ptr<backend::DeviceBackend> dev_;
@@ -265,6 +282,7 @@ class PagerImpl {
   std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, oldest first (lazy: checked on use)
   std::deque<std::uint32_t> slot_keepers_;  // pages keeping an NVMe slot elsewhere (lazy: checked on use)
   std::deque<std::uint32_t> discarded_;     // resident pages whose contents were discarded: first victims (lazy)
+  std::deque<std::uint32_t> host_copies_;   // resident pages keeping a host copy, oldest first (lazy)
   std::unique_ptr<TransferEngine> xfer_;
   std::unique_ptr<policies::EvictionPolicy> policy_;
 

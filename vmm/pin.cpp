@@ -15,6 +15,8 @@ bool PagerImpl::try_pin_resident(PageEntry& p, std::uint64_t dirty) noexcept {
   std::uint64_t w = p.word.load(std::memory_order_acquire);
   do {
     if (word::state(w) != PageState::device || word::pending(w) || word::pins(w) == word::kPinMax) return false;
+    // A pin that may write makes a kept host copy stale: the slow path lets the slot go, under the lock.
+    if (dirty != 0 && word::host_copy(w)) return false;
     // A pin that may write brings discarded contents back to life.
   } while (!p.word.compare_exchange_weak(w, ((w + word::kPinOne) | dirty) & ~(dirty != 0 ? word::kDiscarded : 0),
                                          std::memory_order_acq_rel, std::memory_order_acquire));
@@ -312,6 +314,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
     for (std::uint32_t i = 0; i < n; ++i) {
       pages[i].word.fetch_or(word::kDirty, std::memory_order_acq_rel);
       pages[i].word.fetch_and(~word::kDiscarded, std::memory_order_acq_rel);  // the contents live again
+      drop_host_copy(pages[i]);                                               // and change
     }
   }
   policy_->touch(pages, n);
@@ -462,6 +465,7 @@ void PagerImpl::discard(Allocation* a) {
       } while (!p.word.compare_exchange_weak(w, (w | word::kDiscarded) & ~word::kDirty, std::memory_order_acq_rel,
                                              std::memory_order_acquire));
       if (!marked) continue;
+      drop_host_copy(p);  // a copy of dead contents is worth nothing
       if (p.nvme_slot != kNoSlot) nvme_->release(std::exchange(p.nvme_slot, kNoSlot));
       discarded_.push_back(table_.index_of(p));
       continue;

@@ -24,7 +24,7 @@ struct Stats {
   std::uint64_t hits = 0;                //!< Pages found resident at pin time.
   std::uint64_t misses = 0;              //!< Pages that had to be made resident at pin or prefetch time.
   std::uint64_t evictions = 0;           //!< Pages evicted from the device tier.
-  std::uint64_t clean_evictions = 0;     //!< Of those, with a current NVMe copy or discarded: no copy.
+  std::uint64_t clean_evictions = 0;     //!< Of those, with a current host or NVMe copy, or discarded: no copy.
   std::uint64_t prefetched = 0;          //!< Pages made resident by prefetch() or trace prefetch.
   std::uint64_t trace_divergences = 0;   //!< Times the program left the recorded trace (it was dropped).
   std::uint64_t stall_ns = 0;            //!< Time calling threads spent blocked inside pin().
@@ -32,7 +32,7 @@ struct Stats {
   std::uint64_t live_bytes = 0;          //!< Bytes of live tensors (rounded up to pages).
   std::uint64_t device_used_bytes = 0;   //!< Device frames in use now.
   std::uint64_t device_peak_bytes = 0;   //!< Most device frames ever in use at once.
-  std::uint64_t host_used_bytes = 0;     //!< Host frames in use now.
+  std::uint64_t host_used_bytes = 0;     //!< Host frames in use now (copies kept by resident pages included).
   std::uint64_t host_peak_bytes = 0;     //!< Most host frames ever in use at once.
   std::uint64_t device_budget = 0;       //!< Device budget in bytes (whole pages).
   std::uint64_t host_budget = 0;         //!< Host budget in bytes (whole pages).
