@@ -3,21 +3,23 @@
 // thread; an event completes when the work recorded before it has run.
 //
 // Device time. Each stream keeps a device clock (from its creation): the modelled time at which its
-// last operation ended. An operation starts at that clock, or at the host time at which it was queued
-// if that is later. Each host thread's host time runs with the wall clock, less a lag: when the thread
-// waits for device work (synchronize, an event wait) and it completes at device time D, its host time
-// becomes the later of D and its host time when it began to wait, so the time it spent blocked only
-// because the simulation ran late does not count (a query that finds work complete does the same with
-// no wait). With Timing::model a thread's host time is just the latest D it waited for: host work takes
-// no device time, and a query reports work complete only if it completed by the thread's host time
-// (work the simulator has run but that ends later in device time is not ready), so what a thread
-// sees does not depend on how fast the simulator runs against the host. A copy takes its slot on the direction's bus
-// (CopyEngine), a busy kernel its duration, a host callable its real run time, and a wait ends at the modelled
-// completion time of the event it waits for. The worker then sleeps until the wall clock reaches the operation's
-// modelled end, so work never completes early; when it completes late (the OS woke the thread late, or a memcpy ran
-// slower than the modelled bus), the lateness does not carry into later modelled times. Events carry the device time of
-// their completion, so elapsed device time (event_elapsed) measures the model: a benchmark's result does not depend on
-// the host machine's timer noise or memcpy speed. Host work between waits counts at wall-clock speed.
+// last operation ended. An operation starts at that clock, or at the host time at which it was
+// queued if that is later. Each host thread's host time runs with the wall clock, less a lag: when
+// the thread waits for device work (synchronize, an event wait) and it completes at device time D,
+// its host time becomes the later of D and its host time when it began to wait, so the time it
+// spent blocked only because the simulation ran late does not count (a query that finds work
+// complete does the same with no wait). With Timing::model a thread's host time is just the latest
+// D it waited for: host work takes no device time, and a query reports work complete only if it
+// completed by the thread's host time (work the simulator has run but that ends later in device
+// time is not ready), so what a thread sees does not depend on how fast the simulator runs against
+// the host. A copy takes its slot on the direction's bus (CopyEngine), a busy kernel its duration,
+// a host callable its real run time, and a wait ends at the modelled completion time of the event
+// it waits for. The worker then sleeps until the wall clock reaches the operation's modelled end,
+// so work never completes early; when it completes late (the OS woke the thread late, or a memcpy
+// ran slower than the modelled bus), the lateness does not carry into later modelled times. Events
+// carry the device time of their completion, so elapsed device time (event_elapsed) measures the
+// model: a benchmark's result does not depend on the host machine's timer noise or memcpy speed.
+// Host work between waits counts at wall-clock speed.
 
 #include <chrono>
 #include <condition_variable>
