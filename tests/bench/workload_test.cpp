@@ -217,6 +217,21 @@ TEST(Workloads, TheWindowBoundCountsThePagesARunOfKernelsMustLoad) {
   EXPECT_THROW((void)window_bound_s(two_in_turn(Access::read, false), 2, 2 * MiB, 0), std::invalid_argument);
 }
 
+// tvmm drops a page whose host copy is current, with or without an NVMe tier, so Belady must too, or
+// it would not bound tvmm's bytes.
+TEST(Workloads, BeladyDropsCleanPagesWithOrWithoutAnNvmeTier) {
+  const auto w = two_in_turn(Access::read, false);  // two 2-page tensors, read in turn, never written
+  RunOptions o;
+  Budgets b;
+  b.frames = 2;
+  b.total_pages = b.working_pages = 4;
+  const auto host_only = reference(w, o, b);
+  // About 4 pages loaded per iteration and none written back; writing every evicted page back makes 8.
+  EXPECT_LT(host_only.belady_bytes, 5.0 * 2 * MiB);
+  b.nvme_pages = 4;
+  EXPECT_DOUBLE_EQ(reference(w, o, b).belady_bytes, host_only.belady_bytes);
+}
+
 TEST(Workloads, TheReferenceTakesTheLargerOfTheIdealAndTheWindowBound) {
   const auto w = two_in_turn(Access::read, false);
   RunOptions o;
