@@ -187,6 +187,16 @@ bool PagerImpl::reap(Lock& /*lk*/) {
   return retired;
 }
 
+namespace {
+// A resident page (not one being evicted: its slot is about to hold its only data) whose kept host copy
+// can be taken back: no page-in from the slot still runs. The hit path never clears the bit, so under
+// mu_ this cannot change.
+bool keeps_host_copy(const PageEntry& p) {
+  const auto w = p.word.load(std::memory_order_acquire);
+  return word::state(w) == PageState::device && !word::pending(w) && word::host_copy(w) && p.host_slot != kNoSlot;
+}
+}  // namespace
+
 void PagerImpl::keep_or_release_host_slot(PageEntry& p) noexcept {
   // Copies live only in the host tier's spare room: a quarter of it must stay free. In a full tier
   // each copy would be taken back at once for the next write-back or NVMe read, having saved nothing
@@ -195,11 +205,9 @@ void PagerImpl::keep_or_release_host_slot(PageEntry& p) noexcept {
   const bool room = host_->free_count() > host_->budget() / 4;
   if (room && word::host_copy(p.word.load(std::memory_order_acquire))) {
     try {
+      // Compacted before the push: `p` itself is still pending here, so the check would drop it.
+      compact_lazy(host_copies_, host_->budget(), table_, keeps_host_copy);
       host_copies_.push_back(table_.index_of(p));
-      compact_lazy(host_copies_, host_->budget(), table_, [](const PageEntry& e) {
-        const auto w = e.word.load(std::memory_order_acquire);
-        return word::state(w) == PageState::device && word::host_copy(w);
-      });
       return;
     } catch (const std::bad_alloc&) {
       // Not recorded, the copy could not be taken back when the host tier fills up: let it go now.
@@ -220,12 +228,8 @@ bool PagerImpl::take_back_host_copy() noexcept {
   while (!host_copies_.empty()) {
     PageEntry& p = table_[host_copies_.front()];
     host_copies_.pop_front();
-    // Only a resident page (not one being evicted: its slot is about to hold its only data) whose copy
-    // is still kept; the hit path never clears the bit, so it cannot change under mu_.
-    const auto w = p.word.load(std::memory_order_acquire);
-    if (word::state(w) != PageState::device || !clean_on_host(p, w) || word::pending(w)) continue;
-    p.word.fetch_and(~word::kHostCopy, std::memory_order_acq_rel);
-    host_->release(std::exchange(p.host_slot, kNoSlot));
+    if (!keeps_host_copy(p)) continue;
+    drop_host_copy(p);  // bit set, no page-in running: the slot goes back to the tier
     return true;
   }
   return false;
