@@ -240,29 +240,54 @@ void PagerImpl::pin_for_life(Allocation* a) {
 
 Allocation* PagerImpl::allocate_small(std::size_t bytes, Hints hints) {
   const std::uint32_t units = SmallArena::units_for(bytes);
-  Lock lk(mu_);
-  auto place = arena_.place(units);
-  while (!place) {
-    // A new arena page: an ordinary one-page allocation, pinned for life. Made without the lock.
-    lk.unlock();
-    Allocation* backing = allocate_pages(page_size_, Hints{"small-object arena"}, false);
-    pin_for_life(backing);
-    lk.lock();
-    arena_.add_page(backing);
-    place = arena_.place(units);
-  }
-  auto a = std::make_unique<Allocation>();
-  a->id = next_id_++;
-  by_id_.emplace(a->id, a.get());
-  a->base = place->addr;
+  auto a = std::make_unique<Allocation>();  // before any placement, so nothing placed can leak
   a->bytes = bytes;
-  a->first_page = place->page->backing->first_page;
   a->pages = 1;
   a->name = std::move(hints.name);
-  a->arena = place->page;
-  a->arena_unit = place->unit;
   a->arena_units = units;
-  owned_.emplace(a->base, a.get());
+  Allocation* surplus = nullptr;  // a new arena page that turned out not to be needed
+  {
+    Lock lk(mu_);
+    auto place = arena_.place(units);
+    if (!place) {
+      // A new arena page: an ordinary one-page allocation, pinned for life. Made without the lock, so
+      // another thread may free room in an older page, or add a page, meanwhile: look again first, and
+      // release the new page if it is not needed (kept empty, it would stay pinned for good).
+      lk.unlock();
+      Allocation* backing = allocate_pages(page_size_, Hints{"small-object arena"}, false);
+      pin_for_life(backing);
+      lk.lock();
+      place = arena_.place(units);
+      if (place) {
+        surplus = backing;
+      } else {
+        try {
+          place = arena_.add_page(backing, units);
+        } catch (...) {
+          lk.unlock();
+          drop_owner(backing);
+          throw;
+        }
+      }
+    }
+    a->id = next_id_++;
+    a->base = place->addr;
+    a->first_page = place->page->backing->first_page;
+    a->arena = place->page;
+    a->arena_unit = place->unit;
+    try {
+      by_id_.emplace(a->id, a.get());
+      owned_.emplace(a->base, a.get());
+    } catch (...) {
+      by_id_.erase(a->id);
+      Allocation* empty = arena_.release(place->page, place->unit, units);
+      lk.unlock();
+      if (empty != nullptr) drop_owner(empty);
+      if (surplus != nullptr) drop_owner(surplus);
+      throw;
+    }
+  }
+  if (surplus != nullptr) drop_owner(surplus);  // without the lock: it takes mu_
   counters_.allocations.fetch_add(1, std::memory_order_relaxed);
   counters_.live_bytes.fetch_add(std::uint64_t{units} * SmallArena::kUnit, std::memory_order_relaxed);
   counters_.live_tensors.fetch_add(1, std::memory_order_relaxed);
@@ -670,6 +695,11 @@ void PagerImpl::check_invariants() const {
   if (device_->in_use() > device_->budget() || device_->peak() > device_->budget()) fail("device budget exceeded");
   if (host_->in_use() > host_->budget() || host_->peak() > host_->budget()) fail("host budget exceeded");
   if (pinned != pinned_pages_.load()) fail("pinned page count is off");
+  std::vector<const Allocation*> small;
+  for (const auto& [id, a] : by_id_) {
+    if (a->arena != nullptr) small.push_back(a);
+  }
+  if (const std::string problem = arena_.check(small); !problem.empty()) fail(problem);
   if (pages != allocated_pages_) fail("allocated page count is off");
   if (policy_->size() != device_pages)
     fail("policy tracks " + std::to_string(policy_->size()) + " pages but " + std::to_string(device_pages) +

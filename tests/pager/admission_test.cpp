@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "test_support.hpp"
@@ -140,4 +141,34 @@ TEST(Admission, ZeroThresholdMakesEverythingEvictable) {
   { auto pin = a.pin(Access::write); }
   { auto pin = b.pin(Access::write); }
   EXPECT_EQ(a.tier(), Tier::host);
+}
+
+// A thread that opens a new arena page does so without the lock; if another thread frees room in an
+// older page meanwhile, the allocation goes there and the new page must not stay behind, empty and
+// pinned for life (it did: device_used_bytes stayed at one page and a pin of the whole budget failed).
+TEST(Admission, AnArenaPageOpenedWhileAnotherFreesRoomIsNotLeaked) {
+  Config c = admission_config(4, 8, 48 * KiB);
+  c.sim.copy_latency = std::chrono::milliseconds(200);  // the new page's frame waits for a slow write-back
+  c.wait_timeout = std::chrono::milliseconds(2'000);
+  Pager p(c);
+  auto first = p.allocate(32 * KiB);  // two fill one arena page
+  auto second = p.allocate(32 * KiB);
+  auto big = p.allocate(3 * 64 * KiB);  // and a dirty tensor the rest of the device
+  { auto pin = big.pin(Access::write); }
+  ASSERT_EQ(p.stats().device_used_bytes, 4 * 64 * KiB);
+  Tensor third;
+  std::thread opener([&] { third = p.allocate(32 * KiB); });  // needs a new page: evicts, waits 200 ms
+  while (p.stats().evictions == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  first.reset();  // room in the old page while the opener waits, unlocked, for its frame
+  opener.join();
+  p.check_invariants();  // no arena page without an allocation
+  EXPECT_EQ(page_of(third.data()), page_of(second.data()));  // it took the room freed meanwhile
+  second.reset();
+  third.reset();
+  EXPECT_EQ(p.stats().live_bytes, 3 * 64 * KiB);
+  big.reset();
+  EXPECT_EQ(p.stats().device_used_bytes, 0u);  // no arena page is left pinned
+  auto whole = p.allocate(4 * 64 * KiB);
+  EXPECT_NO_THROW({ auto pin = whole.pin(Access::write); });  // the whole budget can be pinned again
+  p.check_invariants();
 }
