@@ -60,7 +60,14 @@ std::optional<std::uint32_t> PagerImpl::acquire_nvme_slot() noexcept {
   return std::nullopt;
 }
 
-void PagerImpl::run_nvme(std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what) {
+void PagerImpl::run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what,
+                         std::size_t frames_held) {
+  frames_in_hand_ += static_cast<std::uint32_t>(frames_held);
+  lk.unlock();
+  ScopeGuard relock([&] {  // also when the batch throws: the caller's rollback runs under the lock
+    lk.lock();
+    frames_in_hand_ -= static_cast<std::uint32_t>(frames_held);
+  });
   const auto start = Clock::now();
   nvme_->run(ios, hooks);
   if (events_trace_) {
@@ -145,9 +152,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   };
   NvmeTier::Hooks hooks;
   hooks.ready = arrived;
-  lk.unlock();
-  run_nvme(ios, hooks, "nvme write");
-  lk.lock();
+  run_nvme(lk, ios, hooks, "nvme write", 0);
   reap(lk);  // retires the write-backs of the pages claimed on their way: each completed before its write
   // 4. Publish: written pages move to NVMe; a failed write leaves its page on the host, readable.
   const NvmeTier::Io* failed = nullptr;
@@ -280,9 +285,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   };
   NvmeTier::Hooks hooks;
   hooks.done = page_in;
-  lk.unlock();
-  run_nvme(ios, hooks, "nvme read");
-  lk.lock();
+  run_nvme(lk, ios, hooks, "nvme read", got.frames.size());  // the frames are mapped, not yet the pages'
   EventRef done;
   try {
     if (copy_error) std::rethrow_exception(copy_error);

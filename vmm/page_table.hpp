@@ -28,7 +28,7 @@ enum class PageState : std::uint8_t {
 const char* to_string(PageState s) noexcept;
 
 //! Layout of the state word: state (3 bits) | page-in pending (1) | referenced (1, for CLOCK) |
-//! dirty (1) | discarded (1) | host copy (1) | pins (24, from bit 8) | version (32).
+//! dirty (1) | discarded (1) | host copy (1) | pins (23, from bit 8) | frozen (1) | version (32).
 //! "Dirty" means the page's NVMe slot (if it keeps one) no longer holds its current data: set by every
 //! pin that may write (in the same CAS that counts the pin), cleared when the page is written to NVMe.
 //! "Page-in pending" means the page is resident but its page-in copy may still be running: a pin must
@@ -48,8 +48,12 @@ inline constexpr std::uint64_t kDiscarded = 0x40;
 inline constexpr std::uint64_t kHostCopy = 0x80;
 inline constexpr int kPinShift = 8;
 inline constexpr std::uint64_t kPinOne = std::uint64_t{1} << kPinShift;
-inline constexpr std::uint64_t kPinMax = (std::uint64_t{1} << 24) - 1;
+inline constexpr std::uint64_t kPinMax = (std::uint64_t{1} << 23) - 1;
 inline constexpr std::uint64_t kPinMask = kPinMax << kPinShift;
+//! Set by PagerImpl::check_invariants, under the pager lock, while it counts pins: the lock-free pin
+//! and unpin paths leave a frozen word alone (a pin takes the slow path, an unpin waits for the lock),
+//! so the count it takes is a snapshot. Kept across state changes.
+inline constexpr std::uint64_t kFrozen = std::uint64_t{1} << 31;
 inline constexpr int kVersionShift = 32;
 inline constexpr std::uint64_t kVersionOne = std::uint64_t{1} << kVersionShift;
 
@@ -58,12 +62,13 @@ constexpr bool pending(std::uint64_t w) noexcept { return (w & kPending) != 0; }
 constexpr bool dirty(std::uint64_t w) noexcept { return (w & kDirty) != 0; }
 constexpr bool discarded(std::uint64_t w) noexcept { return (w & kDiscarded) != 0; }
 constexpr bool host_copy(std::uint64_t w) noexcept { return (w & kHostCopy) != 0; }
+constexpr bool frozen(std::uint64_t w) noexcept { return (w & kFrozen) != 0; }
 constexpr std::uint64_t pins(std::uint64_t w) noexcept { return (w & kPinMask) >> kPinShift; }
 constexpr std::uint32_t version(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w >> kVersionShift); }
-//! `w` with a new state and pending flag, the same pins, dirty, discarded and host-copy bits, and the
-//! version advanced.
+//! `w` with a new state and pending flag, the same pins, dirty, discarded, host-copy and frozen bits,
+//! and the version advanced.
 constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = false) noexcept {
-  return ((w & (kPinMask | kDirty | kDiscarded | kHostCopy)) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
+  return ((w & (kPinMask | kDirty | kDiscarded | kHostCopy | kFrozen)) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
          ((w >> kVersionShift) + 1) * kVersionOne;
 }
 }  // namespace word

@@ -5,6 +5,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
 #include "policies/belady_policy.hpp"
 #include "vmm/detail/check.hpp"
@@ -635,8 +636,18 @@ std::string PagerImpl::describe_device() const {
          " in transit";
 }
 
+// Correct while other threads use the pager: everything but the pin counts changes only under mu_,
+// and a thread that lets go of mu_ while it holds frames no page records yet counts them in
+// frames_in_hand_. Pins change without the lock, so the words are frozen while they are counted (see
+// word::kFrozen): the lock-free paths leave them alone, and the count is a snapshot.
 void PagerImpl::check_invariants() const {
   std::lock_guard lk(mu_);
+  for (std::uint32_t i = 0; i < table_.size(); ++i) {
+    if (table_[i].state() != PageState::unused) table_[i].word.fetch_or(word::kFrozen, std::memory_order_acq_rel);
+  }
+  ScopeGuard thaw([&] {
+    for (std::uint32_t i = 0; i < table_.size(); ++i) table_[i].word.fetch_and(~word::kFrozen, std::memory_order_acq_rel);
+  });
   auto fail = [](const std::string& what) {
     throw tvmm::device_error("tvmm invariant violated: " + what, "invariant");
   };
@@ -682,9 +693,9 @@ void PagerImpl::check_invariants() const {
       ++slots;
     }
   }
-  if (frames != device_->in_use())
+  if (frames + frames_in_hand_ != device_->in_use())
     fail("device tier counts " + std::to_string(device_->in_use()) + " frames in use but pages hold " +
-         std::to_string(frames));
+         std::to_string(frames) + " and threads hold " + std::to_string(frames_in_hand_) + " for pages being loaded");
   if (slots != host_->in_use())
     fail("host tier counts " + std::to_string(host_->in_use()) + " slots in use but pages hold " +
          std::to_string(slots));
@@ -694,7 +705,13 @@ void PagerImpl::check_invariants() const {
   if (nvme_ && nvme_->peak() > nvme_->budget()) fail("NVMe budget exceeded");
   if (device_->in_use() > device_->budget() || device_->peak() > device_->budget()) fail("device budget exceeded");
   if (host_->in_use() > host_->budget() || host_->peak() > host_->budget()) fail("host budget exceeded");
-  if (pinned != pinned_pages_.load()) fail("pinned page count is off");
+  // The count runs ahead of the words only while a lock-free pin or unpin is between its two steps
+  // (none can start now): wait for those to finish.
+  const auto settle_by = Clock::now() + std::chrono::seconds(2);
+  while (pinned_pages_.load() > pinned && Clock::now() < settle_by) std::this_thread::yield();
+  if (const auto counted = pinned_pages_.load(); counted != pinned)
+    fail("the pinned-page count says " + std::to_string(counted) + " but " + std::to_string(pinned) +
+         " pages are pinned");
   std::vector<const Allocation*> small;
   for (const auto& [id, a] : by_id_) {
     if (a->arena != nullptr) small.push_back(a);

@@ -79,6 +79,8 @@ class PagerImpl {
   [[nodiscard]] Tier tier(const Allocation* a, std::size_t offset);
   [[nodiscard]] Stats stats() const;
   [[nodiscard]] Placement placement() const;
+  //! Checks every invariant under the lock; correct while other threads use the pager (it briefly
+  //! stops lock-free pins and unpins of resident pages while it counts them). Throws on a violation.
   void check_invariants() const;
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] backend::DeviceBackend& device() noexcept { return *dev_; }
@@ -162,8 +164,11 @@ class PagerImpl {
   std::vector<EventRef> pending_page_ins(const Allocation* a, PageSpan span);
   // Pages of `span` of `a` on the host tier, at most `limit`; caller holds mu_.
   std::vector<PageEntry*> host_pages(const Allocation* a, PageSpan span, std::size_t limit = SIZE_MAX);
-  // nvme_->run, as a span on the trace's I/O lane (`what`: "nvme write" or "nvme read").
-  void run_nvme(std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what);
+  // nvme_->run without mu_ (taken back on return, also by an exception), as a span on the trace's I/O
+  // lane (`what`: "nvme write" or "nvme read"). `frames_held`: device frames the caller holds for pages
+  // that do not record them yet (counted in frames_in_hand_ meanwhile).
+  void run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what,
+                std::size_t frames_held);
   // The event trace: an instant per pin on its stream's lane (or the pinning thread's).
   void trace_pin(const Allocation* a, std::uint32_t pages, bool hit, backend::StreamHandle stream) noexcept;
   // Streams are numbered from 1 in the order they were created (the trace's lane names).
@@ -289,7 +294,9 @@ class PagerImpl {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // page left transit, pins dropped, frames or slots freed
   std::atomic<std::uint32_t> waiters_{0};
-  std::atomic<std::uint64_t> pinned_pages_{0};  // pages with pins > 0
+  // Pages with pins > 0; ahead of the truth while a lock-free pin or unpin is between its steps (pin.cpp).
+  std::atomic<std::uint64_t> pinned_pages_{0};
+  std::uint32_t frames_in_hand_ = 0;  // taken from the pool by a thread that let go of mu_; guarded by mu_
   std::uint64_t allocated_pages_ = 0;           // guarded by mu_
   std::uint64_t host_only_pages_ = 0;           // pages of allocations kept off NVMe; guarded by mu_
   std::uint64_t capacity_pages_ = 0;

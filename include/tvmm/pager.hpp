@@ -264,8 +264,10 @@ class Pager {
   [[nodiscard]] Stats stats() const;
   //! Where the page holding `addr` lives now. Throws `tvmm::invalid_argument` outside live tensors.
   [[nodiscard]] Tier tier_of(const void* addr) const;
-  //! Verifies the pager's internal invariants (budgets, frame and slot ownership, page states);
-  //! throws `tvmm::error` describing the first violation. For tests and debugging; takes the lock.
+  //! Verifies the pager's internal invariants (budgets, frame and slot ownership, page states, pin
+  //! counts, the small-object arena); throws `tvmm::device_error` describing the first violation.
+  //! Correct while other threads use the pager: it takes the lock, and while it counts pins,
+  //! lock-free pins and unpins wait for it (one pass over the page table). For tests and debugging.
   void check_invariants() const;
   //! The effective configuration (page size and budgets resolved).
   [[nodiscard]] const Config& config() const noexcept;
