@@ -74,6 +74,12 @@ tvmm_status null_argument(const char* function, const char* argument) {
   return TVMM_ERROR_INVALID_ARGUMENT;
 }
 
+// docs/c-api.md: on failure an output handle is NULL. Cleared first, before any argument is checked.
+template <class T>
+void clear(T** out) noexcept {
+  if (out != nullptr) *out = nullptr;
+}
+
 // Runs `f`, turning any exception into a status.
 template <class F>
 tvmm_status guarded(F&& f) noexcept {
@@ -121,8 +127,8 @@ const char* tvmm_status_name(tvmm_status status) {
 }
 
 tvmm_status tvmm_pager_create(const char* config_path, tvmm_pager** out) {
+  clear(out);
   if (out == nullptr) return null_argument("tvmm_pager_create", "out");
-  *out = nullptr;
   return guarded([&] {
     tvmm::Config c;
     if (config_path != nullptr) {
@@ -142,6 +148,9 @@ tvmm_status tvmm_pager_mark_iteration(tvmm_pager* pager) {
 }
 
 tvmm_status tvmm_pager_stats_json(tvmm_pager* pager, char* buffer, size_t capacity, size_t* needed) {
+  // On failure: `*needed` is 0 and the buffer holds "" (never a stale or partial text).
+  if (needed != nullptr) *needed = 0;
+  if (buffer != nullptr && capacity != 0) buffer[0] = '\0';
   if (pager == nullptr) return null_argument("tvmm_pager_stats_json", "pager");
   if (buffer == nullptr && capacity != 0) return null_argument("tvmm_pager_stats_json", "buffer");
   return guarded([&] {
@@ -155,9 +164,9 @@ tvmm_status tvmm_pager_stats_json(tvmm_pager* pager, char* buffer, size_t capaci
 }
 
 tvmm_status tvmm_tensor_create(tvmm_pager* pager, size_t bytes, const char* name, tvmm_tensor** out) {
+  clear(out);
   if (pager == nullptr) return null_argument("tvmm_tensor_create", "pager");
   if (out == nullptr) return null_argument("tvmm_tensor_create", "out");
-  *out = nullptr;
   return guarded([&] {
     tvmm::Hints hints;
     if (name != nullptr) hints.name = name;
@@ -183,9 +192,9 @@ tvmm_status tvmm_tensor_discard(tvmm_tensor* tensor) {
 }
 
 tvmm_status tvmm_stream_create(tvmm_pager* pager, tvmm_stream** out) {
+  clear(out);
   if (pager == nullptr) return null_argument("tvmm_stream_create", "pager");
   if (out == nullptr) return null_argument("tvmm_stream_create", "out");
-  *out = nullptr;
   return guarded([&] { *out = new tvmm_stream{pager->pager.create_stream()}; });
 }
 
@@ -198,9 +207,9 @@ tvmm_status tvmm_stream_synchronize(tvmm_stream* stream) {
 
 tvmm_status tvmm_pin_create(tvmm_tensor* tensor, tvmm_stream* stream, size_t offset, size_t bytes, tvmm_access access,
                             tvmm_pin** out) {
+  clear(out);
   if (tensor == nullptr) return null_argument("tvmm_pin_create", "tensor");
   if (out == nullptr) return null_argument("tvmm_pin_create", "out");
-  *out = nullptr;
   return guarded([&] {
     const tvmm::Access a = to_access(access);
     const std::size_t size = tensor->tensor.size();

@@ -2,8 +2,10 @@
  *
  * Every function that can fail returns a tvmm_status; on failure, tvmm_last_error() gives this thread's
  * one-line reason (what failed, and how to fix it). Functions never throw or abort: C++ exceptions stop
- * at this boundary. Handles are owned by the caller and freed with the matching *_destroy call;
- * tensors, streams and pins must be destroyed before their pager. See docs/c-api.md.
+ * at this boundary. A call that creates a handle sets its output (`out`) to NULL first, so on any
+ * failure, a bad argument included, the output is NULL and nothing was created. Handles are owned by
+ * the caller and freed with the matching *_destroy call; tensors, streams and pins must be destroyed
+ * before their pager. See docs/c-api.md.
  */
 #ifndef TVMM_TVMM_H
 #define TVMM_TVMM_H
@@ -51,7 +53,8 @@ void tvmm_pager_destroy(tvmm_pager* pager);
 /** Marks an iteration boundary (trace prefetch and Belady record the first iteration). */
 tvmm_status tvmm_pager_mark_iteration(tvmm_pager* pager);
 /** The pager's counters as one JSON object: copies up to `capacity` bytes (NUL-terminated) to `buffer`
- *  and sets `*needed` to the full length plus one. Call with capacity 0 to learn the size. */
+ *  and sets `*needed` to the full length plus one. Call with capacity 0 to learn the size. On failure
+ *  `*needed` is 0 and `buffer` (when capacity > 0) holds the empty string. */
 tvmm_status tvmm_pager_stats_json(tvmm_pager* pager, char* buffer, size_t capacity, size_t* needed);
 
 /** Allocates a tensor of `bytes` (> 0); `name` (may be NULL) appears in traces. */

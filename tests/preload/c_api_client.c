@@ -34,8 +34,22 @@ static void explicit_pager(void) {
   CHECK(tvmm_tensor_create(pager, 0, "empty", &none) == TVMM_ERROR_INVALID_ARGUMENT && none == NULL,
         "a 0-byte tensor was not refused");
   CHECK(strlen(tvmm_last_error()) > 0, "no reason for the refusal");
+  none = (tvmm_tensor*)0x1;
   CHECK(tvmm_tensor_create(NULL, 64, NULL, &none) == TVMM_ERROR_INVALID_ARGUMENT, "a NULL pager was accepted");
   CHECK(strstr(tvmm_last_error(), "pager is NULL") != NULL, "the reason does not name the argument");
+  CHECK(none == NULL, "tvmm_tensor_create with a NULL pager left its output handle set");
+  /* Every creating call clears its output first, whichever argument is bad. */
+  tvmm_stream* no_stream = (tvmm_stream*)0x1;
+  CHECK(tvmm_stream_create(NULL, &no_stream) == TVMM_ERROR_INVALID_ARGUMENT && no_stream == NULL,
+        "tvmm_stream_create with a NULL pager left its output handle set");
+  tvmm_pin* no_pin = (tvmm_pin*)0x1;
+  CHECK(tvmm_pin_create(NULL, NULL, 0, 0, TVMM_ACCESS_READ, &no_pin) == TVMM_ERROR_INVALID_ARGUMENT && no_pin == NULL,
+        "tvmm_pin_create with a NULL tensor left its output handle set");
+  size_t no_size = 99;
+  char no_json[8] = "stale";
+  CHECK(tvmm_pager_stats_json(NULL, no_json, sizeof no_json, &no_size) == TVMM_ERROR_INVALID_ARGUMENT &&
+            no_size == 0 && no_json[0] == '\0',
+        "a failed tvmm_pager_stats_json left its outputs set");
   tvmm_pager* other = (tvmm_pager*)0x1;
   CHECK(tvmm_pager_create("/nonexistent/tvmm.toml", &other) == TVMM_ERROR_CONFIG, "a missing config file was accepted");
   CHECK(other == NULL, "a failed create left a handle");
