@@ -356,6 +356,9 @@ TEST_F(NvmePipeline, AFailedWaitForAWriteBackLeavesThatPageOnTheHostAndLosesNoth
   Tensor c = pager_->allocate(8 * kPage);
   auto pinned = write_in_background(c);
   ReleaseAll release{this};
+  // With every copy held the spill must wait for the first one, and that wait fails. (Releasing the
+  // copy before it got there let the spill find it done and the fault hit the pin's own wait instead.)
+  ASSERT_TRUE(test::eventually([&] { return dev_->injected() == 1; })) << "the spill never waited";
   dev_->release(Op::copy_out, 1);  // the first page's copy, which the spill no longer waits for
   for (std::uint64_t k = 1; k <= 7; ++k) {
     dev_->release(Op::copy_out, 1);
