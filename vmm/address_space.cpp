@@ -2,17 +2,28 @@
 
 #include <cstdio>
 
-#include "vmm/detail/check.hpp"
+#include <string>
+
+#include "tvmm/config.hpp"
+#include "tvmm/errors.hpp"
 
 namespace tvmm::detail {
 
-AddressSpace::AddressSpace(backend::DeviceBackend& dev, std::size_t bytes, std::size_t page_size)
+AddressSpace::AddressSpace(backend::DeviceBackend& dev, std::size_t bytes, std::size_t page_size,
+                           std::string_view origin)
     : dev_(dev),
       page_size_(page_size),
       bytes_(bytes),
       pages_(static_cast<std::uint32_t>(bytes / page_size)),
       runs_(pages_) {
-  TVMM_CHECK(dev_.reserve(bytes_, &base_));
+  if (const auto st = dev_.reserve(bytes_, &base_); !st.ok()) {
+    std::string why = backend::errc_name(st.code);
+    if (st.sys_errno != 0) why += (st.code == backend::Errc::driver_error ? ", driver code " : ", errno ") + std::to_string(st.sys_errno);
+    throw config_error("cannot reserve " + format_bytes(bytes_) + " of device address space (the " +
+                       dev_.properties().name + " backend refused: " + why + "); " + std::string(origin) +
+                       ". Set device.va_size (TVMM_DEVICE_VA_SIZE) to the total size of the tensors you need "
+                       "live at once, or lower the budgets it is computed from");
+  }
 }
 
 AddressSpace::~AddressSpace() {

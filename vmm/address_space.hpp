@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "backends/device/device_backend.hpp"
 #include "vmm/detail/range_allocator.hpp"
@@ -12,8 +13,9 @@ namespace tvmm::detail {
 
 class AddressSpace {
  public:
-  //! Reserves `bytes` (a multiple of page_size) on the device.
-  AddressSpace(backend::DeviceBackend& dev, std::size_t bytes, std::size_t page_size);
+  //! Reserves `bytes` (a multiple of page_size) on the device. If the device refuses, throws
+  //! tvmm::config_error saying so, with `origin` (how the size was chosen: "device.va_size = ...").
+  AddressSpace(backend::DeviceBackend& dev, std::size_t bytes, std::size_t page_size, std::string_view origin);
   ~AddressSpace();
   AddressSpace(const AddressSpace&) = delete;
   AddressSpace& operator=(const AddressSpace&) = delete;

@@ -204,14 +204,16 @@ std::vector<ConfigKey> make_keys() {
                   {"sim", "cuda"},
                   [](Config& c, const KeyValue& v) { c.device_backend = v.text; },
                   [](const Config& c) { return "\"" + c.device_backend + "\""; }});
-  keys.push_back(size_key("device", "budget", "device memory the pager may use for pages (whole pages)", false,
+  keys.push_back(size_key("device", "budget",
+                          "device memory the pager may use for pages (rounded down to whole pages; at least one)",
+                          false,
                           [](Config& c) -> std::size_t& { return c.device_budget; }));
   keys.push_back(size_key("device", "page_size",
                           "unit of residency; \"auto\" = the backend's granularity, else a multiple of it", true,
                           [](Config& c) -> std::size_t& { return c.page_size; }));
   keys.push_back(size_key("device", "va_size",
                           "device address reservation; bounds the total size of live tensors; \"auto\" = 4 x "
-                          "(device + host budgets), at least 1 GiB",
+                          "(device + host budgets) + the NVMe budget, at least 1 GiB",
                           true, [](Config& c) -> std::size_t& { return c.va_size; }));
   keys.push_back(
       {"device",

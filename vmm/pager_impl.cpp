@@ -7,6 +7,9 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
+#include "backends/storage/slot_files.hpp"
 #include "policies/belady_policy.hpp"
 #include "vmm/detail/check.hpp"
 #include "vmm/detail/labels.hpp"
@@ -52,9 +55,7 @@ Config resolve_config(Config cfg, const backend::DeviceProperties& props) {
     throw config_error("device_budget = " + format_bytes(cfg.device_budget) + " exceeds the device's memory (" +
                        format_bytes(props.capacity) + "); lower it");
   }
-  if (cfg.va_size == 0) {
-    cfg.va_size = std::max<std::size_t>(4 * (cfg.device_budget + cfg.host_budget) + cfg.nvme.budget, GiB);
-  }
+  if (cfg.va_size == 0) cfg.va_size = default_va_size(cfg);
   cfg.va_size = (cfg.va_size + p - 1) / p * p;
   if (cfg.va_size / p > UINT32_MAX) {
     throw config_error("va_size = " + format_bytes(cfg.va_size) + " holds more than 2^32 pages of " + format_bytes(p) +
@@ -63,12 +64,45 @@ Config resolve_config(Config cfg, const backend::DeviceProperties& props) {
   return cfg;
 }
 
+std::size_t default_va_size(const Config& resolved) noexcept {
+  return std::max<std::size_t>(4 * (resolved.device_budget + resolved.host_budget) + resolved.nvme.budget, GiB);
+}
+
+std::string va_size_origin(const Config& given, const Config& resolved) {
+  if (given.va_size != 0) return "device.va_size = " + format_bytes(given.va_size) + " was set";
+  return "device.va_size is auto: 4 x (device budget " + format_bytes(resolved.device_budget) + " + host budget " +
+         format_bytes(resolved.host_budget) + ") + NVMe budget " + format_bytes(resolved.nvme.budget) +
+         ", at least 1 GiB = " + format_bytes(resolved.va_size);
+}
+
+std::unique_ptr<AddressSpace> PagerImpl::reserve_address_space(const Config& given, bool storage_given) const {
+  // The NVMe tier's directories first: a huge NVMe budget makes the auto va_size huge too, and a disk
+  // without the room is the error to report, not the reservation sized by it.
+  if (cfg_.nvme.budget != 0 && !storage_given) {
+    storage::check_slot_directories(cfg_.nvme.paths, static_cast<std::uint32_t>(cfg_.nvme.budget / page_size_),
+                                    page_size_);
+  }
+  // The page table takes host memory for every page of the reservation, allocated at once.
+  const std::size_t table_bytes = cfg_.va_size / page_size_ * sizeof(PageEntry);
+  const long phys_pages = ::sysconf(_SC_PHYS_PAGES), host_page = ::sysconf(_SC_PAGESIZE);
+  if (phys_pages > 0 && host_page > 0 && table_bytes > std::size_t(phys_pages) * std::size_t(host_page) / 4) {
+    throw config_error("the page table for a " + format_bytes(cfg_.va_size) + " address reservation (" +
+                       va_size_origin(given, cfg_) + ") needs " + format_bytes(table_bytes) + " of host memory (" +
+                       std::to_string(sizeof(PageEntry)) + " B per " + format_bytes(page_size_) +
+                       " page), more than a quarter of this machine's " +
+                       format_bytes(std::size_t(phys_pages) * std::size_t(host_page)) +
+                       "; set device.va_size to the total size of the tensors you need live at once, or raise "
+                       "device.page_size");
+  }
+  return std::make_unique<AddressSpace>(*dev_, cfg_.va_size, page_size_, va_size_origin(given, cfg_));
+}
+
 PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBackend> backend,
                      std::unique_ptr<storage::StorageBackend> storage)
     : cfg_((config.validate(), config)),
       dev_(backend ? std::move(backend) : backend::make_device_backend(cfg_)),
       page_size_((cfg_ = resolve_config(cfg_, dev_->properties())).page_size),
-      va_storage_(std::make_unique<AddressSpace>(*dev_, cfg_.va_size, page_size_)),
+      va_storage_(reserve_address_space(config, storage != nullptr)),
       va_(*va_storage_),
       table_storage_(std::make_unique<PageTable>(va_.pages())),
       table_(*table_storage_),

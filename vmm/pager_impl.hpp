@@ -136,6 +136,9 @@ class PagerImpl {
   void unpin_page_locked(PageEntry& p) noexcept;
   void wake_waiters() noexcept;
 
+  // The address reservation (constructor step, after cfg_ is resolved): checks the NVMe directories
+  // first (unless the caller supplied the storage backend) and the page table's host memory.
+  std::unique_ptr<AddressSpace> reserve_address_space(const Config& given, bool storage_given) const;
   // `owned`: a user's tensor (in owned_, counted in stats), or false for an arena page.
   // NUMA placement (constructor steps): decides the host tier's node, allocates and binds its frames,
   // binds the device backend's worker threads; then, with an NVMe tier, its I/O threads.

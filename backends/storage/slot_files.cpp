@@ -27,7 +27,7 @@ SlotFiles::SlotFiles(const StorageOptions& options) : slot_size_(options.slot_si
   if (slots_ == 0) throw config_error("the NVMe tier has no slots: its budget is smaller than one page");
   try {
     const auto n = static_cast<std::uint32_t>(options.paths.size());
-    for (std::uint32_t i = 0; i < n; ++i) open_one(options.paths[i], slots_ / n + (i < slots_ % n ? 1 : 0), options);
+    for (std::uint32_t i = 0; i < n; ++i) open_one(options.paths[i], slots_in_directory(slots_, n, i), options);
   } catch (...) {
     for (int fd : fds_) ::close(fd);
     throw;
@@ -38,7 +38,21 @@ SlotFiles::~SlotFiles() {
   for (int fd : fds_) ::close(fd);
 }
 
-void SlotFiles::open_one(const std::string& dir, std::uint32_t slots_here, const StorageOptions& options) {
+std::string space_problem(const std::string& dir, std::uint64_t blocks, std::uint64_t avail_blocks,
+                          std::uint64_t block_size, std::size_t need) {
+  if (blocks == 0) {
+    return "NVMe tier path '" + dir +
+           "': its filesystem reports no size (ramfs does this), so its free space can be neither checked nor "
+           "reserved, and filling it would take the host's memory; put the tier on a disk, or on tmpfs with a size";
+  }
+  const std::uint64_t free_bytes = avail_blocks * block_size;
+  if (free_bytes >= need) return {};
+  return "NVMe tier: '" + dir + "' has " + format_bytes(free_bytes) + " free but its share of the budget needs " +
+         format_bytes(need) + " (" + format_bytes(need - free_bytes) +
+         " more); free space there, add directories to nvme.paths or lower nvme.budget";
+}
+
+void check_slot_directory(const std::string& dir, std::size_t need) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
     throw config_error("NVMe tier path '" + dir + "': " + errno_text(errno) +
@@ -47,15 +61,26 @@ void SlotFiles::open_one(const std::string& dir, std::uint32_t slots_here, const
   if (!S_ISDIR(st.st_mode)) {
     throw config_error("NVMe tier path '" + dir + "' is not a directory; give a directory in nvme.paths");
   }
-  // Check the free space first: fallocate on most filesystems allocates until the disk is full before it
-  // fails, which would briefly starve every other program of space.
-  const std::size_t need = std::size_t{slots_here} * slot_size_;
+  // Check the free space before anything is reserved: fallocate on most filesystems allocates until the
+  // disk is full before it fails, which would briefly starve every other program of space.
   struct statvfs vfs {};
-  if (::statvfs(dir.c_str(), &vfs) == 0 && std::size_t{vfs.f_bavail} * vfs.f_frsize < need) {
-    throw out_of_memory("NVMe tier: '" + dir + "' has " + format_bytes(std::size_t{vfs.f_bavail} * vfs.f_frsize) +
-                        " free but its share of the budget needs " + format_bytes(need) +
-                        "; free space there, add directories to nvme.paths or lower nvme.budget");
+  if (::statvfs(dir.c_str(), &vfs) != 0) return;  // unknown: fallocate reports a lack of space itself
+  const std::string problem = space_problem(dir, vfs.f_blocks, vfs.f_bavail, vfs.f_frsize, need);
+  if (problem.empty()) return;
+  if (vfs.f_blocks == 0) throw config_error(problem);
+  throw out_of_memory(problem);
+}
+
+void check_slot_directories(const std::vector<std::string>& paths, std::uint32_t slots, std::size_t slot_size) {
+  const auto n = static_cast<std::uint32_t>(paths.size());
+  for (std::uint32_t i = 0; i < n; ++i) {
+    check_slot_directory(paths[i], std::size_t{slots_in_directory(slots, n, i)} * slot_size);
   }
+}
+
+void SlotFiles::open_one(const std::string& dir, std::uint32_t slots_here, const StorageOptions& options) {
+  const std::size_t need = std::size_t{slots_here} * slot_size_;
+  check_slot_directory(dir, need);
   const int flags = O_RDWR | O_CLOEXEC | (options.direct ? O_DIRECT : 0);
   int fd = options.use_tmpfile ? ::open(dir.c_str(), flags | O_TMPFILE, 0600) : -1;
   if (fd < 0) {

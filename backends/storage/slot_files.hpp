@@ -14,6 +14,24 @@
 
 namespace tvmm::storage {
 
+//! What is wrong with a directory's filesystem for `need` bytes of slots, from its statvfs fields
+//! (f_blocks, f_bavail, f_frsize): "" if it has room. A filesystem that reports no size at all (ramfs)
+//! cannot be checked or reserved on; one with too little free space names what it has and lacks.
+[[nodiscard]] std::string space_problem(const std::string& dir, std::uint64_t blocks, std::uint64_t avail_blocks,
+                                        std::uint64_t block_size, std::size_t need);
+//! Checks a directory for `need` bytes of slots: throws config_error (missing, not a directory, a
+//! filesystem that reports no size) or out_of_memory (too little free space), naming the directory and
+//! the fix. SlotFiles runs it on every directory before creating anything; the pager runs it (through
+//! check_slot_directories) before it sizes anything by the NVMe budget.
+void check_slot_directory(const std::string& dir, std::size_t need);
+//! check_slot_directory for each of `paths`, with its share of `slots` slots of `slot_size` bytes
+//! (slot s lives in the file of directory s mod paths.size()).
+void check_slot_directories(const std::vector<std::string>& paths, std::uint32_t slots, std::size_t slot_size);
+//! The number of the `slots` slots striped over `dirs` directories that directory `i` holds.
+[[nodiscard]] constexpr std::uint32_t slots_in_directory(std::uint32_t slots, std::uint32_t dirs, std::uint32_t i) {
+  return slots / dirs + (i < slots % dirs ? 1 : 0);
+}
+
 class SlotFiles {
  public:
   //! Throws tvmm::config_error (bad directory), tvmm::out_of_memory (no space) or tvmm::io_error.

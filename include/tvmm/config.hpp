@@ -71,9 +71,11 @@ struct Config {
   //! Page size in bytes, the unit of residency. 0 = the backend's granularity. Otherwise a multiple
   //! of the granularity (larger pages amortise the fixed per-page driver cost).
   std::size_t page_size = 0;
-  //! Bytes of device memory the pager may use for pages (rounded down to whole pages, at least one).
+  //! Bytes of device memory the pager may use for pages, rounded down to whole pages. Less than one
+  //! page is a tvmm::config_error (a budget is a limit: it is never rounded up).
   std::size_t device_budget = 256 * MiB;
-  //! Bytes of host memory the pager may use for evicted pages (rounded down, at least one page).
+  //! Bytes of host memory the pager may use for evicted pages, rounded down to whole pages; less than
+  //! one page (two with an NVMe tier) is a tvmm::config_error.
   std::size_t host_budget = 1 * GiB;
   //! NUMA placement of the host tier's frames: "auto" (the node nearest the GPU, from its PCI bus id;
   //! the lowest node if unknown), "none" (the kernel's default policy), "interleave" (across all
@@ -85,8 +87,11 @@ struct Config {
   bool host_numa_strict = false;
   //! Bind the copy-engine and I/O worker threads to the CPUs of the host tier's node.
   bool bind_threads = true;
-  //! Size of the device virtual-address reservation. 0 = 4 x (device_budget + host_budget), at least
-  //! 1 GiB. Allocations are carved out of it, so it bounds the total size of live tensors.
+  //! Size of the device virtual-address reservation. Allocations are carved out of it, so it bounds
+  //! the total size of live tensors. 0 = auto: 4 x (device_budget + host_budget) + nvme.budget, at
+  //! least 1 GiB (every page the tiers hold can be allocated, with room for fragmentation). The page
+  //! table takes 64 bytes of host memory per page of it, at start; a reservation whose table would take
+  //! more than a quarter of the machine's memory, or that the device refuses, is a tvmm::config_error.
   std::size_t va_size = 0;
   //! Admission threshold: allocations smaller than this are never evicted (pinned for life); those
   //! that fit in a page share pages of a resident small-object arena instead of each taking a page.

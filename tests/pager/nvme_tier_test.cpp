@@ -22,6 +22,7 @@
 #include "backends/device/faulty/faulty_device.hpp"
 #include "backends/storage/faulty/faulty_storage.hpp"
 #include "backends/storage/posix/posix_storage.hpp"
+#include "backends/storage/slot_files.hpp"
 #include "test_support.hpp"
 #include "vmm/nvme_tier.hpp"
 #include "vmm/pager_impl.hpp"
@@ -633,3 +634,37 @@ TEST(NvmeTrace, NothingOfOursRemainsAfterSigkill) {
 }
 
 }  // namespace
+
+// A budget far beyond the disk names the directory and the space it lacks. The auto va_size adds the
+// NVMe budget, so this used to fail reserving the address space ("the device has no physical memory").
+TEST(NvmeTier, AHugeBudgetNamesTheDirectoryAndTheSpaceItLacks) {
+  test::TempDir dir;
+  Config c = test::small_config(2, 4, 2 * MiB);
+  c.va_size = 0;                        // auto: 4 x (device + host) + the NVMe budget
+  c.nvme.paths = {dir.path()};
+  c.nvme.budget = std::size_t{1} << 50;  // 1 PiB
+  std::string m;
+  try {
+    Pager p(c);
+  } catch (const out_of_memory& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("'" + dir.path() + "' has "), std::string::npos) << m;
+  EXPECT_NE(m.find("free but its share of the budget needs 1024 TiB"), std::string::npos) << m;
+  EXPECT_NE(m.find("more)"), std::string::npos) << m;
+  EXPECT_TRUE(dir.entries().empty());  // nothing was created
+}
+
+// A filesystem that reports no size (ramfs) cannot be checked or reserved on: the error says why,
+// instead of "0 B free".
+TEST(NvmeTier, AFilesystemWithNoSizeIsRefusedSayingWhy) {
+  const std::string m = storage::space_problem("/mnt/ram", 0, 0, 4096, 64 * MiB);
+  EXPECT_NE(m.find("reports no size"), std::string::npos) << m;
+  EXPECT_NE(m.find("ramfs"), std::string::npos) << m;
+  EXPECT_EQ(m.find("0 B free"), std::string::npos) << m;
+  const std::string full = storage::space_problem("/mnt/nvme", 100, 10, 4096, 64 * KiB);
+  EXPECT_NE(full.find("'/mnt/nvme' has 40 KiB free but its share of the budget needs 64 KiB (24 KiB more)"),
+            std::string::npos)
+      << full;
+  EXPECT_EQ(storage::space_problem("/mnt/nvme", 100, 16, 4096, 64 * KiB), "");
+}

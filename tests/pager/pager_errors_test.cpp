@@ -3,7 +3,9 @@
 
 #include <string>
 
+#include "backends/device/faulty/faulty_device.hpp"
 #include "test_support.hpp"
+#include "vmm/pager_impl.hpp"
 
 using namespace tvmm;
 
@@ -121,4 +123,36 @@ TEST(PagerErrors, EmptyHandlesAreRejected) {
   t.reset();  // no-op
   Pin pin;
   pin.release();  // no-op
+}
+
+// A reservation the device refuses names the reservation, how its size was chosen and the fix (it
+// said "the device has no physical memory left", about address space).
+TEST(PagerErrors, AnAddressReservationTheDeviceRefusesNamesVaSize) {
+  for (std::size_t va : {std::size_t{0}, 64 * MiB}) {
+    Config c = test::small_config(2, 4);
+    c.va_size = va;
+    auto dev = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
+    dev->fail_always(backend::FaultyDevice::Op::reserve, backend::Errc::out_of_memory);
+    const std::string m = test::message_of([&] { (void)detail::PagerAccess::make(c, std::move(dev)); });
+    EXPECT_NE(m.find("cannot reserve"), std::string::npos) << m;
+    EXPECT_NE(m.find("device address space"), std::string::npos) << m;
+    EXPECT_NE(m.find(va == 0 ? "device.va_size is auto: 4 x (device budget 128 KiB + host budget 256 KiB)"
+                              : "device.va_size = 64 MiB was set"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("Set device.va_size"), std::string::npos) << m;
+    EXPECT_EQ(m.find("physical memory"), std::string::npos) << m;
+  }
+}
+
+// The page table takes 64 bytes of host memory per page of the reservation, at once: a reservation
+// whose table would take more than a quarter of the machine's memory is refused, saying so.
+TEST(PagerErrors, AReservationWhosePageTableWouldNotFitIsRefused) {
+  Config c = test::small_config(2, 4);
+  c.va_size = (std::size_t{1} << 32) - 1;  // pages of 64 KiB: a 256 GiB page table
+  c.va_size *= 64 * KiB;
+  const std::string m = test::message_of([&] { Pager p(c); });
+  EXPECT_NE(m.find("page table"), std::string::npos) << m;
+  EXPECT_NE(m.find("of host memory"), std::string::npos) << m;
+  EXPECT_NE(m.find("device.va_size"), std::string::npos) << m;
 }

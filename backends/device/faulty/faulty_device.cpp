@@ -118,7 +118,10 @@ bool FaultyDevice::should_fail(Op op, Errc* err) {
     if (should_fail(op, &injected_err)) return Status::fail(injected_err); \
   } while (0)
 
-Status FaultyDevice::do_reserve(std::size_t bytes, DevPtr* out) { return inner_->reserve(bytes, out); }
+Status FaultyDevice::do_reserve(std::size_t bytes, DevPtr* out) {
+  TVMM_FAULT(Op::reserve);
+  return inner_->reserve(bytes, out);
+}
 Status FaultyDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
   return inner_->release_reservation(base, bytes);
 }

@@ -18,6 +18,7 @@ class FaultyDevice final : public DeviceBackend {
  public:
   //! Operations that can be made to fail.
   enum class Op : std::uint8_t {
+    reserve,
     create_chunk,
     map,
     set_access,
