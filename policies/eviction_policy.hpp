@@ -37,7 +37,8 @@ class EvictionPolicy {
   [[nodiscard]] virtual std::size_t size() const = 0;
 };
 
-//! Creates the policy named `name` ("lru", "fifo", "clock"); throws tvmm::config_error otherwise.
+//! Creates the list policy named `name` ("lru", "fifo", "clock"; Belady is built by the pager); throws
+//! tvmm::config_error otherwise.
 std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name);
 
 }  // namespace tvmm::policies

@@ -1,6 +1,10 @@
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
+
 #include "backends/topology/topology.hpp"
+#include "vmm/config_keys.hpp"
 
 #include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
@@ -25,8 +29,16 @@ std::string format_bytes(std::size_t bytes) {
 }
 
 void Config::validate() const {
-  if (transparent_memory != "auto" && transparent_memory != "vmm" && transparent_memory != "um") {
-    throw config_error("transparent_memory = \"" + transparent_memory + "\" is not \"auto\", \"vmm\" or \"um\"");
+  // Every key with a fixed set of values, from the one key table (the file loader checks the same).
+  for (const auto& k : detail::config_keys()) {
+    if (k.field == nullptr) continue;
+    const std::string value = k.get(*this);
+    const bool known = std::any_of(k.choices.begin(), k.choices.end(),
+                                   [&](const std::string& c) { return detail::toml_string(c) == value; });
+    if (!known) {
+      throw config_error(std::string(k.field) + " = " + value + " (" + std::string(k.section) + "." +
+                         std::string(k.key) + " in a policy file) is not valid: expected " + k.expected);
+    }
   }
   if (device_budget == 0) {
     throw config_error("device_budget is 0: the device tier needs at least one page; set it to e.g. 256 MiB");
@@ -37,10 +49,6 @@ void Config::validate() const {
   if (wait_timeout.count() <= 0) {
     throw config_error("wait_timeout must be positive (it bounds how long a pin waits for others to unpin)");
   }
-  if (prefetch != "none" && prefetch != "trace" && prefetch != "sequential") {
-    throw config_error("prefetch = \"" + prefetch +
-                       "\" is not a known prefetch policy; use \"none\", \"trace\" or \"sequential\"");
-  }
   if (prefetch != "none" && prefetch_distance == 0) {
     throw config_error("prefetch_distance is 0: " + prefetch + " prefetch needs to look at least one " +
                        (prefetch == "trace" ? "pin" : "page") + " ahead");
@@ -49,8 +57,9 @@ void Config::validate() const {
     throw config_error("sim.granularity = " + std::to_string(sim.granularity) +
                        " must be a power of two (a real GPU reports 2 MiB)");
   }
-  if (sim.bandwidth_bytes_per_s < 0.0) {
-    throw config_error("sim.bandwidth_bytes_per_s must be >= 0 (0 = unthrottled)");
+  if (!std::isfinite(sim.bandwidth_bytes_per_s) || sim.bandwidth_bytes_per_s < 0.0) {
+    throw config_error("sim.bandwidth_bytes_per_s = " + std::to_string(sim.bandwidth_bytes_per_s) +
+                       ": expected a finite number of bytes per second >= 0 (0 = unthrottled)");
   }
   if (sim.copy_latency.count() < 0) throw config_error("sim.copy_latency must be >= 0");
   if (host_numa != "auto" && host_numa != "none" && host_numa != "interleave" &&
@@ -62,17 +71,10 @@ void Config::validate() const {
     throw config_error("sim.pci_bus_id = \"" + sim.pci_bus_id +
                        "\": expected a PCI bus id like \"0000:65:00.0\" (as lspci -D prints it), or \"\"");
   }
-  if (sim.timing != "wall" && sim.timing != "model") {
-    throw config_error("sim.timing = \"" + sim.timing + "\": expected \"wall\" or \"model\"");
-  }
   if (nvme.budget != 0 && nvme.paths.empty()) {
     throw config_error(
         "nvme.budget is set but nvme.paths is empty: give one directory per drive, e.g. "
         "paths = [\"/mnt/nvme0/tvmm\"]");
-  }
-  if (nvme.backend != "auto" && nvme.backend != "uring" && nvme.backend != "posix") {
-    throw config_error("nvme.backend = \"" + nvme.backend +
-                       "\" is not a storage backend; use \"auto\", \"uring\" or \"posix\"");
   }
   if (nvme.queue_depth == 0 || nvme.queue_depth > 4096) {
     throw config_error("nvme.queue_depth = " + std::to_string(nvme.queue_depth) + " must be between 1 and 4096");

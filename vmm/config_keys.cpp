@@ -196,7 +196,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"device",
                   "backend",
                   KeyType::text,
-                  "one of: \"sim\", \"cuda\"",
+                  "",  // "one of: ...", generated from the choices below
                   "device backend: \"sim\" (the simulated GPU) or \"cuda\" (an NVIDIA GPU through the driver, "
                   "loaded at run time)",
                   false,
@@ -205,7 +205,8 @@ std::vector<ConfigKey> make_keys() {
                   [](Config& c, const KeyValue& v) { c.device_backend = v.text; },
                   [](const Config& c) { return "\"" + c.device_backend + "\""; }});
   keys.push_back(size_key("device", "budget",
-                          "device memory the pager may use for pages (rounded down to whole pages; at least one)",
+                          "device memory the pager may use for pages (rounded down to whole pages; less than one "
+                          "page is an error)",
                           false,
                           [](Config& c) -> std::size_t& { return c.device_budget; }));
   keys.push_back(size_key("device", "page_size",
@@ -273,7 +274,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"device.sim",
                   "timing",
                   KeyType::text,
-                  "one of: \"wall\", \"model\"",
+                  "",  // "one of: ...", generated from the choices below
                   "device time: \"wall\" = host work between waits takes its wall-clock time; \"model\" = host work "
                   "takes none, so device time is the model's alone (benchmarks)",
                   false,
@@ -281,7 +282,10 @@ std::vector<ConfigKey> make_keys() {
                   {"wall", "model"},
                   [](Config& c, const KeyValue& v) { c.sim.timing = v.text; },
                   [](const Config& c) { return "\"" + c.sim.timing + "\""; }});
-  keys.push_back(size_key("host", "budget", "host memory the pager may use for evicted pages (whole pages)", false,
+  keys.push_back(size_key("host", "budget",
+                          "host memory the pager may use for evicted pages (rounded down to whole pages; less than "
+                          "one page, two with an NVMe tier, is an error)",
+                          false,
                           [](Config& c) -> std::size_t& { return c.host_budget; }));
   keys.push_back({"host",
                   "numa",
@@ -330,7 +334,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"nvme",
                   "backend",
                   KeyType::text,
-                  "one of: \"auto\", \"uring\", \"posix\"",
+                  "",  // "one of: ...", generated from the choices below
                   "storage backend: auto (io_uring, or posix where io_uring is unavailable), uring, posix "
                   "(pread/pwrite threads)",
                   false,
@@ -368,7 +372,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"policy.prefetch",
                   "name",
                   KeyType::text,
-                  "one of: \"none\", \"trace\", \"sequential\"",
+                  "",  // "one of: ...", generated from the choices below
                   "prefetch policy: none (explicit prefetch only), trace (replay the pins of the recorded "
                   "iteration ahead) or sequential (after a pin, page in the next pages of the same tensor)",
                   false,
@@ -399,7 +403,7 @@ std::vector<ConfigKey> make_keys() {
       {"policy.eviction",
        "name",
        KeyType::text,
-       "one of: \"lru\", \"fifo\", \"clock\", \"belady\"",
+       "",  // "one of: ...", generated from the choices below
        "eviction policy: lru (least recently used), fifo, clock (second chance), belady (farthest next use in the "
        "recorded trace)",
        false,
@@ -421,7 +425,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"transparent",
                   "memory",
                   KeyType::text,
-                  "one of: \"auto\", \"vmm\", \"um\"",
+                  "",  // "one of: ...", generated from the choices below
                   "transparent mode's memory (LD_PRELOAD, tvmm_malloc): vmm = pages mapped on device frames or "
                   "host-located VMM chunks, remapped at quiescent points; um = managed memory placed with advice and "
                   "prefetches; auto = vmm where the device has host-located VMM memory, else um",
@@ -443,6 +447,22 @@ std::vector<ConfigKey> make_keys() {
       "engine, NVMe I/O, pins per stream, pin stalls per thread, evictions; written when the pager is destroyed "
       "(also TVMM_TRACE)",
       [](Config& c) -> std::string& { return c.trace_events; }, "TVMM_TRACE"));
+  // What a valid value of a text key with choices looks like, from the choices themselves; and the
+  // Config member each such key sets, which Config::validate checks for programs that set it in code.
+  for (auto& k : keys) {
+    if (k.type != KeyType::text || k.choices.empty() || k.whole_number_too) continue;
+    k.expected = "one of: ";
+    for (std::size_t i = 0; i < k.choices.size(); ++i) k.expected += (i == 0 ? "" : ", ") + toml_string(k.choices[i]);
+  }
+  const std::pair<std::string_view, const char*> fields[] = {
+      {"device.backend", "device_backend"},  {"device.sim.timing", "sim.timing"},
+      {"nvme.backend", "nvme.backend"},      {"policy.prefetch.name", "prefetch"},
+      {"policy.eviction.name", "eviction"}, {"transparent.memory", "transparent_memory"}};
+  for (const auto& [name, field] : fields) {
+    for (auto& k : keys) {
+      if (std::string(k.section) + "." + std::string(k.key) == name) k.field = field;
+    }
+  }
   return keys;
 }
 

@@ -48,7 +48,8 @@ struct ConfigKey {
   std::string_view section;  // "device", "device.sim", "host", "nvme", "pager", "policy.eviction"
   std::string_view key;
   KeyType type;
-  const char* expected;              // for errors: what a valid value looks like
+  std::string expected;              // for errors: what a valid value looks like ("one of: ..." for
+                                     // text keys with choices, generated from them)
   const char* meaning;               // for docs and check-config
   bool allows_auto = false;          // sizes: "auto" means 0 (resolved by the pager)
   double min = 0.0;                  // numbers: smallest valid value
@@ -58,6 +59,7 @@ struct ConfigKey {
   bool whole_number_too = false;                  // text: a whole number is also accepted (as its digits)
   RankPaths rank_paths = RankPaths::no;           // {rank} / {local_rank} are substituted
   const char* short_env = nullptr;                // a shorter environment variable, used when the long one is unset
+  const char* field = nullptr;                    // the Config member (C++ API), where validate() checks it
 };
 
 //! Every key, grouped by section in printing order.

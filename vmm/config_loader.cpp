@@ -118,7 +118,8 @@ struct Raw {
 
 std::size_t to_size(const ConfigKey& k, const Raw& v) {
   if (v.number) {
-    if (*v.number < 0 || *v.number != std::floor(*v.number)) throw config_error("");
+    // Checked before the cast: converting nan, inf or a double past the range is undefined.
+    if (!(*v.number >= 0 && *v.number < 0x1p64) || *v.number != std::floor(*v.number)) throw config_error("");
     return static_cast<std::size_t>(*v.number);
   }
   if (!v.text) throw config_error("");
@@ -127,7 +128,10 @@ std::size_t to_size(const ConfigKey& k, const Raw& v) {
 }
 
 double to_number(const Raw& v) {
-  if (v.number) return *v.number;
+  if (v.number) {
+    if (!std::isfinite(*v.number)) throw config_error("");  // TOML has nan and inf; no key takes them
+    return *v.number;
+  }
   if (!v.text) throw config_error("");
   const std::string t = trim(*v.text);
   char* end = nullptr;

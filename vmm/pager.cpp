@@ -152,6 +152,16 @@ void require(const detail::Allocation* a, const char* what) {
 }
 }  // namespace
 
+void Tensor::require_stream(const Stream& stream, const char* what) const {
+  if (!stream) throw invalid_argument(std::string("tvmm::Tensor::") + what + ": the stream is empty (moved from?)");
+  // Another pager's stream may live on another device, and its release points would be recorded in
+  // the wrong pager's event pool: never accepted.
+  if (stream.pager_ != pager_) {
+    throw invalid_argument(std::string("tvmm::Tensor::") + what + ": the stream belongs to another tvmm::Pager than " +
+                           "this tensor's; create the stream with the tensor's pager (pager.create_stream())");
+  }
+}
+
 Pin Tensor::pin(Stream& stream, Access access) {
   require(alloc_, "pin");
   return pin_range(stream, 0, alloc_->bytes, access);
@@ -164,7 +174,7 @@ Pin Tensor::pin(Access access) {
 
 Pin Tensor::pin_range(Stream& stream, std::size_t offset, std::size_t bytes, Access access) {
   require(alloc_, "pin");
-  if (!stream) throw invalid_argument("tvmm::Tensor::pin: the stream is empty (moved from?)");
+  require_stream(stream, "pin");
   const auto r = pager_->range(alloc_, offset, bytes, access);
   pager_->pin(alloc_, r.span, r.access, stream.native_handle());
   return Pin(pager_, alloc_, stream.native_handle(), offset, bytes, r.span.first, r.span.count);
@@ -179,7 +189,7 @@ Pin Tensor::pin_range(std::size_t offset, std::size_t bytes, Access access) {
 
 void Tensor::prefetch(Stream& stream) {
   require(alloc_, "prefetch");
-  if (!stream) throw invalid_argument("tvmm::Tensor::prefetch: the stream is empty (moved from?)");
+  require_stream(stream, "prefetch");
   pager_->prefetch(alloc_, stream.native_handle());
 }
 

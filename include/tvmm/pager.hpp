@@ -90,6 +90,7 @@ class Stream {
  private:
   friend class Pager;
   friend class StreamTimer;
+  friend class Tensor;  // checks that a stream passed to pin or prefetch is its pager's
   Stream(detail::PagerImpl* pager, void* handle) noexcept : pager_(pager), handle_(handle) {}
   detail::PagerImpl* pager_ = nullptr;
   void* handle_ = nullptr;
@@ -189,7 +190,8 @@ class Tensor {
 
   //! Stream-ordered pin: work queued on `stream` after this call sees the pages resident. The calling
   //! thread waits neither for page-ins nor for the write-backs of pages evicted to make room: the
-  //! stream does. Throws `tvmm::out_of_memory` when the pinned working set cannot fit the device budget.
+  //! stream does. Throws `tvmm::out_of_memory` when the pinned working set cannot fit the device budget,
+  //! and `tvmm::invalid_argument` for a stream of another Pager.
   [[nodiscard]] Pin pin(Stream& stream, Access access = Access::read_write);
   //! Host-synchronous pin: returns when the pages are resident and the work that earlier stream pins
   //! queued on this tensor has completed (on the simulator, `data()` is then readable and writable
@@ -230,6 +232,8 @@ class Tensor {
  private:
   friend class Pager;
   Tensor(detail::PagerImpl* pager, detail::Allocation* alloc) noexcept : pager_(pager), alloc_(alloc) {}
+  // Throws tvmm::invalid_argument for an empty stream or one of another pager.
+  void require_stream(const Stream& stream, const char* what) const;
   detail::PagerImpl* pager_ = nullptr;
   detail::Allocation* alloc_ = nullptr;
 };

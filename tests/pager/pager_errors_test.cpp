@@ -156,3 +156,20 @@ TEST(PagerErrors, AReservationWhosePageTableWouldNotFitIsRefused) {
   EXPECT_NE(m.find("of host memory"), std::string::npos) << m;
   EXPECT_NE(m.find("device.va_size"), std::string::npos) << m;
 }
+
+// A stream belongs to the pager that made it: another pager's stream is refused, nothing pinned.
+TEST(PagerErrors, AStreamOfAnotherPagerIsRefused) {
+  Pager p(test::small_config(2, 4));
+  Pager other(test::small_config(2, 4));
+  auto theirs = other.create_stream();
+  auto t = p.allocate(64 * KiB);
+  const std::string m = test::message_of([&] { auto pin = t.pin(theirs, Access::write); });
+  EXPECT_TRUE(contains(m, "the stream belongs to another tvmm::Pager")) << m;
+  EXPECT_THROW(t.prefetch(theirs), invalid_argument);
+  EXPECT_THROW((void)t.pin_range(theirs, 0, 100, Access::read), invalid_argument);
+  EXPECT_EQ(t.tier(), Tier::none);  // nothing was pinned or loaded
+  EXPECT_EQ(p.stats().pins, 0u);
+  auto mine = p.create_stream();
+  { auto pin = t.pin(mine, Access::write); }
+  p.check_invariants();
+}

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -355,4 +357,66 @@ TEST(ConfigFile, DeviceOrdinalIsAutoByDefaultOrANumber) {
   EXPECT_EQ(parse_config("[device]\nordinal = \"auto\"\n").cuda_device, -1);
   const std::string bad = error_of("[device]\nordinal = \"first\"\n");
   EXPECT_TRUE(has(bad, "\"auto\" or a GPU number")) << bad;
+}
+
+// Every number and size key refuses nan and inf (TOML has both), in a file and in the environment.
+TEST(ConfigFile, EveryNumberAndSizeKeyRefusesNonFiniteValues) {
+  std::size_t checked = 0;
+  for (const auto& k : detail::config_keys()) {
+    if (k.type != detail::KeyType::number && k.type != detail::KeyType::size) continue;
+    const std::string name = std::string(k.section) + "." + std::string(k.key);
+    for (const char* bad : {"nan", "+inf", "-inf"}) {
+      const std::string toml = "[" + std::string(k.section) + "]\n" + std::string(k.key) + " = " + bad + "\n";
+      const std::string m = error_of(toml);
+      EXPECT_TRUE(has(m, name)) << name << " = " << bad << " was accepted: " << m;
+      EXPECT_TRUE(has(m, "expected")) << m;
+      const std::string var = detail::environment_variable(k);
+      ScopedEnv env(var.c_str(), bad[0] == '+' ? bad + 1 : bad);
+      Config c;
+      EXPECT_THROW(apply_environment(c), config_error) << var << "=" << bad;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 10u);  // the table has number and size keys: the loop ran
+}
+
+// The C++ API's floating-point field too.
+TEST(ConfigFile, ANonFiniteBandwidthSetInCodeIsRefused) {
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
+    Config c = test::small_config(2, 4);
+    c.sim.bandwidth_bytes_per_s = bad;
+    EXPECT_THROW(c.validate(), config_error) << bad;
+  }
+}
+
+// Every key with a fixed set of values lists all of them when a value is not one, in a file and set in
+// code, from the one key table (the eviction policy's error used to leave "belady" out).
+TEST(ConfigFile, EveryChoiceErrorListsEveryChoice) {
+  std::size_t checked = 0;
+  for (const auto& k : detail::config_keys()) {
+    if (k.type != detail::KeyType::text || k.choices.empty() || k.whole_number_too) continue;
+    const std::string toml = "[" + std::string(k.section) + "]\n" + std::string(k.key) + " = \"bogus\"\n";
+    const std::string from_file = error_of(toml);
+    ASSERT_NE(k.field, nullptr) << k.section << "." << k.key << " has no Config field for validate()";
+    Config c;
+    detail::KeyValue v;
+    v.text = "bogus";
+    k.set(c, v);
+    std::string in_code;
+    try {
+      c.validate();
+    } catch (const config_error& e) {
+      in_code = e.what();
+    }
+    EXPECT_TRUE(has(in_code, k.field)) << in_code;
+    for (const auto& choice : k.choices) {
+      EXPECT_TRUE(has(from_file, "\"" + choice + "\"")) << k.key << ": " << from_file;
+      EXPECT_TRUE(has(in_code, "\"" + choice + "\"")) << k.key << ": " << in_code;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 6u);
+  Config c;
+  c.eviction = "random";
+  EXPECT_TRUE(has(test::message_of([&] { Pager p(c); }), "\"belady\""));
 }
