@@ -103,7 +103,9 @@ class TempDir {
     if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
     path_ = tmpl;
   }
-  ~TempDir() {
+  ~TempDir() { remove(); }
+  //! Removes the folder and everything in it now (for a process about to _Exit).
+  void remove() const noexcept {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }

@@ -540,8 +540,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, NvmeFaults, ::testing::Values("uring", "posix
 
 // --- fallback and traces on disk --------------------------------------------------------------------------
 
-// Writes and reads back 12 pages through a 1:2:16 pager with the tier in `dir`; exits 0 if all is well.
-void round_trip_and_exit(const std::string& dir, const std::string& backend) {
+// Writes and reads back 12 pages through a 1:2:16 pager with the tier in `dir`; 0 if all is well.
+int round_trip(const std::string& dir, const std::string& backend) {
   Pager p(nvme_config(1, 2, 16, {dir}, backend));
   std::vector<Tensor> ts;
   for (int i = 0; i < 12; ++i) {
@@ -554,11 +554,11 @@ void round_trip_and_exit(const std::string& dir, const std::string& backend) {
     auto pin = ts[static_cast<std::size_t>(i)].pin(Access::read);
     bad += test::mismatches(pin.data(), kPage, static_cast<std::uint64_t>(i) + 1);
   }
-  std::_Exit(bad == 0 && p.stats().nvme_to_host.pages > 0 ? 0 : 1);
+  return bad == 0 && p.stats().nvme_to_host.pages > 0 ? 0 : 1;
 }
 
-// Blocks io_uring_setup in this process with ENOSYS, as a seccomp profile would.
-void block_io_uring() {
+// Blocks io_uring_setup in this process with ENOSYS, as a seccomp profile would; false if it cannot.
+bool block_io_uring() {
   sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
@@ -568,29 +568,32 @@ void block_io_uring() {
   sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
     std::fprintf(stderr, "cannot install the seccomp filter\n");
-    std::_Exit(3);
+    return false;
   }
+  return true;
 }
 
 TEST(NvmeFallbackDeathTest, AutoFallsBackToPosixWhenSeccompBlocksIoUring) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   test::TempDir dir;
+  // In the "threadsafe" style each death test's child runs this body again, making its own TempDir,
+  // and ends with _Exit, so no destructor runs: it removes its folder itself.
+  auto exit_child = [&dir](int code) {
+    dir.remove();
+    std::_Exit(code);
+  };
+  EXPECT_EXIT(exit_child(block_io_uring() ? round_trip(dir.path(), "auto") : 3), ::testing::ExitedWithCode(0),
+              "io_uring is unavailable .*the NVMe tier uses the posix backend");
   EXPECT_EXIT(
       {
-        block_io_uring();
-        round_trip_and_exit(dir.path(), "auto");
-      },
-      ::testing::ExitedWithCode(0), "io_uring is unavailable .*the NVMe tier uses the posix backend");
-  EXPECT_EXIT(
-      {
-        block_io_uring();
+        if (!block_io_uring()) exit_child(3);
         try {
           Pager p(nvme_config(1, 2, 16, {dir.path()}, "uring"));
         } catch (const config_error& e) {
           std::fprintf(stderr, "%s\n", e.what());
-          std::_Exit(0);
+          exit_child(0);
         }
-        std::_Exit(1);
+        exit_child(1);
       },
       ::testing::ExitedWithCode(0), "io_uring cannot start here.*use \"posix\"");
 }

@@ -43,12 +43,30 @@ if ! command -v apt-get >/dev/null 2>&1; then
   exit 1
 fi
 
+# Not root: apt-get needs sudo, and sudo needs this user's rights and, unless they are passwordless, a
+# terminal to ask for the password on. When either is missing, say exactly what to run instead.
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
+  how="install them as root and run make again:
+    su -c 'apt-get update && apt-get install -y ${missing[*]}'
+  or give your user sudo rights (as root: usermod -aG sudo $(id -un); then log in again) and run make
+  again from a terminal, where sudo can ask for your password"
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "tvmm: missing packages: ${missing[*]}. You are not root and sudo is not installed; $how" >&2
+    exit 1
+  fi
+  if sudo -n true 2>/dev/null; then
+    sudo_cmd=(sudo)  # passwordless sudo
+  elif [ -t 0 ]; then
+    echo "tvmm: installing ${missing[*]} needs root; sudo will ask for your password" >&2
+    if ! sudo -v; then
+      echo "tvmm: missing packages: ${missing[*]}. sudo refused (your user may not have sudo rights); $how" >&2
+      exit 1
+    fi
     sudo_cmd=(sudo)
   else
-    echo "tvmm: missing packages: ${missing[*]}; run as root or install sudo" >&2
+    echo "tvmm: missing packages: ${missing[*]}. You are not root, and sudo needs a password but there is no" \
+      "terminal to ask for it on (or your user has no sudo rights); $how" >&2
     exit 1
   fi
 fi
