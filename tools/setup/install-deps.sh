@@ -16,6 +16,7 @@ packages=(
   liburing-dev          # the NVMe tier's io_uring backend
   libxxhash-dev         # NVMe page checksums (XXH3)
   libhwloc-dev          # NUMA topology and host-memory / thread placement
+  libzstd-dev           # the CUDA driver emulator reads nvcc's zstd-compressed PTX
   fio                   # bench/nvme_vs_fio.sh compares the NVMe tier with it
 )
 

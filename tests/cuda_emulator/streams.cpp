@@ -1,0 +1,713 @@
+// The emulated driver's streams, events, copies, host functions, stream capture and graphs. Every
+// stream has a worker thread that runs its operations in order, later than the calls that queue them,
+// so queries really return CUDA_ERROR_NOT_READY. Rules are quoted from cuda.h (CUDA 13.0).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "entry.hpp"
+
+namespace cuemu {
+
+double now_ms() {
+  static const auto start = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+namespace {
+
+std::vector<Stream*>& retired_streams() {  // kept: operations of other streams may still name them
+  static auto* v = new std::vector<Stream*>;
+  return *v;
+}
+
+// Waits until `s` has completed `seq` operations.
+void wait_for(Stream* s, std::uint64_t seq) {
+  std::unique_lock lk(s->mu);
+  s->cv.wait(lk, [&] { return s->completed >= seq; });
+}
+
+void run(Stream* s) {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock lk(s->mu);
+      s->cv.wait(lk, [&] { return !s->queue.empty() || s->stopping; });
+      if (s->queue.empty()) return;  // stopping, and nothing left
+      op = std::move(s->queue.front());
+      s->queue.pop_front();
+    }
+    for (const auto& [other, seq] : op.after) wait_for(other, seq);
+    if (op.waits_for != nullptr) {
+      Event* e = op.waits_for;
+      std::unique_lock lk(e->mu);
+      e->cv.wait(lk, [&] { return e->completed >= op.event_seq; });
+    }
+    // After an illegal address no work runs any more (cuda.h 2833), host functions included (cuda.h
+    // 18101: "the function will not be called in the event of an error in the CUDA context"); the ops
+    // still complete, so that waiters wake up and learn of the error.
+    std::atomic<CUresult>& sticky = Driver::get().sticky;
+    if (sticky.load() == CUDA_SUCCESS && op.run) {
+      if (const CUresult r = op.run(); r != CUDA_SUCCESS) {
+        CUresult expected = CUDA_SUCCESS;
+        sticky.compare_exchange_strong(expected, r);
+      }
+    }
+    {
+      std::lock_guard lk(s->mu);
+      ++s->completed;
+    }
+    s->cv.notify_all();
+  }
+}
+
+}  // namespace
+
+void start(Stream* s) { s->worker = std::thread(run, s); }
+
+void retire(Stream* s) {
+  {
+    std::lock_guard lk(s->mu);
+    s->stopping = true;
+  }
+  s->cv.notify_all();
+  s->worker.detach();
+  std::lock_guard lk(Driver::get().mu);
+  retired_streams().push_back(s);
+}
+
+void wait_idle(Stream* s) {
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard lk(s->mu);
+    seq = s->enqueued;
+  }
+  wait_for(s, seq);
+}
+
+Stream* resolve_stream(CUstream handle, Context* ctx) {
+  // cuda.h \note_null_stream: the NULL stream (and CU_STREAM_LEGACY) is the legacy default stream;
+  // CU_STREAM_PER_THREAD is the calling thread's default stream, which "is not synchronized with
+  // other streams ... except the legacy default stream" (it behaves as a blocking stream).
+  if (handle == nullptr || handle == CU_STREAM_LEGACY) return ctx->legacy.get();
+  Driver& d = Driver::get();
+  if (handle == CU_STREAM_PER_THREAD) {
+    thread_local std::map<Context*, Stream*> mine;
+    Stream*& s = mine[ctx];
+    if (s == nullptr) {
+      s = new Stream;
+      s->ctx = ctx;
+      start(s);
+      std::lock_guard lk(d.mu);
+      ctx->streams.push_back(s);
+      d.streams.insert(s);
+    }
+    return s;
+  }
+  auto* s = reinterpret_cast<Stream*>(handle);
+  std::lock_guard lk(d.mu);
+  if (d.streams.count(s) == 0 || s->ctx != ctx) return nullptr;
+  return s;
+}
+
+namespace {
+
+bool blocking(const Stream* s) { return !s->legacy && (s->flags & CU_STREAM_NON_BLOCKING) == 0; }
+
+std::uint64_t tail(Stream* s) {
+  std::lock_guard lk(s->mu);
+  return s->enqueued;
+}
+
+void invalidate(Stream* s) {
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+}
+
+}  // namespace
+
+CUresult enqueue(Stream* s, std::function<CUresult()> fn) {
+  Context* ctx = s->ctx;
+  Op op;
+  op.run = std::move(fn);
+  {
+    std::lock_guard lk(Driver::get().mu);
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {  // captured into the graph, not run
+      s->graph->ops.push_back(std::move(op.run));
+      return CUDA_SUCCESS;
+    }
+    // The legacy default stream: "work launched into the legacy stream ... waits for all blocking
+    // streams of the context to complete their work, and work in a blocking stream waits for the
+    // legacy stream" (cuda.h \note_null_stream, "stream-sync-behavior"). A legacy launch while a
+    // blocking stream captures would join the capture implicitly: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+    // (cuda.h 3110), and the capture is invalidated.
+    if (s->legacy) {
+      bool implicit = false;
+      for (Stream* b : ctx->streams) {
+        if (!blocking(b)) continue;
+        if (b->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+          invalidate(b);
+          implicit = true;
+          continue;
+        }
+        op.after.emplace_back(b, tail(b));
+      }
+      if (implicit) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    } else if (blocking(s)) {
+      op.after.emplace_back(ctx->legacy.get(), tail(ctx->legacy.get()));
+    }
+  }
+  {
+    std::lock_guard lk(s->mu);
+    s->queue.push_back(std::move(op));
+    ++s->enqueued;
+  }
+  s->cv.notify_all();
+  return CUDA_SUCCESS;
+}
+
+CUresult unsafe_during_capture(Context* ctx) noexcept {
+  (void)ctx;
+  // cuda.h (CUstreamCaptureMode): under CU_STREAM_CAPTURE_MODE_GLOBAL (the default), "if the local thread
+  // has an ongoing capture sequence that was not initiated with CU_STREAM_CAPTURE_MODE_RELAXED ... or if
+  // any other thread has a concurrent capture sequence initiated with CU_STREAM_CAPTURE_MODE_GLOBAL,
+  // this thread is prohibited from potentially unsafe API calls" (cuda.h 3074:
+  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); the captures concerned are invalidated.
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  bool refused = false;
+  const auto me = std::this_thread::get_id();
+  for (Stream* s : d.streams) {
+    if (s->capture != CU_STREAM_CAPTURE_STATUS_ACTIVE) continue;
+    const bool mine = s->capture_thread == me && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    const bool global = s->capture_thread != me && s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (mine || global) {
+      invalidate(s);
+      refused = true;
+    }
+  }
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+namespace {
+
+// A call that waits for `s` (or queries it) while it captures: not allowed, and the capture is lost.
+CUresult capturing_refusal(Stream* s) {
+  std::lock_guard lk(Driver::get().mu);
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_SUCCESS;
+  invalidate(s);
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+// --- streams -------------------------------------------------------------------------------------------
+
+CUresult StreamCreate(CUstream* out, unsigned flags) {
+  CUEMU_ENTER_CTX(ctx);
+  if (out == nullptr || (flags != CU_STREAM_DEFAULT && flags != CU_STREAM_NON_BLOCKING))
+    return CUDA_ERROR_INVALID_VALUE;
+  auto* s = new Stream;
+  s->ctx = ctx;
+  s->flags = flags;
+  start(s);
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  d.streams.insert(s);
+  ctx->streams.push_back(s);
+  *out = reinterpret_cast<CUstream>(s);
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuStreamCreate", 2000, StreamCreate);
+
+CUresult StreamDestroy(CUstream stream) {
+  CUEMU_ENTER();
+  auto* s = reinterpret_cast<Stream*>(stream);
+  Driver& d = Driver::get();
+  {
+    std::lock_guard lk(d.mu);
+    // cuda.h 15800: "In case the device is still doing work in the stream hStream when cuStreamDestroy()
+    // is called, the function will return immediately and the resources ... will be released
+    // automatically once the device has completed all work". The NULL stream cannot be destroyed.
+    if (stream == nullptr || d.streams.count(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    d.streams.erase(s);
+    std::erase(s->ctx->streams, s);
+  }
+  retire(s);
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuStreamDestroy", 4000, StreamDestroy);
+
+CUresult StreamSynchronize(CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (const CUresult r = capturing_refusal(s); r != CUDA_SUCCESS) return r;
+  if (s->legacy) {
+    if (const CUresult r = unsafe_during_capture(ctx); r != CUDA_SUCCESS) return r;
+  }
+  wait_idle(s);
+  return Driver::get().sticky.load();  // \notefnerr: errors of earlier asynchronous work
+}
+CUEMU_EXPORT("cuStreamSynchronize", 2000, StreamSynchronize);
+
+CUresult StreamQuery(CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (const CUresult r = capturing_refusal(s); r != CUDA_SUCCESS) return r;
+  std::lock_guard lk(s->mu);
+  return s->completed == s->enqueued ? Driver::get().sticky.load() : CUDA_ERROR_NOT_READY;
+}
+CUEMU_EXPORT("cuStreamQuery", 2000, StreamQuery);
+
+Event* event_of(CUevent e) {
+  auto* ev = reinterpret_cast<Event*>(e);
+  std::lock_guard lk(Driver::get().mu);
+  return Driver::get().events.count(ev) != 0 ? ev : nullptr;
+}
+
+CUresult StreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  Event* e = event_of(event);
+  // cuda.h 15233-15268: "hEvent may be from a different context or device than hStream";
+  // CU_EVENT_WAIT_EXTERNAL "is invalid outside of stream capture".
+  if (s == nullptr || e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags != CU_EVENT_WAIT_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard lk(e->mu);
+    seq = e->recorded;  // "all work captured in hEvent" at the time of this call
+  }
+  {
+    std::lock_guard lk(Driver::get().mu);
+    if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+      s->graph->ops.push_back([e, seq] {
+        std::unique_lock el(e->mu);
+        e->cv.wait(el, [&] { return e->completed >= seq; });
+        return CUDA_SUCCESS;
+      });
+      return CUDA_SUCCESS;
+    }
+  }
+  Op op;
+  op.waits_for = e;
+  op.event_seq = seq;
+  {
+    std::lock_guard lk(s->mu);
+    s->queue.push_back(std::move(op));
+    ++s->enqueued;
+  }
+  s->cv.notify_all();
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuStreamWaitEvent", 3020, StreamWaitEvent);
+
+// --- events --------------------------------------------------------------------------------------------
+
+CUresult EventCreate(CUevent* out, unsigned flags) {
+  CUEMU_ENTER_CTX(ctx);
+  // cuda.h 15910-15946: valid flags are DEFAULT, BLOCKING_SYNC, DISABLE_TIMING and INTERPROCESS, which
+  // "must be specified along with CU_EVENT_DISABLE_TIMING".
+  constexpr unsigned known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+  if (out == nullptr || (flags & ~known) != 0 ||
+      ((flags & CU_EVENT_INTERPROCESS) != 0 && (flags & CU_EVENT_DISABLE_TIMING) == 0)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto* e = new Event;
+  e->flags = flags;
+  e->ctx = ctx;
+  std::lock_guard lk(Driver::get().mu);
+  Driver::get().events.insert(e);
+  *out = reinterpret_cast<CUevent>(e);
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuEventCreate", 2000, EventCreate);
+
+CUresult EventDestroy(CUevent event) {
+  CUEMU_ENTER();
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  // cuda.h 16106-16131: "An event may be destroyed before it is complete ... any associated resources
+  // will automatically be released asynchronously at completion." (The object is kept for the ops
+  // that still name it.)
+  if (d.events.erase(reinterpret_cast<Event*>(event)) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  d.destroyed_events.push_back(reinterpret_cast<Event*>(event));
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuEventDestroy", 4000, EventDestroy);
+
+CUresult EventRecord(CUevent event, CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  Event* e = event_of(event);
+  Stream* s = resolve_stream(stream, ctx);
+  // cuda.h 15953: "hEvent and hStream must be from the same context otherwise CUDA_ERROR_INVALID_HANDLE".
+  if (e == nullptr || s == nullptr || e->ctx != s->ctx) return CUDA_ERROR_INVALID_HANDLE;
+  bool capturing = false;
+  {
+    std::lock_guard lk(Driver::get().mu);
+    capturing = s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  }
+  if (capturing) {  // a record node: the event records when the graph runs
+    {
+      std::lock_guard lk(e->mu);
+      e->captured = true;
+    }
+    return enqueue(s, [e] {
+      {
+        std::lock_guard lk(e->mu);
+        e->time_ms = now_ms();
+        e->ever_recorded = true;
+      }
+      e->cv.notify_all();
+      return CUDA_SUCCESS;
+    });
+  }
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard lk(e->mu);
+    seq = ++e->recorded;
+    e->ever_recorded = true;
+    e->captured = false;
+  }
+  return enqueue(s, [e, seq] {
+    {
+      std::lock_guard lk(e->mu);
+      e->completed = std::max(e->completed, seq);
+      e->time_ms = now_ms();
+    }
+    e->cv.notify_all();
+    return CUDA_SUCCESS;
+  });
+}
+CUEMU_EXPORT("cuEventRecord", 2000, EventRecord);
+
+CUresult EventQuery(CUevent event) {
+  CUEMU_ENTER();
+  Event* e = event_of(event);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // cuda.h 16040-16071: "CUDA_SUCCESS if all captured work has been completed, or CUDA_ERROR_NOT_READY
+  // if any captured work is incomplete"; a never-recorded event "represents an empty set of work".
+  std::lock_guard lk(e->mu);
+  // cuda.h 3112 (CUDA_ERROR_CAPTURED_EVENT): "the operation is not permitted on an event which was last
+  // recorded in a capturing stream".
+  if (e->captured) return CUDA_ERROR_CAPTURED_EVENT;
+  return e->completed >= e->recorded ? Driver::get().sticky.load() : CUDA_ERROR_NOT_READY;
+}
+CUEMU_EXPORT("cuEventQuery", 2000, EventQuery);
+
+CUresult EventSynchronize(CUevent event) {
+  CUEMU_ENTER();
+  Event* e = event_of(event);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard lk(e->mu);
+    if (e->captured) return CUDA_ERROR_CAPTURED_EVENT;
+    seq = e->recorded;
+  }
+  // cuda.h 16080-16102: with CU_EVENT_BLOCKING_SYNC the thread "will block until the event has actually
+  // been completed by the device. If the CU_EVENT_BLOCKING_SYNC flag has not been set, then the CPU
+  // thread will busy-wait". The emulator does both: it blocks, or spins a core (yielding).
+  if ((e->flags & CU_EVENT_BLOCKING_SYNC) != 0) {
+    std::unique_lock lk(e->mu);
+    e->cv.wait(lk, [&] { return e->completed >= seq; });
+  } else {
+    for (;;) {
+      {
+        std::lock_guard lk(e->mu);
+        if (e->completed >= seq) break;
+      }
+      std::this_thread::yield();
+    }
+  }
+  return Driver::get().sticky.load();
+}
+CUEMU_EXPORT("cuEventSynchronize", 2000, EventSynchronize);
+
+CUresult EventElapsedTime(float* ms, CUevent start, CUevent end) {
+  CUEMU_ENTER();
+  Event* a = event_of(start);
+  Event* b = event_of(end);
+  if (ms == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (a == nullptr || b == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // cuda.h 16143-16179: "If cuEventRecord() has not been called on either event then
+  // CUDA_ERROR_INVALID_HANDLE is returned. If cuEventRecord() has been called on both events but one or
+  // both of them has not yet been completed ... CUDA_ERROR_NOT_READY is returned. If either event was
+  // created with the CU_EVENT_DISABLE_TIMING flag, then this function will return
+  // CUDA_ERROR_INVALID_HANDLE."
+  if (((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) != 0) return CUDA_ERROR_INVALID_HANDLE;
+  std::unique_lock la(a->mu);
+  std::unique_lock lb(b->mu, std::defer_lock);
+  if (b != a) lb.lock();
+  if (!a->ever_recorded || !b->ever_recorded) return CUDA_ERROR_INVALID_HANDLE;
+  if (a->completed < a->recorded || b->completed < b->recorded) return CUDA_ERROR_NOT_READY;
+  *ms = static_cast<float>(b->time_ms - a->time_ms);
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuEventElapsedTime", 2000, EventElapsedTime);
+CUEMU_EXPORT("cuEventElapsedTime", 12080, EventElapsedTime);
+
+// --- copies --------------------------------------------------------------------------------------------
+
+// At the call: the device range must be device memory the driver knows (a reservation or managed
+// memory), else CUDA_ERROR_INVALID_VALUE. When the copy runs: every byte must be mapped with access for
+// the stream's device, else the copy faults: CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the process.
+bool known_device_range(CUdeviceptr p, std::size_t n) {
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  return d.reservation_of(p, n) != nullptr || d.managed_of(static_cast<std::uintptr_t>(p), n) != nullptr;
+}
+
+enum class Dir : std::uint8_t { h2d, d2h, d2d };
+
+CUresult copy_async(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (dir != Dir::d2h && !known_device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  if (dir != Dir::h2d && !known_device_range(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  const Device* dev = ctx->device;
+  return enqueue(s, [dir, dst, src, bytes, dev] {
+    Driver& d = Driver::get();
+    std::lock_guard lk(d.mu);  // mappings cannot change under the copy
+    std::vector<Span> to, from;
+    if (dir == Dir::d2h) {
+      to.push_back({reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(dst)), bytes});
+    } else if (!d.translate(dst, bytes, dev, true, &to)) {
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    if (dir == Dir::h2d) {
+      from.push_back({reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(src)), bytes});
+    } else if (!d.translate(src, bytes, dev, false, &from)) {
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    // Both sides as runs of spans: copy the overlap of the current span of each.
+    std::size_t i = 0, j = 0, oi = 0, oj = 0;
+    while (i < to.size() && j < from.size()) {
+      const std::size_t n = std::min(to[i].len - oi, from[j].len - oj);
+      std::memmove(to[i].ptr + oi, from[j].ptr + oj, n);
+      oi += n;
+      oj += n;
+      if (oi == to[i].len) ++i, oi = 0;
+      if (oj == from[j].len) ++j, oj = 0;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult MemcpyHtoDAsync(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream) {
+  return copy_async(Dir::h2d, dst, reinterpret_cast<CUdeviceptr>(src), bytes, stream);
+}
+CUEMU_EXPORT("cuMemcpyHtoDAsync", 3020, MemcpyHtoDAsync);
+
+CUresult MemcpyDtoHAsync(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+  return copy_async(Dir::d2h, reinterpret_cast<CUdeviceptr>(dst), src, bytes, stream);
+}
+CUEMU_EXPORT("cuMemcpyDtoHAsync", 3020, MemcpyDtoHAsync);
+
+CUresult MemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+  return copy_async(Dir::d2d, dst, src, bytes, stream);
+}
+CUEMU_EXPORT("cuMemcpyDtoDAsync", 3020, MemcpyDtoDAsync);
+
+// The synchronous copies run on the legacy stream and wait; not allowed during capture.
+CUresult copy_sync(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+  CUEMU_ENTER_CTX(ctx);
+  if (const CUresult r = unsafe_during_capture(ctx); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = copy_async(dir, dst, src, bytes, nullptr); r != CUDA_SUCCESS) return r;
+  wait_idle(ctx->legacy.get());
+  return Driver::get().sticky.load();
+}
+CUresult MemcpyHtoD(CUdeviceptr dst, const void* src, std::size_t bytes) {
+  return copy_sync(Dir::h2d, dst, reinterpret_cast<CUdeviceptr>(src), bytes);
+}
+CUEMU_EXPORT("cuMemcpyHtoD", 3020, MemcpyHtoD);
+CUresult MemcpyDtoH(void* dst, CUdeviceptr src, std::size_t bytes) {
+  return copy_sync(Dir::d2h, reinterpret_cast<CUdeviceptr>(dst), src, bytes);
+}
+CUEMU_EXPORT("cuMemcpyDtoH", 3020, MemcpyDtoH);
+
+// --- host functions ------------------------------------------------------------------------------------
+
+CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* user) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // cuda.h 18060-18095 (cuLaunchHostFunc): runs after the stream's earlier work and blocks its later
+  // work; it runs on a driver thread (here the stream's worker), where every driver call is refused.
+  return enqueue(s, [fn, user] {
+    in_host_callback() = true;
+    fn(user);
+    in_host_callback() = false;
+    return CUDA_SUCCESS;
+  });
+}
+CUEMU_EXPORT("cuLaunchHostFunc", 10000, LaunchHostFunc);
+
+// --- stream capture and graphs -------------------------------------------------------------------------
+
+CUresult StreamBeginCapture(CUstream stream, CUstreamCaptureMode mode) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // cuda.h 15347-15381 (cuStreamBeginCapture): "Capture may not be initiated if stream is
+  // CU_STREAM_LEGACY ... it may only be initiated if the stream is not already in capture mode"; the
+  // documented error for both is CUDA_ERROR_INVALID_VALUE.
+  if (s->legacy) return CUDA_ERROR_INVALID_VALUE;
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_INVALID_VALUE;
+  s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  s->capture_mode = mode;
+  s->capture_thread = std::this_thread::get_id();
+  s->capture_id = d.next_capture++;
+  s->graph = new Graph;
+  d.graphs.insert(s->graph);
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuStreamBeginCapture", 10010, StreamBeginCapture);
+
+CUresult StreamEndCapture(CUstream stream, CUgraph* graph) {
+  CUEMU_ENTER();
+  Context* ctx = current();
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr || graph == nullptr) return s == nullptr ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  // cuda.h (cuStreamEndCapture): "If capture was invalidated, due to a violation of the rules of stream
+  // capture, then a NULL graph will be returned"; CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD "if the capture
+  // was not initiated in this thread" (unless relaxed); a stream that does not capture is
+  // CUDA_ERROR_STREAM_CAPTURE_UNMATCHED (cuda.h 3088: "the capture was not initiated in this stream").
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  if (s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED && s->capture_thread != std::this_thread::get_id()) {
+    return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  }
+  const bool invalid = s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  for (Event* e : d.events) {
+    std::lock_guard el(e->mu);
+    e->captured = false;
+  }
+  Graph* g = s->graph;
+  s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  s->graph = nullptr;
+  if (invalid) {
+    d.graphs.erase(g);
+    delete g;
+    *graph = nullptr;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  *graph = reinterpret_cast<CUgraph>(g);
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuStreamEndCapture", 10000, StreamEndCapture);
+
+CUresult StreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(Driver::get().mu);
+  if (s->legacy) {  // the legacy stream "captures" when a blocking stream of its context does
+    bool any = false;
+    for (Stream* b : ctx->streams) any = any || (blocking(b) && b->capture != CU_STREAM_CAPTURE_STATUS_NONE);
+    if (any) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  *status = s->capture;
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuStreamIsCapturing", 10000, StreamIsCapturing);
+
+CUresult StreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                              const CUgraphNode** deps, const CUgraphEdgeData** edges, std::size_t* ndeps) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(Driver::get().mu);
+  *status = s->capture;
+  if (id != nullptr) *id = s->capture_id;
+  if (graph != nullptr) *graph = reinterpret_cast<CUgraph>(s->graph);
+  if (deps != nullptr) *deps = nullptr;  // the emulator's graphs are sequences: no dependency nodes
+  if (edges != nullptr) *edges = nullptr;
+  if (ndeps != nullptr) *ndeps = 0;
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuStreamGetCaptureInfo", 12030, StreamGetCaptureInfo);
+
+CUresult instantiate(CUgraphExec* exec, CUgraph graph) {
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (exec == nullptr || d.graphs.count(g) == 0) return CUDA_ERROR_INVALID_VALUE;
+  auto* x = new GraphExec{g->ops};
+  d.execs.insert(x);
+  *exec = reinterpret_cast<CUgraphExec>(x);
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, std::size_t log_size) {
+  CUEMU_ENTER();
+  if (error_node != nullptr) *error_node = nullptr;
+  if (log != nullptr && log_size > 0) log[0] = '\0';
+  return instantiate(exec, graph);
+}
+CUEMU_EXPORT("cuGraphInstantiate", 11000, GraphInstantiate);
+
+CUresult GraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  CUEMU_ENTER();
+  if (flags != 0) return CUDA_ERROR_NOT_SUPPORTED;  // auto-free, upload, device launch: not emulated
+  return instantiate(exec, graph);
+}
+CUEMU_EXPORT("cuGraphInstantiateWithFlags", 11040, GraphInstantiateWithFlags);
+
+CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::vector<std::function<CUresult()>> ops;
+  {
+    std::lock_guard lk(Driver::get().mu);
+    auto* x = reinterpret_cast<GraphExec*>(exec);
+    if (Driver::get().execs.count(x) == 0) return CUDA_ERROR_INVALID_VALUE;
+    ops = x->ops;
+  }
+  for (auto& op : ops) {
+    if (const CUresult r = enqueue(s, op); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuGraphLaunch", 10000, GraphLaunch);
+
+CUresult GraphDestroy(CUgraph graph) {
+  CUEMU_ENTER();
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (d.graphs.erase(g) == 0) return CUDA_ERROR_INVALID_VALUE;
+  delete g;
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuGraphDestroy", 10000, GraphDestroy);
+
+CUresult GraphExecDestroy(CUgraphExec exec) {
+  CUEMU_ENTER();
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  if (d.execs.erase(x) == 0) return CUDA_ERROR_INVALID_VALUE;
+  delete x;  // ops already queued hold their own copies
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuGraphExecDestroy", 10000, GraphExecDestroy);
+
+}  // namespace
+
+}  // namespace cuemu
