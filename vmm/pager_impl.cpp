@@ -560,7 +560,7 @@ void PagerImpl::synchronize(backend::StreamHandle s) { TVMM_CHECK(dev_->synchron
 
 backend::EventHandle PagerImpl::create_event() {
   backend::EventHandle e = nullptr;
-  TVMM_CHECK(dev_->create_event(&e));
+  TVMM_CHECK(dev_->create_event(&e, backend::EventKind::timing));
   return e;
 }
 

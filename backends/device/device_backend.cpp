@@ -167,9 +167,9 @@ Status DeviceBackend::synchronize_stream(StreamHandle stream) {
   return do_synchronize_stream(stream);
 }
 
-Status DeviceBackend::create_event(EventHandle* out) {
+Status DeviceBackend::create_event(EventHandle* out, EventKind kind) {
   if (out == nullptr) return invalid();
-  return do_create_event(out);
+  return do_create_event(kind, out);
 }
 
 Status DeviceBackend::destroy_event(EventHandle event) {

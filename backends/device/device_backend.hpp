@@ -37,12 +37,16 @@
 //                       synchronous functions.
 //   launch_busy(s, d)   a kernel that keeps s busy for d of device time and touches no memory (a
 //                       modelled kernel for benchmarks and tests).
+//   create_event(e, k)  `sync` events order work and are waited for (on CUDA: DISABLE_TIMING and
+//                       BLOCKING_SYNC, so a host wait sleeps instead of spinning a core); `timing`
+//                       events can also be timed with event_elapsed (and are waited for the same way).
 //   record_event(e, s)  e completes when the work queued on s so far has completed. An event never
 //                       recorded counts as completed.
 //   stream_wait_event   work queued on s after this call waits for e's latest record.
 //   query_event         ok when completed, not_ready otherwise.
 //   event_elapsed(a,b)  device time from a's completion to b's (cuEventElapsedTime); not_ready until
-//                       both have completed, invalid_value if either was never recorded.
+//                       both have completed, invalid_value if either was never recorded or is a `sync`
+//                       event.
 
 #include <atomic>
 #include <chrono>
@@ -104,6 +108,8 @@ using EventHandle = void*;
 enum class CopyKind : std::uint8_t { host_to_device, device_to_host };
 //! A host callable run in stream order.
 using HostFn = void (*)(void* user);
+//! What an event is for: ordering and waiting only, or timing too (event_elapsed).
+enum class EventKind : std::uint8_t { sync, timing };
 
 //! Facts about a device.
 struct DeviceProperties {
@@ -163,7 +169,7 @@ class DeviceBackend {
   Status launch_busy(StreamHandle stream, std::chrono::nanoseconds duration);
   Status synchronize_stream(StreamHandle stream);
 
-  Status create_event(EventHandle* out);
+  Status create_event(EventHandle* out, EventKind kind = EventKind::sync);
   Status destroy_event(EventHandle event);
   Status record_event(EventHandle event, StreamHandle stream);
   Status stream_wait_event(StreamHandle stream, EventHandle event);
@@ -198,7 +204,7 @@ class DeviceBackend {
   virtual Status do_launch_host(StreamHandle stream, HostFn fn, void* user) = 0;
   virtual Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) = 0;
   virtual Status do_synchronize_stream(StreamHandle stream) = 0;
-  virtual Status do_create_event(EventHandle* out) = 0;
+  virtual Status do_create_event(EventKind kind, EventHandle* out) = 0;
   virtual Status do_destroy_event(EventHandle event) = 0;
   virtual Status do_record_event(EventHandle event, StreamHandle stream) = 0;
   virtual Status do_stream_wait_event(StreamHandle stream, EventHandle event) = 0;

@@ -107,7 +107,7 @@ class Session {
 
   backend::EventHandle event() {
     backend::EventHandle e = nullptr;
-    check(dev_.create_event(&e), "creating an event");
+    check(dev_.create_event(&e, backend::EventKind::timing), "creating an event");
     events_.push_back(e);
     return e;
   }

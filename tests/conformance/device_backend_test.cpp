@@ -228,11 +228,13 @@ TYPED_TEST(DeviceBackendConformance, BusyKernelsTakeAtLeastTheirDurationOfDevice
     GTEST_SKIP() << dev.properties().name << " has no busy kernel yet";
   }
   EventHandle a = nullptr, b = nullptr, never = nullptr;
-  ASSERT_TRUE(dev.create_event(&a).ok());
-  ASSERT_TRUE(dev.create_event(&b).ok());
-  ASSERT_TRUE(dev.create_event(&never).ok());
+  ASSERT_TRUE(dev.create_event(&a, EventKind::timing).ok());
+  ASSERT_TRUE(dev.create_event(&b, EventKind::timing).ok());
+  ASSERT_TRUE(dev.create_event(&never, EventKind::timing).ok());
   std::chrono::nanoseconds t{0};
   EXPECT_EQ(dev.event_elapsed(a, never, &t).code, Errc::invalid_value);  // never recorded
+  EventHandle sync_only = nullptr;  // a sync event cannot be timed, recorded or not
+  ASSERT_TRUE(dev.create_event(&sync_only).ok());
   EXPECT_EQ(dev.launch_busy(s, std::chrono::nanoseconds(-1)).code, Errc::invalid_value);
   ASSERT_TRUE(dev.record_event(a, s).ok());
   ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(5)).ok());
@@ -242,7 +244,10 @@ TYPED_TEST(DeviceBackendConformance, BusyKernelsTakeAtLeastTheirDurationOfDevice
   ASSERT_TRUE(dev.event_elapsed(a, b, &t).ok());
   EXPECT_GE(t, std::chrono::milliseconds(8));
   EXPECT_LT(t, std::chrono::seconds(5));
-  for (EventHandle e : {a, b, never}) EXPECT_TRUE(dev.destroy_event(e).ok());
+  ASSERT_TRUE(dev.record_event(sync_only, s).ok());
+  ASSERT_TRUE(dev.synchronize_event(sync_only).ok());
+  EXPECT_EQ(dev.event_elapsed(a, sync_only, &t).code, Errc::invalid_value);
+  for (EventHandle e : {a, b, never, sync_only}) EXPECT_TRUE(dev.destroy_event(e).ok());
   EXPECT_TRUE(dev.destroy_stream(s).ok());
 }
 
@@ -300,7 +305,7 @@ TEST(SimDevice, DeviceTimeIsTheModelledTimeExactly) {
   ASSERT_TRUE(dev.create_stream(&s).ok());
   ASSERT_TRUE(dev.create_stream(&t).ok());
   EventHandle e0 = nullptr, e1 = nullptr, e2 = nullptr, e3 = nullptr;
-  for (EventHandle* e : {&e0, &e1, &e2, &e3}) ASSERT_TRUE(dev.create_event(e).ok());
+  for (EventHandle* e : {&e0, &e1, &e2, &e3}) ASSERT_TRUE(dev.create_event(e, EventKind::timing).ok());
   ASSERT_TRUE(dev.record_event(e0, s).ok());
   ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(4)).ok());
   ASSERT_TRUE(dev.memcpy_async(d, h, mb, CopyKind::host_to_device, s).ok());  // 1 ms + 10 us
@@ -340,8 +345,8 @@ TEST(SimDevice, AModelledQueryAnswersAtTheThreadsHostTime) {
   StreamHandle s = nullptr;
   ASSERT_TRUE(dev.create_stream(&s).ok());
   EventHandle e1 = nullptr, e2 = nullptr;
-  ASSERT_TRUE(dev.create_event(&e1).ok());
-  ASSERT_TRUE(dev.create_event(&e2).ok());
+  ASSERT_TRUE(dev.create_event(&e1, EventKind::timing).ok());
+  ASSERT_TRUE(dev.create_event(&e2, EventKind::timing).ok());
   ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(2)).ok());
   ASSERT_TRUE(dev.record_event(e1, s).ok());
   ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(2)).ok());
@@ -368,8 +373,8 @@ TEST(SimDevice, ElapsedTimeIsNotReadyUntilBothEventsComplete) {
   StreamHandle s = nullptr;
   ASSERT_TRUE(dev.create_stream(&s).ok());
   EventHandle a = nullptr, b = nullptr;
-  ASSERT_TRUE(dev.create_event(&a).ok());
-  ASSERT_TRUE(dev.create_event(&b).ok());
+  ASSERT_TRUE(dev.create_event(&a, EventKind::timing).ok());
+  ASSERT_TRUE(dev.create_event(&b, EventKind::timing).ok());
   std::atomic<bool> go{false};
   ASSERT_TRUE(dev.record_event(a, s).ok());
   ASSERT_TRUE(dev.launch_host(
@@ -516,8 +521,8 @@ TEST(CudaKernels, FillVerifyAndBusyOnTheGpu) {
   ASSERT_TRUE(dev.verify(s, va, g - 3, 5, counter).ok());
   EXPECT_EQ(read_counter(), 1u);
   EventHandle e0 = nullptr, e1 = nullptr;
-  ASSERT_TRUE(dev.create_event(&e0).ok());
-  ASSERT_TRUE(dev.create_event(&e1).ok());
+  ASSERT_TRUE(dev.create_event(&e0, EventKind::timing).ok());
+  ASSERT_TRUE(dev.create_event(&e1, EventKind::timing).ok());
   ASSERT_TRUE(dev.record_event(e0, s).ok());
   ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(2)).ok());
   ASSERT_TRUE(dev.record_event(e1, s).ok());

@@ -52,6 +52,11 @@ struct Fake {
 };
 Fake* g_fake = nullptr;
 
+std::vector<CUcontext>& fake_stack() {
+  thread_local std::vector<CUcontext> stack;
+  return stack;
+}
+
 std::vector<Call> calls(const std::string& name) {
   std::lock_guard lk(g_fake->mu);
   std::vector<Call> out;
@@ -118,7 +123,25 @@ std::shared_ptr<const cu::Api> fake_api() {
     return CUDA_SUCCESS;
   };
   api->DevicePrimaryCtxRelease = [](CUdevice) { return CUDA_SUCCESS; };
-  api->CtxSetCurrent = [](CUcontext) { return CUDA_SUCCESS; };
+  // One context stack per thread, as the driver keeps (the backend pushes and pops its own).
+  api->CtxGetCurrent = [](CUcontext* c) {
+    *c = fake_stack().empty() ? nullptr : fake_stack().back();
+    return CUDA_SUCCESS;
+  };
+  api->CtxPushCurrent = [](CUcontext c) {
+    fake_stack().push_back(c);
+    return CUDA_SUCCESS;
+  };
+  api->CtxPopCurrent = [](CUcontext* c) {
+    if (fake_stack().empty()) return CUDA_ERROR_INVALID_CONTEXT;
+    *c = fake_stack().back();
+    fake_stack().pop_back();
+    return CUDA_SUCCESS;
+  };
+  api->DriverGetVersion = [](int* v) {
+    *v = 13000;
+    return CUDA_SUCCESS;
+  };
   api->MemGetAllocationGranularity = [](std::size_t* g, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) {
     *g = kGranularity;
     return CUDA_SUCCESS;
@@ -366,8 +389,8 @@ TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
 #endif
   EXPECT_EQ(dev.set_worker_cpus({0}).code, backend::Errc::not_supported);
   backend::EventHandle a = nullptr, b = nullptr;
-  ASSERT_TRUE(dev.create_event(&a).ok());
-  ASSERT_TRUE(dev.create_event(&b).ok());
+  ASSERT_TRUE(dev.create_event(&a, backend::EventKind::timing).ok());
+  ASSERT_TRUE(dev.create_event(&b, backend::EventKind::timing).ok());
   std::chrono::nanoseconds t{0};
   ASSERT_TRUE(dev.event_elapsed(a, b, &t).ok());
   EXPECT_EQ(t, std::chrono::microseconds(1500));  // cuEventElapsedTime's milliseconds, converted

@@ -53,7 +53,10 @@ std::shared_ptr<const Api> load_driver() {
   resolve(get, "cuDeviceTotalMem", api->DeviceTotalMem);
   resolve(get, "cuDevicePrimaryCtxRetain", api->DevicePrimaryCtxRetain);
   resolve(get, "cuDevicePrimaryCtxRelease", api->DevicePrimaryCtxRelease);
-  resolve(get, "cuCtxSetCurrent", api->CtxSetCurrent);
+  resolve(get, "cuDriverGetVersion", api->DriverGetVersion);
+  resolve(get, "cuCtxGetCurrent", api->CtxGetCurrent);
+  resolve(get, "cuCtxPushCurrent", api->CtxPushCurrent);
+  resolve(get, "cuCtxPopCurrent", api->CtxPopCurrent);
   resolve(get, "cuCtxGetDevice", api->CtxGetDevice);
   resolve(get, "cuMemGetAllocationGranularity", api->MemGetAllocationGranularity);
   resolve(get, "cuMemAddressReserve", api->MemAddressReserve);

@@ -24,7 +24,10 @@ struct Api {
   CUresult (*DeviceTotalMem)(std::size_t* bytes, CUdevice dev) = nullptr;
   CUresult (*DevicePrimaryCtxRetain)(CUcontext* ctx, CUdevice dev) = nullptr;
   CUresult (*DevicePrimaryCtxRelease)(CUdevice dev) = nullptr;
-  CUresult (*CtxSetCurrent)(CUcontext ctx) = nullptr;
+  CUresult (*DriverGetVersion)(int* version) = nullptr;
+  CUresult (*CtxGetCurrent)(CUcontext* ctx) = nullptr;
+  CUresult (*CtxPushCurrent)(CUcontext ctx) = nullptr;
+  CUresult (*CtxPopCurrent)(CUcontext* ctx) = nullptr;
   CUresult (*CtxGetDevice)(CUdevice* dev) = nullptr;
   CUresult (*MemGetAllocationGranularity)(std::size_t* granularity, const CUmemAllocationProp* prop,
                                           CUmemAllocationGranularity_flags option) = nullptr;

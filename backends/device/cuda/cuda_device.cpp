@@ -29,10 +29,34 @@ CUmemAllocationProp device_prop(CUdevice dev) {
   return p;
 }
 
-// The context current on this thread, as set by enter() (any device's).
-thread_local CUcontext t_current = nullptr;
-
 }  // namespace
+
+// The device's primary context, current for the length of one driver call, and the caller's current
+// context back afterwards (cuda.h 6334-6393: cuCtxPushCurrent / cuCtxPopCurrent): a program's own
+// context, or its lack of one, is the same after every tvmm call, whatever thread makes it. Nothing is
+// pushed when the primary context is current already.
+class CudaDevice::Entered {
+ public:
+  Entered(const cuda::Api& api, CUcontext ctx) noexcept : api_(api) {
+    CUcontext now = nullptr;
+    if (api_.CtxGetCurrent(&now) == CUDA_SUCCESS && now == ctx) return;
+    result_ = api_.CtxPushCurrent(ctx);
+    pushed_ = result_ == CUDA_SUCCESS;
+  }
+  ~Entered() {
+    CUcontext popped = nullptr;
+    if (pushed_) (void)api_.CtxPopCurrent(&popped);
+  }
+  Entered(const Entered&) = delete;
+  Entered& operator=(const Entered&) = delete;
+  //! CUDA_SUCCESS, or why the context could not be made current.
+  [[nodiscard]] CUresult result() const noexcept { return result_; }
+
+ private:
+  const cuda::Api& api_;
+  CUresult result_ = CUDA_SUCCESS;
+  bool pushed_ = false;
+};
 
 CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   auto fail = [&](const char* call, CUresult r) {
@@ -75,7 +99,8 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   std::size_t total = 0;
   char name[256] = {};
   char bus[64] = {};
-  CUresult r = api.CtxSetCurrent(o.ctx);
+  const Entered in(api, o.ctx);
+  CUresult r = in.result();
   if (r == CUDA_SUCCESS) r = api.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (r == CUDA_SUCCESS) r = api.DeviceTotalMem(&total, o.dev);
   if (r == CUDA_SUCCESS) r = api.DeviceGetName(name, sizeof name, o.dev);
@@ -108,16 +133,11 @@ CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened)
       host_numa_id_(opened.host_numa_id) {}
 
 CudaDevice::~CudaDevice() {
-  if (module_ != nullptr && enter()) (void)api_->ModuleUnload(module_);
-  if (t_current == ctx_) t_current = nullptr;
+  if (module_ != nullptr) {
+    const Entered in(*api_, ctx_);
+    if (in.result() == CUDA_SUCCESS) (void)api_->ModuleUnload(module_);
+  }
   (void)api_->DevicePrimaryCtxRelease(dev_);
-}
-
-bool CudaDevice::enter() const noexcept {
-  if (t_current == ctx_) return true;
-  if (api_->CtxSetCurrent(ctx_) != CUDA_SUCCESS) return false;
-  t_current = ctx_;
-  return true;
 }
 
 Status CudaDevice::check(CUresult r) const noexcept {
@@ -126,12 +146,20 @@ Status CudaDevice::check(CUresult r) const noexcept {
     case CUDA_ERROR_NOT_READY: return Status::fail(Errc::not_ready);
     case CUDA_ERROR_OUT_OF_MEMORY: return Status::fail(Errc::out_of_memory, r);
     case CUDA_ERROR_INVALID_VALUE: return Status::fail(Errc::invalid_value, r);
+    // A handle the driver does not know, or an event it cannot time (cuda.h 16150: cuEventElapsedTime on
+    // a never-recorded or DISABLE_TIMING event): the contract's invalid_value.
+    case CUDA_ERROR_INVALID_HANDLE: return Status::fail(Errc::invalid_value, r);
     case CUDA_ERROR_NOT_SUPPORTED: return Status::fail(Errc::not_supported, r);
     default: return Status::fail(Errc::driver_error, r);
   }
 }
 
-#define TVMM_CU(call) (enter() ? check(call) : Status::fail(Errc::driver_error, CUDA_ERROR_INVALID_CONTEXT))
+// Runs one driver call with the device's context current (Entered), converting the result.
+#define TVMM_CU(call)                                                        \
+  [&]() -> Status {                                                          \
+    const Entered in_(*api_, ctx_);                                          \
+    return in_.result() == CUDA_SUCCESS ? check(call) : check(in_.result()); \
+  }()
 
 Status CudaDevice::do_reserve(std::size_t bytes, DevPtr* out) {
   CUdeviceptr p = 0;
@@ -343,9 +371,14 @@ Status CudaDevice::do_synchronize_stream(StreamHandle stream) {
   return TVMM_CU(api_->StreamSynchronize(as_stream(stream)));
 }
 
-Status CudaDevice::do_create_event(EventHandle* out) {
+Status CudaDevice::do_create_event(EventKind kind, EventHandle* out) {
+  // cuda.h 15910-15918: BLOCKING_SYNC makes cuEventSynchronize block instead of busy-waiting (every host
+  // wait of tvmm's would otherwise spin a core); DISABLE_TIMING gives "the best performance when used
+  // with cuStreamWaitEvent() and cuEventQuery()", for the events that are never timed.
+  const unsigned flags =
+      unsigned{CU_EVENT_BLOCKING_SYNC} | (kind == EventKind::timing ? 0u : unsigned{CU_EVENT_DISABLE_TIMING});
   CUevent e = nullptr;
-  const Status st = TVMM_CU(api_->EventCreate(&e, CU_EVENT_DEFAULT));  // timing on: event_elapsed needs it
+  const Status st = TVMM_CU(api_->EventCreate(&e, flags));
   if (st.ok()) *out = e;
   return st;
 }

@@ -7,10 +7,12 @@
 //   map/unmap     cuMemMap / cuMemUnmap; set_access is cuMemSetAccess over the whole run it is given
 //                 (the transfer engine batches contiguous pages into one run)
 //   streams       non-blocking cuStreams; copies cuMemcpyHtoDAsync / cuMemcpyDtoHAsync; host callables
-//                 cuLaunchHostFunc; events cuEvent* (timing enabled, for event_elapsed)
+//                 cuLaunchHostFunc; events cuEvent*, blocking-sync (host waits sleep), timed only
+//                 when created for timing
 //   host memory   register_host = cuMemHostRegister (the pager binds the frames to a NUMA node first)
-// Every call makes the device's primary context current on the calling thread first (cached per
-// thread). The driver is reached only through an Api table (cuda_api.hpp), so a fake can drive it.
+// Every call makes the device's primary context current for its length and then restores the caller's
+// (push/pop; nothing changes when it is current already), so tvmm never changes a program's current
+// context. The driver is reached only through an Api table (cuda_api.hpp), so a fake can drive it.
 
 #include <memory>
 #include <mutex>
@@ -85,7 +87,7 @@ class CudaDevice final : public DeviceBackend {
   Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
   Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
   Status do_synchronize_stream(StreamHandle stream) override;
-  Status do_create_event(EventHandle* out) override;
+  Status do_create_event(EventKind kind, EventHandle* out) override;
   Status do_destroy_event(EventHandle event) override;
   Status do_record_event(EventHandle event, StreamHandle stream) override;
   Status do_stream_wait_event(StreamHandle stream, EventHandle event) override;
@@ -93,8 +95,7 @@ class CudaDevice final : public DeviceBackend {
   Status do_synchronize_event(EventHandle event) override;
   Status do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) override;
 
-  // Makes the primary context current on this thread (once per thread and device), then converts.
-  [[nodiscard]] bool enter() const noexcept;
+  class Entered;  // the primary context current for one call (cuda_device.cpp)
   [[nodiscard]] Status check(CUresult r) const noexcept;
   // Loads the embedded kernels once; null function if unavailable (status in `*why`).
   enum Kernel : std::uint8_t { kFill, kVerify, kChecksum, kCompute, kBusy, kKernels };

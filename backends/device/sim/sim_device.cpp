@@ -339,8 +339,8 @@ Status SimDevice::do_synchronize_stream(StreamHandle stream) {
   return Status::success();
 }
 
-Status SimDevice::do_create_event(EventHandle* out) {
-  *out = new sim::SimEvent(timing_);
+Status SimDevice::do_create_event(EventKind kind, EventHandle* out) {
+  *out = new sim::SimEvent(timing_, kind == EventKind::timing);
   return Status::success();
 }
 
@@ -380,6 +380,7 @@ Status SimDevice::do_synchronize_event(EventHandle event) {
 
 Status SimDevice::do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) {
   sim::DeviceClock::time_point a, b;
+  if (!as_event(start)->timed() || !as_event(end)->timed()) return Status::fail(Errc::invalid_value);  // sync events
   if (as_event(start)->latest() == 0 || as_event(end)->latest() == 0) return Status::fail(Errc::invalid_value);
   if (!as_event(start)->completed_at(&a) || !as_event(end)->completed_at(&b)) return Status::fail(Errc::not_ready);
   *out = std::chrono::duration_cast<std::chrono::nanoseconds>(b - a);

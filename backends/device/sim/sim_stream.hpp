@@ -46,7 +46,9 @@ enum class Timing : std::uint8_t {
 
 class SimEvent {
  public:
-  explicit SimEvent(Timing timing) : timing_(timing) {}
+  SimEvent(Timing timing, bool timed) : timing_(timing), timed_(timed) {}
+  //! Created for timing (EventKind::timing): event_elapsed accepts it.
+  [[nodiscard]] bool timed() const noexcept { return timed_; }
   // Starts a new record; returns its generation (the stream completes it later).
   std::uint64_t begin_record();
   // Completes `generation` at device time `at`.
@@ -61,6 +63,7 @@ class SimEvent {
 
  private:
   const Timing timing_;
+  const bool timed_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::uint64_t recorded_ = 0;
