@@ -27,7 +27,7 @@ AddressSpace::AddressSpace(backend::DeviceBackend& dev, std::size_t bytes, std::
 }
 
 AddressSpace::~AddressSpace() {
-  if (auto s = dev_.release_reservation(base_, bytes_); !s.ok()) {
+  if (auto s = dev_.release_reservation(base_, bytes_); !s.ok() && !dev_.lost()) {
     std::fprintf(stderr, "tvmm: releasing the address reservation failed: %s\n", backend::errc_name(s.code));
   }
 }

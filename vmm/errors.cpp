@@ -16,6 +16,11 @@ void throw_status(backend::Status status, const char* call, const char* file, in
   if (status.code == backend::Errc::out_of_memory) {
     throw out_of_memory(msg + "; the device has no physical memory left for this request");
   }
+  if (status.code == backend::Errc::device_lost) {
+    throw device_error(msg + "; the device failed for good (a sticky error): every later call fails until the "
+                             "process restarts",
+                       backend::errc_name(status.code));
+  }
   throw device_error(msg, backend::errc_name(status.code));
 }
 

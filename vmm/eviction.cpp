@@ -159,7 +159,7 @@ bool PagerImpl::reap(Lock& /*lk*/) {
       PageEntry& v = table_[b.pages[b.retired]];
       if (!dev_->unmap(va_of(v), page_size_).ok()) {
         // The data is safe on the host; the next load of this page unmaps before mapping again.
-        std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
+        if (!dev_->lost()) std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
                      hex(va_of(v)).c_str());
         v.stale_mapping = true;
       }

@@ -235,7 +235,11 @@ PagerImpl::~PagerImpl() {
   {
     Lock lk(mu_);
     (void)xfer_->drain();
-    reap(lk);  // unmaps the old addresses of finished evictions
+    try {
+      reap(lk);  // unmaps the old addresses of finished evictions
+    } catch (const std::exception& ex) {
+      if (!dev_->lost()) std::fprintf(stderr, "tvmm: retiring the last transfers failed: %s\n", ex.what());
+    }
   }
   xfer_.reset();                              // drains the copy streams before the tiers go away
   if (events_trace_) events_trace_->close();  // every copy's completion is in it now
@@ -431,14 +435,16 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   PageEntry* pages = pages_of(a);
   Lock lk(mu_);
   // 1. Wait for transfers other threads run on these pages (eviction picks any unpinned page), retiring
-  //    completed write-backs as they finish. Pages leave transit only under mu_.
+  //    completed write-backs as they finish. Pages leave transit only under mu_. A lost device completes
+  //    nothing any more: its transfers are abandoned (their data is gone with it).
   for (;;) {
     bool busy = false;
     for (std::uint32_t i = 0; i < a->pages && !busy; ++i) busy = pages[i].state() == PageState::transit;
-    if (!busy) break;
+    if (!busy || dev_->lost()) break;
     try {
       (void)wait_progress(lk, Clock::time_point::max());
     } catch (const std::exception& ex) {
+      if (dev_->lost()) break;
       std::fprintf(stderr, "tvmm: waiting for transfers of %s: %s\n", tensor_label(a).c_str(), ex.what());
       cv_.wait_for(lk, std::chrono::milliseconds(1));
     }
@@ -457,7 +463,13 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   lk.unlock();
   wait_quietly(waits, a);
   lk.lock();
-  reap(lk);
+  try {
+    reap(lk);
+  } catch (const std::exception& ex) {
+    if (!dev_->lost())
+      std::fprintf(stderr, "tvmm: retiring transfers while freeing %s failed: %s\n", tensor_label(a).c_str(),
+                   ex.what());
+  }
   // 4. Unmap, return frames and slots, and give the address range back.
   for (std::uint32_t i = 0; i < a->pages; ++i) {
     PageEntry& p = pages[i];
@@ -467,7 +479,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
         device_->release(p.frame);
       } catch (const std::exception& ex) {
         // The frame stays mapped at a dead address: leak it rather than hand out memory in use.
-        std::fprintf(stderr, "tvmm: %s; leaking one device frame\n", ex.what());
+        if (!dev_->lost()) std::fprintf(stderr, "tvmm: %s; leaking one device frame\n", ex.what());
       }
       p.frame = kNoFrame;
     }
@@ -534,7 +546,7 @@ void PagerImpl::destroy_stream(backend::StreamHandle s) noexcept {
     stream_numbers_.erase(s);
   }
   (void)dev_->synchronize_stream(s);
-  if (auto st = dev_->destroy_stream(s); !st.ok()) {
+  if (auto st = dev_->destroy_stream(s); !st.ok() && !dev_->lost()) {
     std::fprintf(stderr, "tvmm: destroying a stream failed: %s\n", backend::errc_name(st.code));
   }
 }
@@ -565,7 +577,7 @@ backend::EventHandle PagerImpl::create_event() {
 }
 
 void PagerImpl::destroy_event(backend::EventHandle e) noexcept {
-  if (auto st = dev_->destroy_event(e); !st.ok()) {
+  if (auto st = dev_->destroy_event(e); !st.ok() && !dev_->lost()) {
     std::fprintf(stderr, "tvmm: destroying an event failed: %s\n", backend::errc_name(st.code));
   }
 }
@@ -680,7 +692,8 @@ void PagerImpl::check_invariants() const {
     if (table_[i].state() != PageState::unused) table_[i].word.fetch_or(word::kFrozen, std::memory_order_acq_rel);
   }
   ScopeGuard thaw([&] {
-    for (std::uint32_t i = 0; i < table_.size(); ++i) table_[i].word.fetch_and(~word::kFrozen, std::memory_order_acq_rel);
+    for (std::uint32_t i = 0; i < table_.size(); ++i)
+      table_[i].word.fetch_and(~word::kFrozen, std::memory_order_acq_rel);
   });
   auto fail = [](const std::string& what) {
     throw tvmm::device_error("tvmm invariant violated: " + what, "invariant");

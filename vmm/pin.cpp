@@ -248,6 +248,7 @@ void PagerImpl::wait_quietly(std::vector<EventRef>& events, const Allocation* a)
     try {
       events_.wait(e.get());
     } catch (const std::exception& ex) {
+      if (dev_->lost()) break;  // nothing completes any more: said once already
       std::fprintf(stderr, "tvmm: waiting for the last use of %s failed: %s\n", tensor_label(a).c_str(), ex.what());
     }
   }
@@ -424,7 +425,7 @@ void PagerImpl::unpin(Allocation* a, PageSpan span, backend::StreamHandle stream
       }
     } catch (const std::exception& ex) {
       // Without an event the only safe release point is now: wait for the stream.
-      std::fprintf(stderr, "tvmm: recording the release of %s failed (%s); synchronizing its stream\n",
+      if (!dev_->lost()) std::fprintf(stderr, "tvmm: recording the release of %s failed (%s); synchronizing its stream\n",
                    tensor_label(a).c_str(), ex.what());
       (void)dev_->synchronize_stream(stream);
     }

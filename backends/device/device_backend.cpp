@@ -7,6 +7,8 @@
 #include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
 
+#include <cstdio>
+
 namespace tvmm::backend {
 
 const char* errc_name(Errc e) noexcept {
@@ -20,11 +22,30 @@ const char* errc_name(Errc e) noexcept {
     case Errc::not_supported: return "not_supported";
     case Errc::system_error: return "system_error";
     case Errc::driver_error: return "driver_error";
+    case Errc::device_lost: return "device_lost";
   }
   return "unknown";
 }
 
 DeviceBackend::~DeviceBackend() = default;
+
+Status DeviceBackend::noted(Status s) noexcept {
+  if (s.code == Errc::device_lost && !lost_.exchange(true)) {
+    std::string what;
+    try {
+      what = describe(s);
+    } catch (...) {
+      what = errc_name(s.code);
+    }
+    std::fprintf(stderr,
+                 "tvmm: the %s device failed for good (%s): from now on every call to it fails, and only restarting "
+                 "the process makes it usable again. tvmm frees what it can without it; data on the device is lost\n",
+                 props_.name.c_str(), what.c_str());
+  }
+  return s;
+}
+
+std::string DeviceBackend::describe(const Status& s) const { return errc_name(s.code); }
 
 BackendCounters DeviceBackend::counters() const noexcept {
   BackendCounters c;
@@ -44,162 +65,162 @@ Status invalid() noexcept { return Status::fail(Errc::invalid_value); }
 
 Status DeviceBackend::reserve(std::size_t bytes, DevPtr* out) {
   if (bytes == 0 || !aligned(bytes) || out == nullptr) return invalid();
-  return do_reserve(bytes, out);
+  return noted(do_reserve(bytes, out));
 }
 
 Status DeviceBackend::release_reservation(DevPtr base, std::size_t bytes) {
   if (base == 0 || bytes == 0 || !aligned(base) || !aligned(bytes)) return invalid();
-  return do_release_reservation(base, bytes);
+  return noted(do_release_reservation(base, bytes));
 }
 
 Status DeviceBackend::create_chunk(std::size_t bytes, ChunkHandle* out, ChunkLocation where) {
   if (bytes == 0 || !aligned(bytes) || out == nullptr) return invalid();
   if (where == ChunkLocation::host && !props_.host_chunks) return Status::fail(Errc::not_supported);
-  auto s = do_create_chunk(bytes, where, out);
+  auto s = noted(do_create_chunk(bytes, where, out));
   if (s.ok()) chunks_.fetch_add(1, relaxed);
   return s;
 }
 
-Status DeviceBackend::release_chunk(ChunkHandle chunk) { return do_release_chunk(chunk); }
+Status DeviceBackend::release_chunk(ChunkHandle chunk) { return noted(do_release_chunk(chunk)); }
 
 Status DeviceBackend::map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
   maps_.fetch_add(1, relaxed);
-  return do_map(va, bytes, chunk);
+  return noted(do_map(va, bytes, chunk));
 }
 
 Status DeviceBackend::set_access(DevPtr va, std::size_t bytes) {
   if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
   set_access_.fetch_add(1, relaxed);
-  return do_set_access(va, bytes);
+  return noted(do_set_access(va, bytes));
 }
 
 Status DeviceBackend::unmap(DevPtr va, std::size_t bytes) {
   if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
   unmaps_.fetch_add(1, relaxed);
-  return do_unmap(va, bytes);
+  return noted(do_unmap(va, bytes));
 }
 
 Status DeviceBackend::alloc_host(std::size_t bytes, void** out) {
   if (bytes == 0 || out == nullptr) return invalid();
-  return do_alloc_host(bytes, out);
+  return noted(do_alloc_host(bytes, out));
 }
 
 Status DeviceBackend::free_host(void* ptr, std::size_t bytes) {
   if (ptr == nullptr) return invalid();
-  return do_free_host(ptr, bytes);
+  return noted(do_free_host(ptr, bytes));
 }
 
 Status DeviceBackend::register_host(void* ptr, std::size_t bytes) {
   if (ptr == nullptr || bytes == 0) return invalid();
-  return do_register_host(ptr, bytes);
+  return noted(do_register_host(ptr, bytes));
 }
 
 Status DeviceBackend::unregister_host(void* ptr, std::size_t bytes) {
   if (ptr == nullptr || bytes == 0) return invalid();
-  return do_unregister_host(ptr, bytes);
+  return noted(do_unregister_host(ptr, bytes));
 }
 
 Status DeviceBackend::set_worker_cpus(const std::vector<unsigned>& cpus) {
   if (cpus.empty()) return invalid();
-  return do_set_worker_cpus(cpus);
+  return noted(do_set_worker_cpus(cpus));
 }
 
 Status DeviceBackend::alloc_managed(std::size_t bytes, void** out) {
   if (bytes == 0 || out == nullptr) return invalid();
   if (!props_.managed) return Status::fail(Errc::not_supported);
-  return do_alloc_managed(bytes, out);
+  return noted(do_alloc_managed(bytes, out));
 }
 
 Status DeviceBackend::free_managed(void* ptr, std::size_t bytes) {
   if (ptr == nullptr || bytes == 0) return invalid();
-  return do_free_managed(ptr, bytes);
+  return noted(do_free_managed(ptr, bytes));
 }
 
 Status DeviceBackend::advise_managed(void* ptr, std::size_t bytes, ChunkLocation where) {
   if (ptr == nullptr || bytes == 0) return invalid();
-  return do_advise_managed(ptr, bytes, where);
+  return noted(do_advise_managed(ptr, bytes, where));
 }
 
 Status DeviceBackend::prefetch_managed(void* ptr, std::size_t bytes, ChunkLocation where, StreamHandle stream) {
   if (ptr == nullptr || bytes == 0 || stream == nullptr) return invalid();
   copies_.fetch_add(1, relaxed);
   copy_bytes_.fetch_add(bytes, relaxed);
-  return do_prefetch_managed(ptr, bytes, where, stream);
+  return noted(do_prefetch_managed(ptr, bytes, where, stream));
 }
 
 Status DeviceBackend::create_stream(StreamHandle* out) {
   if (out == nullptr) return invalid();
-  return do_create_stream(out);
+  return noted(do_create_stream(out));
 }
 
 Status DeviceBackend::destroy_stream(StreamHandle stream) {
   if (stream == nullptr) return invalid();
-  return do_destroy_stream(stream);
+  return noted(do_destroy_stream(stream));
 }
 
 Status DeviceBackend::memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, StreamHandle stream) {
   if (dst == nullptr || src == nullptr || stream == nullptr) return invalid();
   copies_.fetch_add(1, relaxed);
   copy_bytes_.fetch_add(bytes, relaxed);
-  return do_memcpy_async(dst, src, bytes, kind, stream);
+  return noted(do_memcpy_async(dst, src, bytes, kind, stream));
 }
 
 Status DeviceBackend::copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream) {
   if (dst == 0 || src == 0 || bytes == 0 || stream == nullptr) return invalid();
   copies_.fetch_add(1, relaxed);
   copy_bytes_.fetch_add(bytes, relaxed);
-  return do_copy_device(dst, src, bytes, bus, stream);
+  return noted(do_copy_device(dst, src, bytes, bus, stream));
 }
 
 Status DeviceBackend::launch_host(StreamHandle stream, HostFn fn, void* user) {
   if (stream == nullptr || fn == nullptr) return invalid();
-  return do_launch_host(stream, fn, user);
+  return noted(do_launch_host(stream, fn, user));
 }
 
 Status DeviceBackend::launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) {
   if (stream == nullptr || duration.count() < 0) return invalid();
-  return do_launch_busy(stream, duration);
+  return noted(do_launch_busy(stream, duration));
 }
 
 Status DeviceBackend::synchronize_stream(StreamHandle stream) {
   if (stream == nullptr) return invalid();
-  return do_synchronize_stream(stream);
+  return noted(do_synchronize_stream(stream));
 }
 
 Status DeviceBackend::create_event(EventHandle* out, EventKind kind) {
   if (out == nullptr) return invalid();
-  return do_create_event(kind, out);
+  return noted(do_create_event(kind, out));
 }
 
 Status DeviceBackend::destroy_event(EventHandle event) {
   if (event == nullptr) return invalid();
-  return do_destroy_event(event);
+  return noted(do_destroy_event(event));
 }
 
 Status DeviceBackend::record_event(EventHandle event, StreamHandle stream) {
   if (event == nullptr || stream == nullptr) return invalid();
-  return do_record_event(event, stream);
+  return noted(do_record_event(event, stream));
 }
 
 Status DeviceBackend::stream_wait_event(StreamHandle stream, EventHandle event) {
   if (event == nullptr || stream == nullptr) return invalid();
-  return do_stream_wait_event(stream, event);
+  return noted(do_stream_wait_event(stream, event));
 }
 
 Status DeviceBackend::query_event(EventHandle event) {
   if (event == nullptr) return invalid();
-  return do_query_event(event);
+  return noted(do_query_event(event));
 }
 
 Status DeviceBackend::synchronize_event(EventHandle event) {
   if (event == nullptr) return invalid();
-  return do_synchronize_event(event);
+  return noted(do_synchronize_event(event));
 }
 
 Status DeviceBackend::event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) {
   if (start == nullptr || end == nullptr || out == nullptr) return invalid();
-  return do_event_elapsed(start, end, out);
+  return noted(do_event_elapsed(start, end, out));
 }
 
 std::unique_ptr<DeviceBackend> make_device_backend(const Config& config) {

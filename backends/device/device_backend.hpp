@@ -76,6 +76,9 @@ enum class Errc : std::uint8_t {
   not_supported,   //!< the backend cannot do this
   system_error,    //!< an operating-system call failed (errno in Status::sys_errno)
   driver_error,    //!< the GPU driver failed otherwise (its code, e.g. a CUresult, in Status::sys_errno)
+  //! The device failed for good (a sticky CUDA error such as an illegal address): every later call
+  //! fails the same way until the process restarts (the driver's code in Status::sys_errno).
+  device_lost,
 };
 
 //! Returns the error's name, e.g. "out_of_memory".
@@ -134,6 +137,11 @@ class DeviceBackend {
   DeviceBackend& operator=(const DeviceBackend&) = delete;
 
   [[nodiscard]] const DeviceProperties& properties() const noexcept { return props_; }
+  //! True once a call returned device_lost (said once on stderr): release paths then stay quiet about
+  //! the calls that fail, since they all do.
+  [[nodiscard]] bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  //! A failure in words for people: the driver's error name where there is one.
+  [[nodiscard]] virtual std::string describe(const Status& s) const;
   [[nodiscard]] BackendCounters counters() const noexcept;
 
   Status reserve(std::size_t bytes, DevPtr* out);
@@ -213,9 +221,12 @@ class DeviceBackend {
   virtual Status do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) = 0;
 
   [[nodiscard]] bool aligned(std::size_t v) const noexcept { return v % props_.granularity == 0; }
+  // Every primitive's result passes here: the first device_lost is reported and remembered.
+  Status noted(Status s) noexcept;
 
   DeviceProperties props_;
   std::atomic<std::uint64_t> maps_{0}, unmaps_{0}, set_access_{0}, copies_{0}, copy_bytes_{0}, chunks_{0};
+  std::atomic<bool> lost_{false};
 };
 
 //! Creates the backend named by `config.device_backend`; throws tvmm::config_error for an unknown name

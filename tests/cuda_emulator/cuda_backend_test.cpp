@@ -117,3 +117,54 @@ TEST(CudaOnEmulator, AHostWaitSleepsInsteadOfSpinningACore) {
   EXPECT_GE(waited_ms, 250);
   EXPECT_LT(cpu_ms, 50) << "the host pin spun for " << cpu_ms << " ms of CPU while waiting " << waited_ms << " ms";
 }
+
+namespace {
+// Makes the process's CUDA state sticky-broken, as a program's own faulting kernel would: a copy to
+// memory the device was given no access to (cuda.h 2833: "any further CUDA work will return the same
+// error").
+void break_the_gpu(const Driver& drv) {
+  (void)DRV(cuInit)(0);
+  CUcontext ctx = nullptr;
+  (void)DRV(cuDevicePrimaryCtxRetain)(&ctx, 0);
+  (void)DRV(cuCtxPushCurrent)(ctx);
+  CUdeviceptr va = 0;
+  (void)DRV(cuMemAddressReserve)(&va, 2 * MiB, 0, 0, 0);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemGenericAllocationHandle h = 0;
+  (void)DRV(cuMemCreate)(&h, 2 * MiB, &prop, 0);
+  (void)DRV(cuMemMap)(va, 2 * MiB, 0, h, 0);
+  static char byte = 1;
+  (void)DRV(cuMemcpyHtoDAsync)(va, &byte, 1, nullptr);
+  std::fprintf(stderr, "program: %d\n", static_cast<int>(DRV(cuStreamSynchronize)(nullptr)));
+  CUcontext popped = nullptr;
+  (void)DRV(cuCtxPopCurrent)(&popped);
+}
+}  // namespace
+
+// After a sticky error every driver call fails; destroying the pager must still not throw (it did:
+// ~PagerImpl -> reap -> TVMM_CHECK terminated the process), must say what happened once, and frees
+// what it can.
+TEST(CudaOnEmulatorDeathTest, APagerIsDestroyedCleanlyAfterAStickyError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        {
+          Pager p(cuda_config());
+          auto s = p.create_stream();
+          std::vector<Tensor> ts;
+          for (int i = 0; i < 6; ++i) {
+            ts.push_back(p.allocate(2 * MiB));
+            auto pin = ts.back().pin(s, Access::write);
+          }
+          Driver drv;
+          break_the_gpu(drv);
+          ts.clear();
+        }
+        std::fprintf(stderr, "destroyed\n");
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0),
+      "^program: 700\ntvmm: the cuda device failed for good \\(CUDA_ERROR_ILLEGAL_ADDRESS\\)[^\n]*\ndestroyed\n$");
+}

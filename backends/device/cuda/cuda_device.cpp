@@ -140,6 +140,11 @@ CudaDevice::~CudaDevice() {
   (void)api_->DevicePrimaryCtxRelease(dev_);
 }
 
+std::string CudaDevice::describe(const Status& s) const {
+  if (s.sys_errno == 0) return errc_name(s.code);
+  return cuda::result_name(*api_, static_cast<CUresult>(s.sys_errno));
+}
+
 Status CudaDevice::check(CUresult r) const noexcept {
   switch (r) {
     case CUDA_SUCCESS: return Status::success();
@@ -150,6 +155,20 @@ Status CudaDevice::check(CUresult r) const noexcept {
     // a never-recorded or DISABLE_TIMING event): the contract's invalid_value.
     case CUDA_ERROR_INVALID_HANDLE: return Status::fail(Errc::invalid_value, r);
     case CUDA_ERROR_NOT_SUPPORTED: return Status::fail(Errc::not_supported, r);
+    // The errors after which "any further CUDA work will return the same error. To continue using CUDA,
+    // the process must be terminated and relaunched" (cuda.h 2763-3140).
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_CONTAINED:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_TENSOR_MEMORY_LEAK:
+    case CUDA_ERROR_EXTERNAL_DEVICE: return Status::fail(Errc::device_lost, r);
     default: return Status::fail(Errc::driver_error, r);
   }
 }

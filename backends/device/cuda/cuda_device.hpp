@@ -43,6 +43,9 @@ class CudaDevice final : public DeviceBackend {
   //! compute: `iterations` multiply-adds on each of `n` floats at `va`, as kernels::compute.
   Status compute(StreamHandle stream, DevPtr va, std::size_t n, int iterations);
 
+  //! The driver's name for a failure ("CUDA_ERROR_ILLEGAL_ADDRESS").
+  [[nodiscard]] std::string describe(const Status& s) const override;
+
   //! The device memory free and in total, as the driver counts it (cuMemGetInfo): what the Unified
   //! Memory peer of tvmm-bench stays within.
   Status memory_info(std::size_t* free, std::size_t* total);
