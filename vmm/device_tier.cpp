@@ -28,9 +28,26 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
   if (!free_.empty()) {
     f = free_.back();
     free_.pop_back();
-  } else if (chunks_.size() < budget_) {
+  } else if (chunks_.size() < budget_ && (chunks_.empty() || Clock::now() >= retry_at_)) {
     backend::ChunkHandle c;
-    TVMM_CHECK(dev_.create_chunk(page_size_, &c, where_));
+    const backend::Status st = dev_.create_chunk(page_size_, &c, where_);
+    if (st.code == backend::Errc::out_of_memory) {
+      // Something took the memory since the budget was checked against it (another process, or the
+      // program's own allocations): no frame now. The caller evicts into the frames that exist, and the
+      // tier tries again a second later (at once while it has none), so a shortage costs one failed
+      // creation per second, and memory given back is used again.
+      if (!short_) {
+        std::fprintf(stderr,
+                     "tvmm: the device has no memory for another %s frame: working with the %zu frames there are of "
+                     "the %u the budget allows (other allocations hold the rest); trying again every second\n",
+                     where_ == backend::ChunkLocation::host ? "host-located" : "device", chunks_.size(), budget_);
+      }
+      short_ = true;
+      retry_at_ = Clock::now() + std::chrono::seconds(1);
+      return std::nullopt;
+    }
+    TVMM_CHECK(st);
+    short_ = false;
     f = static_cast<std::uint32_t>(chunks_.size());
     chunks_.push_back(c);
   } else {

@@ -5,6 +5,7 @@
 // The transparent heap uses a second pool of host-located chunks (ChunkLocation::host): the same
 // mechanism, other memory.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -21,12 +22,23 @@ class DeviceTier {
   DeviceTier(const DeviceTier&) = delete;
   DeviceTier& operator=(const DeviceTier&) = delete;
 
-  //! A free frame (recycled, or newly created while under budget), or nullopt when all are in use.
+  //! A free frame (recycled, or newly created while under budget), or nullopt when all are in use. When
+  //! the device has no memory for a new frame, nullopt too (the caller evicts into the frames there
+  //! are): the tier is then short (said once on stderr) and tries creating again a second later, or at
+  //! once while it has no frame at all. Throws for other device failures.
   std::optional<std::uint32_t> try_acquire();
   void release(std::uint32_t frame) noexcept;
   [[nodiscard]] backend::ChunkHandle chunk(std::uint32_t frame) const noexcept { return chunks_[frame]; }
 
   [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }
+  //! The frames the tier can count on now: its budget, or the frames it has while the device has no
+  //! memory for more (admission and capacity use this, so no frame that does not exist is counted). A
+  //! tier with no frame at all tries again at once, so it still counts on its budget.
+  [[nodiscard]] std::uint32_t usable() const noexcept {
+    return short_ && !chunks_.empty() ? static_cast<std::uint32_t>(chunks_.size()) : budget_;
+  }
+  //! True while the device had no memory for the tier's last new frame.
+  [[nodiscard]] bool short_of_memory() const noexcept { return short_; }
   [[nodiscard]] std::uint32_t in_use() const noexcept { return in_use_; }
   [[nodiscard]] std::uint32_t peak() const noexcept { return peak_; }
   [[nodiscard]] std::uint32_t created() const noexcept { return static_cast<std::uint32_t>(chunks_.size()); }
@@ -40,6 +52,9 @@ class DeviceTier {
   std::uint32_t peak_ = 0;
   std::vector<backend::ChunkHandle> chunks_;
   std::vector<std::uint32_t> free_;
+  using Clock = std::chrono::steady_clock;
+  bool short_ = false;          // the device had no memory for the last new frame
+  Clock::time_point retry_at_;  // while short: no new frame is tried before then
 };
 
 }  // namespace tvmm::detail

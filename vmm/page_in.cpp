@@ -169,6 +169,11 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::
     if (!got.frames.empty() || !may_wait) break;
     // The host tier is full: move its oldest pages to NVMe (this unlocks for the writes).
     if (host_->free_count() == 0 && spill(lk, count - got.frames.size()) > 0) continue;
+    // No frame exists and the device has no memory for one: nothing can ever be evicted to make room.
+    if (device_->created() == 0 && device_->short_of_memory()) {
+      throw out_of_memory("tvmm: the device has no memory for a frame (" + format_bytes(page_size_) +
+                          "): other allocations hold all of it; free device memory or lower their use");
+    }
     // Nothing evictable now: the device is full of pinned or in-transit pages, or the host tier has no
     // slot for a victim until a page-in completes. Wait for a transfer, an unpin or the deadline.
     if (!wait_progress(lk, deadline)) {

@@ -55,6 +55,15 @@ Config resolve_config(Config cfg, const backend::DeviceProperties& props) {
     throw config_error("device_budget = " + format_bytes(cfg.device_budget) + " exceeds the device's memory (" +
                        format_bytes(props.capacity) + "); lower it");
   }
+  if (props.free_memory != 0 && cfg.device_budget > props.free_memory) {
+    throw config_error("device_budget = " + format_bytes(cfg.device_budget) +
+                       " exceeds the device's free memory: " + format_bytes(props.free_memory) + " of " +
+                       format_bytes(props.capacity) + " are free, " + format_bytes(props.capacity - props.free_memory) +
+                       " are held by other allocations (of this process or others: nvidia-smi lists them); lower "
+                       "device.budget to at most " +
+                       format_bytes(props.free_memory / cfg.page_size * cfg.page_size) +
+                       ", or free device memory first");
+  }
   if (cfg.va_size == 0) cfg.va_size = default_va_size(cfg);
   cfg.va_size = (cfg.va_size + p - 1) / p * p;
   if (cfg.va_size / p > UINT32_MAX) {
@@ -150,7 +159,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe
   // slot too (a page read from NVMe is staged in a host slot that a spill to NVMe may have to free).
-  capacity_pages_ = std::uint64_t{frames} + slots - 1 + (nvme_slots != 0 ? nvme_slots - 1 : 0);
+  capacity_spare_ = std::uint64_t{slots} - 1 + (nvme_slots != 0 ? nvme_slots - 1 : 0);
 }
 
 void PagerImpl::place_host_tier(std::size_t bytes) {
@@ -337,7 +346,10 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
   const std::string label = hints.name.empty() ? std::string() : " '" + hints.name + "'";
   const std::uint64_t pages = bytes / page_size_ + (bytes % page_size_ != 0 ? 1 : 0);
   Lock lk(mu_);
-  const std::uint64_t free_pages = capacity_pages_ - allocated_pages_;
+  // The device tier's frames as it has them now (fewer than the budget when the GPU had no memory for
+  // more), plus the host and NVMe slots less the ones kept for swapping.
+  const std::uint64_t capacity_pages = device_->usable() + capacity_spare_;
+  const std::uint64_t free_pages = capacity_pages - std::min(capacity_pages, allocated_pages_);
   // Pages kept off NVMe live on the device or the host; all of them must fit in the host tier with two
   // slots to spare, so that evictions and staging always find a slot that a spill can free.
   const bool host_only = nvme_ && owned && cfg_.nvme_min_bytes != 0 && bytes < cfg_.nvme_min_bytes;
@@ -353,8 +365,9 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
     throw out_of_memory(
         "tvmm::Pager::allocate" + label + ": cannot allocate " + format_bytes(bytes) + " (" + std::to_string(pages) +
         " pages of " + format_bytes(page_size_) + "): " + format_bytes(free_pages * page_size_) + " free of " +
-        format_bytes(capacity_pages_ * page_size_) + " (device budget " + format_bytes(cfg_.device_budget) +
-        " + host budget " + format_bytes(cfg_.host_budget) +
+        format_bytes(capacity_pages * page_size_) + " (device budget " +
+        format_bytes(std::uint64_t{device_->usable()} * page_size_) + " + host budget " +
+        format_bytes(cfg_.host_budget) +
         (nvme_ ? " + NVMe budget " + format_bytes(cfg_.nvme.budget) + " - two pages" : std::string(" - one page")) +
         " kept for swapping); free tensors or raise the budgets");
   }
@@ -677,9 +690,9 @@ std::string PagerImpl::describe_device() const {
     if (word::pins(w) != 0) ++pinned;
     if (word::state(w) == PageState::transit) ++transit;
   }
-  return std::to_string(device_->budget()) + " device pages (" + format_bytes(cfg_.device_budget) + "), " +
-         std::to_string(resident) + " holding data, " + std::to_string(pinned) + " pinned, " + std::to_string(transit) +
-         " in transit";
+  return std::to_string(device_->budget()) + " device pages (" +
+         format_bytes(std::uint64_t{device_->budget()} * page_size_) + "), " + std::to_string(resident) +
+         " holding data, " + std::to_string(pinned) + " pinned, " + std::to_string(transit) + " in transit";
 }
 
 // Correct while other threads use the pager: everything but the pin counts changes only under mu_,

@@ -302,7 +302,7 @@ class PagerImpl {
   std::uint32_t frames_in_hand_ = 0;  // taken from the pool by a thread that let go of mu_; guarded by mu_
   std::uint64_t allocated_pages_ = 0;           // guarded by mu_
   std::uint64_t host_only_pages_ = 0;           // pages of allocations kept off NVMe; guarded by mu_
-  std::uint64_t capacity_pages_ = 0;
+  std::uint64_t capacity_spare_ = 0;  // pages beyond the device tier's frames that allocations may use
   std::unordered_map<backend::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
   std::deque<LoadBatch> loads_;                             // page-ins not yet retired
   std::deque<EvictionBatch> evictions_;                     // write-backs not yet retired

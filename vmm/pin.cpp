@@ -22,8 +22,8 @@ bool PagerImpl::try_pin_resident(PageEntry& p, std::uint64_t dirty) noexcept {
   for (;;) {
     // A pin that may write makes a kept host copy stale: the slow path lets the slot go, under the lock.
     // A frozen word is being counted by check_invariants: the slow path waits for the lock.
-    if (word::state(w) != PageState::device || word::pending(w) || word::pins(w) == word::kPinMax ||
-        word::frozen(w) || (dirty != 0 && word::host_copy(w))) {
+    if (word::state(w) != PageState::device || word::pending(w) || word::pins(w) == word::kPinMax || word::frozen(w) ||
+        (dirty != 0 && word::host_copy(w))) {
       if (counted) {
         pinned_pages_.fetch_sub(1);
         wake_waiters();  // an admission check may have seen the count this call took back
@@ -303,7 +303,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   const auto deadline = t0 + cfg_.wait_timeout;
   PageEntry* pages = pages_of(a) + span.first;
   const std::uint32_t n = span.count;
-  const std::uint32_t budget = device_->budget();
+  const std::uint32_t budget = device_->usable();  // the budget, or the frames there are while short
   // Registered as a waiter for the whole slow path, before any condition is tested, so an unpin that
   // races with a test below always takes mu_ before notifying (see wake_waiters).
   waiters_.fetch_add(1);
@@ -316,7 +316,11 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   if (n > budget) {
     throw out_of_memory("tvmm: cannot pin " + tensor_label(a) + ": it needs " + std::to_string(n) +
                         " device pages but the device budget is " + std::to_string(budget) + " pages (" +
-                        format_bytes(cfg_.device_budget) + "); raise device_budget or split the tensor");
+                        format_bytes(std::uint64_t{budget} * page_size_) + ")" +
+                        (device_->short_of_memory() ? ", all the device has memory for now (of " +
+                                                          std::to_string(device_->budget()) + " budgeted)"
+                                                    : std::string()) +
+                        "; raise device_budget or split the tensor");
   }
   for (;;) {
     std::uint64_t unpinned = 0;
@@ -425,8 +429,9 @@ void PagerImpl::unpin(Allocation* a, PageSpan span, backend::StreamHandle stream
       }
     } catch (const std::exception& ex) {
       // Without an event the only safe release point is now: wait for the stream.
-      if (!dev_->lost()) std::fprintf(stderr, "tvmm: recording the release of %s failed (%s); synchronizing its stream\n",
-                   tensor_label(a).c_str(), ex.what());
+      if (!dev_->lost())
+        std::fprintf(stderr, "tvmm: recording the release of %s failed (%s); synchronizing its stream\n",
+                     tensor_label(a).c_str(), ex.what());
       (void)dev_->synchronize_stream(stream);
     }
   }

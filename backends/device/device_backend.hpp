@@ -119,6 +119,9 @@ struct DeviceProperties {
   std::string name;              //!< backend name, e.g. "sim"
   std::size_t granularity = 0;   //!< mapping granularity in bytes
   std::size_t capacity = 0;      //!< physical memory in bytes
+  //! Memory free when the backend was opened (cuMemGetInfo: other allocations, this process's or
+  //! others', hold the rest); 0 = not known, as capacity.
+  std::size_t free_memory = 0;
   bool host_accessible = false;  //!< device addresses can be dereferenced by the host (simulator)
   bool host_chunks = false;      //!< create_chunk(..., ChunkLocation::host) works
   bool managed = false;          //!< alloc_managed, advise_managed and prefetch_managed work

@@ -168,3 +168,70 @@ TEST(CudaOnEmulatorDeathTest, APagerIsDestroyedCleanlyAfterAStickyError) {
       ::testing::ExitedWithCode(0),
       "^program: 700\ntvmm: the cuda device failed for good \\(CUDA_ERROR_ILLEGAL_ADDRESS\\)[^\n]*\ndestroyed\n$");
 }
+
+namespace {
+// The program's own allocation of `bytes` on GPU 0 (cuMemAlloc in its primary context), as another
+// library or process would take memory; returns the address.
+CUdeviceptr take_gpu_memory(const Driver& drv, std::size_t bytes) {
+  EXPECT_EQ(DRV(cuInit)(0), CUDA_SUCCESS);
+  CUcontext ctx = nullptr;
+  EXPECT_EQ(DRV(cuDevicePrimaryCtxRetain)(&ctx, 0), CUDA_SUCCESS);
+  EXPECT_EQ(DRV(cuCtxPushCurrent)(ctx), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  EXPECT_EQ(DRV(cuMemAlloc)(&p, bytes), CUDA_SUCCESS);
+  CUcontext popped = nullptr;
+  EXPECT_EQ(DRV(cuCtxPopCurrent)(&popped), CUDA_SUCCESS);
+  return p;
+}
+std::size_t free_gpu_memory(const Driver& drv) {
+  EXPECT_EQ(DRV(cuInit)(0), CUDA_SUCCESS);
+  CUcontext ctx = nullptr;
+  EXPECT_EQ(DRV(cuDevicePrimaryCtxRetain)(&ctx, 0), CUDA_SUCCESS);
+  EXPECT_EQ(DRV(cuCtxPushCurrent)(ctx), CUDA_SUCCESS);
+  std::size_t free = 0, total = 0;
+  EXPECT_EQ(DRV(cuMemGetInfo)(&free, &total), CUDA_SUCCESS);
+  CUcontext popped = nullptr;
+  EXPECT_EQ(DRV(cuCtxPopCurrent)(&popped), CUDA_SUCCESS);
+  return free;
+}
+}  // namespace
+
+// The budget was checked against the GPU's total memory only: a budget larger than what is free was
+// accepted, and failed later, at a random pin.
+TEST(CudaOnEmulator, ADeviceBudgetAboveTheFreeMemoryIsRefusedSayingWhatHoldsIt) {
+  Driver drv;
+  const std::size_t free = free_gpu_memory(drv);
+  const CUdeviceptr held = take_gpu_memory(drv, free - 64 * MiB);  // another user of the GPU
+  Config c = cuda_config();
+  c.cuda_device = 0;
+  c.device_budget = 128 * MiB;
+  const std::string m = test::message_of([&] { Pager p(c); });
+  EXPECT_NE(m.find("exceeds the device's free memory: 64 MiB of"), std::string::npos) << m;
+  EXPECT_NE(m.find("held by other allocations"), std::string::npos) << m;
+  EXPECT_NE(m.find("lower device.budget to at most 64 MiB"), std::string::npos) << m;
+  CUcontext ctx = nullptr, popped = nullptr;
+  ASSERT_EQ(DRV(cuDevicePrimaryCtxRetain)(&ctx, 0), CUDA_SUCCESS);
+  ASSERT_EQ(DRV(cuCtxPushCurrent)(ctx), CUDA_SUCCESS);
+  EXPECT_EQ(DRV(cuMemFree)(held), CUDA_SUCCESS);
+  ASSERT_EQ(DRV(cuCtxPopCurrent)(&popped), CUDA_SUCCESS);
+  EXPECT_NO_THROW(Pager{c});  // with the memory back, the same budget fits
+}
+
+// Memory taken by someone else after the pager started: a frame the GPU cannot create was fatal to the
+// pin that needed it. Now the device tier keeps the frames it has and the pager evicts into them.
+TEST(CudaOnEmulator, AFrameTheGpuCannotCreateMakesThePagerEvictInstead) {
+  Driver drv;
+  Config c = cuda_config(8, 16);
+  c.cuda_device = 0;
+  Pager p(c);                                                  // frames are created on first need: none yet
+  (void)take_gpu_memory(drv, free_gpu_memory(drv) - 4 * MiB);  // room for two 2 MiB frames
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 6; ++i) {
+    ts.push_back(p.allocate(2 * MiB));
+    EXPECT_NO_THROW({ auto pin = ts.back().pin(Access::write); }) << "tensor " << i;
+  }
+  for (auto& t : ts) EXPECT_NO_THROW({ auto pin = t.pin(Access::read); });
+  EXPECT_EQ(p.stats().device_used_bytes, 4 * MiB);
+  EXPECT_GT(p.stats().evictions, 0u);
+  p.check_invariants();
+}

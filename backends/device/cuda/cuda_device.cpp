@@ -103,6 +103,8 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   CUresult r = in.result();
   if (r == CUDA_SUCCESS) r = api.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (r == CUDA_SUCCESS) r = api.DeviceTotalMem(&total, o.dev);
+  std::size_t free = 0, total_now = 0;
+  if (r == CUDA_SUCCESS) r = api.MemGetInfo(&free, &total_now);
   if (r == CUDA_SUCCESS) r = api.DeviceGetName(name, sizeof name, o.dev);
   if (r == CUDA_SUCCESS) r = api.DeviceGetPCIBusId(bus, sizeof bus, o.dev);
   if (r != CUDA_SUCCESS) {
@@ -112,6 +114,7 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   o.props.name = "cuda";
   o.props.granularity = granularity;
   o.props.capacity = total;
+  o.props.free_memory = free;
   o.props.host_accessible = false;
   o.props.host_chunks = o.host_numa_chunks;
   int managed = 0, concurrent = 0;
