@@ -263,6 +263,21 @@ std::unique_ptr<TransparentHeap> make_transparent_heap(const Config& config, Tra
   }
   if (why != nullptr) *why = reason;
   if (mode == "vmm") {
+    // Each page moves between a device frame and a host-located chunk: its size must be a multiple of
+    // both kinds' granularity (the driver's may differ).
+    const std::size_t host_g = props.host_granularity != 0 ? props.host_granularity : props.granularity;
+    if (config.page_size == 0 && host_g > props.granularity) {
+      Config larger = config;
+      larger.page_size = host_g;  // both are powers of two: the larger is a multiple of the smaller
+      return make_transparent_heap(larger, std::move(drain), why, std::move(dev));
+    }
+    if (config.page_size % host_g != 0) {
+      throw config_error(
+          "transparent.memory = \"vmm\" moves pages between device frames and host-located chunks, "
+          "whose granularity on this " +
+          props.name + " device is " + format_bytes(host_g) + "; page_size = " + format_bytes(config.page_size) +
+          " is not a multiple of it: use " + format_bytes(host_g) + " (or \"auto\")");
+    }
     if (!props.host_chunks) {
       throw device_error(
           "transparent.memory = \"vmm\" needs host-located VMM memory (cuMemCreate at a host NUMA "

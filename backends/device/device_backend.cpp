@@ -76,6 +76,9 @@ Status DeviceBackend::release_reservation(DevPtr base, std::size_t bytes) {
 Status DeviceBackend::create_chunk(std::size_t bytes, ChunkHandle* out, ChunkLocation where) {
   if (bytes == 0 || !aligned(bytes) || out == nullptr) return invalid();
   if (where == ChunkLocation::host && !props_.host_chunks) return Status::fail(Errc::not_supported);
+  if (where == ChunkLocation::host && props_.host_granularity != 0 && bytes % props_.host_granularity != 0) {
+    return invalid();
+  }
   auto s = noted(do_create_chunk(bytes, where, out));
   if (s.ok()) chunks_.fetch_add(1, relaxed);
   return s;

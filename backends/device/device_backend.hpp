@@ -12,7 +12,7 @@
 //                       is not accessible (any access faults) and belongs to no other reservation.
 //   release_reservation all mappings inside were unmapped.
 //   create_chunk(bytes, where)
-//                       bytes a multiple of granularity. `device`: GPU memory; fails with out_of_memory
+//                       bytes a multiple of granularity (of host_granularity for `host`). `device`: GPU memory; fails with out_of_memory
 //                       past the device's physical capacity (a hard limit). `host`: host memory that maps
 //                       into the reservation like device memory (cuMemCreate at a host NUMA node), so
 //                       device work reaches it over the bus; not_supported unless
@@ -117,7 +117,10 @@ enum class EventKind : std::uint8_t { sync, timing };
 //! Facts about a device.
 struct DeviceProperties {
   std::string name;              //!< backend name, e.g. "sim"
-  std::size_t granularity = 0;   //!< mapping granularity in bytes
+  std::size_t granularity = 0;   //!< mapping granularity in bytes (device chunks)
+  //! Granularity of host-located chunks (where host_chunks): the driver's may differ from the device
+  //! chunks' (cuMemGetAllocationGranularity is per allocation property). 0 = `granularity`.
+  std::size_t host_granularity = 0;
   std::size_t capacity = 0;      //!< physical memory in bytes
   //! Memory free when the backend was opened (cuMemGetInfo: other allocations, this process's or
   //! others', hold the rest); 0 = not known, as capacity.

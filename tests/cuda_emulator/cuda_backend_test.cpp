@@ -13,6 +13,7 @@
 #include "backends/device/cuda/cuda_device.hpp"
 #include "test_support.hpp"
 #include "tvmm/tvmm.hpp"
+#include "vmm/transparent_heap.hpp"
 
 using namespace tvmm;
 
@@ -234,4 +235,30 @@ TEST(CudaOnEmulator, AFrameTheGpuCannotCreateMakesThePagerEvictInstead) {
   EXPECT_EQ(p.stats().device_used_bytes, 4 * MiB);
   EXPECT_GT(p.stats().evictions, 0u);
   p.check_invariants();
+}
+
+// Host-NUMA chunks have their own allocation granularity; the transparent heap created them at the
+// device chunks' size, which the driver refuses when the two differ.
+TEST(CudaOnEmulator, HostLocatedChunksAreMadeAtTheirOwnGranularity) {
+  ::setenv("TVMM_CUEMU_HOST_GRANULARITY", "4MiB", 1);  // read at cuInit (ctest runs each test alone)
+  Driver drv;
+  ASSERT_EQ(DRV(cuInit)(0), CUDA_SUCCESS);
+  CUmemAllocationProp host{};
+  host.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  std::size_t g = 0;
+  ASSERT_EQ(DRV(cuMemGetAllocationGranularity)(&g, &host, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+  if (g != 4 * MiB) GTEST_SKIP() << "the emulator started earlier in this process with other settings";
+  Config c = cuda_config(4, 8);
+  c.cuda_device = 0;
+  c.device_budget = 8 * MiB;
+  c.host_budget = 32 * MiB;
+  c.transparent_memory = "vmm";
+  auto heap = detail::make_transparent_heap(c, [] {});
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 5; ++i) ASSERT_NO_THROW(ptrs.push_back(heap->allocate(4 * MiB))) << i;
+  EXPECT_GT(heap->counters().pages_demoted, 0u);  // pages went to host-located chunks
+  c.page_size = 2 * MiB;                          // explicitly not a multiple of the host chunks' granularity
+  const std::string m = test::message_of([&] { (void)detail::make_transparent_heap(c, [] {}); });
+  EXPECT_NE(m.find("granularity on this cuda device is 4 MiB"), std::string::npos) << m;
 }

@@ -102,6 +102,15 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   const Entered in(api, o.ctx);
   CUresult r = in.result();
   if (r == CUDA_SUCCESS) r = api.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  // Host-NUMA chunks have a granularity of their own (cuda.h 13202: it is "for a given allocation
+  // specification"); the transparent heap's pages must be a multiple of both.
+  std::size_t host_granularity = 0;
+  if (r == CUDA_SUCCESS && o.host_numa_chunks) {
+    CUmemAllocationProp host = prop;
+    host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    host.location.id = o.host_numa_id;
+    r = api.MemGetAllocationGranularity(&host_granularity, &host, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  }
   if (r == CUDA_SUCCESS) r = api.DeviceTotalMem(&total, o.dev);
   std::size_t free = 0, total_now = 0;
   if (r == CUDA_SUCCESS) r = api.MemGetInfo(&free, &total_now);
@@ -113,6 +122,7 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   }
   o.props.name = "cuda";
   o.props.granularity = granularity;
+  o.props.host_granularity = host_granularity;
   o.props.capacity = total;
   o.props.free_memory = free;
   o.props.host_accessible = false;
