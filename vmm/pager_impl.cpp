@@ -578,7 +578,12 @@ void PagerImpl::launch(backend::StreamHandle s, std::function<void()> fn) {
 }
 
 void PagerImpl::launch_busy(backend::StreamHandle s, std::chrono::nanoseconds duration) {
-  TVMM_CHECK(dev_->launch_busy(s, duration));
+  const backend::Status st = dev_->launch_busy(s, duration);
+  if (st.code == backend::Errc::not_supported) {  // a GPU without tvmm's busy kernel: say why
+    throw device_error("tvmm::Stream::busy_for needs a busy kernel on the device: " + dev_->describe(st),
+                       "not_supported");
+  }
+  TVMM_CHECK(st);
 }
 
 void PagerImpl::synchronize(backend::StreamHandle s) { TVMM_CHECK(dev_->synchronize_stream(s)); }

@@ -172,7 +172,7 @@ UnifiedMemoryResult run_unified_memory(const Workload& w, const UnifiedMemoryOpt
     seeds[i] = next_seed++;
     const auto filled = dev.fill(stream, va(ts[i]), w.tensor_bytes[i], seeds[i]);
     if (filled.code == backend::Errc::not_supported) {
-      r.skipped = "this build has no GPU kernels (nvcc was not found) to touch the managed memory";
+      r.skipped = "the GPU kernels that touch the managed memory cannot run: " + dev.kernels_unavailable();
       return r;
     }
     Session::check(filled, "the fill kernel");

@@ -63,7 +63,11 @@ class GpuCheck final : public ByteCheck {
   }
   ~GpuCheck() override { (void)dev_.free_host(host_, 8); }
   void fill(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
-    check(dev_.fill(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed), "the fill kernel");
+    const auto st = dev_.fill(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed);
+    if (st.code == backend::Errc::not_supported) {
+      throw device_error("--verify needs tvmm's GPU kernels: " + dev_.kernels_unavailable(), "bench");
+    }
+    check(st, "the fill kernel");
   }
   void verify(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
     check(dev_.verify(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed,

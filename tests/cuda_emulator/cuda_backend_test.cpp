@@ -262,3 +262,31 @@ TEST(CudaOnEmulator, HostLocatedChunksAreMadeAtTheirOwnGranularity) {
   const std::string m = test::message_of([&] { (void)detail::make_transparent_heap(c, [] {}); });
   EXPECT_NE(m.find("granularity on this cuda device is 4 MiB"), std::string::npos) << m;
 }
+
+// nvcc 13 writes PTX ISA 9.0 and ELF-ABI-8 cubins, which a CUDA 12 driver cannot load. The pager needs
+// CUDA 12.0 only and must work there; a kernel launch must say exactly which driver it needs (it failed
+// with "driver_error (driver code 222)").
+TEST(CudaOnEmulator, OnAnOlderDriverThePagerWorksAndTheKernelsSayWhatTheyNeed) {
+  ::setenv("TVMM_CUEMU_DRIVER_VERSION", "12020", 1);  // a CUDA 12.2 driver (read at cuInit)
+  Driver drv;
+  ASSERT_EQ(DRV(cuInit)(0), CUDA_SUCCESS);
+  int version = 0;
+  ASSERT_EQ(DRV(cuDriverGetVersion)(&version), CUDA_SUCCESS);
+  if (version != 12020) GTEST_SKIP() << "the emulator started earlier in this process with other settings";
+  Config c = cuda_config();
+  c.cuda_device = 0;
+  Pager p(c);
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 6; ++i) {
+    ts.push_back(p.allocate(2 * MiB));
+    ASSERT_NO_THROW({ auto pin = ts.back().pin(Access::write); });
+  }
+  auto s = p.create_stream();
+  const std::string m = test::message_of([&] { s.busy_for(std::chrono::microseconds(10)); });
+#if defined(TVMM_HAVE_GPU_KERNELS)
+  EXPECT_NE(m.find("need a driver for CUDA 13.0 or newer; this driver is for CUDA 12.2"), std::string::npos) << m;
+  EXPECT_NE(m.find("the pager needs CUDA 12.0"), std::string::npos) << m;
+#else
+  EXPECT_NE(m.find("no GPU kernels"), std::string::npos) << m;
+#endif
+}

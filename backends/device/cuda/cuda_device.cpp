@@ -154,6 +154,10 @@ CudaDevice::~CudaDevice() {
 }
 
 std::string CudaDevice::describe(const Status& s) const {
+  if (s.code == Errc::not_supported) {
+    std::lock_guard lk(module_mu_);
+    if (!kernel_error_.empty()) return kernel_error_;
+  }
   if (s.sys_errno == 0) return errc_name(s.code);
   return cuda::result_name(*api_, static_cast<CUresult>(s.sys_errno));
 }
@@ -341,11 +345,39 @@ Status CudaDevice::do_launch_busy(StreamHandle stream, std::chrono::nanoseconds 
   return launch(kBusy, stream, 1, params);
 }
 
+namespace {
+std::string cuda_version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+}  // namespace
+
 Status CudaDevice::kernel(Kernel k, CUfunction* out) {
   std::lock_guard lk(module_mu_);
   if (module_status_.code == Errc::not_ready) {
 #if defined(TVMM_HAVE_GPU_KERNELS)
+    // nvcc writes the PTX ISA of its own release and cubins of its ELF ABI: a driver older than the
+    // toolkit that built the kernels loads neither (cuModuleLoadData: CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+    // or CUDA_ERROR_NO_BINARY_FOR_GPU). Say exactly which driver is needed.
+    int driver = 0;
+    (void)api_->DriverGetVersion(&driver);
+    const std::string needs = "tvmm's GPU kernels were built with CUDA " + cuda_version(TVMM_KERNELS_CUDA_VERSION) +
+                              " (for sm_90, with compute_90 PTX) and need a driver for CUDA " +
+                              cuda_version(TVMM_KERNELS_CUDA_VERSION) + " or newer";
+    const std::string only =
+        ". Only the kernels need it (tvmm-bench --device cuda, the GPU kernel tests); the "
+        "pager needs CUDA 12.0";
+    if (driver < TVMM_KERNELS_CUDA_VERSION) {
+      kernel_error_ = needs + "; this driver is for CUDA " + cuda_version(driver) +
+                      ": update the NVIDIA driver, or build tvmm with the CUDA toolkit of the driver's version" + only;
+      module_status_ = Status::fail(Errc::not_supported);
+      *out = nullptr;
+      return module_status_;
+    }
     module_status_ = TVMM_CU(api_->ModuleLoadData(&module_, kernels::gpu_fatbin));
+    if (!module_status_.ok()) {
+      kernel_error_ = needs + " on a GPU of compute capability 9.0 or newer; loading them failed with " +
+                      cuda::result_name(*api_, static_cast<CUresult>(module_status_.sys_errno)) + only;
+      if (module_status_.code == Errc::driver_error)
+        module_status_ = Status::fail(Errc::not_supported, module_status_.sys_errno);
+    }
     static const char* const names[kKernels] = {"tvmm_fill", "tvmm_verify", "tvmm_checksum", "tvmm_compute",
                                                 "tvmm_busy"};
     for (int i = 0; i < kKernels && module_status_.ok(); ++i) {
@@ -353,6 +385,7 @@ Status CudaDevice::kernel(Kernel k, CUfunction* out) {
     }
 #else
     module_status_ = Status::fail(Errc::not_supported);  // built without nvcc: no kernels embedded
+    kernel_error_ = "this build of tvmm has no GPU kernels (nvcc was not found when it was built)";
 #endif
   }
   *out = kernels_[k];

@@ -32,7 +32,8 @@ class CudaDevice final : public DeviceBackend {
   ~CudaDevice() override;
 
   //! The GPU kernels (kernels/cuda/kernels.cu), each launched on `stream` over device memory. They
-  //! return not_supported in a build without nvcc (no kernels embedded).
+  //! return not_supported in a build without nvcc (no kernels embedded), on a driver older than the
+  //! toolkit that built them, or on a GPU they have no code for: kernels_unavailable() says which.
   //! fill: the pattern `seed` over [va, va + bytes), as kernels::fill_pattern.
   Status fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed);
   //! verify: adds to the 64-bit counter at device address `bad` the bytes of [va, va + bytes) that
@@ -45,6 +46,13 @@ class CudaDevice final : public DeviceBackend {
 
   //! The driver's name for a failure ("CUDA_ERROR_ILLEGAL_ADDRESS").
   [[nodiscard]] std::string describe(const Status& s) const override;
+
+  //! Why the kernels cannot run here ("" until a launch found out): the driver they need, or that the
+  //! build has none. Valid after a kernel call returned not_supported.
+  [[nodiscard]] std::string kernels_unavailable() {
+    std::lock_guard lk(module_mu_);
+    return kernel_error_;
+  }
 
   //! The device memory free and in total, as the driver counts it (cuMemGetInfo): what the Unified
   //! Memory peer of tvmm-bench stays within.
@@ -112,9 +120,10 @@ class CudaDevice final : public DeviceBackend {
   int host_numa_id_ = 0;  // the GPU's nearest host NUMA node: where host chunks are created
   std::mutex mu_;         // guards book_ (the VMM calls' bookkeeping; copies and events take no lock)
   VmmBook book_;
-  std::mutex module_mu_;  // guards the lazily loaded kernels
+  mutable std::mutex module_mu_;  // guards the lazily loaded kernels
   CUmodule module_ = nullptr;
   Status module_status_ = Status::fail(Errc::not_ready);  // not_ready = not loaded yet
+  std::string kernel_error_;                              // why they cannot run, once known
   CUfunction kernels_[kKernels] = {};
 };
 
