@@ -33,8 +33,10 @@
 //   advise_managed      where the driver should keep [p, p+b) (cuMemAdvise SET_PREFERRED_LOCATION).
 //   prefetch_managed    moves [p, p+b) to `where` in stream order (cuMemPrefetchAsync); the memory stays
 //                       usable by both sides throughout.
-//   launch_host(s,f,u)  f(u) runs in stream order (cuLaunchHostFunc); f must not call the backend's
-//                       synchronous functions.
+//   launch_host(s,f,u)  f(u) runs in stream order (cuLaunchHostFunc), on a backend thread; f must
+//                       make no call to any backend (on CUDA every driver call from a host function
+//                       may fail with CUDA_ERROR_NOT_PERMITTED, cuda.h 18070) and touch device memory
+//                       only where properties().host_accessible.
 //   launch_busy(s, d)   a kernel that keeps s busy for d of device time and touches no memory (a
 //                       modelled kernel for benchmarks and tests).
 //   create_event(e, k)  `sync` events order work and are waited for (on CUDA: DISABLE_TIMING and

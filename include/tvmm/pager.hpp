@@ -74,7 +74,11 @@ class Stream {
 
   //! Queues a host callable as a "kernel": it runs after the stream's earlier work, on the device
   //! backend's stream thread. On the simulator it may read and write pinned tensors' device addresses.
-  //! The callable must not throw (an exception terminates the process, as a kernel fault would).
+  //! On a GPU (device.backend = "cuda") it is a cuLaunchHostFunc callback on a driver thread: it may
+  //! make no CUDA call (the driver may refuse it with CUDA_ERROR_NOT_PERMITTED, or deadlock) and no
+  //! call to this pager, and must not touch device memory (device addresses are not host memory);
+  //! use it for host work ordered with the stream. The callable must not throw (an exception
+  //! terminates the process, as a kernel fault would).
   void launch(std::function<void()> fn);
   //! Queues a modelled kernel that keeps the stream busy for `duration` of device time and touches no
   //! memory: a stand-in for compute in benchmarks and tests. On the simulator it advances the

@@ -290,3 +290,34 @@ TEST(CudaOnEmulator, OnAnOlderDriverThePagerWorksAndTheKernelsSayWhatTheyNeed) {
   EXPECT_NE(m.find("no GPU kernels"), std::string::npos) << m;
 #endif
 }
+
+// Stream::launch callables are cuLaunchHostFunc callbacks: a CUDA call from one is refused, as the
+// contract now says; tvmm's own callbacks (the event trace's copy spans) make none and still run.
+TEST(CudaOnEmulator, HostCallbacksMakeNoCudaCall) {
+  test::TempDir dir;
+  Config c = cuda_config();
+  c.cuda_device = 0;
+  c.trace_events = dir.path() + "/trace.json";
+  {
+    Pager p(c);
+    auto s = p.create_stream();
+    std::vector<Tensor> ts;
+    for (int i = 0; i < 6; ++i) {
+      ts.push_back(p.allocate(2 * MiB));
+      auto pin = ts.back().pin(s, Access::write);
+    }
+    for (auto& t : ts) auto pin = t.pin(s, Access::read);  // page-ins and write-backs, each traced
+    Driver drv;
+    static decltype(&::cuDeviceGetCount) count = DRV(cuDeviceGetCount);
+    static CUresult inside = CUDA_SUCCESS;
+    s.launch([] {
+      int n = 0;
+      inside = count(&n);
+    });
+    s.synchronize();
+    EXPECT_EQ(inside, CUDA_ERROR_NOT_PERMITTED);
+  }
+  const std::string trace = test::read_file(dir.path() + "/trace.json");
+  EXPECT_NE(trace.find("\"page in\""), std::string::npos);
+  EXPECT_NE(trace.find("\"write-back\""), std::string::npos);
+}
