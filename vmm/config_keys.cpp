@@ -231,6 +231,10 @@ std::vector<ConfigKey> make_keys() {
        },
        [](const Config& c) { return c.cuda_device < 0 ? std::string("\"auto\"") : std::to_string(c.cuda_device); },
        true});
+  keys.push_back(bool_key("device", "gpu_direct_rdma",
+                          "cuda backend: device memory that GPUDirect RDMA can reach (cuMemCreate's "
+                          "gpuDirectRDMACapable); needs a GPU that supports it with VMM",
+                          [](Config& c) -> bool& { return c.gpu_direct_rdma; }));
   keys.push_back(size_key("device.sim", "capacity",
                           "physical memory of the simulated GPU (a hard limit); \"auto\" = the "
                           "device budget",

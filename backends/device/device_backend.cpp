@@ -229,7 +229,7 @@ Status DeviceBackend::event_elapsed(EventHandle start, EventHandle end, std::chr
 std::unique_ptr<DeviceBackend> make_device_backend(const Config& config) {
   if (config.device_backend == "sim") return std::make_unique<SimDevice>(config.sim, config.device_budget);
 #if defined(TVMM_HAVE_CUDA)
-  if (config.device_backend == "cuda") return make_cuda_device(config.cuda_device);
+  if (config.device_backend == "cuda") return make_cuda_device(config.cuda_device, config.gpu_direct_rdma);
 #else
   if (config.device_backend == "cuda") {
     throw device_error(

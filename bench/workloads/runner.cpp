@@ -217,7 +217,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
 #if defined(TVMM_HAVE_CUDA)
   backend::CudaDevice* cuda = nullptr;
   if (o.device == "cuda") {  // built here to reach its kernels
-    dev = backend::make_cuda_device(cfg.cuda_device);
+    dev = backend::make_cuda_device(cfg.cuda_device, cfg.gpu_direct_rdma);
     cuda = static_cast<backend::CudaDevice*>(dev.get());
   }
 #endif

@@ -68,6 +68,11 @@ struct Config {
   //! Which GPU the "cuda" backend uses, as the driver numbers them; -1 ("auto") = the device of the
   //! calling thread's current context (as torch.cuda.set_device or cudaSetDevice left it), else 0.
   int cuda_device = -1;
+  //! Ask the "cuda" backend for device memory that GPUDirect RDMA can reach (NICs and storage reading
+  //! GPU memory directly): cuMemCreate's gpuDirectRDMACapable flag. Needs a device with
+  //! CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED (the Pager constructor throws
+  //! tvmm::device_error otherwise). Off by default: tvmm itself moves pages with copies.
+  bool gpu_direct_rdma = false;
   //! Page size in bytes, the unit of residency. 0 = the backend's granularity. Otherwise a multiple
   //! of the granularity (larger pages amortise the fixed per-page driver cost).
   std::size_t page_size = 0;

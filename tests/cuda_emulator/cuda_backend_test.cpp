@@ -321,3 +321,44 @@ TEST(CudaOnEmulator, HostCallbacksMakeNoCudaCall) {
   EXPECT_NE(trace.find("\"page in\""), std::string::npos);
   EXPECT_NE(trace.find("\"write-back\""), std::string::npos);
 }
+
+namespace {
+int rdma_attribute(const Driver& drv) {
+  EXPECT_EQ(DRV(cuInit)(0), CUDA_SUCCESS);
+  int v = -1;
+  EXPECT_EQ(DRV(cuDeviceGetAttribute)(&v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, 0),
+            CUDA_SUCCESS);
+  return v;
+}
+}  // namespace
+
+// device.gpu_direct_rdma asks cuMemCreate for GPUDirect-RDMA-capable memory, where the GPU has it.
+TEST(CudaOnEmulator, GpuDirectRdmaMemoryIsAskedForWhereTheGpuHasIt) {
+  ::setenv("TVMM_CUEMU_RDMA", "1", 1);  // read at cuInit (ctest runs each test alone)
+  Driver drv;
+  if (rdma_attribute(drv) != 1) GTEST_SKIP() << "the emulator started earlier in this process with other settings";
+  Config c = cuda_config();
+  c.cuda_device = 0;
+  c.gpu_direct_rdma = true;
+  Pager p(c);
+  auto t = p.allocate(2 * MiB);
+  auto pin = t.pin(Access::write);
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(DRV(cuMemRetainAllocationHandle)(&h, pin.data()), CUDA_SUCCESS);
+  CUmemAllocationProp prop{};
+  ASSERT_EQ(DRV(cuMemGetAllocationPropertiesFromHandle)(&prop, h), CUDA_SUCCESS);
+  EXPECT_EQ(prop.allocFlags.gpuDirectRDMACapable, 1);
+  EXPECT_EQ(DRV(cuMemRelease)(h), CUDA_SUCCESS);
+}
+
+TEST(CudaOnEmulator, GpuDirectRdmaOnAGpuWithoutItIsRefusedAtStart) {
+  Driver drv;
+  if (rdma_attribute(drv) != 0) GTEST_SKIP() << "the emulator started earlier in this process with other settings";
+  Config c = cuda_config();
+  c.cuda_device = 0;
+  c.gpu_direct_rdma = true;
+  const std::string m = test::message_of([&] { Pager p(c); });
+  EXPECT_NE(m.find("does not support GPUDirect RDMA with VMM allocations"), std::string::npos) << m;
+  c.gpu_direct_rdma = false;  // the default: no flag, and any GPU
+  EXPECT_NO_THROW(Pager{c});
+}

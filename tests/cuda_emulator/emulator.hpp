@@ -70,7 +70,8 @@ struct Chunk {
   std::byte* view = nullptr;  //!< the emulator's own mapping of the whole memfd
   Device* charged = nullptr;  //!< the device whose memory it takes (device chunks)
   int mappings = 0;
-  bool released = false;  //!< cuMemRelease'd: freed at its last unmap
+  int refs = 1;           //!< handle references: cuMemCreate, plus one per cuMemRetainAllocationHandle
+  bool released = false;  //!< every reference released: freed at its last unmap
 };
 
 struct Mapping {

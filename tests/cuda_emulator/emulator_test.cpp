@@ -260,6 +260,7 @@ TEST(CudaEmulator, EveryVariantIsOneCudaTypedefsDeclares) {
                          "cuMemAddressFree",
                          "cuMemCreate",
                          "cuMemRelease",
+                         "cuMemRetainAllocationHandle",
                          "cuMemMap",
                          "cuMemUnmap",
                          "cuMemSetAccess",
@@ -596,6 +597,12 @@ TEST(CudaEmulator, ReleaseWhileMappedFreesOnTheLastUnmap) {
     EXPECT_CU(CUDA_SUCCESS, CU(cuMemMap)(va, 2 * MiB, 0, h, 0));
     EXPECT_CU(CUDA_SUCCESS, CU(cuMemMap)(va + 2 * MiB, 2 * MiB, 0, h, 0));  // one chunk at two addresses
     EXPECT_CU(CUDA_SUCCESS, CU(cuMemRelease)(h));
+    // Any mapped address gives the handle back, one more reference to release (cuda.h 13243).
+    CUmemGenericAllocationHandle again = 0;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemRetainAllocationHandle)(&again, reinterpret_cast<void*>(va + 2 * MiB + 5)));
+    CHECK(again == h);
+    EXPECT_CU(CUDA_ERROR_INVALID_VALUE, CU(cuMemRetainAllocationHandle)(&again, reinterpret_cast<void*>(va + 9 * MiB)));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemRelease)(again));
     std::size_t free = 0, total = 0;
     EXPECT_CU(CUDA_SUCCESS, CU(cuMemGetInfo)(&free, &total));
     CHECK(free == 14 * MiB);

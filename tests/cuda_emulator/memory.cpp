@@ -280,11 +280,33 @@ CUresult MemRelease(CUmemGenericAllocationHandle handle) {
   for (const auto& [base, chunk] : d.allocs) {
     if (chunk == c) return CUDA_ERROR_INVALID_VALUE;  // cuMemAlloc's own chunk: cuMemFree frees it
   }
+  if (--c->refs > 0) return CUDA_SUCCESS;  // retained handles outstanding
   c->released = true;
   if (c->mappings == 0) d.free_chunk(c);
   return CUDA_SUCCESS;
 }
 CUEMU_EXPORT("cuMemRelease", 10020, MemRelease);
+
+CUresult MemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  CUEMU_ENTER();
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  // cuda.h 13243-13262: "The handle is guaranteed to be the same handle value used to map the memory. If
+  // the address requested is not mapped, the function will fail. The returned handle must be released with
+  // corresponding number of calls to cuMemRelease ... addr, can be any address in a range previously
+  // mapped by cuMemMap".
+  const auto va = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(addr));
+  auto it = d.mappings.upper_bound(va);
+  if (handle == nullptr || it == d.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (va - it->first >= it->second.size) return CUDA_ERROR_INVALID_VALUE;
+  Chunk* c = it->second.chunk;
+  c->released = false;  // a handle again, whatever was released before
+  ++c->refs;
+  *handle = handle_of(d, c);
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuMemRetainAllocationHandle", 11000, MemRetainAllocationHandle);
 
 CUresult MemMap(CUdeviceptr ptr, std::size_t size, std::size_t offset, CUmemGenericAllocationHandle handle,
                 unsigned long long flags) {

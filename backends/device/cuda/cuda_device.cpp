@@ -58,7 +58,7 @@ class CudaDevice::Entered {
   bool pushed_ = false;
 };
 
-CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
+CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal, bool gpu_direct_rdma) {
   auto fail = [&](const char* call, CUresult r) {
     return device_error("no CUDA device: " + std::string(call) + " failed with " + cuda::result_name(api, r) +
                             " (is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)",
@@ -91,6 +91,19 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   int numa_id = -1;
   (void)api.DeviceGetAttribute(&numa_id, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, o.dev);
   o.host_numa_id = numa_id < 0 ? 0 : numa_id;  // -1: no NUMA, so node 0 is all there is
+  if (gpu_direct_rdma) {
+    // cuda.h 839: CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED "Device supports specifying the
+    // GPUDirect RDMA flag with cuMemCreate".
+    int rdma = 0;
+    (void)api.DeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, o.dev);
+    if (rdma == 0) {
+      throw device_error("device.gpu_direct_rdma = true, but CUDA device " + std::to_string(ordinal) +
+                             " does not support GPUDirect RDMA with VMM allocations "
+                             "(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED is 0); set it to false",
+                         "not_supported");
+    }
+    o.rdma = true;
+  }
   if (CUresult r = api.DevicePrimaryCtxRetain(&o.ctx, o.dev); r != CUDA_SUCCESS) {
     throw fail("cuDevicePrimaryCtxRetain", r);
   }
@@ -135,7 +148,8 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal) {
   return o;
 }
 
-CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal) : CudaDevice(api, open(*api, ordinal)) {}
+CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal, bool gpu_direct_rdma)
+    : CudaDevice(api, open(*api, ordinal, gpu_direct_rdma)) {}
 
 CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened)
     : DeviceBackend(std::move(opened.props)),
@@ -143,7 +157,8 @@ CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened)
       dev_(opened.dev),
       ctx_(opened.ctx),
       host_numa_chunks_(opened.host_numa_chunks),
-      host_numa_id_(opened.host_numa_id) {}
+      host_numa_id_(opened.host_numa_id),
+      rdma_(opened.rdma) {}
 
 CudaDevice::~CudaDevice() {
   if (module_ != nullptr) {
@@ -221,6 +236,8 @@ Status CudaDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, Chunk
     // Host memory on the GPU's nearest NUMA node, mapped into the reservation like a device frame.
     prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
     prop.location.id = host_numa_id_;
+  } else if (rdma_) {
+    prop.allocFlags.gpuDirectRDMACapable = 1;  // device.gpu_direct_rdma
   }
   CUmemGenericAllocationHandle h = 0;
   const Status s = TVMM_CU(api_->MemCreate(&h, bytes, &prop, 0));
@@ -471,8 +488,8 @@ Status CudaDevice::do_event_elapsed(EventHandle start, EventHandle end, std::chr
 
 #undef TVMM_CU
 
-std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal) {
-  return std::make_unique<CudaDevice>(cuda::load_driver(), ordinal);
+std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal, bool gpu_direct_rdma) {
+  return std::make_unique<CudaDevice>(cuda::load_driver(), ordinal, gpu_direct_rdma);
 }
 
 }  // namespace tvmm::backend

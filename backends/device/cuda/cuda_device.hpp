@@ -28,7 +28,9 @@ class CudaDevice final : public DeviceBackend {
  public:
   //! Opens device `ordinal` (-1: the current context's device, else 0) through `api`. Throws tvmm::device_error naming
   //! the failing call when the driver has no such device or the device lacks virtual memory management.
-  CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal);
+  //! With `gpu_direct_rdma`, device chunks are created GPUDirect-RDMA capable; a device that cannot is
+  //! a tvmm::device_error.
+  CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal, bool gpu_direct_rdma = false);
   ~CudaDevice() override;
 
   //! The GPU kernels (kernels/cuda/kernels.cu), each launched on `stream` over device memory. They
@@ -71,8 +73,9 @@ class CudaDevice final : public DeviceBackend {
     CUcontext ctx = nullptr;
     bool host_numa_chunks = false;
     int host_numa_id = 0;
+    bool rdma = false;
   };
-  static Opened open(const cuda::Api& api, int ordinal);
+  static Opened open(const cuda::Api& api, int ordinal, bool gpu_direct_rdma);
   CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened);
 
   Status do_reserve(std::size_t bytes, DevPtr* out) override;
@@ -118,6 +121,7 @@ class CudaDevice final : public DeviceBackend {
   CUcontext ctx_ = nullptr;
   bool host_numa_chunks_ = false;
   int host_numa_id_ = 0;  // the GPU's nearest host NUMA node: where host chunks are created
+  bool rdma_ = false;     // device chunks are created GPUDirect-RDMA capable
   std::mutex mu_;         // guards book_ (the VMM calls' bookkeeping; copies and events take no lock)
   VmmBook book_;
   mutable std::mutex module_mu_;  // guards the lazily loaded kernels
@@ -129,6 +133,6 @@ class CudaDevice final : public DeviceBackend {
 
 //! The driver's backend for device `ordinal`: loads the driver (cuda::load_driver) and opens the
 //! device. Throws tvmm::device_error ("no CUDA driver ..." / "no CUDA device ...") with the fix.
-std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal);
+std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal, bool gpu_direct_rdma = false);
 
 }  // namespace tvmm::backend
