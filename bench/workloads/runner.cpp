@@ -54,14 +54,24 @@ class CpuCheck final : public ByteCheck {
 #if defined(TVMM_HAVE_CUDA)
 class GpuCheck final : public ByteCheck {
  public:
-  GpuCheck(backend::CudaDevice& dev, Pager& pager, Stream& s)
-      : dev_(dev), counter_(pager.allocate(8, {"verify counter"})) {
+  // The mismatch counter lives in one granule of device memory of its own (reserved, created, mapped and
+  // made accessible through the backend), outside the pager's budget, so it is always mapped.
+  GpuCheck(backend::CudaDevice& dev, Stream& s) : dev_(dev), g_(dev.properties().granularity) {
+    check(dev_.reserve(g_, &counter_), "reserving the counter");
+    check(dev_.create_chunk(g_, &chunk_), "creating the counter");
+    check(dev_.map(counter_, g_, chunk_), "mapping the counter");
+    check(dev_.set_access(counter_, g_), "the counter's access");
     check(dev_.alloc_host(8, &host_), "alloc_host");
     std::memset(host_, 0, 8);
-    check(dev_.memcpy_async(counter_.data(), host_, 8, backend::CopyKind::host_to_device, s.native_handle()),
+    check(dev_.memcpy_async(as_ptr(counter_), host_, 8, backend::CopyKind::host_to_device, s.native_handle()),
           "zeroing the counter");
   }
-  ~GpuCheck() override { (void)dev_.free_host(host_, 8); }
+  ~GpuCheck() override {
+    (void)dev_.free_host(host_, 8);
+    (void)dev_.unmap(counter_, g_);
+    (void)dev_.release_chunk(chunk_);
+    (void)dev_.release_reservation(counter_, g_);
+  }
   void fill(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
     const auto st = dev_.fill(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed);
     if (st.code == backend::Errc::not_supported) {
@@ -70,12 +80,11 @@ class GpuCheck final : public ByteCheck {
     check(st, "the fill kernel");
   }
   void verify(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
-    check(dev_.verify(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed,
-                      reinterpret_cast<backend::DevPtr>(counter_.data())),
+    check(dev_.verify(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed, counter_),
           "the verify kernel");
   }
   std::uint64_t mismatches(Stream& s) override {
-    check(dev_.memcpy_async(host_, counter_.data(), 8, backend::CopyKind::device_to_host, s.native_handle()),
+    check(dev_.memcpy_async(host_, as_ptr(counter_), 8, backend::CopyKind::device_to_host, s.native_handle()),
           "reading the counter");
     s.synchronize();
     std::uint64_t v = 0;
@@ -84,11 +93,14 @@ class GpuCheck final : public ByteCheck {
   }
 
  private:
-  static void check(backend::Status st, const char* what) {
-    if (!st.ok()) throw device_error(std::string(what) + " failed: " + backend::errc_name(st.code), "bench");
+  static void* as_ptr(backend::DevPtr p) { return reinterpret_cast<void*>(p); }
+  void check(backend::Status st, const char* what) const {
+    if (!st.ok()) throw device_error(std::string(what) + " failed: " + dev_.describe(st), "bench");
   }
   backend::CudaDevice& dev_;
-  Tensor counter_;
+  std::size_t g_;
+  backend::DevPtr counter_ = 0;
+  backend::ChunkHandle chunk_;
   void* host_ = nullptr;
 };
 #endif
@@ -230,7 +242,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   // Byte checking: always on the GPU, on request on the simulator (its CPU kernels take real time).
   std::unique_ptr<ByteCheck> bytes_check;
 #if defined(TVMM_HAVE_CUDA)
-  if (cuda != nullptr) bytes_check = std::make_unique<GpuCheck>(*cuda, pager, stream);
+  if (cuda != nullptr) bytes_check = std::make_unique<GpuCheck>(*cuda, stream);
 #endif
   if (!bytes_check && o.verify) bytes_check = std::make_unique<CpuCheck>();
   std::vector<std::uint64_t> seeds(ts.size(), 0);

@@ -204,6 +204,10 @@ class Driver {
   //! Resolves [va, va + len) for `dev` (write: read-write access needed) through mappings and managed
   //! ranges; false (with the spans so far) if any byte is unmapped or not accessible to `dev`.
   bool translate(CUdeviceptr va, std::size_t len, const Device* dev, bool write, std::vector<Span>* out);
+  //! Says, once per process on stderr, what made work fault: `what` ("a copy to", "kernel tvmm_fill
+  //! reading") and the first byte of [va, va + len) that `dev` may not use, and why. The driver says
+  //! nothing (an Xid in the kernel log at most); this is the emulator's help for finding the bug.
+  void report_fault(const char* what, CUdeviceptr va, std::size_t len, const Device* dev, bool write);
   //! Frees a chunk's memory and uncharges its device.
   void free_chunk(Chunk* c);
   //! Unmaps [va, va + size) exactly (whole mappings); false if it is not a run of whole mappings.

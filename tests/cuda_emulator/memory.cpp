@@ -84,6 +84,31 @@ bool Driver::translate(CUdeviceptr va, std::size_t len, const Device* dev, bool 
   return true;
 }
 
+void Driver::report_fault(const char* what, CUdeviceptr va, std::size_t len, const Device* dev, bool write) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  // The first bad byte: a hole, or a mapping this device has no (write) access to.
+  std::string why = "is not mapped";
+  CUdeviceptr at = va;
+  const std::uint64_t bit = std::uint64_t{1} << dev->ordinal;
+  while (at < va + len) {
+    auto it = mappings.upper_bound(at);
+    if (it == mappings.begin() || at - std::prev(it)->first >= std::prev(it)->second.size) break;
+    const Mapping& m = std::prev(it)->second;
+    if ((m.device_rw & bit) == 0 && (write || (m.device_ro & bit) == 0)) {
+      why = "is mapped, but device " + std::to_string(dev->ordinal) + " was given no " + (write ? "write " : "") +
+            "access (cuMemSetAccess)";
+      break;
+    }
+    at = std::prev(it)->first + m.size;
+  }
+  std::fprintf(stderr,
+               "cuda emulator: illegal address: %s [0x%llx, +%zu) on device %d: 0x%llx %s; from now on every call "
+               "returns CUDA_ERROR_ILLEGAL_ADDRESS\n",
+               what, static_cast<unsigned long long>(va), len, dev->ordinal, static_cast<unsigned long long>(at),
+               why.c_str());
+}
+
 void Driver::free_chunk(Chunk* c) {
   if (c->view != nullptr) ::munmap(c->view, c->size);
   if (c->fd >= 0) ::close(c->fd);

@@ -184,7 +184,10 @@ using Impl = CUresult (*)(const Params&, const Device*);
 // Gathers [va, va + n) for `dev` into a host buffer (false: an address the device may not use).
 bool gather(CUdeviceptr va, std::size_t n, const Device* dev, std::vector<std::byte>* out) {
   std::vector<Span> spans;
-  if (!Driver::get().translate(va, n, dev, false, &spans)) return false;
+  if (!Driver::get().translate(va, n, dev, false, &spans)) {
+    Driver::get().report_fault("a kernel reading", va, n, dev, false);
+    return false;
+  }
   out->resize(n);
   std::size_t at = 0;
   for (const Span& s : spans) {
@@ -195,7 +198,10 @@ bool gather(CUdeviceptr va, std::size_t n, const Device* dev, std::vector<std::b
 }
 bool scatter(CUdeviceptr va, const std::vector<std::byte>& in, const Device* dev) {
   std::vector<Span> spans;
-  if (!Driver::get().translate(va, in.size(), dev, true, &spans)) return false;
+  if (!Driver::get().translate(va, in.size(), dev, true, &spans)) {
+    Driver::get().report_fault("a kernel writing", va, in.size(), dev, true);
+    return false;
+  }
   std::size_t at = 0;
   for (const Span& s : spans) {
     std::memcpy(s.ptr, in.data() + at, s.len);

@@ -476,11 +476,13 @@ CUresult copy_async(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes
     if (dir == Dir::d2h) {
       to.push_back({reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(dst)), bytes});
     } else if (!d.translate(dst, bytes, dev, true, &to)) {
+      d.report_fault("a copy to", dst, bytes, dev, true);
       return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
     if (dir == Dir::h2d) {
       from.push_back({reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(src)), bytes});
     } else if (!d.translate(src, bytes, dev, false, &from)) {
+      d.report_fault("a copy from", src, bytes, dev, false);
       return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
     // Both sides as runs of spans: copy the overlap of the current span of each.
