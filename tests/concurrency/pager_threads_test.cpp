@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_bytes.hpp"
 #include "test_support.hpp"
 
 using namespace tvmm;
@@ -27,8 +28,8 @@ void hammer(bool streams, int threads, int iterations, std::size_t device_pages,
   }
   cfg.eviction = policy;
   cfg.wait_timeout = std::chrono::milliseconds(60'000);
-  Pager p(cfg);
-  std::atomic<std::size_t> bad{0};
+  test::TestPager tp(cfg);  // the simulator, or the CUDA backend (TVMM_TEST_DEVICE=cuda)
+  Pager& p = *tp;
   std::atomic<int> working{threads};
   std::size_t checks = 0, violations = 0;
   std::string first_violation;
@@ -68,37 +69,28 @@ void hammer(bool streams, int threads, int iterations, std::size_t device_pages,
         const bool read_only = !nvme_dir.empty() && old_seed != 0 && rng() % 3 == 0;
         if (read_only) {
           auto pin = mine[k].pin(Access::read);
-          bad += test::mismatches(pin.data(), mine[k].size(), old_seed);
+          tp.check(nullptr, pin.data(), mine[k].size(), old_seed);
           continue;
         }
         const std::uint64_t new_seed = (static_cast<std::uint64_t>(t) << 32) | static_cast<std::uint64_t>(it + 1);
         Tensor& tensor = mine[k];
-        if (streams) {
-          auto pin = tensor.pin(s, Access::read_write);
-          void* d = pin.data();
-          const auto n = tensor.size();
-          s.launch([d, n, old_seed, new_seed, &bad] {
-            if (old_seed != 0) bad += test::mismatches(d, n, old_seed);
-            test::fill(d, n, new_seed);
-          });
-        } else {
-          auto pin = tensor.pin(Access::read_write);
-          if (old_seed != 0) bad += test::mismatches(pin.data(), tensor.size(), old_seed);
-          test::fill(pin.data(), tensor.size(), new_seed);
-        }
+        auto pin = streams ? tensor.pin(s, Access::read_write) : tensor.pin(Access::read_write);
+        Stream* on = streams ? &s : nullptr;
+        if (old_seed != 0) tp.check(on, pin.data(), tensor.size(), old_seed);
+        tp.fill(on, pin.data(), tensor.size(), new_seed);
         seeds[k] = new_seed;
       }
       if (streams) s.synchronize();
       for (std::size_t k = 0; k < mine.size(); ++k) {
         if (seeds[k] == 0) continue;
         auto pin = mine[k].pin(Access::read);
-        bad += test::mismatches(pin.data(), mine[k].size(), seeds[k]);
+        tp.check(nullptr, pin.data(), mine[k].size(), seeds[k]);
       }
     });
   }
   for (auto& w : workers) w.join();
   if (checker.joinable()) checker.join();
-  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(tp.mismatches(), 0u);
   if (check_meanwhile) {
     EXPECT_EQ(violations, 0u) << "of " << checks << " checks; the first: " << first_violation;
     EXPECT_GT(checks, 10u);  // it ran while the others worked

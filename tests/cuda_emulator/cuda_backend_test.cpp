@@ -167,7 +167,8 @@ TEST(CudaOnEmulatorDeathTest, APagerIsDestroyedCleanlyAfterAStickyError) {
         std::_Exit(0);
       },
       ::testing::ExitedWithCode(0),
-      "^program: 700\ntvmm: the cuda device failed for good \\(CUDA_ERROR_ILLEGAL_ADDRESS\\)[^\n]*\ndestroyed\n$");
+      "^cuda emulator: illegal address: a copy to [^\n]*\nprogram: 700\ntvmm: the cuda device failed for good "
+      "\\(CUDA_ERROR_ILLEGAL_ADDRESS\\)[^\n]*\ndestroyed\n$");
 }
 
 namespace {

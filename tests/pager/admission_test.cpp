@@ -161,7 +161,7 @@ TEST(Admission, AnArenaPageOpenedWhileAnotherFreesRoomIsNotLeaked) {
   while (p.stats().evictions == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   first.reset();  // room in the old page while the opener waits, unlocked, for its frame
   opener.join();
-  p.check_invariants();  // no arena page without an allocation
+  p.check_invariants();                                      // no arena page without an allocation
   EXPECT_EQ(page_of(third.data()), page_of(second.data()));  // it took the room freed meanwhile
   second.reset();
   third.reset();

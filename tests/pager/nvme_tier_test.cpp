@@ -23,6 +23,7 @@
 #include "backends/storage/faulty/faulty_storage.hpp"
 #include "backends/storage/posix/posix_storage.hpp"
 #include "backends/storage/slot_files.hpp"
+#include "device_bytes.hpp"
 #include "test_support.hpp"
 #include "vmm/nvme_tier.hpp"
 #include "vmm/pager_impl.hpp"
@@ -58,7 +59,8 @@ TEST_P(NvmeIntegrity, RandomPinsKeepEveryByteAcrossThreeTiers) {
   std::vector<test::TempDir> dirs(static_cast<std::size_t>(GetParam().dirs));
   std::vector<std::string> paths;
   for (auto& d : dirs) paths.push_back(d.path());
-  Pager p(nvme_config(4, 8, 128, paths, GetParam().backend));
+  test::TestPager tp(nvme_config(4, 8, 128, paths, GetParam().backend));  // sim, or CUDA (TVMM_TEST_DEVICE)
+  Pager& p = *tp;
   std::mt19937_64 rng(7);
   struct Shadow {
     Tensor t;
@@ -74,7 +76,6 @@ TEST_P(NvmeIntegrity, RandomPinsKeepEveryByteAcrossThreeTiers) {
   std::vector<void*> addrs;
   for (auto& s : ts) addrs.push_back(s.t.data());
   auto stream = p.create_stream();
-  std::atomic<std::size_t> bad{0};
   std::uint64_t next_seed = 1;
   bool saw_nvme = false;
   for (int step = 0; step < 500; ++step) {
@@ -88,17 +89,9 @@ TEST_P(NvmeIntegrity, RandomPinsKeepEveryByteAcrossThreeTiers) {
     const std::uint64_t new_seed = access == Access::read ? s.seed : next_seed++;
     {
       auto pin = kind == 3 ? s.t.pin(stream, access) : s.t.pin(access);
-      void* d = pin.data();
-      const auto n = s.t.size();
-      auto work = [d, n, old_seed, new_seed, access, &bad] {
-        if (old_seed != 0) bad += test::mismatches(d, n, old_seed);
-        if (access != Access::read) test::fill(d, n, new_seed);
-      };
-      if (kind == 3) {
-        stream.launch(work);
-      } else {
-        work();
-      }
+      Stream* on = kind == 3 ? &stream : nullptr;
+      if (old_seed != 0) tp.check(on, pin.data(), s.t.size(), old_seed);
+      if (access != Access::read) tp.fill(on, pin.data(), s.t.size(), new_seed);
     }
     s.seed = new_seed;
     saw_nvme = saw_nvme || ts[rng() % ts.size()].t.tier() == Tier::nvme;
@@ -109,11 +102,12 @@ TEST_P(NvmeIntegrity, RandomPinsKeepEveryByteAcrossThreeTiers) {
   }
   stream.synchronize();
   p.check_invariants();
-  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(tp.mismatches(), 0u);
   for (std::size_t i = 0; i < ts.size(); ++i) {
     EXPECT_EQ(ts[i].t.data(), addrs[i]);
     auto pin = ts[i].t.pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), ts[i].t.size(), ts[i].seed), 0u) << "tensor " << i;
+    tp.check(nullptr, pin.data(), ts[i].t.size(), ts[i].seed);
+    EXPECT_EQ(tp.mismatches(), 0u) << "tensor " << i;
   }
   const auto st = p.stats();
   EXPECT_TRUE(saw_nvme);
@@ -643,7 +637,7 @@ TEST(NvmeTrace, NothingOfOursRemainsAfterSigkill) {
 TEST(NvmeTier, AHugeBudgetNamesTheDirectoryAndTheSpaceItLacks) {
   test::TempDir dir;
   Config c = test::small_config(2, 4, 2 * MiB);
-  c.va_size = 0;                        // auto: 4 x (device + host) + the NVMe budget
+  c.va_size = 0;  // auto: 4 x (device + host) + the NVMe budget
   c.nvme.paths = {dir.path()};
   c.nvme.budget = std::size_t{1} << 50;  // 1 PiB
   std::string m;

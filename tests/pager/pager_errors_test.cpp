@@ -137,7 +137,7 @@ TEST(PagerErrors, AnAddressReservationTheDeviceRefusesNamesVaSize) {
     EXPECT_NE(m.find("cannot reserve"), std::string::npos) << m;
     EXPECT_NE(m.find("device address space"), std::string::npos) << m;
     EXPECT_NE(m.find(va == 0 ? "device.va_size is auto: 4 x (device budget 128 KiB + host budget 256 KiB)"
-                              : "device.va_size = 64 MiB was set"),
+                             : "device.va_size = 64 MiB was set"),
               std::string::npos)
         << m;
     EXPECT_NE(m.find("Set device.va_size"), std::string::npos) << m;

@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "device_bytes.hpp"
 #include "test_support.hpp"
 
 using namespace tvmm;
@@ -20,7 +21,8 @@ void run_random(std::uint32_t rng_seed, std::size_t device_pages, bool use_strea
   const std::size_t page = 64 * KiB;
   auto cfg = test::small_config(device_pages, 4 * device_pages);
   cfg.eviction = policy;
-  Pager p(cfg);
+  test::TestPager tp(cfg);  // the simulator, or the CUDA backend (TVMM_TEST_DEVICE=cuda)
+  Pager& p = *tp;
   std::mt19937_64 rng(rng_seed);
   std::vector<Shadow> ts;
   std::size_t total_pages = 0;
@@ -34,7 +36,6 @@ void run_random(std::uint32_t rng_seed, std::size_t device_pages, bool use_strea
   std::vector<void*> addrs;
   for (auto& s : ts) addrs.push_back(s.t.data());
   auto stream = p.create_stream();
-  std::atomic<std::size_t> bad{0};
   std::uint64_t next_seed = 1;
   const auto budget = p.stats().device_budget;
   const auto host_budget = p.stats().host_budget;
@@ -46,17 +47,9 @@ void run_random(std::uint32_t rng_seed, std::size_t device_pages, bool use_strea
     {
       auto pin = use_stream ? s.t.pin(stream, write ? Access::read_write : Access::read)
                             : s.t.pin(write ? Access::read_write : Access::read);
-      void* d = pin.data();
-      const auto n = s.t.size();
-      auto work = [d, n, old_seed, new_seed, write, &bad] {
-        if (old_seed != 0) bad += test::mismatches(d, n, old_seed);
-        if (write) test::fill(d, n, new_seed);
-      };
-      if (use_stream) {
-        stream.launch(work);
-      } else {
-        work();
-      }
+      Stream* on = use_stream ? &stream : nullptr;
+      if (old_seed != 0) tp.check(on, pin.data(), s.t.size(), old_seed);
+      if (write) tp.fill(on, pin.data(), s.t.size(), new_seed);
     }
     s.seed = new_seed;
     const auto st = p.stats();
@@ -68,13 +61,14 @@ void run_random(std::uint32_t rng_seed, std::size_t device_pages, bool use_strea
     }
   }
   stream.synchronize();
-  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(tp.mismatches(), 0u);
   // Every byte of every tensor, read back through host pins.
   for (std::size_t i = 0; i < ts.size(); ++i) {
     EXPECT_EQ(ts[i].t.data(), addrs[i]) << "address of tensor " << i << " changed";
     if (ts[i].seed == 0) continue;
     auto pin = ts[i].t.pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), ts[i].t.size(), ts[i].seed), 0u) << "tensor " << i;
+    tp.check(nullptr, pin.data(), ts[i].t.size(), ts[i].seed);
+    EXPECT_EQ(tp.mismatches(), 0u) << "tensor " << i;
   }
   const auto st = p.stats();
   EXPECT_LE(st.device_peak_bytes, budget);

@@ -214,7 +214,9 @@ Status CudaDevice::check(CUresult r) const noexcept {
 
 Status CudaDevice::do_reserve(std::size_t bytes, DevPtr* out) {
   CUdeviceptr p = 0;
-  const Status s = TVMM_CU(api_->MemAddressReserve(&p, bytes, properties().granularity, 0, 0));
+  // Aligned for either kind of chunk (cuMemMap: ptr a multiple of the chunk's own granularity).
+  const std::size_t align = std::max(properties().granularity, properties().host_granularity);
+  const Status s = TVMM_CU(api_->MemAddressReserve(&p, bytes, align, 0, 0));
   if (!s.ok()) return s;
   std::lock_guard lk(mu_);
   book_.add_reservation(static_cast<DevPtr>(p), bytes);

@@ -1,0 +1,162 @@
+#pragma once
+// Writes and checks tensors' bytes through pins on whichever device the tests run on: the simulator,
+// where device addresses are host memory and the CPU does it, or, with TVMM_TEST_DEVICE=cuda, the CUDA
+// backend (in CI: on the driver emulator, tests/cuda_emulator), where host code must not touch device
+// memory and tvmm's pattern kernels do it. The pager's integrity suites use it, so the same runs check
+// every byte on both (ctest registers them a second time as emulated.*).
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backends/device/device_backend.hpp"
+#include "test_support.hpp"
+#include "vmm/pager_impl.hpp"
+#if defined(TVMM_HAVE_CUDA)
+#include "backends/device/cuda/cuda_device.hpp"
+#endif
+
+namespace tvmm::test {
+
+//! True when the tests run on the CUDA backend (TVMM_TEST_DEVICE=cuda).
+inline bool on_cuda() {
+  const char* d = std::getenv("TVMM_TEST_DEVICE");
+  return d != nullptr && std::string(d) == "cuda";
+}
+
+//! A pager for `config` on the test device, and the means to write and check bytes through its pins.
+class TestPager {
+ public:
+  explicit TestPager(Config config) : pager_(make(std::move(config), &cuda_)) {
+#if defined(TVMM_HAVE_CUDA)
+    if (cuda_ != nullptr) {
+      const std::size_t g = cuda_->properties().granularity;
+      require(cuda_->reserve(g, &counter_), "reserving the counter");
+      require(cuda_->create_chunk(g, &chunk_), "creating the counter");
+      require(cuda_->map(counter_, g, chunk_), "mapping the counter");
+      require(cuda_->set_access(counter_, g), "the counter's access");
+      require(cuda_->create_stream(&own_), "a stream");
+      std::uint64_t zero = 0;
+      require(cuda_->memcpy_async(as_ptr(counter_), &zero, 8, backend::CopyKind::host_to_device, own_), "zeroing");
+      require(cuda_->synchronize_stream(own_), "zeroing");
+    }
+#endif
+  }
+  ~TestPager() {
+#if defined(TVMM_HAVE_CUDA)
+    if (cuda_ != nullptr) {
+      const std::size_t g = cuda_->properties().granularity;
+      (void)cuda_->synchronize_stream(own_);
+      (void)cuda_->destroy_stream(own_);
+      (void)cuda_->unmap(counter_, g);
+      (void)cuda_->release_chunk(chunk_);
+      (void)cuda_->release_reservation(counter_, g);
+    }
+#endif
+  }
+  TestPager(const TestPager&) = delete;
+  TestPager& operator=(const TestPager&) = delete;
+
+  Pager& operator*() noexcept { return pager_; }
+  Pager* operator->() noexcept { return &pager_; }
+
+  //! Writes the pattern `seed` over [p, p + n): queued on `s`, or now (a host pin) when `s` is null.
+  void fill(Stream* s, void* p, std::size_t n, std::uint64_t seed) {
+#if defined(TVMM_HAVE_CUDA)
+    if (cuda_ != nullptr) {
+      on_gpu(
+          s, [&](backend::StreamHandle h) { return cuda_->fill(h, dev(p), n, seed); }, "the fill kernel");
+      return;
+    }
+#endif
+    if (s != nullptr) {
+      s->launch([p, n, seed] { test::fill(p, n, seed); });
+    } else {
+      test::fill(p, n, seed);
+    }
+  }
+
+  //! Counts into the tally the bytes of [p, p + n) that differ from `seed`: queued on `s`, or now.
+  void check(Stream* s, void* p, std::size_t n, std::uint64_t seed) {
+#if defined(TVMM_HAVE_CUDA)
+    if (cuda_ != nullptr) {
+      on_gpu(
+          s, [&](backend::StreamHandle h) { return cuda_->verify(h, dev(p), n, seed, counter_); }, "the verify kernel");
+      return;
+    }
+#endif
+    if (s != nullptr) {
+      s->launch([p, n, seed, bad = bad_] { *bad += test::mismatches(p, n, seed); });
+    } else {
+      *bad_ += test::mismatches(p, n, seed);
+    }
+  }
+
+  //! The tally so far. Synchronise the streams checks were queued on first.
+  std::uint64_t mismatches() {
+#if defined(TVMM_HAVE_CUDA)
+    if (cuda_ != nullptr) {
+      std::lock_guard lk(mu_);
+      std::uint64_t v = 0;
+      require(cuda_->memcpy_async(&v, as_ptr(counter_), 8, backend::CopyKind::device_to_host, own_), "reading");
+      require(cuda_->synchronize_stream(own_), "reading");
+      return v;
+    }
+#endif
+    return bad_->load();
+  }
+
+ private:
+  template <class Device>
+  static Pager make(Config c, Device** cuda) {
+    *cuda = nullptr;
+    if (!on_cuda()) return Pager(c);
+#if defined(TVMM_HAVE_CUDA)
+    c.device_backend = "cuda";
+    c.cuda_device = 0;
+    static std::once_flag said;
+    std::call_once(said, [] { std::fprintf(stderr, "TestPager: on the CUDA backend (TVMM_TEST_DEVICE=cuda)\n"); });
+    auto dev = backend::make_cuda_device(0);
+    *cuda = static_cast<backend::CudaDevice*>(dev.get());
+    return detail::PagerAccess::make(c, std::move(dev));
+#else
+    throw std::runtime_error("TVMM_TEST_DEVICE=cuda, but this build has no CUDA backend");
+#endif
+  }
+  static void require(backend::Status st, const char* what) {
+    if (!st.ok())
+      throw std::runtime_error(std::string("TestPager: ") + what + " failed: " + backend::errc_name(st.code));
+  }
+  static void* as_ptr(backend::DevPtr p) { return reinterpret_cast<void*>(p); }
+  static backend::DevPtr dev(void* p) { return reinterpret_cast<backend::DevPtr>(p); }
+#if defined(TVMM_HAVE_CUDA)
+  // A kernel on the caller's stream, or (a host pin) on the tester's own stream, waited for.
+  template <class Launch>
+  void on_gpu(Stream* s, Launch launch, const char* what) {
+    if (s != nullptr) {
+      require(launch(s->native_handle()), what);
+      return;
+    }
+    std::lock_guard lk(mu_);
+    require(launch(own_), what);
+    require(cuda_->synchronize_stream(own_), what);
+  }
+#endif
+
+#if defined(TVMM_HAVE_CUDA)
+  backend::CudaDevice* cuda_ = nullptr;
+#else
+  void* cuda_ = nullptr;
+#endif
+  Pager pager_;
+  std::shared_ptr<std::atomic<std::uint64_t>> bad_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::mutex mu_;
+  backend::DevPtr counter_ = 0;
+  backend::ChunkHandle chunk_;
+  backend::StreamHandle own_ = nullptr;
+};
+
+}  // namespace tvmm::test
