@@ -303,7 +303,6 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   const auto deadline = t0 + cfg_.wait_timeout;
   PageEntry* pages = pages_of(a) + span.first;
   const std::uint32_t n = span.count;
-  const std::uint32_t budget = device_->usable();  // the budget, or the frames there are while short
   // Registered as a waiter for the whole slow path, before any condition is tested, so an unpin that
   // races with a test below always takes mu_ before notifying (see wake_waiters).
   waiters_.fetch_add(1);
@@ -311,8 +310,10 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   Lock lk(mu_);
   reap(lk);
 
-  // 1. Admission: the pinned working set must fit the device budget. A tensor larger than the budget
-  //    never fits; otherwise wait (bounded) for other pins to be released.
+  // 1. Admission: the pinned working set must fit the device budget (the frames there are, while the
+  //    device is short of memory; read under mu_). A tensor larger than it never fits; otherwise wait
+  //    (bounded) for other pins to be released.
+  std::uint32_t budget = device_->usable();
   if (n > budget) {
     throw out_of_memory("tvmm: cannot pin " + tensor_label(a) + ": it needs " + std::to_string(n) +
                         " device pages but the device budget is " + std::to_string(budget) + " pages (" +
@@ -323,6 +324,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
                         "; raise device_budget or split the tensor");
   }
   for (;;) {
+    budget = device_->usable();
     std::uint64_t unpinned = 0;
     for (std::uint32_t i = 0; i < n; ++i) unpinned += word::pins(pages[i].word.load()) == 0 ? 1 : 0;
     if (pinned_pages_.load() + unpinned <= budget) break;

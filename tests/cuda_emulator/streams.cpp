@@ -688,25 +688,23 @@ CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
 }
 CUEMU_EXPORT("cuGraphLaunch", 10000, GraphLaunch);
 
-CUresult GraphDestroy(CUgraph graph) {
+// Deletes `p` if it is one of `live` (graphs and executable graphs: work already queued holds its own
+// copies of their operations).
+template <class T>
+CUresult destroy_one(std::set<T*> Driver::*live, T* p) {
   CUEMU_ENTER();
   Driver& d = Driver::get();
   std::lock_guard lk(d.mu);
-  auto* g = reinterpret_cast<Graph*>(graph);
-  if (d.graphs.erase(g) == 0) return CUDA_ERROR_INVALID_VALUE;
-  delete g;
+  if ((d.*live).erase(p) == 0) return CUDA_ERROR_INVALID_VALUE;
+  delete p;
   return CUDA_SUCCESS;
 }
+
+CUresult GraphDestroy(CUgraph graph) { return destroy_one(&Driver::graphs, reinterpret_cast<Graph*>(graph)); }
 CUEMU_EXPORT("cuGraphDestroy", 10000, GraphDestroy);
 
 CUresult GraphExecDestroy(CUgraphExec exec) {
-  CUEMU_ENTER();
-  Driver& d = Driver::get();
-  std::lock_guard lk(d.mu);
-  auto* x = reinterpret_cast<GraphExec*>(exec);
-  if (d.execs.erase(x) == 0) return CUDA_ERROR_INVALID_VALUE;
-  delete x;  // ops already queued hold their own copies
-  return CUDA_SUCCESS;
+  return destroy_one(&Driver::execs, reinterpret_cast<GraphExec*>(exec));
 }
 CUEMU_EXPORT("cuGraphExecDestroy", 10000, GraphExecDestroy);
 
