@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backends/device/device_backend.hpp"
+#include "backends/device/device_memory.hpp"
 #include "test_support.hpp"
 #include "vmm/pager_impl.hpp"
 #if defined(TVMM_HAVE_CUDA)
@@ -33,11 +34,10 @@ class TestPager {
   explicit TestPager(Config config) : pager_(make(std::move(config), &cuda_)) {
 #if defined(TVMM_HAVE_CUDA)
     if (cuda_ != nullptr) {
-      const std::size_t g = cuda_->properties().granularity;
-      require(cuda_->reserve(g, &counter_), "reserving the counter");
-      require(cuda_->create_chunk(g, &chunk_), "creating the counter");
-      require(cuda_->map(counter_, g, chunk_), "mapping the counter");
-      require(cuda_->set_access(counter_, g), "the counter's access");
+      memory_ = std::make_unique<backend::DeviceMemory>(*cuda_);
+      const char* step = "";
+      require(memory_->open(&step), (std::string("the counter's ") + step).c_str());
+      counter_ = memory_->va();
       require(cuda_->create_stream(&own_), "a stream");
       std::uint64_t zero = 0;
       require(cuda_->memcpy_async(as_ptr(counter_), &zero, 8, backend::CopyKind::host_to_device, own_), "zeroing");
@@ -47,13 +47,9 @@ class TestPager {
   }
   ~TestPager() {
 #if defined(TVMM_HAVE_CUDA)
-    if (cuda_ != nullptr) {
-      const std::size_t g = cuda_->properties().granularity;
+    if (cuda_ != nullptr && own_ != nullptr) {
       (void)cuda_->synchronize_stream(own_);
       (void)cuda_->destroy_stream(own_);
-      (void)cuda_->unmap(counter_, g);
-      (void)cuda_->release_chunk(chunk_);
-      (void)cuda_->release_reservation(counter_, g);
     }
 #endif
   }
@@ -154,8 +150,8 @@ class TestPager {
   Pager pager_;
   std::shared_ptr<std::atomic<std::uint64_t>> bad_ = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::mutex mu_;
+  std::unique_ptr<backend::DeviceMemory> memory_;  // the counter (CUDA); goes before pager_, which owns the device
   backend::DevPtr counter_ = 0;
-  backend::ChunkHandle chunk_;
   backend::StreamHandle own_ = nullptr;
 };
 

@@ -20,7 +20,32 @@
 #include "kernels/pattern.hpp"
 #include "tvmm/tvmm.hpp"
 
+//! Skips a test that needs a (real or emulated) GPU it does not have, with the reason; fails instead
+//! where one is promised (see gpu_required), so a run that lost its driver cannot pass by skipping.
+#define TVMM_SKIP_WITHOUT_GPU(why)                                                                \
+  do {                                                                                            \
+    if (::tvmm::test::gpu_required()) {                                                           \
+      GTEST_FAIL() << "a GPU is promised here (TVMM_TEST_REQUIRE_GPU=1, or the CUDA emulator on " \
+                      "LD_LIBRARY_PATH), but "                                                    \
+                   << why;                                                                        \
+    }                                                                                             \
+    GTEST_SKIP() << why;                                                                          \
+  } while (0)
+
 namespace tvmm::test {
+
+//! A GPU is promised: TVMM_TEST_REQUIRE_GPU=1 (on a GPU machine), or the run is on the CUDA emulator
+//! (ctest puts its directory, TVMM_CUDA_EMULATOR_DIR, on LD_LIBRARY_PATH for the emulated.* tests).
+inline bool gpu_required() {
+  const char* v = std::getenv("TVMM_TEST_REQUIRE_GPU");
+  if (v != nullptr && std::strcmp(v, "1") == 0) return true;
+#if defined(TVMM_CUDA_EMULATOR_DIR)
+  const char* path = std::getenv("LD_LIBRARY_PATH");
+  return path != nullptr && std::strstr(path, TVMM_CUDA_EMULATOR_DIR) != nullptr;
+#else
+  return false;
+#endif
+}
 
 //! A small simulated device: 64 KiB pages so tests move many pages quickly.
 inline Config small_config(std::size_t device_pages, std::size_t host_pages, std::size_t page = 64 * KiB) {

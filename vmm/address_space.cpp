@@ -6,6 +6,7 @@
 
 #include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
+#include "vmm/detail/check.hpp"
 
 namespace tvmm::detail {
 
@@ -17,19 +18,20 @@ AddressSpace::AddressSpace(backend::DeviceBackend& dev, std::size_t bytes, std::
       pages_(static_cast<std::uint32_t>(bytes / page_size)),
       runs_(pages_) {
   if (const auto st = dev_.reserve(bytes_, &base_); !st.ok()) {
-    std::string why = backend::errc_name(st.code);
-    if (st.sys_errno != 0) why += (st.code == backend::Errc::driver_error ? ", driver code " : ", errno ") + std::to_string(st.sys_errno);
+    // Only a size the device will not reserve is the configuration's to fix; a device that failed
+    // (lost, a driver error) is reported as what it is.
+    if (st.code != backend::Errc::out_of_memory && st.code != backend::Errc::invalid_value) {
+      throw_status(st, "reserve(device.va_size)", __FILE__, __LINE__);
+    }
     throw config_error("cannot reserve " + format_bytes(bytes_) + " of device address space (the " +
-                       dev_.properties().name + " backend refused: " + why + "); " + std::string(origin) +
+                       dev_.properties().name + " backend refused: " + dev_.describe(st) + "); " + std::string(origin) +
                        ". Set device.va_size (TVMM_DEVICE_VA_SIZE) to the total size of the tensors you need "
                        "live at once, or lower the budgets it is computed from");
   }
 }
 
 AddressSpace::~AddressSpace() {
-  if (auto s = dev_.release_reservation(base_, bytes_); !s.ok() && !dev_.lost()) {
-    std::fprintf(stderr, "tvmm: releasing the address reservation failed: %s\n", backend::errc_name(s.code));
-  }
+  dev_.warn_failed(dev_.release_reservation(base_, bytes_), "releasing the address reservation");
 }
 
 std::optional<std::uint32_t> AddressSpace::allocate(std::uint32_t pages) { return runs_.allocate(pages); }

@@ -16,10 +16,8 @@ DeviceTier::DeviceTier(backend::DeviceBackend& dev, std::size_t page_size, std::
 
 DeviceTier::~DeviceTier() {
   for (auto c : chunks_) {
-    if (auto s = dev_.release_chunk(c); !s.ok() && !dev_.lost()) {
-      std::fprintf(stderr, "tvmm: releasing a %s frame failed: %s\n",
-                   where_ == backend::ChunkLocation::host ? "host-located" : "device", backend::errc_name(s.code));
-    }
+    dev_.warn_failed(dev_.release_chunk(c), where_ == backend::ChunkLocation::host ? "releasing a host-located frame"
+                                                                                   : "releasing a device frame");
   }
 }
 

@@ -15,9 +15,7 @@ HostTier::HostTier(backend::DeviceBackend& dev, void* base, std::size_t page_siz
 }
 
 HostTier::~HostTier() {
-  if (auto s = dev_.unregister_host(base_, page_size_ * slots_); !s.ok() && !dev_.lost()) {
-    std::fprintf(stderr, "tvmm: unregistering the host tier failed: %s\n", backend::errc_name(s.code));
-  }
+  dev_.warn_failed(dev_.unregister_host(base_, page_size_ * slots_), "unregistering the host tier");
 }
 
 std::optional<std::uint32_t> HostTier::try_acquire() noexcept {

@@ -47,13 +47,19 @@ void ManagedHeap::place(DevPtr va, ChunkLocation where) {
   TVMM_CHECK(device().prefetch_managed(p, page(), where, stream()));
 }
 
-void ManagedHeap::do_place(DevPtr va, ChunkLocation where) { place(va, where); }
+ChunkLocation ManagedHeap::do_place(DevPtr va, ChunkLocation wanted) {
+  place(va, wanted);
+  return wanted;
+}
 
 // Prefetches run in stream order on the heap's own stream; the program's streams need not wait for
 // them (managed memory is coherent), so nothing is synchronised here.
 void ManagedHeap::do_placed(DevPtr, std::size_t) {}
 
-void ManagedHeap::do_move(DevPtr va, ChunkLocation, ChunkLocation to) { place(va, to); }
+bool ManagedHeap::do_move(DevPtr va, ChunkLocation, ChunkLocation to) {
+  place(va, to);
+  return true;
+}
 
 void ManagedHeap::do_release(DevPtr va, std::size_t pages, const std::vector<ChunkLocation>&) {
   // The heap's prefetches of these pages must be done before the memory goes.

@@ -559,9 +559,7 @@ void PagerImpl::destroy_stream(backend::StreamHandle s) noexcept {
     stream_numbers_.erase(s);
   }
   (void)dev_->synchronize_stream(s);
-  if (auto st = dev_->destroy_stream(s); !st.ok() && !dev_->lost()) {
-    std::fprintf(stderr, "tvmm: destroying a stream failed: %s\n", backend::errc_name(st.code));
-  }
+  dev_->warn_failed(dev_->destroy_stream(s), "destroying a stream");
 }
 
 void PagerImpl::launch(backend::StreamHandle s, std::function<void()> fn) {
@@ -595,9 +593,7 @@ backend::EventHandle PagerImpl::create_event() {
 }
 
 void PagerImpl::destroy_event(backend::EventHandle e) noexcept {
-  if (auto st = dev_->destroy_event(e); !st.ok() && !dev_->lost()) {
-    std::fprintf(stderr, "tvmm: destroying an event failed: %s\n", backend::errc_name(st.code));
-  }
+  dev_->warn_failed(dev_->destroy_event(e), "destroying an event");
 }
 
 void PagerImpl::record_event(backend::EventHandle e, backend::StreamHandle s) { TVMM_CHECK(dev_->record_event(e, s)); }

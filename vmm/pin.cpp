@@ -35,6 +35,7 @@ bool PagerImpl::try_pin_resident(PageEntry& p, std::uint64_t dirty) noexcept {
         pinned_pages_.fetch_add(1);
       } else {
         pinned_pages_.fetch_sub(1);
+        wake_waiters();  // another thread pinned first; an admission check may have seen both counts
       }
       counted = first;
     }
@@ -313,18 +314,23 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   // 1. Admission: the pinned working set must fit the device budget (the frames there are, while the
   //    device is short of memory; read under mu_). A tensor larger than it never fits; otherwise wait
   //    (bounded) for other pins to be released.
-  std::uint32_t budget = device_->usable();
-  if (n > budget) {
-    throw out_of_memory("tvmm: cannot pin " + tensor_label(a) + ": it needs " + std::to_string(n) +
-                        " device pages but the device budget is " + std::to_string(budget) + " pages (" +
-                        format_bytes(std::uint64_t{budget} * page_size_) + ")" +
-                        (device_->short_of_memory() ? ", all the device has memory for now (of " +
-                                                          std::to_string(device_->budget()) + " budgeted)"
-                                                    : std::string()) +
-                        "; raise device_budget or split the tensor");
-  }
   for (;;) {
-    budget = device_->usable();
+    // Read on every pass: a device short of memory has fewer usable frames than its budget, and that
+    // number may shrink while this call waits.
+    const std::uint32_t budget = device_->usable();
+    if (n > budget) {
+      const bool short_now = device_->short_of_memory();
+      throw out_of_memory("tvmm: cannot pin " + tensor_label(a) + ": it needs " + std::to_string(n) +
+                          " device pages but " +
+                          (short_now ? "the device has memory for only " + std::to_string(budget) + " pages (" +
+                                           format_bytes(std::uint64_t{budget} * page_size_) + ") of the " +
+                                           std::to_string(device_->budget()) +
+                                           " budgeted now; free GPU memory held by other processes or split "
+                                           "the tensor"
+                                     : "the device budget is " + std::to_string(budget) + " pages (" +
+                                           format_bytes(std::uint64_t{budget} * page_size_) +
+                                           "); raise device_budget or split the tensor"));
+    }
     std::uint64_t unpinned = 0;
     for (std::uint32_t i = 0; i < n; ++i) unpinned += word::pins(pages[i].word.load()) == 0 ? 1 : 0;
     if (pinned_pages_.load() + unpinned <= budget) break;

@@ -41,14 +41,36 @@ DevPtr RemapHeap::do_reserve(std::size_t pages) {
   return space_->addr(*first);
 }
 
-void RemapHeap::do_place(DevPtr va, ChunkLocation where) {
-  const auto frame = pool(where).try_acquire();
-  if (!frame) throw out_of_memory("tvmm: no frame left for a new page (internal accounting error)");
+// The heap counts frames by budget; a pool has none to give beyond them only while the GPU has no memory
+// for a new one (DeviceTier::try_acquire: other allocations took it since the budget was checked).
+void RemapHeap::no_frame() {
+  if (!device_->short_of_memory() && !host_->short_of_memory()) {
+    throw out_of_memory("tvmm: no frame left for a new page (internal accounting error)");
+  }
+  auto state = [](const DeviceTier& t) {
+    return t.short_of_memory() ? "memory for only " + std::to_string(t.created()) + " of its " +
+                                     std::to_string(t.budget()) + " frames (other allocations hold the rest)"
+                               : "all " + std::to_string(t.budget()) + " frames in use";
+  };
+  throw out_of_memory("tvmm: no memory for a new page: the device pool has " + state(*device_) +
+                      " and the host-located pool has " + state(*host_) +
+                      "; free the GPU memory other allocations or processes hold, or lower TVMM_DEVICE_BUDGET");
+}
+
+ChunkLocation RemapHeap::do_place(DevPtr va, ChunkLocation wanted) {
+  ChunkLocation where = wanted;
+  auto frame = pool(where).try_acquire();
+  if (!frame && where == ChunkLocation::device && pool(where).short_of_memory()) {
+    where = ChunkLocation::host;  // the GPU is short: the page starts on the host and is promoted later
+    frame = pool(where).try_acquire();
+  }
+  if (!frame) no_frame();
   if (auto s = device().map(va, page(), pool(where).chunk(*frame)); !s.ok()) {
     pool(where).release(*frame);
     throw_status(s, "map(page, frame)", __FILE__, __LINE__);
   }
   frame_of(va) = *frame;
+  return where;
 }
 
 void RemapHeap::do_placed(DevPtr va, std::size_t pages) { TVMM_CHECK(device().set_access(va, pages * page())); }
@@ -68,10 +90,13 @@ void RemapHeap::do_release(DevPtr va, std::size_t pages, const std::vector<Chunk
   space_->free(static_cast<std::uint32_t>((va - lo_) / page()), static_cast<std::uint32_t>(pages));
 }
 
-void RemapHeap::do_move(DevPtr va, ChunkLocation from, ChunkLocation to) {
+bool RemapHeap::do_move(DevPtr va, ChunkLocation from, ChunkLocation to) {
   DeviceTier& target_pool = pool(to);
   const auto target = target_pool.try_acquire();
-  if (!target) throw out_of_memory("tvmm: no frame to remap a page into (internal accounting error)");
+  if (!target) {
+    if (target_pool.short_of_memory()) return false;  // the page stays where it is
+    throw out_of_memory("tvmm: no frame to remap a page into (internal accounting error)");
+  }
   const backend::ChunkHandle chunk = target_pool.chunk(*target);
   const backend::ChunkHandle old = pool(from).chunk(frame_of(va));
   const bool host_threads_touch = device().properties().host_accessible;
@@ -113,6 +138,7 @@ void RemapHeap::do_move(DevPtr va, ChunkLocation from, ChunkLocation to) {
   give_back.dismiss();
   pool(from).release(frame_of(va));
   frame_of(va) = *target;
+  return true;
 }
 
 }  // namespace tvmm::detail

@@ -38,12 +38,13 @@ class RemapHeap final : public TransparentHeap {
 
  private:
   backend::DevPtr do_reserve(std::size_t pages) override;
-  void do_place(backend::DevPtr va, backend::ChunkLocation where) override;
+  backend::ChunkLocation do_place(backend::DevPtr va, backend::ChunkLocation wanted) override;
   void do_placed(backend::DevPtr va, std::size_t pages) override;
-  void do_move(backend::DevPtr va, backend::ChunkLocation from, backend::ChunkLocation to) override;
+  bool do_move(backend::DevPtr va, backend::ChunkLocation from, backend::ChunkLocation to) override;
   void do_release(backend::DevPtr va, std::size_t pages, const std::vector<backend::ChunkLocation>& where) override;
   [[nodiscard]] bool moves_need_drain() const noexcept override { return true; }
 
+  [[noreturn]] void no_frame();
   DeviceTier& pool(backend::ChunkLocation where) noexcept {
     return where == backend::ChunkLocation::device ? *device_ : *host_;
   }

@@ -22,9 +22,7 @@ TransferEngine::TransferEngine(backend::DeviceBackend& dev, EventPool& events, s
 TransferEngine::~TransferEngine() {
   for (auto s : {in_, out_}) {
     (void)dev_.synchronize_stream(s);
-    if (auto st = dev_.destroy_stream(s); !st.ok() && !dev_.lost()) {
-      std::fprintf(stderr, "tvmm: destroying a copy stream failed: %s\n", backend::errc_name(st.code));
-    }
+    dev_.warn_failed(dev_.destroy_stream(s), "destroying a copy stream");
   }
 }
 

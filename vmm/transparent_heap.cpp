@@ -79,8 +79,7 @@ void* TransparentHeap::allocate(std::size_t bytes) {
   // 2. Place every page: the device for as many as it now has room for, the host for the rest.
   std::size_t device_left = std::min(on_device, device_pages_ - on_device_);
   for (std::size_t i = 0; i < n; ++i) {
-    const ChunkLocation where = device_left > 0 ? ChunkLocation::device : ChunkLocation::host;
-    do_place(va + i * page_, where);
+    const ChunkLocation where = do_place(va + i * page_, device_left > 0 ? ChunkLocation::device : ChunkLocation::host);
     b.where.push_back(where);
     if (where == ChunkLocation::device) --device_left;
   }
@@ -166,9 +165,9 @@ void TransparentHeap::release_deferred(Lock& lk) {
   }
 }
 
-void TransparentHeap::move(DevPtr va, ChunkLocation& where, ChunkLocation to, bool& drained) {
+bool TransparentHeap::move(DevPtr va, ChunkLocation& where, ChunkLocation to, bool& drained) {
   if (moves_need_drain()) drain_once(drained);
-  do_move(va, where, to);
+  if (!do_move(va, where, to)) return false;
   where = to;
   if (to == ChunkLocation::device) {
     ++on_device_;
@@ -177,6 +176,7 @@ void TransparentHeap::move(DevPtr va, ChunkLocation& where, ChunkLocation to, bo
     --on_device_;
     ++counters_.pages_demoted;
   }
+  return true;
 }
 
 void TransparentHeap::demote(Lock&, std::size_t pages, bool& drained) {
@@ -191,7 +191,7 @@ void TransparentHeap::demote(Lock&, std::size_t pages, bool& drained) {
   for (auto& [va, b] : order) {
     for (std::size_t i = b->where.size(); i-- > 0 && done < pages;) {
       if (b->where[i] != ChunkLocation::device) continue;
-      move(va + i * page_, b->where[i], ChunkLocation::host, drained);
+      if (!move(va + i * page_, b->where[i], ChunkLocation::host, drained)) return;  // no host frame now
       ++done;
     }
     if (done == pages) break;
@@ -205,7 +205,10 @@ void TransparentHeap::promote(Lock&, bool& drained) {
             [](const auto& x, const auto& y) { return x.second->last_use > y.second->last_use; });
   for (auto& [va, b] : order) {
     for (std::size_t i = 0; i < b->where.size() && on_device_ < device_pages_; ++i) {
-      if (b->where[i] == ChunkLocation::host) move(va + i * page_, b->where[i], ChunkLocation::device, drained);
+      // A GPU short of memory takes no more pages now; the next promotion tries again.
+      if (b->where[i] == ChunkLocation::host && !move(va + i * page_, b->where[i], ChunkLocation::device, drained)) {
+        return;
+      }
     }
   }
 }
@@ -263,6 +266,13 @@ std::unique_ptr<TransparentHeap> make_transparent_heap(const Config& config, Tra
   }
   if (why != nullptr) *why = reason;
   if (mode == "vmm") {
+    if (!props.host_chunks) {
+      throw device_error(
+          "transparent.memory = \"vmm\" needs host-located VMM memory (cuMemCreate at a host NUMA "
+          "node), which the " +
+              props.name + " device does not support; use \"um\" or \"auto\"",
+          "not_supported");
+    }
     // Each page moves between a device frame and a host-located chunk: its size must be a multiple of
     // both kinds' granularity (the driver's may differ).
     const std::size_t host_g = props.host_granularity != 0 ? props.host_granularity : props.granularity;
@@ -277,13 +287,6 @@ std::unique_ptr<TransparentHeap> make_transparent_heap(const Config& config, Tra
           "whose granularity on this " +
           props.name + " device is " + format_bytes(host_g) + "; page_size = " + format_bytes(config.page_size) +
           " is not a multiple of it: use " + format_bytes(host_g) + " (or \"auto\")");
-    }
-    if (!props.host_chunks) {
-      throw device_error(
-          "transparent.memory = \"vmm\" needs host-located VMM memory (cuMemCreate at a host NUMA "
-          "node), which the " +
-              props.name + " device does not support; use \"um\" or \"auto\"",
-          "not_supported");
     }
     return std::make_unique<RemapHeap>(config, std::move(drain), std::move(dev));
   }

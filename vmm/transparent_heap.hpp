@@ -96,13 +96,16 @@ class TransparentHeap {
   // ---- the mechanism (called with the heap's mutex held) ----
   //! Address space for `pages` pages, nothing placed yet. Throws out_of_memory when there is none.
   virtual backend::DevPtr do_reserve(std::size_t pages) = 0;
-  //! Puts the new page at `va` on `where` (its contents are undefined).
-  virtual void do_place(backend::DevPtr va, backend::ChunkLocation where) = 0;
+  //! Puts the new page at `va` on `wanted` (its contents are undefined) and returns where it went: the
+  //! host when the GPU has no memory for a device frame (taken by others since the budget was checked).
+  //! Throws out_of_memory when neither has room.
+  virtual backend::ChunkLocation do_place(backend::DevPtr va, backend::ChunkLocation wanted) = 0;
   //! After every page of a new allocation at `va` is placed.
   virtual void do_placed(backend::DevPtr va, std::size_t pages) = 0;
-  //! Moves the page at `va`, keeping its bytes, from where it is to `to`. On failure the page stays
-  //! where it was with its bytes, and this throws.
-  virtual void do_move(backend::DevPtr va, backend::ChunkLocation from, backend::ChunkLocation to) = 0;
+  //! Moves the page at `va`, keeping its bytes, from where it is to `to`; false (nothing done) when
+  //! `to` has no memory for another page now. On failure the page stays where it was with its bytes,
+  //! and this throws.
+  virtual bool do_move(backend::DevPtr va, backend::ChunkLocation from, backend::ChunkLocation to) = 0;
   //! Releases an allocation of `pages` pages at `va`, of which the first where.size() were placed.
   virtual void do_release(backend::DevPtr va, std::size_t pages, const std::vector<backend::ChunkLocation>& where) = 0;
   //! Whether a move must wait for the program's device work first (a remap does; a prefetch does not).
@@ -122,7 +125,8 @@ class TransparentHeap {
   void release_deferred(Lock& lk);
   void demote(Lock& lk, std::size_t pages, bool& drained);
   void promote(Lock& lk, bool& drained);
-  void move(backend::DevPtr va, backend::ChunkLocation& where, backend::ChunkLocation to, bool& drained);
+  //! do_move and the counts; false when `to` has no memory for the page now (it stays).
+  bool move(backend::DevPtr va, backend::ChunkLocation& where, backend::ChunkLocation to, bool& drained);
 
   Config cfg_;
   Drain drain_;

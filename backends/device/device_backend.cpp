@@ -47,6 +47,17 @@ Status DeviceBackend::noted(Status s) noexcept {
 
 std::string DeviceBackend::describe(const Status& s) const { return errc_name(s.code); }
 
+void DeviceBackend::warn_failed(const Status& s, const char* what) const noexcept {
+  if (s.ok() || lost()) return;
+  std::string why;
+  try {
+    why = describe(s);
+  } catch (...) {
+    why = errc_name(s.code);
+  }
+  std::fprintf(stderr, "tvmm: %s failed: %s\n", what, why.c_str());
+}
+
 BackendCounters DeviceBackend::counters() const noexcept {
   BackendCounters c;
   c.maps = maps_.load(std::memory_order_relaxed);

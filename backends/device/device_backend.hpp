@@ -150,6 +150,9 @@ class DeviceBackend {
   [[nodiscard]] bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
   //! A failure in words for people: the driver's error name where there is one.
   [[nodiscard]] virtual std::string describe(const Status& s) const;
+  //! For release paths, which never throw: says on stderr "tvmm: <what> failed: <describe(s)>", unless
+  //! `s` succeeded or the device is lost (every call fails then, and that was said once).
+  void warn_failed(const Status& s, const char* what) const noexcept;
   [[nodiscard]] BackendCounters counters() const noexcept;
 
   Status reserve(std::size_t bytes, DevPtr* out);
@@ -195,6 +198,9 @@ class DeviceBackend {
 
  protected:
   explicit DeviceBackend(DeviceProperties props) : props_(std::move(props)) {}
+  //! Every primitive's result passes here (a backend's own calls beyond the primitives too): the first
+  //! device_lost is reported and remembered.
+  Status noted(Status s) noexcept;
 
  private:
   virtual Status do_reserve(std::size_t bytes, DevPtr* out) = 0;
@@ -229,8 +235,6 @@ class DeviceBackend {
   virtual Status do_event_elapsed(EventHandle start, EventHandle end, std::chrono::nanoseconds* out) = 0;
 
   [[nodiscard]] bool aligned(std::size_t v) const noexcept { return v % props_.granularity == 0; }
-  // Every primitive's result passes here: the first device_lost is reported and remembered.
-  Status noted(Status s) noexcept;
 
   DeviceProperties props_;
   std::atomic<std::uint64_t> maps_{0}, unmaps_{0}, set_access_{0}, copies_{0}, copy_bytes_{0}, chunks_{0};

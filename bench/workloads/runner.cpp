@@ -14,6 +14,7 @@
 #include "vmm/pager_impl.hpp"
 #if defined(TVMM_HAVE_CUDA)
 #include "backends/device/cuda/cuda_device.hpp"
+#include "backends/device/device_memory.hpp"
 #endif
 
 namespace tvmm::bench {
@@ -54,28 +55,26 @@ class CpuCheck final : public ByteCheck {
 #if defined(TVMM_HAVE_CUDA)
 class GpuCheck final : public ByteCheck {
  public:
-  // The mismatch counter lives in one granule of device memory of its own (reserved, created, mapped and
-  // made accessible through the backend), outside the pager's budget, so it is always mapped.
-  GpuCheck(backend::CudaDevice& dev, Stream& s) : dev_(dev), g_(dev.properties().granularity) {
-    check(dev_.reserve(g_, &counter_), "reserving the counter");
-    check(dev_.create_chunk(g_, &chunk_), "creating the counter");
-    check(dev_.map(counter_, g_, chunk_), "mapping the counter");
-    check(dev_.set_access(counter_, g_), "the counter's access");
+  // The mismatch counter lives in one granule of device memory of its own, outside the pager's budget,
+  // so it is always mapped.
+  GpuCheck(backend::CudaDevice& dev, Stream& s) : dev_(dev), memory_(dev) {
+    const char* step = "";
+    check(memory_.open(&step), (std::string("the counter's ") + step).c_str());
+    counter_ = memory_.va();
     check(dev_.alloc_host(8, &host_), "alloc_host");
     std::memset(host_, 0, 8);
     check(dev_.memcpy_async(as_ptr(counter_), host_, 8, backend::CopyKind::host_to_device, s.native_handle()),
           "zeroing the counter");
   }
   ~GpuCheck() override {
-    (void)dev_.free_host(host_, 8);
-    (void)dev_.unmap(counter_, g_);
-    (void)dev_.release_chunk(chunk_);
-    (void)dev_.release_reservation(counter_, g_);
+    if (host_ != nullptr) (void)dev_.free_host(host_, 8);
   }
   void fill(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
     const auto st = dev_.fill(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed);
     if (st.code == backend::Errc::not_supported) {
-      throw device_error("--verify needs tvmm's GPU kernels: " + dev_.kernels_unavailable(), "bench");
+      throw device_error(
+          "tvmm-bench --device cuda writes and checks tensors with tvmm's GPU kernels: " + dev_.kernels_unavailable(),
+          "bench");
     }
     check(st, "the fill kernel");
   }
@@ -98,9 +97,8 @@ class GpuCheck final : public ByteCheck {
     if (!st.ok()) throw device_error(std::string(what) + " failed: " + dev_.describe(st), "bench");
   }
   backend::CudaDevice& dev_;
-  std::size_t g_;
+  backend::DeviceMemory memory_;
   backend::DevPtr counter_ = 0;
-  backend::ChunkHandle chunk_;
   void* host_ = nullptr;
 };
 #endif

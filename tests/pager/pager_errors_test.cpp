@@ -143,6 +143,18 @@ TEST(PagerErrors, AnAddressReservationTheDeviceRefusesNamesVaSize) {
     EXPECT_NE(m.find("Set device.va_size"), std::string::npos) << m;
     EXPECT_EQ(m.find("physical memory"), std::string::npos) << m;
   }
+  // A device that failed is not a size to change: the error says what failed, not to set va_size.
+  Config c = test::small_config(2, 4);
+  auto dev = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
+  dev->fail_always(backend::FaultyDevice::Op::reserve, backend::Errc::driver_error);
+  try {
+    (void)detail::PagerAccess::make(c, std::move(dev));
+    ADD_FAILURE() << "a failed reservation was accepted";
+  } catch (const config_error& e) {
+    ADD_FAILURE() << "a driver error was reported as a configuration error: " << e.what();
+  } catch (const device_error& e) {
+    EXPECT_NE(std::string(e.what()).find("reserve(device.va_size)"), std::string::npos) << e.what();
+  }
 }
 
 // The page table takes 64 bytes of host memory per page of the reservation, at once: a reservation

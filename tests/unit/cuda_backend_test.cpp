@@ -139,7 +139,7 @@ std::shared_ptr<const cu::Api> fake_api() {
     return CUDA_SUCCESS;
   };
   api->DriverGetVersion = [](int* v) {
-    *v = 13000;
+    *v = CUDA_VERSION;  // the toolkit's own: its kernels load
     return CUDA_SUCCESS;
   };
   api->MemGetAllocationGranularity = [](std::size_t* g, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) {

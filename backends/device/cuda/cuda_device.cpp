@@ -112,23 +112,26 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal, bool gpu_
   std::size_t total = 0;
   char name[256] = {};
   char bus[64] = {};
-  const Entered in(api, o.ctx);
-  CUresult r = in.result();
-  if (r == CUDA_SUCCESS) r = api.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-  // Host-NUMA chunks have a granularity of their own (cuda.h 13202: it is "for a given allocation
-  // specification"); the transparent heap's pages must be a multiple of both.
   std::size_t host_granularity = 0;
-  if (r == CUDA_SUCCESS && o.host_numa_chunks) {
-    CUmemAllocationProp host = prop;
-    host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-    host.location.id = o.host_numa_id;
-    r = api.MemGetAllocationGranularity(&host_granularity, &host, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-  }
-  if (r == CUDA_SUCCESS) r = api.DeviceTotalMem(&total, o.dev);
   std::size_t free = 0, total_now = 0;
-  if (r == CUDA_SUCCESS) r = api.MemGetInfo(&free, &total_now);
-  if (r == CUDA_SUCCESS) r = api.DeviceGetName(name, sizeof name, o.dev);
-  if (r == CUDA_SUCCESS) r = api.DeviceGetPCIBusId(bus, sizeof bus, o.dev);
+  CUresult r = CUDA_SUCCESS;
+  {  // the context is popped again before a failure releases it
+    const Entered in(api, o.ctx);
+    r = in.result();
+    if (r == CUDA_SUCCESS) r = api.MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    // Host-NUMA chunks have a granularity of their own (cuda.h 13202: it is "for a given allocation
+    // specification"); the transparent heap's pages must be a multiple of both.
+    if (r == CUDA_SUCCESS && o.host_numa_chunks) {
+      CUmemAllocationProp host = prop;
+      host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+      host.location.id = o.host_numa_id;
+      r = api.MemGetAllocationGranularity(&host_granularity, &host, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    }
+    if (r == CUDA_SUCCESS) r = api.DeviceTotalMem(&total, o.dev);
+    if (r == CUDA_SUCCESS) r = api.MemGetInfo(&free, &total_now);
+    if (r == CUDA_SUCCESS) r = api.DeviceGetName(name, sizeof name, o.dev);
+    if (r == CUDA_SUCCESS) r = api.DeviceGetPCIBusId(bus, sizeof bus, o.dev);
+  }
   if (r != CUDA_SUCCESS) {
     (void)api.DevicePrimaryCtxRelease(o.dev);
     throw fail("querying the device", r);
@@ -170,8 +173,11 @@ CudaDevice::~CudaDevice() {
 
 std::string CudaDevice::describe(const Status& s) const {
   if (s.code == Errc::not_supported) {
+    // The kernels' own failure (what kernel() returns), not another call's not_supported.
     std::lock_guard lk(module_mu_);
-    if (!kernel_error_.empty()) return kernel_error_;
+    if (!kernel_error_.empty() && s.sys_errno == module_status_.sys_errno && module_status_.code == s.code) {
+      return kernel_error_;
+    }
   }
   if (s.sys_errno == 0) return errc_name(s.code);
   return cuda::result_name(*api_, static_cast<CUresult>(s.sys_errno));
@@ -303,7 +309,9 @@ Status CudaDevice::do_set_worker_cpus(const std::vector<unsigned>& /*cpus*/) {
   return Status::fail(Errc::not_supported);  // the driver's own threads are not ours to bind
 }
 
-Status CudaDevice::memory_info(std::size_t* free, std::size_t* total) { return TVMM_CU(api_->MemGetInfo(free, total)); }
+Status CudaDevice::memory_info(std::size_t* free, std::size_t* total) {
+  return noted(TVMM_CU(api_->MemGetInfo(free, total)));
+}
 
 Status CudaDevice::do_alloc_managed(std::size_t bytes, void** out) {
   CUdeviceptr p = 0;
@@ -372,28 +380,31 @@ Status CudaDevice::kernel(Kernel k, CUfunction* out) {
   std::lock_guard lk(module_mu_);
   if (module_status_.code == Errc::not_ready) {
 #if defined(TVMM_HAVE_GPU_KERNELS)
-    // nvcc writes the PTX ISA of its own release and cubins of its ELF ABI: a driver older than the
-    // toolkit that built the kernels loads neither (cuModuleLoadData: CUDA_ERROR_UNSUPPORTED_PTX_VERSION
-    // or CUDA_ERROR_NO_BINARY_FOR_GPU). Say exactly which driver is needed.
+    // nvcc 13 writes ELF-ABI-8 cubins and the PTX ISA of its own release: a driver of an older major
+    // version loads neither (cuModuleLoadData: CUDA_ERROR_NO_BINARY_FOR_GPU or
+    // CUDA_ERROR_UNSUPPORTED_PTX_VERSION). Within a major version the sm_90 cubin loads on any driver
+    // (CUDA minor version compatibility); only PTX, JIT-compiled on other GPUs, needs the toolkit's own
+    // minor version. So the load is always tried, and a failure says which driver would load them.
     int driver = 0;
     (void)api_->DriverGetVersion(&driver);
-    const std::string needs = "tvmm's GPU kernels were built with CUDA " + cuda_version(TVMM_KERNELS_CUDA_VERSION) +
-                              " (for sm_90, with compute_90 PTX) and need a driver for CUDA " +
-                              cuda_version(TVMM_KERNELS_CUDA_VERSION) + " or newer";
-    const std::string only =
-        ". Only the kernels need it (tvmm-bench --device cuda, the GPU kernel tests); the "
-        "pager needs CUDA 12.0";
-    if (driver < TVMM_KERNELS_CUDA_VERSION) {
-      kernel_error_ = needs + "; this driver is for CUDA " + cuda_version(driver) +
-                      ": update the NVIDIA driver, or build tvmm with the CUDA toolkit of the driver's version" + only;
-      module_status_ = Status::fail(Errc::not_supported);
-      *out = nullptr;
-      return module_status_;
-    }
-    module_status_ = TVMM_CU(api_->ModuleLoadData(&module_, kernels::gpu_fatbin));
+    module_status_ = noted(TVMM_CU(api_->ModuleLoadData(&module_, kernels::gpu_fatbin)));
     if (!module_status_.ok()) {
-      kernel_error_ = needs + " on a GPU of compute capability 9.0 or newer; loading them failed with " +
-                      cuda::result_name(*api_, static_cast<CUresult>(module_status_.sys_errno)) + only;
+      constexpr int major_needed = TVMM_KERNELS_CUDA_VERSION / 1000 * 1000;
+      const std::string built = "tvmm's GPU kernels were built with CUDA " + cuda_version(TVMM_KERNELS_CUDA_VERSION) +
+                                " (an sm_90 cubin and compute_90 PTX)";
+      const std::string failed = "loading them failed with " +
+                                 cuda::result_name(*api_, static_cast<CUresult>(module_status_.sys_errno)) +
+                                 "; this driver is for CUDA " + cuda_version(driver);
+      const std::string only =
+          ". Only the kernels need it (tvmm-bench --device cuda, the GPU kernel tests); the pager needs CUDA 12.0";
+      if (driver < major_needed) {
+        kernel_error_ = built + " and need a driver for CUDA " + cuda_version(major_needed) + " or newer; " + failed +
+                        ": update the NVIDIA driver, or build tvmm with the CUDA toolkit of the driver's version" +
+                        only;
+      } else {
+        kernel_error_ = built + " and need a GPU of compute capability 9.0, or a newer GPU with a driver for CUDA " +
+                        cuda_version(TVMM_KERNELS_CUDA_VERSION) + " or newer to compile their PTX; " + failed + only;
+      }
       if (module_status_.code == Errc::driver_error)
         module_status_ = Status::fail(Errc::not_supported, module_status_.sys_errno);
     }
@@ -415,7 +426,7 @@ Status CudaDevice::launch(Kernel k, StreamHandle stream, unsigned blocks, void**
   CUfunction fn = nullptr;
   if (auto s = kernel(k, &fn); !s.ok()) return s;
   const unsigned threads = blocks == 1 && k == kBusy ? 1 : 256;
-  return TVMM_CU(api_->LaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, as_stream(stream), params, nullptr));
+  return noted(TVMM_CU(api_->LaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, as_stream(stream), params, nullptr)));
 }
 
 namespace {

@@ -1,0 +1,61 @@
+// backend::DeviceMemory: one granule of device memory outside any pager (the byte checks' counter).
+#include "backends/device/device_memory.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "backends/device/faulty/faulty_device.hpp"
+#include "test_support.hpp"
+
+using namespace tvmm;
+using backend::Errc;
+
+namespace {
+// A simulated device with physical memory for exactly one granule: a chunk left behind makes the next
+// creation fail.
+std::unique_ptr<backend::FaultyDevice> one_granule_device() {
+  Config c = test::small_config(1, 1);
+  auto dev = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
+  EXPECT_EQ(dev->properties().capacity, dev->properties().granularity);
+  return dev;
+}
+}  // namespace
+
+TEST(DeviceMemory, OpensOneAccessibleGranuleAndReleasesItOnClose) {
+  auto dev = one_granule_device();
+  {
+    backend::DeviceMemory m(*dev);
+    ASSERT_TRUE(m.open().ok());
+    EXPECT_EQ(m.size(), dev->properties().granularity);
+    EXPECT_NE(m.va(), 0u);
+    std::memset(reinterpret_cast<void*>(m.va()), 7, m.size());  // the simulator's device memory is host memory
+    const char* step = nullptr;
+    EXPECT_EQ(m.open(&step).code, Errc::invalid_value);  // open twice: refused, the granule kept
+    EXPECT_STREQ(step, "open (already open)");
+    EXPECT_EQ(reinterpret_cast<unsigned char*>(m.va())[m.size() - 1], 7);
+    m.close();
+    EXPECT_EQ(m.size(), 0u);
+    ASSERT_TRUE(m.open().ok());  // the one granule was given back, so it can be had again
+  }
+  backend::DeviceMemory again(*dev);  // and the destructor gave it back too
+  EXPECT_TRUE(again.open().ok());
+}
+
+TEST(DeviceMemory, AFailedStepIsNamedAndWhatWasMadeIsUndone) {
+  auto dev = one_granule_device();
+  for (auto [op, name] : {std::pair{backend::FaultyDevice::Op::reserve, "reserve"},
+                          std::pair{backend::FaultyDevice::Op::create_chunk, "create_chunk"},
+                          std::pair{backend::FaultyDevice::Op::map, "map"},
+                          std::pair{backend::FaultyDevice::Op::set_access, "set_access"}}) {
+    dev->fail_once(op, Errc::driver_error);
+    backend::DeviceMemory m(*dev);
+    const char* step = nullptr;
+    EXPECT_EQ(m.open(&step).code, Errc::driver_error) << name;
+    EXPECT_STREQ(step, name);
+    EXPECT_EQ(m.size(), 0u) << name;
+    EXPECT_TRUE(m.open().ok()) << "after a failed " << name << ", the granule was not given back";
+  }
+}
