@@ -240,7 +240,6 @@ CUresult DeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice dev) {
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *value = 0x7fffffff; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *value = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *value = 1; break;
     default:
       // cuda.h: an attribute outside the enum is CUDA_ERROR_INVALID_VALUE. The emulator answers 0 for the
       // valid ones it does not model (docs/cuda-emulator.md).

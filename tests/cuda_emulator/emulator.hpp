@@ -32,7 +32,7 @@ namespace cuemu {
 struct Settings {
   int devices = 2;
   std::size_t memory = std::size_t{4} << 30;       //!< per device (TVMM_CUEMU_MEMORY, or _<n> per device)
-  int driver_version = 13000;                      //!< what cuDriverGetVersion says
+  int driver_version = CUDA_VERSION;               //!< what cuDriverGetVersion says (the headers' by default)
   int sm = 90;                                     //!< compute capability as major * 10 + minor
   std::size_t granularity = std::size_t{2} << 20;  //!< device chunks, minimum
   std::size_t granularity_recommended = std::size_t{2} << 20;
@@ -232,9 +232,13 @@ Context* current();
 Stream* resolve_stream(CUstream handle, Context* ctx);
 //! Starts a stream's worker thread.
 void start(Stream* s);
-//! Queues `op` on `s` (with the legacy stream's implicit ordering), or adds it to the capturing graph.
+//! Queues `op` on `s` (with the legacy stream's implicit ordering), or adds it to the capturing graph;
+//! refused while a capture of `s` is invalidated, or implicitly joined from the legacy stream.
+CUresult enqueue(Stream* s, Op op);
+//! The same for an op that runs `run`.
 CUresult enqueue(Stream* s, std::function<CUresult()> run);
-//! Stops a stream: its worker finishes what is queued, then exits; the object is freed by the worker.
+//! Stops a stream: its worker finishes what is queued, then exits. The object is kept for the life of
+//! the process (retired_streams), since the detached worker may still touch it.
 void retire(Stream* s);
 //! Waits until every op queued on `s` so far has completed.
 void wait_idle(Stream* s);

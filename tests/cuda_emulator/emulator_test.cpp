@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -92,6 +93,8 @@ int& failures() {
 
 using Env = std::vector<std::pair<std::string, std::string>>;
 
+constexpr unsigned kChildSeconds = 60;
+
 // Runs `body` in a child process with `env` set; the result is "" or the child's report. With
 // `initialise`, cuInit(0) is called first.
 std::string in_child(const Env& env, const std::function<void(const Cu&)>& body, bool initialise = true) {
@@ -100,6 +103,7 @@ std::string in_child(const Env& env, const std::function<void(const Cu&)>& body,
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::alarm(kChildSeconds);  // a scenario that hangs (a wait nothing completes) fails here, not at ctest's timeout
     ::dup2(pipefd[1], 2);
     ::close(pipefd[0]);
     std::vector<std::string> inherited;  // the scenario's settings only, whatever the parent's are
@@ -130,8 +134,12 @@ std::string in_child(const Env& env, const std::function<void(const Cu&)>& body,
   ::waitpid(pid, &status, 0);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   return "child " +
-         std::string(WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
-                                         : "exited " + std::to_string(WEXITSTATUS(status))) +
+         std::string(WIFSIGNALED(status)
+                         ? "killed by signal " + std::to_string(WTERMSIG(status)) +
+                               (WTERMSIG(status) == SIGALRM
+                                    ? " (SIGALRM: still running after " + std::to_string(kChildSeconds) + " s, hung)"
+                                    : "")
+                         : "exited " + std::to_string(WEXITSTATUS(status))) +
          ":\n" + out;
 }
 #define RUN(env, ...)                                       \
@@ -348,7 +356,7 @@ TEST(CudaEmulator, EveryCallBeforeCuInitFails) {
         EXPECT_CU(CUDA_ERROR_NOT_INITIALIZED, CU(cuMemAddressReserve)(&p, 2 * MiB, 0, 0, 0));
         int v = 0;  // cuDriverGetVersion and the error names work before cuInit
         EXPECT_CU(CUDA_SUCCESS, CU(cuDriverGetVersion)(&v));
-        CHECK(v == 13000);
+        CHECK(v == CUDA_VERSION);                            // the headers' version by default
         EXPECT_CU(CUDA_ERROR_INVALID_VALUE, CU(cuInit)(1));  // flags must be 0
         EXPECT_CU(CUDA_SUCCESS, CU(cuInit)(0));
         EXPECT_CU(CUDA_SUCCESS, CU(cuDeviceGetCount)(&n));
@@ -701,19 +709,30 @@ TEST(CudaEmulator, TheLegacyStreamSynchronisesWithBlockingStreamsOnly) {
     CUstream blocking = nullptr, free_running = nullptr;
     EXPECT_CU(CUDA_SUCCESS, CU(cuStreamCreate)(&blocking, CU_STREAM_DEFAULT));
     EXPECT_CU(CUDA_SUCCESS, CU(cuStreamCreate)(&free_running, CU_STREAM_NON_BLOCKING));
-    static std::atomic<bool> go{false};
-    auto hold = [](void*) {
-      while (!go.load()) std::this_thread::yield();
-    };
-    EXPECT_CU(CUDA_SUCCESS, CU(cuLaunchHostFunc)(blocking, hold, nullptr));
-    EXPECT_CU(CUDA_SUCCESS, CU(cuLaunchHostFunc)(free_running, hold, nullptr));
+    // Each stream held by its own flag: the legacy stream must wait for the blocking one, and must not
+    // wait for the non-blocking one (still held when the legacy event completes).
+    static std::atomic<bool> go_blocking{false}, go_free{false};
+    EXPECT_CU(CUDA_SUCCESS, CU(cuLaunchHostFunc)(
+                                blocking,
+                                [](void*) {
+                                  while (!go_blocking.load()) std::this_thread::yield();
+                                },
+                                nullptr));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuLaunchHostFunc)(
+                                free_running,
+                                [](void*) {
+                                  while (!go_free.load()) std::this_thread::yield();
+                                },
+                                nullptr));
     CUevent legacy = nullptr;
     EXPECT_CU(CUDA_SUCCESS, CU(cuEventCreate)(&legacy, CU_EVENT_DISABLE_TIMING));
     EXPECT_CU(CUDA_SUCCESS, CU(cuEventRecord)(legacy, nullptr));  // waits for the blocking stream
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_CU(CUDA_ERROR_NOT_READY, CU(cuEventQuery)(legacy));
-    go = true;
-    EXPECT_CU(CUDA_SUCCESS, CU(cuEventSynchronize)(legacy));
+    go_blocking = true;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuEventSynchronize)(legacy));  // completes while free_running is still held
+    EXPECT_CU(CUDA_ERROR_NOT_READY, CU(cuStreamQuery)(free_running));
+    go_free = true;
     EXPECT_CU(CUDA_SUCCESS, CU(cuStreamSynchronize)(free_running));
   });
 }
@@ -881,6 +900,15 @@ TEST(CudaEmulator, CallsIllegalDuringCaptureInvalidateIt) {
     EXPECT_CU(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, CU(cuStreamIsCapturing)(nullptr, &st));
     EXPECT_CU(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, CU(cuLaunchHostFunc)(
                                                       nullptr, [](void*) {}, nullptr));
+    // Work on the invalidated capture is refused, and leaves an event as it was: one never recorded
+    // still queries as done and a synchronize returns (it hung waiting for a record that never ran).
+    CUevent refused = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuEventCreate)(&refused, CU_EVENT_DISABLE_TIMING));
+    EXPECT_CU(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CU(cuEventRecord)(refused, blocking));
+    EXPECT_CU(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CU(cuStreamWaitEvent)(blocking, refused, 0));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuEventQuery)(refused));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuEventSynchronize)(refused));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuEventDestroy)(refused));
     EXPECT_CU(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CU(cuStreamEndCapture)(blocking, &g));
     // An event recorded in a capture cannot be queried (CUDA_ERROR_CAPTURED_EVENT).
     CUevent e = nullptr;

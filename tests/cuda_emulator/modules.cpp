@@ -300,7 +300,7 @@ CUresult load(Context* ctx, const void* image, Module** out) {
   // device"; 2739: CUDA_ERROR_UNSUPPORTED_PTX_VERSION "the PTX was compiled with an unsupported toolchain".
   // A cubin runs on its own architecture (same major, minor no higher); PTX is compiled for any device no
   // older than its target, by a driver that knows its ISA.
-  bool usable = false, ptx_too_new = false, cubin_too_new = false;
+  bool usable = false, ptx_too_new = false;
   std::map<std::string, Kernel> kernels;
   for (const auto& c : candidates) {
     if (c.ptx && c.readable) kernels.insert(c.info.kernels.begin(), c.info.kernels.end());
@@ -313,16 +313,13 @@ CUresult load(Context* ctx, const void* image, Module** out) {
       usable = true;
     } else {
       if (c.arch / 10 != sm / 10 || c.arch % 10 > sm % 10 || (sm == 90 && c.arch != 90)) continue;
-      if (driver < min_driver_for_cubin(c.abi)) {
-        cubin_too_new = true;
-        continue;
-      }
+      if (driver < min_driver_for_cubin(c.abi)) continue;  // with no PTX to fall back on: no binary
       usable = true;
     }
   }
   if (!usable) {
     if (ptx_too_new) return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
-    (void)cubin_too_new;  // a cubin for a newer driver with no PTX to fall back on: no binary for this GPU
+    // Including a cubin for a newer driver with no PTX to fall back on: no binary for this GPU.
     return CUDA_ERROR_NO_BINARY_FOR_GPU;
   }
   if (kernels.empty() && cubin != nullptr) read_cubin_symbols(cubin, &kernels);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "entry.hpp"
 
@@ -126,14 +127,26 @@ void invalidate(Stream* s) {
 }  // namespace
 
 CUresult enqueue(Stream* s, std::function<CUresult()> fn) {
-  Context* ctx = s->ctx;
   Op op;
   op.run = std::move(fn);
+  return enqueue(s, std::move(op));
+}
+
+CUresult enqueue(Stream* s, Op op) {
+  Context* ctx = s->ctx;
   {
     std::lock_guard lk(Driver::get().mu);
     if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {  // captured into the graph, not run
-      s->graph->ops.push_back(std::move(op.run));
+      if (Event* e = op.waits_for; e != nullptr) {  // a wait node: the graph waits when it runs
+        s->graph->ops.push_back([e, seq = op.event_seq] {
+          std::unique_lock el(e->mu);
+          e->cv.wait(el, [&] { return e->completed >= seq; });
+          return CUDA_SUCCESS;
+        });
+      } else {
+        s->graph->ops.push_back(std::move(op.run));
+      }
       return CUDA_SUCCESS;
     }
     // The legacy default stream: "work launched into the legacy stream ... waits for all blocking
@@ -278,27 +291,10 @@ CUresult StreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
     std::lock_guard lk(e->mu);
     seq = e->recorded;  // "all work captured in hEvent" at the time of this call
   }
-  {
-    std::lock_guard lk(Driver::get().mu);
-    if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-      s->graph->ops.push_back([e, seq] {
-        std::unique_lock el(e->mu);
-        e->cv.wait(el, [&] { return e->completed >= seq; });
-        return CUDA_SUCCESS;
-      });
-      return CUDA_SUCCESS;
-    }
-  }
   Op op;
   op.waits_for = e;
   op.event_seq = seq;
-  {
-    std::lock_guard lk(s->mu);
-    s->queue.push_back(std::move(op));
-    ++s->enqueued;
-  }
-  s->cv.notify_all();
-  return CUDA_SUCCESS;
+  return enqueue(s, std::move(op));
 }
 CUEMU_EXPORT("cuStreamWaitEvent", 3020, StreamWaitEvent);
 
@@ -363,13 +359,14 @@ CUresult EventRecord(CUevent event, CUstream stream) {
     });
   }
   std::uint64_t seq = 0;
+  bool was_recorded = false, was_captured = false;
   {
     std::lock_guard lk(e->mu);
     seq = ++e->recorded;
-    e->ever_recorded = true;
-    e->captured = false;
+    was_recorded = std::exchange(e->ever_recorded, true);
+    was_captured = std::exchange(e->captured, false);
   }
-  return enqueue(s, [e, seq] {
+  const CUresult r = enqueue(s, [e, seq] {
     {
       std::lock_guard lk(e->mu);
       e->completed = std::max(e->completed, seq);
@@ -378,6 +375,17 @@ CUresult EventRecord(CUevent event, CUstream stream) {
     e->cv.notify_all();
     return CUDA_SUCCESS;
   });
+  if (r != CUDA_SUCCESS) {
+    // Refused: the event is as it was (a record no op will complete would leave its waiters hanging).
+    // A record made meanwhile by another thread supersedes this one, and completes its waiters.
+    std::lock_guard lk(e->mu);
+    if (e->recorded == seq) {
+      --e->recorded;
+      e->ever_recorded = was_recorded;
+      e->captured = was_captured;
+    }
+  }
+  return r;
 }
 CUEMU_EXPORT("cuEventRecord", 2000, EventRecord);
 
@@ -436,9 +444,13 @@ CUresult EventElapsedTime(float* ms, CUevent start, CUevent end) {
   // created with the CU_EVENT_DISABLE_TIMING flag, then this function will return
   // CUDA_ERROR_INVALID_HANDLE."
   if (((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) != 0) return CUDA_ERROR_INVALID_HANDLE;
-  std::unique_lock la(a->mu);
+  std::unique_lock la(a->mu, std::defer_lock);
   std::unique_lock lb(b->mu, std::defer_lock);
-  if (b != a) lb.lock();
+  if (a == b) {
+    la.lock();
+  } else {
+    std::lock(la, lb);  // (a, b) and (b, a) at once must not deadlock
+  }
   if (!a->ever_recorded || !b->ever_recorded) return CUDA_ERROR_INVALID_HANDLE;
   if (a->completed < a->recorded || b->completed < b->recorded) return CUDA_ERROR_NOT_READY;
   *ms = static_cast<float>(b->time_ms - a->time_ms);
