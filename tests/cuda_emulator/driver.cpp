@@ -575,17 +575,3 @@ CUEMU_EXPORT("cuGetProcAddress", 11030, GetProcAddressV1);
 }  // namespace
 
 }  // namespace cuemu
-
-// The symbols a program finds with dlsym: the entry-point lookup (all else goes through it), and the
-// two calls that are commonly made by name before it.
-extern "C" {
-__attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
-                                                                    cuuint64_t flags,
-                                                                    CUdriverProcAddressQueryResult* status) {
-  return cuemu::GetProcAddress(symbol, pfn, version, flags, status);
-}
-__attribute__((visibility("default"))) CUresult cuInit(unsigned flags) { return cuemu::Init(flags); }
-__attribute__((visibility("default"))) CUresult cuDriverGetVersion(int* version) {
-  return cuemu::DriverGetVersion(version);
-}
-}

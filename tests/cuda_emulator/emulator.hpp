@@ -72,6 +72,7 @@ struct Chunk {
   int mappings = 0;
   int refs = 1;           //!< handle references: cuMemCreate, plus one per cuMemRetainAllocationHandle
   bool released = false;  //!< every reference released: freed at its last unmap
+  Context* allocated_in = nullptr;  //!< cuMemAlloc's context (CU_POINTER_ATTRIBUTE_CONTEXT); null for cuMemCreate
 };
 
 struct Mapping {

@@ -234,6 +234,57 @@ TEST(CudaEmulator, GetProcAddressReturnsTheVariantTheVersionSelects) {
   });
 }
 
+// A program linked with -lcuda, or one that uses dlsym, binds to the versioned names libcuda exports
+// (cuda.h: "#define cuMemAlloc cuMemAlloc_v2", ...): each is the entry point of that ABI, and an ABI the
+// emulator does not have (the 32-bit cuMemAlloc of CUDA 2.0) is not exported at all.
+TEST(CudaEmulator, ExportedSymbolsAreTheVersionedEntryPoints) {
+  RUN(
+      {},
+      [](const Cu& cu) {
+        for (const char* name :
+             {"cuInit", "cuDriverGetVersion", "cuGetProcAddress", "cuGetProcAddress_v2", "cuDeviceTotalMem_v2",
+              "cuCtxCreate_v2", "cuCtxCreate_v4", "cuCtxDestroy_v2", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2",
+              "cuCtxSynchronize", "cuCtxSynchronize_v2", "cuCtxGetDevice", "cuCtxGetDevice_v2", "cuMemAlloc_v2",
+              "cuMemFree_v2", "cuMemGetInfo_v2", "cuMemAdvise", "cuMemAdvise_v2", "cuMemPrefetchAsync",
+              "cuMemPrefetchAsync_v2", "cuMemGetAddressRange_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoHAsync_v2",
+              "cuStreamDestroy_v2", "cuEventDestroy_v2", "cuEventElapsedTime_v2", "cuStreamBeginCapture_v2",
+              "cuStreamGetCaptureInfo_v3", "cuGraphInstantiateWithFlags", "cuLaunchKernel", "cuMemCreate", "cuMemMap"}) {
+          if (::dlsym(cu.lib, name) == nullptr) {
+            std::fprintf(stderr, "libcuda.so.1 does not export %s\n", name);
+            ++failures();
+          }
+        }
+        CHECK(::dlsym(cu.lib, "cuMemAlloc") == nullptr);  // the CUDA 2.0 ABI (unsigned int sizes)
+        CHECK(::dlsym(cu.lib, "cuCtxCreate") == nullptr);
+        // Calls through the exported names behave as the entry points do.
+        auto* init = reinterpret_cast<decltype(&::cuInit)>(::dlsym(cu.lib, "cuInit"));
+        auto* alloc = reinterpret_cast<decltype(&::cuMemAlloc_v2)>(::dlsym(cu.lib, "cuMemAlloc_v2"));
+        auto* htod = reinterpret_cast<decltype(&::cuMemcpyHtoD_v2)>(::dlsym(cu.lib, "cuMemcpyHtoD_v2"));
+        auto* dtoh = reinterpret_cast<decltype(&::cuMemcpyDtoH_v2)>(::dlsym(cu.lib, "cuMemcpyDtoH_v2"));
+        auto* sync = reinterpret_cast<CUresult (*)()>(::dlsym(cu.lib, "cuCtxSynchronize"));
+        auto* free_ = reinterpret_cast<decltype(&::cuMemFree_v2)>(::dlsym(cu.lib, "cuMemFree_v2"));
+        if (init == nullptr || alloc == nullptr || htod == nullptr || dtoh == nullptr || sync == nullptr ||
+            free_ == nullptr) {
+          return;
+        }
+        CUdeviceptr d = 0;
+        EXPECT_CU(CUDA_ERROR_NOT_INITIALIZED, alloc(&d, 4096));
+        EXPECT_CU(CUDA_SUCCESS, init(0));
+        EXPECT_CU(CUDA_ERROR_INVALID_CONTEXT, sync());
+        primary(cu);
+        EXPECT_CU(CUDA_SUCCESS, alloc(&d, 4096));
+        const std::uint64_t in = 0x1234567890abcdefULL;
+        std::uint64_t out = 0;
+        EXPECT_CU(CUDA_SUCCESS, htod(d, &in, sizeof in));
+        EXPECT_CU(CUDA_SUCCESS, dtoh(&out, d, sizeof out));
+        CHECK(out == in);
+        EXPECT_CU(CUDA_SUCCESS, sync());
+        EXPECT_CU(CUDA_SUCCESS, free_(d));
+        EXPECT_CU(CUDA_ERROR_INVALID_VALUE, free_(d));
+      },
+      false);
+}
+
 // Every variant the emulator registers is one cudaTypedefs.h declares (PFN_<name>_v<version>), so no
 // entry point answers with an ABI the driver never had.
 TEST(CudaEmulator, EveryVariantIsOneCudaTypedefsDeclares) {

@@ -499,6 +499,7 @@ CUresult MemAlloc(CUdeviceptr* dptr, std::size_t bytes) {
   d.reservations[base] = Reservation{size, true};
   d.mappings[base] = Mapping{size, c, 0, std::uint64_t{1} << ctx->device->ordinal, 0, false};
   c->mappings = 1;
+  c->allocated_in = ctx;
   d.allocs[base] = c;
   *dptr = base;
   return CUDA_SUCCESS;
@@ -804,11 +805,8 @@ PointerInfo pointer_info(Driver& d, CUdeviceptr ptr) {
     out.ordinal = m->second.chunk->charged != nullptr ? m->second.chunk->charged->ordinal : -1;
     out.start = m->first;
     out.size = m->second.size;
-    if (auto a = d.allocs.find(m->first); a != d.allocs.end()) {
-      for (Context* c : d.contexts) {
-        if (c->device == a->second->charged && c->primary) out.ctx = c;
-      }
-    }
+    // cuda.h (CU_POINTER_ATTRIBUTE_CONTEXT): "the CUcontext in which ptr was allocated or registered".
+    if (auto a = d.allocs.find(m->first); a != d.allocs.end()) out.ctx = a->second->allocated_in;
     return out;
   }
   if (d.reservation_of(ptr, 1) != nullptr) {  // reserved, not mapped

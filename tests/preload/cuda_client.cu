@@ -1,0 +1,298 @@
+// A CUDA program that knows nothing of tvmm, compiled by nvcc (-cudart none) and linked with the
+// emulated runtime over the emulated driver (docs/cuda-emulator.md): its memory is device memory the
+// host cannot touch, it writes and checks its bytes with kernels launched `<<<...>>>` and with
+// cudaMemcpy, and every kernel's access goes through the emulator's page table. The tests run it under
+// LD_PRELOAD=libtvmm_preload.so with TVMM_DEVICE_BACKEND=cuda. Each subcommand prints "ok" on success
+// and exits 1 with the reason otherwise.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cuda/kernels.cu"  // tvmm_fill, tvmm_verify: kernels the emulator runs by name
+#include "kernels/pattern.hpp"
+
+namespace {
+
+[[noreturn]] void fail(const std::string& why) {
+  std::fprintf(stderr, "cuda_client: FAILED: %s\n", why.c_str());
+  std::exit(1);
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) fail(what);
+}
+
+void check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) fail(what + ": " + cudaGetErrorString(e) + " (" + std::to_string(e) + ")");
+}
+
+std::size_t env_size(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) fail(std::string(name) + " is not set");
+  return std::strtoull(v, nullptr, 10) * (std::strstr(v, "MiB") != nullptr ? (std::size_t{1} << 20) : 1);
+}
+
+void* must_alloc(std::size_t n) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, n), "cudaMalloc(" + std::to_string(n) + ")");
+  expect(p != nullptr, "cudaMalloc returned NULL");
+  return p;
+}
+
+void fill(void* p, std::size_t n, std::uint64_t seed, cudaStream_t stream = nullptr) {
+  tvmm_fill<<<64, 256, 0, stream>>>(static_cast<unsigned char*>(p), n, seed);
+  check(cudaGetLastError(), "launching tvmm_fill");
+}
+
+// The bytes of [p, p + n) that differ from the pattern `seed`, counted by a kernel into a counter that
+// is tvmm's memory too.
+unsigned long long mismatches(const void* p, std::size_t n, std::uint64_t seed, cudaStream_t stream = nullptr) {
+  void* counter = must_alloc(sizeof(unsigned long long));
+  const unsigned long long zero = 0;
+  check(cudaMemcpyAsync(counter, &zero, sizeof zero, cudaMemcpyHostToDevice, stream), "zeroing the counter");
+  tvmm_verify<<<64, 256, 0, stream>>>(static_cast<const unsigned char*>(p), n, seed,
+                                      static_cast<unsigned long long*>(counter));
+  check(cudaGetLastError(), "launching tvmm_verify");
+  unsigned long long bad = 0;
+  check(cudaMemcpyAsync(&bad, counter, sizeof bad, cudaMemcpyDeviceToHost, stream), "reading the counter");
+  check(cudaStreamSynchronize(stream), "waiting for the verification");
+  check(cudaFree(counter), "freeing the counter");
+  return bad;
+}
+
+// The same check on the host, through cudaMemcpy.
+std::size_t host_mismatches(const void* p, std::size_t n, std::uint64_t seed) {
+  std::vector<unsigned char> copy(n);
+  check(cudaMemcpy(copy.data(), p, n, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+  return tvmm::kernels::count_mismatches(copy.data(), n, seed);
+}
+
+// 4x the device budget through cudaMalloc, each allocation written by a kernel at once and every byte
+// re-read at the end: later allocations push earlier ones out to the host, which must keep their bytes,
+// and kernels on pages that live on the host reach them through the mapping.
+int oversubscribe() {
+  const std::size_t device = env_size("TVMM_DEVICE_BUDGET");
+  std::size_t free0 = 0, total = 0;
+  check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+  expect(total == device + env_size("TVMM_HOST_BUDGET"), "cudaMemGetInfo's total is not the device + host budgets");
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  std::size_t allocated = 0;
+  for (unsigned i = 0; allocated < 4 * device; ++i) {
+    const std::size_t n = (i % 3 + 1) * (std::size_t{1} << 20) + 4096 * i;  // not page multiples
+    void* p = must_alloc(n);
+    fill(p, n, i);
+    blocks.emplace_back(p, n);
+    allocated += n;
+    if (i % 4 == 0) {
+      expect(mismatches(blocks[0].first, blocks[0].second, 0) == 0,
+             "allocation 0 changed after allocation " + std::to_string(i));
+    }
+  }
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // a quiescent point
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const auto bad = mismatches(blocks[i].first, blocks[i].second, i);
+    expect(bad == 0, "allocation " + std::to_string(i) + " has " + std::to_string(bad) + " wrong bytes");
+  }
+  expect(host_mismatches(blocks.back().first, blocks.back().second, blocks.size() - 1) == 0,
+         "the last allocation read back through cudaMemcpy is wrong");
+  for (auto& [p, n] : blocks) check(cudaFree(p), "cudaFree");
+  std::size_t free1 = 0;
+  check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo");
+  expect(free1 == total, "memory is not all free after freeing everything");
+  void* big = nullptr;
+  expect(cudaMalloc(&big, total + 1) == cudaErrorMemoryAllocation,
+         "an allocation past device + host budgets did not fail with cudaErrorMemoryAllocation");
+  std::puts("ok");
+  return 0;
+}
+
+// Memory tvmm did not allocate goes to the real runtime; a bad free is an error and changes nothing.
+int passthrough() {
+  void* managed = nullptr;  // cudaMallocManaged is not served by tvmm
+  check(cudaMallocManaged(&managed, 1 << 20, cudaMemAttachGlobal), "cudaMallocManaged");
+  fill(managed, 1 << 20, 3);
+  expect(mismatches(managed, 1 << 20, 3) == 0, "managed memory has wrong bytes");
+  check(cudaFree(managed), "cudaFree of the runtime's managed memory");
+  check(cudaFree(nullptr), "cudaFree(NULL)");
+  auto* p = static_cast<char*>(must_alloc(3 << 20));
+  fill(p, 3 << 20, 9);
+  expect(cudaFree(p + 4096) == cudaErrorInvalidValue, "cudaFree of an interior pointer did not fail");
+  (void)cudaGetLastError();  // the runtime keeps the error for cudaGetLastError, as the real one does
+  expect(mismatches(p, 3 << 20, 9) == 0, "the allocation changed after a bad free");
+  check(cudaFree(p), "cudaFree");
+  expect(cudaFree(p) == cudaErrorInvalidValue, "a double free did not fail");
+  (void)cudaGetLastError();
+  // Stream-ordered allocation and free.
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  void* a = nullptr;
+  check(cudaMallocAsync(&a, 1 << 20, s), "cudaMallocAsync");
+  fill(a, 1 << 20, 5, s);
+  expect(mismatches(a, 1 << 20, 5, s) == 0, "stream-ordered memory has wrong bytes");
+  check(cudaFreeAsync(a, s), "cudaFreeAsync");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(s), "cudaStreamDestroy");
+  std::puts("ok");
+  return 0;
+}
+
+// 4 threads allocate, write with kernels on their own streams, re-read and free at once, together
+// needing more than the device, so pages move while other threads' kernels run.
+int threads() {
+  constexpr int kThreads = 4, kRounds = 12;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kThreads; ++t) {
+    pool.emplace_back([t, &errors] {
+      cudaStream_t s = nullptr;
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        ++errors;
+        return;
+      }
+      std::vector<std::pair<void*, std::uint64_t>> mine;
+      const std::size_t n = std::size_t{3} << 20;
+      for (int r = 0; r < kRounds; ++r) {
+        void* p = nullptr;
+        if (cudaMalloc(&p, n) != cudaSuccess) {
+          ++errors;
+          continue;
+        }
+        const auto seed = static_cast<std::uint64_t>(t * 1000 + r);
+        fill(p, n, seed, s);
+        mine.emplace_back(p, seed);
+        if (mine.size() > 3) {
+          if (mismatches(mine.front().first, n, mine.front().second, s) != 0) ++errors;
+          if (cudaFree(mine.front().first) != cudaSuccess) ++errors;
+          mine.erase(mine.begin());
+        }
+      }
+      for (auto& [p, seed] : mine) {
+        if (mismatches(p, n, seed, s) != 0) ++errors;
+        if (cudaFree(p) != cudaSuccess) ++errors;
+      }
+      if (cudaStreamDestroy(s) != cudaSuccess) ++errors;
+    });
+  }
+  for (auto& th : pool) th.join();
+  expect(errors.load() == 0, std::to_string(errors.load()) + " errors across the threads");
+  std::size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  expect(free == total, "memory leaked across the threads");
+  std::puts("ok");
+  return 0;
+}
+
+// The driver API as a program with a static runtime reaches it: dlsym on libcuda and cuGetProcAddress
+// hand out tvmm's allocation hooks; the memory they return is tvmm's and works with kernels.
+int driver() {
+  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) fail(std::string("dlopen: ") + ::dlerror());
+  auto* alloc = reinterpret_cast<PFN_cuMemAlloc_v3020>(::dlsym(h, "cuMemAlloc_v2"));
+  auto* free_ = reinterpret_cast<PFN_cuMemFree_v3020>(::dlsym(h, "cuMemFree_v2"));
+  auto* proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(::dlsym(h, "cuGetProcAddress_v2"));
+  auto* sync = reinterpret_cast<PFN_cuCtxSynchronize_v2000>(::dlsym(h, "cuCtxSynchronize"));
+  expect(alloc && free_ && proc && sync, "dlsym did not find the driver's functions");
+  check(cudaFree(nullptr), "initialising the runtime");  // a current context for the driver calls
+  CUdeviceptr d = 0;
+  expect(alloc(&d, 3 << 20) == CUDA_SUCCESS && d != 0, "cuMemAlloc_v2 failed");
+  std::size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  expect(total - free >= (std::size_t{3} << 20), "cuMemAlloc_v2 from dlsym did not allocate from tvmm");
+  fill(reinterpret_cast<void*>(d), 3 << 20, 4);
+  expect(sync() == CUDA_SUCCESS, "cuCtxSynchronize failed");
+  void* f = nullptr;
+  expect(proc("cuMemAlloc", &f, 12000, 0, nullptr) == CUDA_SUCCESS && f != nullptr, "cuGetProcAddress(cuMemAlloc)");
+  CUdeviceptr e = 0;
+  expect(reinterpret_cast<PFN_cuMemAlloc_v3020>(f)(&e, 1 << 20) == CUDA_SUCCESS, "cuMemAlloc from the lookup");
+  std::size_t free2 = 0;
+  check(cudaMemGetInfo(&free2, &total), "cudaMemGetInfo");
+  expect(free - free2 >= (std::size_t{1} << 20), "cuMemAlloc from cuGetProcAddress did not allocate from tvmm");
+  expect(free_(e) == CUDA_SUCCESS, "cuMemFree_v2");
+  expect(mismatches(reinterpret_cast<void*>(d), 3 << 20, 4) == 0, "driver-allocated bytes are wrong");
+  expect(free_(d) == CUDA_SUCCESS, "cuMemFree_v2");
+  expect(free_(d) == CUDA_ERROR_INVALID_VALUE, "a double cuMemFree_v2 did not fail");
+  std::puts("ok");
+  return 0;
+}
+
+// The emulated runtime's own rules (run without tvmm): devices, the context it works in, the last
+// error, launches, pointer attributes and the driver's entry points.
+int runtime() {
+  int n = 0;
+  check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+  expect(n == 2, "the emulator has " + std::to_string(n) + " devices, not 2");
+  int dev = -1;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  expect(dev == 0, "a new thread's device is not 0");
+  expect(cudaSetDevice(n) == cudaErrorInvalidDevice, "cudaSetDevice past the last device did not fail");
+  expect(cudaGetLastError() == cudaErrorInvalidDevice && cudaGetLastError() == cudaSuccess,
+         "cudaGetLastError did not return the last error once");
+  // cudaSetDevice makes the device's primary context current; memory then comes from that device.
+  check(cudaSetDevice(1), "cudaSetDevice(1)");
+  CUcontext current = nullptr, primary1 = nullptr;
+  expect(cuCtxGetCurrent(&current) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&primary1, 1) == CUDA_SUCCESS &&
+             current == primary1,
+         "cudaSetDevice(1) did not make device 1's primary context current");
+  void* p = must_alloc(1 << 20);
+  cudaPointerAttributes attr{};
+  check(cudaPointerGetAttributes(&attr, p), "cudaPointerGetAttributes");
+  expect(attr.type == cudaMemoryTypeDevice && attr.device == 1 && attr.devicePointer == p,
+         "memory allocated after cudaSetDevice(1) is not device 1's");
+  fill(p, 1 << 20, 21);
+  expect(mismatches(p, 1 << 20, 21) == 0 && host_mismatches(p, 1 << 20, 21) == 0, "device 1's bytes are wrong");
+  check(cudaFree(p), "cudaFree");
+  int host = 0;
+  check(cudaPointerGetAttributes(&attr, &host), "cudaPointerGetAttributes of host memory");
+  expect(attr.type == cudaMemoryTypeUnregistered, "plain host memory is not cudaMemoryTypeUnregistered");
+  // A thread whose current context the program made with the driver API: the runtime works in it.
+  std::thread([] {
+    CUcontext own = nullptr;
+    CUdevice d1 = 0;
+    expect(cuDeviceGet(&d1, 1) == CUDA_SUCCESS && cuCtxCreate(&own, nullptr, 0, d1) == CUDA_SUCCESS,
+           "cuCtxCreate failed");
+    int device = -1;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    expect(device == 1, "cudaGetDevice does not report the current context's device");
+    void* q = must_alloc(4096);
+    CUcontext ctx = nullptr;
+    expect(
+        cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, reinterpret_cast<CUdeviceptr>(q)) == CUDA_SUCCESS &&
+            ctx == own,
+        "the runtime did not allocate in the thread's own context");
+    CUcontext still = nullptr;
+    expect(cuCtxGetCurrent(&still) == CUDA_SUCCESS && still == own, "the runtime changed the thread's context");
+    check(cudaFree(q), "cudaFree");
+    expect(cuCtxDestroy(own) == CUDA_SUCCESS, "cuCtxDestroy failed");
+  }).join();
+  // The driver's entry points, as the runtime found them.
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  check(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 12000, cudaEnableDefault, &status),
+        "cudaGetDriverEntryPointByVersion");
+  expect(fn != nullptr && status == cudaDriverEntryPointSuccess, "cuMemAlloc was not found");
+  std::puts("ok");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "oversubscribe") return oversubscribe();
+  if (cmd == "passthrough") return passthrough();
+  if (cmd == "threads") return threads();
+  if (cmd == "driver") return driver();
+  if (cmd == "runtime") return runtime();
+  std::fprintf(stderr, "usage: cuda_client oversubscribe|passthrough|threads|driver|runtime\n");
+  return 2;
+}
