@@ -11,14 +11,21 @@ using namespace tvmm::preload;
 using cudaError_t = int;
 using cudaStream_t = void*;
 
-// The real function `name` of type F, or null when the program has no CUDA runtime below tvmm.
-template <class F>
-F real(const char* name) noexcept {
-  return reinterpret_cast<F>(next_symbol(name));
+int no_runtime(const char* call) noexcept {
+  log(Level::error, "%s: no CUDA runtime below tvmm to pass this call to", call);
+  return kNotInitialized;
 }
 
-int no_runtime(const char* call) noexcept {
-  log(Level::warn, "%s: no CUDA runtime below tvmm to pass this call to", call);
+// A synchronising call with no runtime to pass it to (one loaded where tvmm cannot find it, or none):
+// the driver's equivalent, cuCtxSynchronize or cuStreamSynchronize (a cudaStream_t is a CUstream,
+// cudaStreamLegacy and cudaStreamPerThread included), or an error. Never a success that did not wait.
+int synchronize_without_runtime(const char* call, bool whole_device, cudaStream_t stream) noexcept {
+  if (whole_device) {
+    if (void* f = loaded_driver_symbol("cuCtxSynchronize")) return reinterpret_cast<int (*)()>(f)();
+  } else if (void* f = loaded_driver_symbol("cuStreamSynchronize")) {
+    return reinterpret_cast<int (*)(cudaStream_t)>(f)(stream);
+  }
+  log(Level::error, "%s: the process has loaded neither a CUDA runtime nor the driver: cannot synchronise", call);
   return kNotInitialized;
 }
 
@@ -29,7 +36,8 @@ extern "C" {
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   using F = cudaError_t (*)(void**, std::size_t);
   if (Inside::active()) {
-    static const auto next = real<F>("cudaMalloc");
+    static Real<F> real_fn("cudaMalloc");
+    const auto next = real_fn.get();
     return next != nullptr ? next(ptr, bytes) : no_runtime("cudaMalloc");
   }
   return allocate("cudaMalloc", ptr, bytes);
@@ -38,7 +46,8 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) {
   using F = cudaError_t (*)(void**, std::size_t, cudaStream_t);
   if (Inside::active()) {
-    static const auto next = real<F>("cudaMallocAsync");
+    static Real<F> real_fn("cudaMallocAsync");
+    const auto next = real_fn.get();
     return next != nullptr ? next(ptr, bytes, stream) : no_runtime("cudaMallocAsync");
   }
   // Usable in stream order at once: tvmm's memory is mapped before this returns.
@@ -47,7 +56,8 @@ cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) 
 
 cudaError_t cudaFree(void* ptr) {
   using F = cudaError_t (*)(void*);
-  static const auto next = real<F>("cudaFree");
+  static Real<F> real_fn("cudaFree");
+  const auto next = real_fn.get();
   int code = kSuccess;
   if (ptr != nullptr && !Inside::active() && free_if_ours("cudaFree", ptr, false, &code)) return code;
   if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFree");
@@ -56,7 +66,8 @@ cudaError_t cudaFree(void* ptr) {
 
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   using F = cudaError_t (*)(void*, cudaStream_t);
-  static const auto next = real<F>("cudaFreeAsync");
+  static Real<F> real_fn("cudaFreeAsync");
+  const auto next = real_fn.get();
   int code = kSuccess;
   if (ptr != nullptr && !Inside::active() && free_if_ours("cudaFreeAsync", ptr, true, &code)) return code;
   if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFreeAsync");
@@ -66,7 +77,8 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
 cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
   using F = cudaError_t (*)(std::size_t*, std::size_t*);
   if (Inside::active()) {
-    static const auto next = real<F>("cudaMemGetInfo");
+    static Real<F> real_fn("cudaMemGetInfo");
+    const auto next = real_fn.get();
     return next != nullptr ? next(free, total) : no_runtime("cudaMemGetInfo");
   }
   return mem_info("cudaMemGetInfo", free, total);
@@ -74,16 +86,19 @@ cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
 
 cudaError_t cudaDeviceSynchronize(void) {
   using F = cudaError_t (*)();
-  static const auto next = real<F>("cudaDeviceSynchronize");
-  const cudaError_t r = next != nullptr ? next() : kSuccess;
+  static Real<F> real_fn("cudaDeviceSynchronize");
+  const auto next = real_fn.get();
+  const cudaError_t r = next != nullptr ? next() : synchronize_without_runtime("cudaDeviceSynchronize", true, nullptr);
   if (r == kSuccess && !Inside::active()) quiescent(true);
   return r;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   using F = cudaError_t (*)(cudaStream_t);
-  static const auto next = real<F>("cudaStreamSynchronize");
-  const cudaError_t r = next != nullptr ? next(stream) : kSuccess;
+  static Real<F> real_fn("cudaStreamSynchronize");
+  const auto next = real_fn.get();
+  const cudaError_t r =
+      next != nullptr ? next(stream) : synchronize_without_runtime("cudaStreamSynchronize", false, stream);
   if (r == kSuccess && !Inside::active()) quiescent(false);  // other streams may still run: tvmm drains if it remaps
   return r;
 }
@@ -92,7 +107,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 // to another process.
 cudaError_t cudaIpcGetMemHandle(void* handle, void* ptr) {
   using F = cudaError_t (*)(void*, void*);
-  static const auto next = real<F>("cudaIpcGetMemHandle");
+  static Real<F> real_fn("cudaIpcGetMemHandle");
+  const auto next = real_fn.get();
   tvmm::detail::TransparentHeap* h = heap_if_created();
   if (h != nullptr && h->contains(ptr)) {
     log(Level::error,

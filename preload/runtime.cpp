@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -56,27 +57,35 @@ bool g_handler_installed = false;
 __attribute__((tls_model("initial-exec"))) thread_local const void* t_fault_addr = nullptr;
 __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t t_fault_epoch = 0;
 
-// The program's device work, drained: cudaDeviceSynchronize if the program has a CUDA runtime, else
-// the driver's cuCtxSynchronize, else nothing (the simulator with no runtime at all).
+// The program's device work, drained: cudaDeviceSynchronize from the program's CUDA runtime (wherever
+// it was loaded), else the driver's cuCtxSynchronize (a program of the driver API, or a static runtime),
+// else, on the simulator only, nothing (its work is the program's own host code). On a GPU with neither,
+// this throws: pages must never move under work nobody waited for.
+bool g_drain_needs_cuda = false;  // set when the heap runs on the CUDA backend
 void drain() {
   using Sync = int (*)();
-  static auto* runtime_sync = reinterpret_cast<Sync>(next_symbol("cudaDeviceSynchronize"));
-  if (runtime_sync != nullptr) {
-    if (const int r = runtime_sync(); r != kSuccess) {
+  static Real<Sync> runtime_sync("cudaDeviceSynchronize");
+  if (const Sync sync = runtime_sync.get()) {
+    if (const int r = sync(); r != kSuccess) {
       throw device_error("cudaDeviceSynchronize failed with error " + std::to_string(r) +
                              " while tvmm waited for the program's device work before moving or freeing pages",
                          "driver_error");
     }
     return;
   }
-  if (void* cuda = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)) {
-    auto* ctx_sync = reinterpret_cast<Sync>(real_dlsym(cuda, "cuCtxSynchronize"));
-    ::dlclose(cuda);
-    if (ctx_sync != nullptr) {
-      if (const int r = ctx_sync(); r != kSuccess) {
-        throw device_error("cuCtxSynchronize failed with error " + std::to_string(r), "driver_error");
-      }
+  if (auto* ctx_sync = reinterpret_cast<Sync>(loaded_driver_symbol("cuCtxSynchronize"))) {
+    if (const int r = ctx_sync(); r != kSuccess) {
+      throw device_error("cuCtxSynchronize failed with error " + std::to_string(r) +
+                             " while tvmm waited for the program's device work before moving or freeing pages",
+                         "driver_error");
     }
+    return;
+  }
+  if (g_drain_needs_cuda) {
+    throw device_error(
+        "tvmm cannot wait for the program's device work: the process has loaded neither a CUDA runtime "
+        "(cudaDeviceSynchronize) nor the driver (libcuda.so.1)",
+        "driver_error");
   }
 }
 
@@ -204,6 +213,7 @@ detail::TransparentHeap* create_heap() {
   }
   std::string why;
   detail::TransparentHeap* h = detail::make_transparent_heap(cfg, drain, &why).release();
+  g_drain_needs_cuda = h->device().properties().name != "sim";
   // Falling back to managed memory is a choice the user should see; the rest is at info level.
   log(std::strcmp(h->mechanism(), "um") == 0 && cfg.transparent_memory == "auto" ? Level::warn : Level::info,
       "transparent mode (%s) on the %s device: %s; device budget %s, host budget %s, pages of %s", h->mechanism(),
@@ -250,6 +260,57 @@ void* real_dlsym(void* handle, const char* name) noexcept {
 }
 
 void* next_symbol(const char* name) noexcept { return real_dlsym(RTLD_NEXT, name); }
+
+namespace {
+// The load address of this library (its own definitions are never "the program's").
+std::uintptr_t own_base() noexcept {
+  static const std::uintptr_t base = [] {
+    Dl_info info{};
+    return ::dladdr(reinterpret_cast<void*>(&own_base), &info) != 0 ? reinterpret_cast<std::uintptr_t>(info.dli_fbase)
+                                                                    : std::uintptr_t{0};
+  }();
+  return base;
+}
+
+bool is_ours(void* fn) noexcept {
+  Dl_info info{};
+  return ::dladdr(fn, &info) != 0 && reinterpret_cast<std::uintptr_t>(info.dli_fbase) == own_base();
+}
+
+struct Search {
+  const char* symbol;
+  void* found = nullptr;
+};
+
+// dl_iterate_phdr's callback: asks each loaded object (by a handle that does not load anything) for the
+// symbol, until one that is not this library has it.
+int search_object(dl_phdr_info* info, std::size_t, void* data) {
+  auto* s = static_cast<Search*>(data);
+  if (info->dlpi_name == nullptr || info->dlpi_name[0] == '\0' || info->dlpi_addr == own_base()) return 0;
+  void* h = ::dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (h == nullptr) return 0;
+  void* f = real_dlsym(h, s->symbol);
+  ::dlclose(h);
+  if (f == nullptr || is_ours(f)) return 0;
+  s->found = f;
+  return 1;
+}
+}  // namespace
+
+void* real_function(const char* name) noexcept {
+  if (void* f = next_symbol(name); f != nullptr && !is_ours(f)) return f;
+  Search s{name};
+  ::dl_iterate_phdr(search_object, &s);
+  return s.found;
+}
+
+void* loaded_driver_symbol(const char* name) noexcept {
+  void* cuda = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (cuda == nullptr) return nullptr;
+  void* f = real_dlsym(cuda, name);
+  ::dlclose(cuda);
+  return f;
+}
 
 detail::TransparentHeap* heap_if_created() noexcept { return g_heap.load(std::memory_order_acquire); }
 

@@ -33,6 +33,30 @@ void log(Level level, const char* format, ...) noexcept __attribute__((format(pr
 void* real_dlsym(void* handle, const char* name) noexcept;
 //! The next definition of `name` after this library (RTLD_NEXT), never this library's own.
 void* next_symbol(const char* name) noexcept;
+//! The program's own definition of `name`: RTLD_NEXT, else the first loaded object that defines it (a
+//! CUDA runtime a Python extension loaded RTLD_LOCAL is outside RTLD_NEXT's reach), never this
+//! library's. Null when no loaded object has it.
+void* real_function(const char* name) noexcept;
+//! A driver entry point by its exported name, from the libcuda.so.1 the process has loaded (never
+//! loading it), or null.
+void* loaded_driver_symbol(const char* name) noexcept;
+
+//! The program's function `name` of type F, looked up on first use and again on every call until found
+//! (a runtime may be loaded after the first call), then kept.
+template <class F>
+class Real {
+ public:
+  explicit Real(const char* name) noexcept : name_(name) {}
+  F get() noexcept {
+    void* f = fn_.load(std::memory_order_acquire);
+    if (f == nullptr && (f = real_function(name_)) != nullptr) fn_.store(f, std::memory_order_release);
+    return reinterpret_cast<F>(f);
+  }
+
+ private:
+  const char* name_;
+  std::atomic<void*> fn_{nullptr};
+};
 
 //! The heap, created on first call from TVMM_CONFIG and the TVMM_* variables; nullptr when it cannot be
 //! (the reason is logged once and kept in init_error()).

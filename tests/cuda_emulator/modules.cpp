@@ -345,9 +345,10 @@ CUEMU_EXPORT("cuModuleLoadData", 2000, ModuleLoadData);
 CUresult ModuleLoadFatBinary(CUmodule* module, const void* image) { return ModuleLoadData(module, image); }
 CUEMU_EXPORT("cuModuleLoadFatBinary", 2000, ModuleLoadFatBinary);
 
+// Never destroyed, as the driver's tables are not: a program's exit handlers may still launch or unload.
 std::set<Function*>& functions() {
-  static std::set<Function*> f;
-  return f;
+  static auto* f = new std::set<Function*>;
+  return *f;
 }
 
 CUresult ModuleUnload(CUmodule module) {

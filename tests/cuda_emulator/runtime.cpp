@@ -73,6 +73,8 @@ struct DriverTable {
   PFN_cuGraphExecDestroy_v10000 GraphExecDestroy = nullptr;
   PFN_cuModuleLoadData_v2000 ModuleLoadData = nullptr;
   PFN_cuModuleGetFunction_v2000 ModuleGetFunction = nullptr;
+  PFN_cuModuleUnload_v2000 ModuleUnload = nullptr;
+  PFN_cuLaunchHostFunc_v10000 LaunchHostFunc = nullptr;
   PFN_cuLaunchKernel_v4000 LaunchKernel = nullptr;
   PFN_cuGetErrorName_v6000 GetErrorName = nullptr;
   PFN_cuGetErrorString_v6000 GetErrorString = nullptr;
@@ -145,6 +147,8 @@ DriverTable load_driver() {
   ok &= lookup(gpa, "cuGraphExecDestroy", 10000, &t.GraphExecDestroy);
   ok &= lookup(gpa, "cuModuleLoadData", 2000, &t.ModuleLoadData);
   ok &= lookup(gpa, "cuModuleGetFunction", 2000, &t.ModuleGetFunction);
+  ok &= lookup(gpa, "cuModuleUnload", 2000, &t.ModuleUnload);
+  ok &= lookup(gpa, "cuLaunchHostFunc", 10000, &t.LaunchHostFunc);
   ok &= lookup(gpa, "cuLaunchKernel", 4000, &t.LaunchKernel);
   ok &= lookup(gpa, "cuGetErrorName", 6000, &t.GetErrorName);
   ok &= lookup(gpa, "cuGetErrorString", 6000, &t.GetErrorString);
@@ -299,18 +303,21 @@ extern "C" {
 void** __cudaRegisterFatBinary(void* wrapper) { return reinterpret_cast<void**>(new Binary{wrapper}); }
 void __cudaRegisterFatBinaryEnd(void** /*handle*/) {}
 void __cudaUnregisterFatBinary(void** handle) {
-  // At exit: the kernels of this binary can no longer be launched. Modules stay loaded with their
-  // contexts (the driver may already be shutting down).
+  // At exit (nvcc registers this with atexit): the binary's kernels can no longer be launched, and its
+  // modules are unloaded from every context that loaded them.
   auto* b = reinterpret_cast<Binary*>(handle);
   std::lock_guard lk(g_mu);
-  for (auto it = g_functions.begin(); it != g_functions.end();) {
-    if (it->second->binary == b) {
-      delete it->second;
-      it = g_functions.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  std::erase_if(g_functions, [&](const auto& entry) {
+    if (entry.second->binary != b) return false;
+    delete entry.second;
+    return true;
+  });
+  std::erase_if(g_modules, [&](const auto& entry) {
+    if (entry.first.first != b) return false;
+    (void)drv().ModuleUnload(entry.second);
+    return true;
+  });
+  delete b;
 }
 void __cudaRegisterFunction(void** handle, const char* host_stub, char* /*device_fun*/, const char* device_name,
                             int /*thread_limit*/, uint3* /*tid*/, uint3* /*bid*/, dim3* /*block*/, dim3* /*grid*/,
@@ -575,6 +582,10 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   CUEMU_RT_READY();
   return result(drv().EventSynchronize(event));
+}
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
+  CUEMU_RT_READY();
+  return result(drv().LaunchHostFunc(stream, fn, data));
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
   CUEMU_RT_READY();
