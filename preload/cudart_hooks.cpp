@@ -103,6 +103,29 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return r;
 }
 
+// Graph capture: while any stream captures, tvmm serves allocations without moving pages, keeps freed
+// memory for the graph's replays and never synchronises (a device synchronise would invalidate the
+// capture). The capture sequence ends with cudaStreamEndCapture whatever it returns.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode) {
+  using F = cudaError_t (*)(cudaStream_t, int);
+  static Real<F> real_fn("cudaStreamBeginCapture");
+  const auto next = real_fn.get();
+  if (next == nullptr) return no_runtime("cudaStreamBeginCapture");
+  const cudaError_t r = next(stream, mode);
+  if (r == kSuccess) capture_began(stream);
+  return r;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, void** graph) {
+  using F = cudaError_t (*)(cudaStream_t, void**);
+  static Real<F> real_fn("cudaStreamEndCapture");
+  const auto next = real_fn.get();
+  if (next == nullptr) return no_runtime("cudaStreamEndCapture");
+  const cudaError_t r = next(stream, graph);
+  capture_ended(stream);
+  return r;
+}
+
 // tvmm's pages move between device and host memory behind a fixed address, so they cannot be exported
 // to another process.
 cudaError_t cudaIpcGetMemHandle(void* handle, void* ptr) {

@@ -9,11 +9,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "tvmm/errors.hpp"
 #include "vmm/detail/last_error.hpp"
@@ -214,6 +216,7 @@ detail::TransparentHeap* create_heap() {
   std::string why;
   detail::TransparentHeap* h = detail::make_transparent_heap(cfg, drain, &why).release();
   g_drain_needs_cuda = h->device().properties().name != "sim";
+  h->set_capture_probe(capture_under_way);
   // Falling back to managed memory is a choice the user should see; the rest is at info level.
   log(std::strcmp(h->mechanism(), "um") == 0 && cfg.transparent_memory == "auto" ? Level::warn : Level::info,
       "transparent mode (%s) on the %s device: %s; device budget %s, host budget %s, pages of %s", h->mechanism(),
@@ -351,6 +354,12 @@ int code_of_current_exception(const char* call) noexcept {
   const tvmm_status s = detail::status_of_current_exception();
   const char* reason = tvmm_last_error();
   log(Level::warn, "%s: %s", call, reason);
+  try {
+    throw;
+  } catch (const device_error& e) {
+    if (e.error_name() == "not_supported") return kNotSupported;
+  } catch (...) {
+  }
   switch (s) {
     case TVMM_ERROR_INVALID_ARGUMENT: return kInvalidValue;
     case TVMM_ERROR_OUT_OF_MEMORY: return kOutOfMemory;
@@ -422,6 +431,34 @@ int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept {
     return kSuccess;
   });
 }
+
+namespace {
+pthread_mutex_t g_capture_mu = PTHREAD_MUTEX_INITIALIZER;
+std::vector<void*> g_capturing;  // streams (under g_capture_mu)
+std::atomic<int> g_captures{0};
+}  // namespace
+
+void capture_began(void* stream) noexcept {
+  pthread_mutex_lock(&g_capture_mu);
+  try {
+    g_capturing.push_back(stream);
+    g_captures.fetch_add(1, std::memory_order_release);
+  } catch (...) {  // out of memory: counted anyway, so tvmm errs on the side of not synchronising
+    g_captures.fetch_add(1, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_capture_mu);
+}
+
+void capture_ended(void* stream) noexcept {
+  pthread_mutex_lock(&g_capture_mu);
+  if (auto it = std::find(g_capturing.begin(), g_capturing.end(), stream); it != g_capturing.end()) {
+    g_capturing.erase(it);
+    g_captures.fetch_sub(1, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_capture_mu);
+}
+
+bool capture_under_way() noexcept { return g_captures.load(std::memory_order_acquire) > 0; }
 
 void quiescent(bool drained) noexcept {
   if (detail::TransparentHeap* h = heap_if_created()) {

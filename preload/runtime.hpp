@@ -93,6 +93,12 @@ int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept;
 //! After a synchronising call succeeded: a quiescent point (`drained`: every stream has drained).
 void quiescent(bool drained) noexcept;
 
+//! Graph captures under way in the process, as the capture hooks see them begin and end. While any is,
+//! tvmm never synchronises the device (that would invalidate the capture).
+void capture_began(void* stream) noexcept;
+void capture_ended(void* stream) noexcept;
+bool capture_under_way() noexcept;
+
 //! Runs `f` (which returns a Code) and turns any exception into the code the caller expects, with a
 //! one-line reason on stderr naming `call`.
 template <class F>

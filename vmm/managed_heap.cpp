@@ -29,6 +29,15 @@ bool ManagedHeap::contains(const void* ptr) const noexcept {
 }
 
 DevPtr ManagedHeap::do_reserve(std::size_t pages) {
+  // Allocating managed memory is not permitted while a stream captures in global mode (it would end the
+  // capture, as cudaMallocManaged does): refuse without touching the driver, the capture stays valid.
+  if (capture_under_way()) {
+    throw device_error(
+        "tvmm: transparent mode's um mechanism cannot allocate while a graph is captured "
+        "(the driver does not permit a managed allocation then): allocate before the capture, "
+        "or use transparent.memory = \"vmm\" (TVMM_TRANSPARENT_MEMORY=vmm)",
+        "not_supported");
+  }
   void* p = nullptr;
   if (auto s = device().alloc_managed(pages * page(), &p); !s.ok()) {
     if (s.code == backend::Errc::out_of_memory) {

@@ -40,6 +40,17 @@ void TransparentHeap::release_all() noexcept {
   }
 }
 
+void TransparentHeap::set_capture_probe(Capturing capturing) {
+  std::lock_guard lk(mu_);
+  capturing_ = std::move(capturing);
+}
+
+void TransparentHeap::keep_for_graph(Block& b) {
+  b.deferred = true;  // no longer the program's: a second free is a double free
+  b.kept = true;
+  ++counters_.kept_for_graphs;
+}
+
 void TransparentHeap::drain_once(bool& drained) {
   if (drained) return;
   if (drain_) drain_();
@@ -52,8 +63,9 @@ void* TransparentHeap::allocate(std::size_t bytes) {
   const std::size_t n = (bytes + page_ - 1) / page_;
   Lock lk(mu_);
   bool drained = false;
+  const bool capture = capturing();  // no drain, so no move and no release now
   auto free_pages = [&] { return device_pages_ + host_pages_ - used_pages_; };
-  if (n > free_pages() && deferred_ != 0) {
+  if (n > free_pages() && deferred_ != 0 && !capture) {
     drain_once(drained);
     release_deferred(lk);
   }
@@ -74,7 +86,7 @@ void* TransparentHeap::allocate(std::size_t bytes) {
   b.last_use = ++clock_;
   b.where.reserve(n);
   ScopeGuard undo([&] { do_release(va, n, b.where); });
-  if (on_device > idle) demote(lk, on_device - idle, drained);
+  if (on_device > idle && !capture) demote(lk, on_device - idle, drained);
 
   // 2. Place every page: the device for as many as it now has room for, the host for the rest.
   std::size_t device_left = std::min(on_device, device_pages_ - on_device_);
@@ -100,10 +112,14 @@ void TransparentHeap::free(void* ptr) {
     throw invalid_argument("tvmm: free of " + std::to_string(reinterpret_cast<DevPtr>(ptr)) +
                            ", which is not a live allocation's start (freed twice, or a pointer into an allocation)");
   }
+  ++counters_.frees;
+  if (capturing()) {
+    keep_for_graph(it->second);
+    return;
+  }
   bool drained = false;
   drain_once(drained);  // as cudaFree does: device work may still use the memory
   release_block(lk, it);
-  ++counters_.frees;
 }
 
 void TransparentHeap::free_deferred(void* ptr) {
@@ -114,9 +130,13 @@ void TransparentHeap::free_deferred(void* ptr) {
         "tvmm: asynchronous free of a pointer that is not a live allocation's start "
         "(freed twice, or a pointer into an allocation)");
   }
+  ++counters_.deferred_frees;
+  if (capturing()) {
+    keep_for_graph(it->second);
+    return;
+  }
   it->second.deferred = true;
   ++deferred_;
-  ++counters_.deferred_frees;
 }
 
 std::size_t TransparentHeap::size_of(const void* ptr) const {
@@ -139,6 +159,7 @@ void TransparentHeap::touch(const void* ptr) noexcept {
 void TransparentHeap::maintain(bool drained) {
   Lock lk(mu_);
   ++counters_.quiescent_points;
+  if (capturing()) return;  // "quiescent" for the caller's stream only: a drain would end a capture
   const bool promotable = on_device_ < device_pages_ && used_pages_ > on_device_;
   if (deferred_ == 0 && !promotable) return;
   if (deferred_ != 0) {
@@ -153,14 +174,14 @@ void TransparentHeap::release_block(Lock&, std::map<DevPtr, Block>::iterator it)
   do_release(it->first, b.where.size(), b.where);
   on_device_ -= static_cast<std::size_t>(std::count(b.where.begin(), b.where.end(), ChunkLocation::device));
   used_pages_ -= b.where.size();
-  if (b.deferred) --deferred_;
+  if (b.deferred && !b.kept) --deferred_;
   blocks_.erase(it);
 }
 
 void TransparentHeap::release_deferred(Lock& lk) {
   for (auto it = blocks_.begin(); deferred_ != 0 && it != blocks_.end();) {
     auto next = std::next(it);
-    if (it->second.deferred) release_block(lk, it);
+    if (it->second.deferred && !it->second.kept) release_block(lk, it);
     it = next;
   }
 }
@@ -183,7 +204,7 @@ void TransparentHeap::demote(Lock&, std::size_t pages, bool& drained) {
   // Least recently used first; within a block, from its end.
   std::vector<std::pair<DevPtr, Block*>> order;
   for (auto& [va, b] : blocks_) {
-    if (!b.deferred) order.emplace_back(va, &b);
+    if (!b.deferred || b.kept) order.emplace_back(va, &b);  // kept blocks are in use: by the graph
   }
   std::sort(order.begin(), order.end(),
             [](const auto& x, const auto& y) { return x.second->last_use < y.second->last_use; });
@@ -238,7 +259,8 @@ std::string TransparentHeap::stats_json() const {
     << ", \"bytes_on_device\": " << u.on_device << ", \"peak_bytes\": " << c.peak_used
     << ", \"pages_demoted\": " << c.pages_demoted << ", \"pages_promoted\": " << c.pages_promoted
     << ", \"bytes_demoted\": " << c.pages_demoted * page_ << ", \"bytes_promoted\": " << c.pages_promoted * page_
-    << ", \"drains\": " << c.drains << ", \"quiescent_points\": " << c.quiescent_points << "}";
+    << ", \"drains\": " << c.drains << ", \"quiescent_points\": " << c.quiescent_points
+    << ", \"frees_kept_for_graphs\": " << c.kept_for_graphs << "}";
   return o.str();
 }
 

@@ -36,6 +36,9 @@ class TransparentHeap {
  public:
   //! Waits until all device work the program queued so far has completed (cudaDeviceSynchronize).
   using Drain = std::function<void()>;
+  //! True while some stream of the program captures a graph: then nothing may synchronise the device
+  //! (a device synchronise invalidates a capture; CUDA runtime API, "Stream capture").
+  using Capturing = std::function<bool()>;
 
   virtual ~TransparentHeap();
   TransparentHeap(const TransparentHeap&) = delete;
@@ -62,6 +65,11 @@ class TransparentHeap {
   //! A quiescent point: `drained` says the caller has already waited for all device work; otherwise the
   //! heap drains when it has something to do. Releases deferred frees, then promotes host pages.
   void maintain(bool drained);
+  //! Tells the heap how to know that a graph capture is under way. While one is, the heap never drains:
+  //! an allocation is served without moving pages (the device's idle frames, then the host), a free
+  //! (either kind) keeps its memory for the graph's replays, which use the addresses the capture saw,
+  //! until the heap is destroyed, and quiescent points do nothing.
+  void set_capture_probe(Capturing capturing);
 
   //! Byte totals for cudaMemGetInfo: capacity = device + host budget.
   struct Usage {
@@ -75,6 +83,7 @@ class TransparentHeap {
     std::uint64_t allocations = 0, frees = 0, deferred_frees = 0;
     std::uint64_t pages_demoted = 0, pages_promoted = 0;  //!< moves device->host and host->device
     std::uint64_t drains = 0, quiescent_points = 0;
+    std::uint64_t kept_for_graphs = 0;  //!< frees during a graph capture: the memory stays for the graph
     std::size_t peak_used = 0;
   };
   [[nodiscard]] Counters counters() const;
@@ -92,6 +101,8 @@ class TransparentHeap {
   //! Releases every allocation: the subclass's destructor calls it while its mechanism still exists.
   void release_all() noexcept;
   [[nodiscard]] backend::StreamHandle stream() const noexcept { return stream_; }
+  //! True while a graph capture is under way (set_capture_probe); the mechanism must not synchronise.
+  [[nodiscard]] bool capture_under_way() const { return capturing(); }
 
   // ---- the mechanism (called with the heap's mutex held) ----
   //! Address space for `pages` pages, nothing placed yet. Throws out_of_memory when there is none.
@@ -116,11 +127,15 @@ class TransparentHeap {
     std::size_t bytes = 0;
     std::uint64_t last_use = 0;
     bool deferred = false;                      // freed with free_deferred, released at the next quiescent point
+    bool kept = false;                          // freed during a capture: kept for the graph's replays (never released)
     std::vector<backend::ChunkLocation> where;  // per page
   };
   using Lock = std::unique_lock<std::mutex>;
 
   void drain_once(bool& drained);
+  [[nodiscard]] bool capturing() const { return capturing_ && capturing_(); }
+  //! A free during a capture: the block is no longer the program's, and its memory stays.
+  void keep_for_graph(Block& b);
   void release_block(Lock& lk, std::map<backend::DevPtr, Block>::iterator it);
   void release_deferred(Lock& lk);
   void demote(Lock& lk, std::size_t pages, bool& drained);
@@ -130,6 +145,7 @@ class TransparentHeap {
 
   Config cfg_;
   Drain drain_;
+  Capturing capturing_;
   std::unique_ptr<backend::DeviceBackend> dev_;
   std::size_t page_ = 0;
   std::size_t device_pages_ = 0, host_pages_ = 0;  // the budgets in pages

@@ -145,6 +145,43 @@ TEST_P(TransparentHeapTest, DeferredFreesAreReleasedAtTheNextQuiescentPoint) {
   h.heap.free(b);
 }
 
+// While a graph is captured nothing drains: an allocation under pressure moves no page (vmm places it
+// on the host; um refuses, as a managed allocation would end the capture), frees keep their memory for
+// the graph for good, and a quiescent point does nothing. Afterwards the heap works as before.
+TEST_P(TransparentHeapTest, NothingDrainsWhileAGraphIsCaptured) {
+  Heap h(GetParam());
+  bool capturing = false;
+  h.heap.set_capture_probe([&] { return capturing; });
+  const std::vector<void*> before = [&] {
+    std::vector<void*> v;
+    for (unsigned i = 0; i < 4; ++i) v.push_back(h.heap.allocate(page));  // the whole device
+    return v;
+  }();
+  void* kept = h.heap.allocate(page);  // the program's, freed during the capture
+  const int drains = h.drains;
+  capturing = true;
+  if (vmm()) {
+    void* p = h.heap.allocate(2 * page);
+    kernels::fill_pattern(p, 2 * page, 5);
+    EXPECT_EQ(h.heap.counters().pages_demoted, 1u);  // only the demotion for `kept`, before the capture
+    h.heap.free(p);
+  } else {
+    EXPECT_THROW((void)h.heap.allocate(page), device_error);
+  }
+  h.heap.free_deferred(kept);
+  EXPECT_THROW(h.heap.free(kept), invalid_argument);  // no longer the program's
+  h.heap.maintain(false);
+  EXPECT_EQ(h.drains, drains);
+  const std::size_t kept_bytes = (vmm() ? 3 : 1) * page;
+  EXPECT_EQ(h.heap.usage().used, 4 * page + kept_bytes);
+  EXPECT_EQ(h.heap.counters().kept_for_graphs, vmm() ? 2u : 1u);
+  capturing = false;
+  h.heap.maintain(false);
+  EXPECT_EQ(h.heap.usage().used, 4 * page + kept_bytes);  // kept for the graph's replays
+  for (void* p : before) h.heap.free(p);
+  EXPECT_EQ(h.heap.usage().used, kept_bytes);
+}
+
 // A simulated GPU of the small config's device budget, behind a fault injector.
 std::unique_ptr<backend::FaultyDevice> faulty_sim() {
   return std::make_unique<backend::FaultyDevice>(std::make_unique<backend::SimDevice>(small_config().sim, 4 * page));

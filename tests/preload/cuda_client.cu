@@ -225,6 +225,74 @@ int driver() {
   return 0;
 }
 
+// A graph captured while the device is full: it allocates, writes, copies and frees through tvmm inside
+// the capture. tvmm must never synchronise then (that would invalidate the capture): the allocation is
+// served without moving pages, and the frees keep their memory for the graph's replays.
+int capture() {
+  const std::size_t device = env_size("TVMM_DEVICE_BUDGET");
+  const std::size_t block = std::size_t{4} << 20, n = std::size_t{6} << 20;
+  std::vector<void*> before;
+  for (std::size_t done = 0; done < device; done += block) {
+    before.push_back(must_alloc(block));
+    fill(before.back(), block, 100 + before.size());
+  }
+  void* out = must_alloc(n);
+  void* x = must_alloc(2 << 20);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  std::size_t free0 = 0, total = 0;
+  check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  // The um mechanism cannot allocate during a capture (a managed allocation is not permitted then): it
+  // refuses without ending the capture, so the program allocates first.
+  const char* mechanism = std::getenv("TVMM_TRANSPARENT_MEMORY");
+  const bool um = mechanism != nullptr && std::strcmp(mechanism, "um") == 0;
+  void* b = nullptr;
+  if (um) b = must_alloc(n);
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  if (um) {
+    void* refused = nullptr;
+    expect(cudaMallocAsync(&refused, n, s) == cudaErrorNotSupported && refused == nullptr,
+           "the um mechanism did not refuse an allocation during the capture with cudaErrorNotSupported");
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(s, &status), "cudaStreamIsCapturing");
+    expect(status == cudaStreamCaptureStatusActive, "the refused allocation ended the capture");
+  } else {
+    check(cudaMallocAsync(&b, n, s), "cudaMallocAsync during the capture, with the device full");
+  }
+  fill(b, n, 7, s);
+  check(cudaMemcpyAsync(out, b, n, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync during the capture");
+  check(cudaFreeAsync(b, s), "cudaFreeAsync during the capture");
+  check(cudaFree(x), "cudaFree during the capture");
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture (the capture was invalidated?)");
+  expect(graph != nullptr, "the capture gave no graph");
+  cudaGraphExec_t exec = nullptr;
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int replay = 0; replay < 3; ++replay) {
+    fill(out, n, 99, s);  // overwritten by each replay
+    check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    const auto bad = mismatches(out, n, 7, s);
+    expect(bad == 0, "replay " + std::to_string(replay) + ": " + std::to_string(bad) + " wrong bytes");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize between replays");  // a quiescent point: b stays
+  }
+  check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  check(cudaStreamDestroy(s), "cudaStreamDestroy");
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    expect(mismatches(before[i], block, 101 + i) == 0, "an allocation from before the capture changed");
+    check(cudaFree(before[i]), "cudaFree");
+  }
+  check(cudaFree(out), "cudaFree");
+  std::size_t free1 = 0;
+  check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo");
+  // What the capture freed stays for the graph (b: 6 MiB, x: 2 MiB), the rest is free again.
+  expect(free1 == total - n - (std::size_t{2} << 20), "memory freed during the capture was not kept for the graph");
+  std::puts("ok");
+  return 0;
+}
+
 // The emulated runtime's own rules (run without tvmm): devices, the context it works in, the last
 // error, launches, pointer attributes and the driver's entry points.
 int runtime() {
@@ -293,6 +361,7 @@ int main(int argc, char** argv) {
   if (cmd == "threads") return threads();
   if (cmd == "driver") return driver();
   if (cmd == "runtime") return runtime();
-  std::fprintf(stderr, "usage: cuda_client oversubscribe|passthrough|threads|driver|runtime\n");
+  if (cmd == "capture") return capture();
+  std::fprintf(stderr, "usage: cuda_client oversubscribe|passthrough|threads|driver|capture|runtime\n");
   return 2;
 }
