@@ -89,7 +89,7 @@ cudaError_t cudaDeviceSynchronize(void) {
   static Real<F> real_fn("cudaDeviceSynchronize");
   const auto next = real_fn.get();
   const cudaError_t r = next != nullptr ? next() : synchronize_without_runtime("cudaDeviceSynchronize", true, nullptr);
-  if (r == kSuccess && !Inside::active()) quiescent(true);
+  if (r == kSuccess && !Inside::active()) quiescent();
   return r;
 }
 
@@ -99,7 +99,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   const auto next = real_fn.get();
   const cudaError_t r =
       next != nullptr ? next(stream) : synchronize_without_runtime("cudaStreamSynchronize", false, stream);
-  if (r == kSuccess && !Inside::active()) quiescent(false);  // other streams may still run: tvmm drains if it remaps
+  if (r == kSuccess && !Inside::active()) quiescent();
   return r;
 }
 

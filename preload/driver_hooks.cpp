@@ -3,12 +3,18 @@
 // cuGetProcAddress. So tvmm interposes dlsym itself, and hands out its own cuMemAlloc_v2,
 // cuMemFree_v2, cuMemGetInfo_v2 and cuGetProcAddress(_v2) in place of the driver's, keeping the driver's
 // for memory that is not tvmm's. Exact names only; every other lookup is answered by glibc's dlsym.
+//
+// The calls that queue device work (kernel and graph launches, copies) are handed out the same way,
+// wrapped in the launch gate (launch_gate.hpp). Every CUDA runtime, dynamic or static, takes its
+// driver entry points from cuGetProcAddress, so this one place sees every launch and copy a program
+// makes, `kernel<<<...>>>` included.
 #include <dlfcn.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 
+#include "preload/launch_gate.hpp"
 #include "preload/runtime.hpp"
 
 namespace {
@@ -20,9 +26,59 @@ using cuuint64_t = std::uint64_t;
 
 // The driver's own functions, learnt when a lookup is intercepted (or found with RTLD_NEXT when the
 // program linked libcuda directly and its calls bind to this library's definitions).
-enum Slot { kGetProcAddress, kGetProcAddressV2, kMemAlloc, kMemFree, kMemGetInfo, kSlots };
-constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemFree_v2",
-                                            "cuMemGetInfo_v2"};
+// The gated entry points come in a legacy-stream and a per-thread-default-stream variant (_ptsz, _ptds),
+// each a slot of its own.
+enum Slot {
+  kGetProcAddress,
+  kGetProcAddressV2,
+  kMemAlloc,
+  kMemFree,
+  kMemGetInfo,
+  kLaunchKernel,
+  kLaunchKernelPtsz,
+  kLaunchKernelEx,
+  kLaunchKernelExPtsz,
+  kGraphLaunch,
+  kGraphLaunchPtsz,
+  kMemcpyHtoDAsync,
+  kMemcpyHtoDAsyncPtsz,
+  kMemcpyDtoHAsync,
+  kMemcpyDtoHAsyncPtsz,
+  kMemcpyDtoDAsync,
+  kMemcpyDtoDAsyncPtsz,
+  kMemcpyHtoD,
+  kMemcpyHtoDPtds,
+  kMemcpyDtoH,
+  kMemcpyDtoHPtds,
+  kMemcpyDtoD,
+  kMemcpyDtoDPtds,
+  kSlots
+};
+constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
+                                            "cuGetProcAddress_v2",
+                                            "cuMemAlloc_v2",
+                                            "cuMemFree_v2",
+                                            "cuMemGetInfo_v2",
+                                            "cuLaunchKernel",
+                                            "cuLaunchKernel_ptsz",
+                                            "cuLaunchKernelEx",
+                                            "cuLaunchKernelEx_ptsz",
+                                            "cuGraphLaunch",
+                                            "cuGraphLaunch_ptsz",
+                                            "cuMemcpyHtoDAsync_v2",
+                                            "cuMemcpyHtoDAsync_v2_ptsz",
+                                            "cuMemcpyDtoHAsync_v2",
+                                            "cuMemcpyDtoHAsync_v2_ptsz",
+                                            "cuMemcpyDtoDAsync_v2",
+                                            "cuMemcpyDtoDAsync_v2_ptsz",
+                                            "cuMemcpyHtoD_v2",
+                                            "cuMemcpyHtoD_v2_ptds",
+                                            "cuMemcpyDtoH_v2",
+                                            "cuMemcpyDtoH_v2_ptds",
+                                            "cuMemcpyDtoD_v2",
+                                            "cuMemcpyDtoD_v2_ptds"};
+// cuGetProcAddress's flag for the per-thread default stream variants (cuda.h).
+constexpr cuuint64_t kPerThreadDefaultStream = 2;
 std::atomic<void*> g_real[kSlots];
 
 void* ours(Slot s) noexcept;
@@ -55,18 +111,40 @@ int slot_of_export(const char* name) noexcept {
   return -1;
 }
 
-// The slot a cuGetProcAddress lookup resolves to: base names, with the ABI the caller asks for.
-int slot_of_base(const char* name, int version) noexcept {
-  if (std::strcmp(name, "cuMemAlloc") == 0) return version >= 3020 ? kMemAlloc : -1;
-  if (std::strcmp(name, "cuMemFree") == 0) return version >= 3020 ? kMemFree : -1;
-  if (std::strcmp(name, "cuMemGetInfo") == 0) return version >= 3020 ? kMemGetInfo : -1;
+// The slot a cuGetProcAddress lookup resolves to: base names, with the ABI the caller asks for (the
+// versions that introduced each ABI, cudaTypedefs.h) and the default-stream flavour.
+int slot_of_base(const char* name, int version, cuuint64_t flags) noexcept {
+  const int pt = (flags & kPerThreadDefaultStream) != 0 ? 1 : 0;
+  struct Base {
+    const char* name;
+    int since;
+    int slot;
+    bool per_thread_variant;
+  };
+  static constexpr Base kBases[] = {
+      {"cuMemAlloc", 3020, kMemAlloc, false},
+      {"cuMemFree", 3020, kMemFree, false},
+      {"cuMemGetInfo", 3020, kMemGetInfo, false},
+      {"cuLaunchKernel", 4000, kLaunchKernel, true},
+      {"cuLaunchKernelEx", 11060, kLaunchKernelEx, true},
+      {"cuGraphLaunch", 10000, kGraphLaunch, true},
+      {"cuMemcpyHtoDAsync", 3020, kMemcpyHtoDAsync, true},
+      {"cuMemcpyDtoHAsync", 3020, kMemcpyDtoHAsync, true},
+      {"cuMemcpyDtoDAsync", 3020, kMemcpyDtoDAsync, true},
+      {"cuMemcpyHtoD", 3020, kMemcpyHtoD, true},
+      {"cuMemcpyDtoH", 3020, kMemcpyDtoH, true},
+      {"cuMemcpyDtoD", 3020, kMemcpyDtoD, true},
+  };
   if (std::strcmp(name, "cuGetProcAddress") == 0) return version >= 12000 ? kGetProcAddressV2 : kGetProcAddress;
+  for (const Base& b : kBases) {
+    if (std::strcmp(name, b.name) == 0) return version >= b.since ? b.slot + (b.per_thread_variant ? pt : 0) : -1;
+  }
   return -1;
 }
 
-void substitute(const char* symbol, int version, void** pfn) noexcept {
+void substitute(const char* symbol, int version, cuuint64_t flags, void** pfn) noexcept {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr || Inside::active()) return;
-  const int s = slot_of_base(symbol, version);
+  const int s = slot_of_base(symbol, version, flags);
   if (s < 0) return;
   remember(static_cast<Slot>(s), *pfn);
   *pfn = ours(static_cast<Slot>(s));
@@ -115,7 +193,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
   const auto next = driver<F>(kGetProcAddressV2);
   if (next == nullptr) return no_driver("cuGetProcAddress_v2");
   const CUresult r = next(symbol, pfn, version, flags, status);
-  if (r == kSuccess) substitute(symbol, version, pfn);
+  if (r == kSuccess) substitute(symbol, version, flags, pfn);
   return r;
 }
 
@@ -124,9 +202,53 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_
   const auto next = driver<F>(kGetProcAddress);
   if (next == nullptr) return no_driver("cuGetProcAddress");
   const CUresult r = next(symbol, pfn, version, flags);
-  if (r == kSuccess) substitute(symbol, version, pfn);
+  if (r == kSuccess) substitute(symbol, version, flags, pfn);
   return r;
 }
+
+// The calls that queue device work: the driver's function, inside a shared hold of the launch gate.
+// Handles and structures pass through untouched, so their types here are opaque pointers of the same
+// size and class as cuda.h's.
+#define TVMM_GATED(slot, symbol, params, args)      \
+  CUresult symbol params {                          \
+    using F = CUresult(*) params;                   \
+    const auto next = driver<F>(slot);              \
+    if (next == nullptr) return no_driver(#symbol); \
+    const GateEntry entry(Inside::active());        \
+    return next args;                               \
+  }
+#define TVMM_LAUNCH_PARAMS                                                                                 \
+  (void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, \
+   void* stream, void** params, void** extra)
+#define TVMM_LAUNCH_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+TVMM_GATED(kLaunchKernel, cuLaunchKernel, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS)
+TVMM_GATED(kLaunchKernelPtsz, cuLaunchKernel_ptsz, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS)
+TVMM_GATED(kLaunchKernelEx, cuLaunchKernelEx, (const void* config, void* f, void** params, void** extra),
+           (config, f, params, extra))
+TVMM_GATED(kLaunchKernelExPtsz, cuLaunchKernelEx_ptsz, (const void* config, void* f, void** params, void** extra),
+           (config, f, params, extra))
+TVMM_GATED(kGraphLaunch, cuGraphLaunch, (void* exec, void* stream), (exec, stream))
+TVMM_GATED(kGraphLaunchPtsz, cuGraphLaunch_ptsz, (void* exec, void* stream), (exec, stream))
+TVMM_GATED(kMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void* s, std::size_t n, void* st),
+           (d, s, n, st))
+TVMM_GATED(kMemcpyHtoDAsyncPtsz, cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void* s, std::size_t n, void* st),
+           (d, s, n, st))
+TVMM_GATED(kMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2, (void* d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st))
+TVMM_GATED(kMemcpyDtoHAsyncPtsz, cuMemcpyDtoHAsync_v2_ptsz, (void* d, CUdeviceptr s, std::size_t n, void* st),
+           (d, s, n, st))
+TVMM_GATED(kMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st),
+           (d, s, n, st))
+TVMM_GATED(kMemcpyDtoDAsyncPtsz, cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st),
+           (d, s, n, st))
+TVMM_GATED(kMemcpyHtoD, cuMemcpyHtoD_v2, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n))
+TVMM_GATED(kMemcpyHtoDPtds, cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n))
+TVMM_GATED(kMemcpyDtoH, cuMemcpyDtoH_v2, (void* d, CUdeviceptr s, std::size_t n), (d, s, n))
+TVMM_GATED(kMemcpyDtoHPtds, cuMemcpyDtoH_v2_ptds, (void* d, CUdeviceptr s, std::size_t n), (d, s, n))
+TVMM_GATED(kMemcpyDtoD, cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
+TVMM_GATED(kMemcpyDtoDPtds, cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
+#undef TVMM_GATED
+#undef TVMM_LAUNCH_PARAMS
+#undef TVMM_LAUNCH_ARGS
 
 // glibc's dlsym, where the trampoline below jumps.
 __attribute__((visibility("hidden"))) void* tvmm_glibc_dlsym = nullptr;
@@ -167,6 +289,24 @@ void* ours(Slot s) noexcept {
     case kMemAlloc: return reinterpret_cast<void*>(&cuMemAlloc_v2);
     case kMemFree: return reinterpret_cast<void*>(&cuMemFree_v2);
     case kMemGetInfo: return reinterpret_cast<void*>(&cuMemGetInfo_v2);
+    case kLaunchKernel: return reinterpret_cast<void*>(&cuLaunchKernel);
+    case kLaunchKernelPtsz: return reinterpret_cast<void*>(&cuLaunchKernel_ptsz);
+    case kLaunchKernelEx: return reinterpret_cast<void*>(&cuLaunchKernelEx);
+    case kLaunchKernelExPtsz: return reinterpret_cast<void*>(&cuLaunchKernelEx_ptsz);
+    case kGraphLaunch: return reinterpret_cast<void*>(&cuGraphLaunch);
+    case kGraphLaunchPtsz: return reinterpret_cast<void*>(&cuGraphLaunch_ptsz);
+    case kMemcpyHtoDAsync: return reinterpret_cast<void*>(&cuMemcpyHtoDAsync_v2);
+    case kMemcpyHtoDAsyncPtsz: return reinterpret_cast<void*>(&cuMemcpyHtoDAsync_v2_ptsz);
+    case kMemcpyDtoHAsync: return reinterpret_cast<void*>(&cuMemcpyDtoHAsync_v2);
+    case kMemcpyDtoHAsyncPtsz: return reinterpret_cast<void*>(&cuMemcpyDtoHAsync_v2_ptsz);
+    case kMemcpyDtoDAsync: return reinterpret_cast<void*>(&cuMemcpyDtoDAsync_v2);
+    case kMemcpyDtoDAsyncPtsz: return reinterpret_cast<void*>(&cuMemcpyDtoDAsync_v2_ptsz);
+    case kMemcpyHtoD: return reinterpret_cast<void*>(&cuMemcpyHtoD_v2);
+    case kMemcpyHtoDPtds: return reinterpret_cast<void*>(&cuMemcpyHtoD_v2_ptds);
+    case kMemcpyDtoH: return reinterpret_cast<void*>(&cuMemcpyDtoH_v2);
+    case kMemcpyDtoHPtds: return reinterpret_cast<void*>(&cuMemcpyDtoH_v2_ptds);
+    case kMemcpyDtoD: return reinterpret_cast<void*>(&cuMemcpyDtoD_v2);
+    case kMemcpyDtoDPtds: return reinterpret_cast<void*>(&cuMemcpyDtoD_v2_ptds);
     case kSlots: break;
   }
   return nullptr;

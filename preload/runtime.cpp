@@ -17,6 +17,7 @@
 #include <mutex>
 #include <vector>
 
+#include "preload/launch_gate.hpp"
 #include "tvmm/errors.hpp"
 #include "vmm/detail/last_error.hpp"
 #include "vmm/remap_heap.hpp"
@@ -65,6 +66,8 @@ __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t t_fault_ep
 // this throws: pages must never move under work nobody waited for.
 bool g_drain_needs_cuda = false;  // set when the heap runs on the CUDA backend
 void drain() {
+  // From here to the end of the heap operation no other thread queues device work (launch_gate.hpp).
+  launch_gate().lock_for_remap();
   using Sync = int (*)();
   static Real<Sync> runtime_sync("cudaDeviceSynchronize");
   if (const Sync sync = runtime_sync.get()) {
@@ -388,6 +391,7 @@ int allocate(const char* call, void** out, std::size_t bytes) noexcept {
   if (bytes == 0) return kSuccess;
   detail::TransparentHeap* h = heap();
   if (h == nullptr) return off(call);
+  const RemapScope remap;
   return boundary(call, [&] {
     *out = h->allocate(bytes);
     log(Level::debug, "%s(%zu) = %p", call, bytes, *out);
@@ -398,6 +402,7 @@ int allocate(const char* call, void** out, std::size_t bytes) noexcept {
 bool free_if_ours(const char* call, void* ptr, bool deferred, int* code) noexcept {
   detail::TransparentHeap* h = heap_if_created();
   if (h != nullptr && h->contains(ptr)) {
+    const RemapScope remap;
     *code = boundary(call, [&] {
       if (deferred) {
         h->free_deferred(ptr);
@@ -460,10 +465,11 @@ void capture_ended(void* stream) noexcept {
 
 bool capture_under_way() noexcept { return g_captures.load(std::memory_order_acquire) > 0; }
 
-void quiescent(bool drained) noexcept {
+void quiescent() noexcept {
   if (detail::TransparentHeap* h = heap_if_created()) {
+    const RemapScope remap;
     (void)boundary("a quiescent point", [&] {
-      h->maintain(drained);
+      h->maintain(false);
       return kSuccess;
     });
   }

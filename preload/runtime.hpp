@@ -90,8 +90,9 @@ int allocate(const char* call, void** out, std::size_t bytes) noexcept;
 bool free_if_ours(const char* call, void* ptr, bool deferred, int* code) noexcept;
 //! cudaMemGetInfo / cuMemGetInfo: the heap's capacity (device + host budgets) and what is left.
 int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept;
-//! After a synchronising call succeeded: a quiescent point (`drained`: every stream has drained).
-void quiescent(bool drained) noexcept;
+//! After a synchronising call succeeded: a quiescent point. The heap drains again before it moves or
+//! releases anything, under the launch gate: other threads may have queued work since the call returned.
+void quiescent() noexcept;
 
 //! Graph captures under way in the process, as the capture hooks see them begin and end. While any is,
 //! tvmm never synchronises the device (that would invalidate the capture).

@@ -192,6 +192,51 @@ int threads() {
   return 0;
 }
 
+// Threads launch kernels on their buffers without pause while another thread's allocations keep forcing
+// remaps of those buffers' pages: every remap must be atomic with respect to the program's device work
+// (no kernel may run between tvmm's drain and its remap), so no write is lost and no access is illegal.
+int launches() {
+  constexpr int kWorkers = 3, kRounds = 60;
+  const std::size_t n = std::size_t{2} << 20;
+  std::atomic<int> errors{0}, working{kWorkers};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kWorkers; ++t) {
+    pool.emplace_back([t, n, &errors, &working] {
+      cudaStream_t s = nullptr;
+      void* mine[2] = {must_alloc(n), must_alloc(n)};
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) ++errors;
+      for (int r = 0; r < kRounds; ++r) {
+        for (int b = 0; b < 2; ++b) fill(mine[b], n, static_cast<std::uint64_t>(t * 10000 + r * 2 + b), s);
+        for (int b = 0; b < 2; ++b) {
+          const auto bad = mismatches(mine[b], n, static_cast<std::uint64_t>(t * 10000 + r * 2 + b), s);
+          if (bad != 0) {
+            std::fprintf(stderr, "thread %d round %d buffer %d: %llu wrong bytes\n", t, r, b, bad);
+            ++errors;
+          }
+        }
+      }
+      for (void* p : mine) check(cudaFree(p), "cudaFree");
+      check(cudaStreamDestroy(s), "cudaStreamDestroy");
+      --working;
+    });
+  }
+  std::thread pressure([&] {  // allocations that demote the workers' pages, and frees that let them back
+    std::uint64_t seed = 0;
+    while (working.load() > 0) {
+      void* p = must_alloc(std::size_t{6} << 20);
+      fill(p, std::size_t{6} << 20, ++seed);
+      check(cudaFree(p), "cudaFree");
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // a quiescent point: promotions
+    }
+  });
+  for (auto& th : pool) th.join();
+  pressure.join();
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (an illegal address is sticky)");
+  expect(errors.load() == 0, std::to_string(errors.load()) + " errors across the threads");
+  std::puts("ok");
+  return 0;
+}
+
 // The driver API as a program with a static runtime reaches it: dlsym on libcuda and cuGetProcAddress
 // hand out tvmm's allocation hooks; the memory they return is tvmm's and works with kernels.
 int driver() {
@@ -362,6 +407,7 @@ int main(int argc, char** argv) {
   if (cmd == "driver") return driver();
   if (cmd == "runtime") return runtime();
   if (cmd == "capture") return capture();
-  std::fprintf(stderr, "usage: cuda_client oversubscribe|passthrough|threads|driver|capture|runtime\n");
+  if (cmd == "launches") return launches();
+  std::fprintf(stderr, "usage: cuda_client oversubscribe|passthrough|threads|launches|driver|capture|runtime\n");
   return 2;
 }
