@@ -60,39 +60,11 @@ bool g_handler_installed = false;
 __attribute__((tls_model("initial-exec"))) thread_local const void* t_fault_addr = nullptr;
 __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t t_fault_epoch = 0;
 
-// The program's device work, drained: cudaDeviceSynchronize from the program's CUDA runtime (wherever
-// it was loaded), else the driver's cuCtxSynchronize (a program of the driver API, or a static runtime),
-// else, on the simulator only, nothing (its work is the program's own host code). On a GPU with neither,
-// this throws: pages must never move under work nobody waited for.
-bool g_drain_needs_cuda = false;  // set when the heap runs on the CUDA backend
-void drain() {
-  // From here to the end of the heap operation no other thread queues device work (launch_gate.hpp).
-  launch_gate().lock_for_remap();
-  using Sync = int (*)();
-  static Real<Sync> runtime_sync("cudaDeviceSynchronize");
-  if (const Sync sync = runtime_sync.get()) {
-    if (const int r = sync(); r != kSuccess) {
-      throw device_error("cudaDeviceSynchronize failed with error " + std::to_string(r) +
-                             " while tvmm waited for the program's device work before moving or freeing pages",
-                         "driver_error");
-    }
-    return;
-  }
-  if (auto* ctx_sync = reinterpret_cast<Sync>(loaded_driver_symbol("cuCtxSynchronize"))) {
-    if (const int r = ctx_sync(); r != kSuccess) {
-      throw device_error("cuCtxSynchronize failed with error " + std::to_string(r) +
-                             " while tvmm waited for the program's device work before moving or freeing pages",
-                         "driver_error");
-    }
-    return;
-  }
-  if (g_drain_needs_cuda) {
-    throw device_error(
-        "tvmm cannot wait for the program's device work: the process has loaded neither a CUDA runtime "
-        "(cudaDeviceSynchronize) nor the driver (libcuda.so.1)",
-        "driver_error");
-  }
-}
+// Called by the heap just before it drains the device (synchronize_device: the primary context, where
+// the program's runtime queues its work) to move or free pages: from here to the end of the heap
+// operation no other thread queues device work (launch_gate.hpp). The drain itself never touches the
+// calling thread's current context, which stays the program's.
+void before_drain() { launch_gate().lock_for_remap(); }
 
 // ---- the fault handler (the simulator only) ------------------------------------------------------------
 // The program's host threads touch simulated device memory directly, so a page being remapped is
@@ -217,8 +189,7 @@ detail::TransparentHeap* create_heap() {
         "(the NVMe tier needs the explicit API)");
   }
   std::string why;
-  detail::TransparentHeap* h = detail::make_transparent_heap(cfg, drain, &why).release();
-  g_drain_needs_cuda = h->device().properties().name != "sim";
+  detail::TransparentHeap* h = detail::make_transparent_heap(cfg, before_drain, &why).release();
   h->set_capture_probe(capture_under_way);
   // Falling back to managed memory is a choice the user should see; the rest is at info level.
   log(std::strcmp(h->mechanism(), "um") == 0 && cfg.transparent_memory == "auto" ? Level::warn : Level::info,

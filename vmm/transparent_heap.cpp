@@ -54,6 +54,7 @@ void TransparentHeap::keep_for_graph(Block& b) {
 void TransparentHeap::drain_once(bool& drained) {
   if (drained) return;
   if (drain_) drain_();
+  TVMM_CHECK(dev_->synchronize_device());
   ++counters_.drains;
   drained = true;
 }

@@ -34,7 +34,9 @@ namespace tvmm::detail {
 
 class TransparentHeap {
  public:
-  //! Waits until all device work the program queued so far has completed (cudaDeviceSynchronize).
+  //! Called each time the heap is about to drain the device (wait, with the backend's
+  //! synchronize_device, for all work queued in the device's context, the program's included) before
+  //! it moves or frees pages. The interposer closes its launch gate there.
   using Drain = std::function<void()>;
   //! True while some stream of the program captures a graph: then nothing may synchronise the device
   //! (a device synchronise invalidates a capture; CUDA runtime API, "Stream capture").

@@ -202,6 +202,8 @@ Status DeviceBackend::synchronize_stream(StreamHandle stream) {
   return noted(do_synchronize_stream(stream));
 }
 
+Status DeviceBackend::synchronize_device() { return noted(do_synchronize_device()); }
+
 Status DeviceBackend::create_event(EventHandle* out, EventKind kind) {
   if (out == nullptr) return invalid();
   return noted(do_create_event(kind, out));

@@ -12,11 +12,10 @@
 //                       is not accessible (any access faults) and belongs to no other reservation.
 //   release_reservation all mappings inside were unmapped.
 //   create_chunk(bytes, where)
-//                       bytes a multiple of granularity (of host_granularity for `host`). `device`: GPU memory; fails with out_of_memory
-//                       past the device's physical capacity (a hard limit). `host`: host memory that maps
-//                       into the reservation like device memory (cuMemCreate at a host NUMA node), so
-//                       device work reaches it over the bus; not_supported unless
-//                       properties().host_chunks. Contents are undefined.
+//                       bytes a multiple of granularity (of host_granularity for `host`). `device`: GPU memory; fails
+//                       with out_of_memory past the device's physical capacity (a hard limit). `host`: host memory that
+//                       maps into the reservation like device memory (cuMemCreate at a host NUMA node), so device work
+//                       reaches it over the bus; not_supported unless properties().host_chunks. Contents are undefined.
 //   map(va, bytes, c)   va..va+bytes inside a reservation, aligned, not mapped. Post: mapped, but not
 //                       accessible until set_access.
 //   set_access(va, n)   the range is mapped. Post: readable and writable by device work.
@@ -118,12 +117,12 @@ enum class EventKind : std::uint8_t { sync, timing };
 
 //! Facts about a device.
 struct DeviceProperties {
-  std::string name;              //!< backend name, e.g. "sim"
-  std::size_t granularity = 0;   //!< mapping granularity in bytes (device chunks)
+  std::string name;             //!< backend name, e.g. "sim"
+  std::size_t granularity = 0;  //!< mapping granularity in bytes (device chunks)
   //! Granularity of host-located chunks (where host_chunks): the driver's may differ from the device
   //! chunks' (cuMemGetAllocationGranularity is per allocation property). 0 = `granularity`.
   std::size_t host_granularity = 0;
-  std::size_t capacity = 0;      //!< physical memory in bytes
+  std::size_t capacity = 0;  //!< physical memory in bytes
   //! Memory free when the backend was opened (cuMemGetInfo: other allocations, this process's or
   //! others', hold the rest); 0 = not known, as capacity.
   std::size_t free_memory = 0;
@@ -187,6 +186,10 @@ class DeviceBackend {
   Status launch_host(StreamHandle stream, HostFn fn, void* user);
   Status launch_busy(StreamHandle stream, std::chrono::nanoseconds duration);
   Status synchronize_stream(StreamHandle stream);
+  //! Waits for all work queued on the device's context, by anyone in the process: on a GPU the primary
+  //! context's, which the program's CUDA runtime uses too (cuCtxSynchronize there); on the simulator,
+  //! every stream of this backend. Transparent mode drains the program's work with it.
+  Status synchronize_device();
 
   Status create_event(EventHandle* out, EventKind kind = EventKind::sync);
   Status destroy_event(EventHandle event);
@@ -226,6 +229,7 @@ class DeviceBackend {
   virtual Status do_launch_host(StreamHandle stream, HostFn fn, void* user) = 0;
   virtual Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) = 0;
   virtual Status do_synchronize_stream(StreamHandle stream) = 0;
+  virtual Status do_synchronize_device() = 0;
   virtual Status do_create_event(EventKind kind, EventHandle* out) = 0;
   virtual Status do_destroy_event(EventHandle event) = 0;
   virtual Status do_record_event(EventHandle event, StreamHandle stream) = 0;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -140,6 +141,28 @@ TYPED_TEST(DeviceBackendConformance, CapacityIsAHardLimit) {
   ASSERT_TRUE(dev.release_chunk(chunks.back()).ok());
   EXPECT_TRUE(dev.create_chunk(this->g_, &chunks.back()).ok());  // freed memory is reusable
   for (auto& c : chunks) EXPECT_TRUE(dev.release_chunk(c).ok());
+}
+
+// synchronize_device waits for the work of every stream (transparent mode drains the program's with it).
+TYPED_TEST(DeviceBackendConformance, SynchronizeDeviceWaitsForEveryStream) {
+  auto& dev = *this->dev_;
+  StreamHandle s[2] = {nullptr, nullptr};
+  ASSERT_TRUE(dev.create_stream(&s[0]).ok());
+  ASSERT_TRUE(dev.create_stream(&s[1]).ok());
+  std::atomic<int> done{0};
+  for (StreamHandle stream : s) {
+    ASSERT_TRUE(dev.launch_host(
+                       stream,
+                       [](void* u) {
+                         std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                         static_cast<std::atomic<int>*>(u)->fetch_add(1);
+                       },
+                       &done)
+                    .ok());
+  }
+  ASSERT_TRUE(dev.synchronize_device().ok());
+  EXPECT_EQ(done.load(), 2);
+  for (StreamHandle stream : s) EXPECT_TRUE(dev.destroy_stream(stream).ok());
 }
 
 TYPED_TEST(DeviceBackendConformance, StreamRunsWorkInOrderAndEventsTrackIt) {

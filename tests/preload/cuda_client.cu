@@ -338,6 +338,44 @@ int capture() {
   return 0;
 }
 
+// tvmm's hooks never change the calling thread's current context, whether it has none or one the program
+// made itself, through allocations that drain and demote, frees, and queries.
+int context() {
+  const std::size_t device = env_size("TVMM_DEVICE_BUDGET");
+  auto current = [] {
+    CUcontext c = nullptr;
+    expect(cuCtxGetCurrent(&c) == CUDA_SUCCESS, "cuCtxGetCurrent failed");
+    return c;
+  };
+  auto exercise = [&](CUcontext expected, const char* who) {
+    std::vector<void*> blocks;
+    for (std::size_t done = 0; done < 3 * device; done += 2 << 20) {  // demotions: drains
+      blocks.push_back(must_alloc(2 << 20));
+      expect(current() == expected, std::string(who) + ": cudaMalloc changed the current context");
+    }
+    std::size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    expect(current() == expected, std::string(who) + ": cudaMemGetInfo changed the current context");
+    for (void* p : blocks) {
+      check(cudaFree(p), "cudaFree");
+      expect(current() == expected, std::string(who) + ": cudaFree changed the current context");
+    }
+  };
+  std::thread([&] { exercise(nullptr, "a thread with no context"); }).join();
+  std::thread([&] {
+    CUcontext own = nullptr;
+    CUdevice d0 = 0;
+    expect(cuDeviceGet(&d0, 0) == CUDA_SUCCESS && cuCtxCreate(&own, nullptr, 0, d0) == CUDA_SUCCESS,
+           "cuCtxCreate failed");
+    exercise(own, "a thread with its own context");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    expect(current() == own, "cudaDeviceSynchronize changed the current context");
+    expect(cuCtxDestroy(own) == CUDA_SUCCESS, "cuCtxDestroy failed");
+  }).join();
+  std::puts("ok");
+  return 0;
+}
+
 // The emulated runtime's own rules (run without tvmm): devices, the context it works in, the last
 // error, launches, pointer attributes and the driver's entry points.
 int runtime() {
@@ -408,6 +446,8 @@ int main(int argc, char** argv) {
   if (cmd == "runtime") return runtime();
   if (cmd == "capture") return capture();
   if (cmd == "launches") return launches();
-  std::fprintf(stderr, "usage: cuda_client oversubscribe|passthrough|threads|launches|driver|capture|runtime\n");
+  if (cmd == "context") return context();
+  std::fprintf(stderr,
+               "usage: cuda_client oversubscribe|passthrough|threads|launches|context|driver|capture|runtime\n");
   return 2;
 }

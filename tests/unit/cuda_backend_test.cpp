@@ -221,6 +221,7 @@ std::shared_ptr<const cu::Api> fake_api() {
   };
   api->StreamDestroy = [](CUstream) { return CUDA_SUCCESS; };
   api->StreamSynchronize = [](CUstream) { return CUDA_SUCCESS; };
+  api->CtxSynchronize = [] { return CUDA_SUCCESS; };
   api->StreamWaitEvent = [](CUstream s, CUevent e, unsigned) {
     g_fake->add({"cuStreamWaitEvent", 0, 0, s, e});
     return CUDA_SUCCESS;

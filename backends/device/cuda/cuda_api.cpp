@@ -73,6 +73,7 @@ std::shared_ptr<const Api> load_driver() {
   resolve(get, "cuStreamCreate", api->StreamCreate);
   resolve(get, "cuStreamDestroy", api->StreamDestroy);
   resolve(get, "cuStreamSynchronize", api->StreamSynchronize);
+  resolve(get, "cuCtxSynchronize", api->CtxSynchronize);
   resolve(get, "cuStreamWaitEvent", api->StreamWaitEvent);
   resolve(get, "cuMemcpyHtoDAsync", api->MemcpyHtoDAsync);
   resolve(get, "cuMemcpyDtoHAsync", api->MemcpyDtoHAsync);

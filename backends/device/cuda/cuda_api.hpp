@@ -48,6 +48,7 @@ struct Api {
   CUresult (*StreamCreate)(CUstream* stream, unsigned flags) = nullptr;
   CUresult (*StreamDestroy)(CUstream stream) = nullptr;
   CUresult (*StreamSynchronize)(CUstream stream) = nullptr;
+  CUresult (*CtxSynchronize)() = nullptr;  // the 2000 ABI (the current context), as kAbiVersion resolves it
   CUresult (*StreamWaitEvent)(CUstream stream, CUevent event, unsigned flags) = nullptr;
   CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream) = nullptr;
   CUresult (*MemcpyDtoHAsync)(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream) = nullptr;

@@ -466,6 +466,10 @@ Status CudaDevice::do_synchronize_stream(StreamHandle stream) {
   return TVMM_CU(api_->StreamSynchronize(as_stream(stream)));
 }
 
+// cuda.h (cuCtxSynchronize): "Blocks until the current context has completed all preceding requested
+// tasks" -- the primary context's, so the program's runtime work on this device too.
+Status CudaDevice::do_synchronize_device() { return TVMM_CU(api_->CtxSynchronize()); }
+
 Status CudaDevice::do_create_event(EventKind kind, EventHandle* out) {
   // cuda.h 15910-15918: BLOCKING_SYNC makes cuEventSynchronize block instead of busy-waiting (every host
   // wait of tvmm's would otherwise spin a core); DISABLE_TIMING gives "the best performance when used

@@ -339,6 +339,12 @@ Status SimDevice::do_synchronize_stream(StreamHandle stream) {
   return Status::success();
 }
 
+Status SimDevice::do_synchronize_device() {
+  std::lock_guard lk(streams_mu_);  // no stream goes away while it is waited for
+  for (sim::SimStream* s : streams_) s->synchronize();
+  return Status::success();
+}
+
 Status SimDevice::do_create_event(EventKind kind, EventHandle* out) {
   *out = new sim::SimEvent(timing_, kind == EventKind::timing);
   return Status::success();

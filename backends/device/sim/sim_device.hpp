@@ -53,6 +53,7 @@ class SimDevice final : public DeviceBackend {
   Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
   Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
   Status do_synchronize_stream(StreamHandle stream) override;
+  Status do_synchronize_device() override;
   Status do_create_event(EventKind kind, EventHandle* out) override;
   Status do_destroy_event(EventHandle event) override;
   Status do_record_event(EventHandle event, StreamHandle stream) override;
