@@ -132,8 +132,7 @@ cudaError_t cudaIpcGetMemHandle(void* handle, void* ptr) {
   using F = cudaError_t (*)(void*, void*);
   static Real<F> real_fn("cudaIpcGetMemHandle");
   const auto next = real_fn.get();
-  tvmm::detail::TransparentHeap* h = heap_if_created();
-  if (h != nullptr && h->contains(ptr)) {
+  if (heap_containing(ptr) != nullptr) {
     log(Level::error,
         "cudaIpcGetMemHandle(%p): memory from tvmm cannot be shared with another process (its pages move between "
         "device and host); run the exporting process without LD_PRELOAD of tvmm, or copy into memory allocated "

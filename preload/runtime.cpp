@@ -41,12 +41,20 @@ Level parse_level(const char* v) noexcept {
 
 // ---- state -----------------------------------------------------------------------------------------
 
+// One heap per device, created when a call first needs memory of that device (with device.ordinal =
+// "auto" on the CUDA backend: the caller's current device; else one heap, in slot 0).
 pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
-std::atomic<detail::TransparentHeap*> g_heap{nullptr};
-// The same heap when it remaps under the program's threads (vmm on the simulator): the fault handler's.
+std::atomic<detail::TransparentHeap*> g_heaps[kMaxDevices];
+// The heap that remaps under the program's threads (vmm on the simulator): the fault handler's.
 std::atomic<detail::RemapHeap*> g_remap_heap{nullptr};
-bool g_failed = false;  // under g_init_mu
-std::string g_init_error;
+bool g_failed[kMaxDevices] = {};  // under g_init_mu
+std::string g_init_error;         // the last reason a heap could not be made (under g_init_mu)
+// The configuration (TVMM_CONFIG, TVMM_*), read once (under g_init_mu).
+bool g_config_read = false;
+std::atomic<bool> g_per_device{false};  // a heap per device (device.ordinal = "auto" on CUDA)
+Config g_config;
+// Set in a forked child of a process that used the CUDA backend: CUDA cannot be used there.
+std::string g_fork_error;  // under g_init_mu
 bool g_exit_registered = false;
 bool g_forked_child = false;  // this process is a fork of one that had a heap
 
@@ -126,13 +134,14 @@ void install_fault_handler() {
 
 // ---- exit and fork ------------------------------------------------------------------------------------
 
-void write_stats_at_exit() {
-  detail::TransparentHeap* h = g_heap.load(std::memory_order_acquire);
-  if (h == nullptr || h->config().stats_file.empty()) return;
+void write_stats(detail::TransparentHeap* h, int device, bool several) {
+  if (h->config().stats_file.empty()) return;
   try {
     const std::string json = h->stats_json() + "\n";
     std::string path = h->config().stats_file;
-    // A forked child has the parent's configuration: its own file, so neither clobbers the other's.
+    // With heaps on several devices, one file each; a forked child has the parent's configuration: its
+    // own file, so neither clobbers the other's.
+    if (several && path != "-") path += ".device" + std::to_string(device);
     if (g_forked_child && path != "-") path += ".child" + std::to_string(::getpid());
     const int fd = path == "-" ? 2 : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -147,28 +156,53 @@ void write_stats_at_exit() {
   }
 }
 
+void write_stats_at_exit() {
+  int created = 0;
+  for (auto& slot : g_heaps) created += slot.load(std::memory_order_acquire) != nullptr ? 1 : 0;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (detail::TransparentHeap* h = g_heaps[d].load(std::memory_order_acquire)) write_stats(h, d, created > 1);
+  }
+}
+
 void before_fork() { pthread_mutex_lock(&g_init_mu); }
 void after_fork_parent() { pthread_mutex_unlock(&g_init_mu); }
 void after_fork_child() {
   // The parent's heap cannot be used here: its worker threads did not survive the fork, and on the
   // simulator its memory is shared with the parent. Fence its range off (an access faults, as it would
   // on a GPU in a forked child) and start afresh on first use.
-  if (g_heap.exchange(nullptr) != nullptr) g_forked_child = true;
-  if (detail::RemapHeap* h = g_remap_heap.exchange(nullptr)) {
-    const auto [lo, hi] = h->range();
-    ::mmap(reinterpret_cast<void*>(lo), hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
-           0);
-    for (int i = 0; i < kMaxParents; ++i) {
-      if (g_parent_lo[i].load() == 0) {
-        g_parent_lo[i].store(lo);
-        g_parent_hi[i].store(hi);
-        break;
+  // On a GPU the child cannot use CUDA at all (the driver does not survive fork): its CUDA calls get a
+  // clear error instead of a heap.
+  bool cuda = false;
+  for (auto& slot : g_heaps) {
+    detail::TransparentHeap* parent = slot.exchange(nullptr);
+    if (parent == nullptr) continue;
+    g_forked_child = true;
+    cuda = cuda || parent->device().properties().name == "cuda";
+    if (auto* remap = dynamic_cast<detail::RemapHeap*>(parent)) {
+      const auto [lo, hi] = remap->range();
+      if (parent->device().properties().host_accessible) {
+        ::mmap(reinterpret_cast<void*>(lo), hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+               -1, 0);
+      }
+      for (int i = 0; i < kMaxParents; ++i) {
+        if (g_parent_lo[i].load() == 0) {
+          g_parent_lo[i].store(lo);
+          g_parent_hi[i].store(hi);
+          break;
+        }
       }
     }
     // The old heap object is left alone (leaked): destroying it would wait for threads that are gone.
   }
-  g_failed = false;
+  g_remap_heap.store(nullptr);
+  for (bool& f : g_failed) f = false;
   g_init_error.clear();
+  if (cuda) {
+    g_fork_error =
+        "this process is a fork of one that used the GPU through tvmm, and CUDA cannot be used in a forked "
+        "child; start the child with spawn (multiprocessing.set_start_method(\"spawn\")), or fork before the "
+        "first CUDA call";
+  }
   pthread_mutex_unlock(&g_init_mu);
 }
 
@@ -176,14 +210,26 @@ __attribute__((constructor)) void register_fork_handlers() {
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
-detail::TransparentHeap* create_heap() {
-  Config cfg;
-  if (const char* path = std::getenv("TVMM_CONFIG"); path != nullptr && *path != '\0') {
-    cfg = load_config(path);
-  } else {
-    apply_environment(cfg);
+// The configuration, read on first use (under g_init_mu); throws what loading it throws.
+const Config& config_locked() {
+  if (!g_config_read) {
+    Config cfg;
+    if (const char* path = std::getenv("TVMM_CONFIG"); path != nullptr && *path != '\0') {
+      cfg = load_config(path);
+    } else {
+      apply_environment(cfg);
+    }
+    g_config = cfg;
+    g_per_device.store(cfg.device_backend == "cuda" && cfg.cuda_device < 0, std::memory_order_release);
+    g_config_read = true;
   }
-  if (cfg.nvme.budget != 0) {
+  return g_config;
+}
+
+detail::TransparentHeap* create_heap(int device) {
+  Config cfg = config_locked();
+  if (g_per_device.load(std::memory_order_acquire)) cfg.cuda_device = device;
+  if (cfg.nvme.budget != 0 && device == 0) {
     log(Level::info,
         "nvme.budget is ignored in transparent mode: its capacity is the device and host budgets "
         "(the NVMe tier needs the explicit API)");
@@ -193,8 +239,8 @@ detail::TransparentHeap* create_heap() {
   h->set_capture_probe(capture_under_way);
   // Falling back to managed memory is a choice the user should see; the rest is at info level.
   log(std::strcmp(h->mechanism(), "um") == 0 && cfg.transparent_memory == "auto" ? Level::warn : Level::info,
-      "transparent mode (%s) on the %s device: %s; device budget %s, host budget %s, pages of %s", h->mechanism(),
-      h->device().properties().name.c_str(), why.c_str(), format_bytes(h->config().device_budget).c_str(),
+      "transparent mode (%s) on the %s device %d: %s; device budget %s, host budget %s, pages of %s", h->mechanism(),
+      h->device().properties().name.c_str(), device, why.c_str(), format_bytes(h->config().device_budget).c_str(),
       format_bytes(h->config().host_budget).c_str(), format_bytes(h->config().page_size).c_str());
   if (auto* remap = dynamic_cast<detail::RemapHeap*>(h); remap != nullptr && h->device().properties().host_accessible) {
     g_remap_heap.store(remap, std::memory_order_release);
@@ -289,26 +335,76 @@ void* loaded_driver_symbol(const char* name) noexcept {
   return f;
 }
 
-detail::TransparentHeap* heap_if_created() noexcept { return g_heap.load(std::memory_order_acquire); }
+namespace {
+// The device of the caller's current context, else the runtime's current device of this thread, else 0.
+int caller_device() noexcept {
+  using GetCurrent = int (*)(void**);
+  using GetDevice = int (*)(int*);
+  static Real<GetDevice> runtime_device("cudaGetDevice");
+  // The driver stays loaded once it is: its functions are looked up until found, then kept.
+  static std::atomic<void*> current_fn{nullptr}, device_fn{nullptr};
+  if (current_fn.load(std::memory_order_acquire) == nullptr) {
+    device_fn.store(loaded_driver_symbol("cuCtxGetDevice"), std::memory_order_release);
+    current_fn.store(loaded_driver_symbol("cuCtxGetCurrent"), std::memory_order_release);
+  }
+  auto* get_current = reinterpret_cast<GetCurrent>(current_fn.load(std::memory_order_acquire));
+  auto* ctx_device = reinterpret_cast<GetDevice>(device_fn.load(std::memory_order_acquire));
+  void* ctx = nullptr;
+  int device = 0;
+  if (get_current != nullptr && ctx_device != nullptr && get_current(&ctx) == kSuccess && ctx != nullptr &&
+      ctx_device(&device) == kSuccess) {
+    return device;
+  }
+  if (const GetDevice f = runtime_device.get(); f != nullptr && f(&device) == kSuccess) return device;
+  return 0;
+}
+}  // namespace
 
-detail::TransparentHeap* heap() noexcept {
-  if (auto* h = g_heap.load(std::memory_order_acquire)) return h;
+detail::TransparentHeap* heap_containing(const void* ptr) noexcept {
+  for (auto& slot : g_heaps) {
+    detail::TransparentHeap* h = slot.load(std::memory_order_acquire);
+    if (h != nullptr && h->contains(ptr)) return h;
+  }
+  return nullptr;
+}
+
+detail::TransparentHeap* heap(int device) noexcept {
+  if (device < 0) {
+    // Per device: the config must be read first to know.
+    if (!g_config_read) {
+      pthread_mutex_lock(&g_init_mu);
+      try {
+        (void)config_locked();
+      } catch (...) {  // reported by the creation below
+      }
+      pthread_mutex_unlock(&g_init_mu);
+    }
+    device = g_per_device.load(std::memory_order_acquire) ? caller_device() : 0;
+  } else if (!g_per_device.load(std::memory_order_acquire)) {
+    device = 0;
+  }
+  if (device >= kMaxDevices) {
+    log(Level::error, "device %d: tvmm serves devices 0 to %d only", device, kMaxDevices - 1);
+    return nullptr;
+  }
+  if (auto* h = g_heaps[device].load(std::memory_order_acquire)) return h;
   pthread_mutex_lock(&g_init_mu);
-  detail::TransparentHeap* h = g_heap.load(std::memory_order_acquire);
-  if (h == nullptr && !g_failed) {
+  detail::TransparentHeap* h = g_heaps[device].load(std::memory_order_acquire);
+  if (h == nullptr && !g_failed[device]) {
     Inside inside;
     try {
-      h = create_heap();
-      g_heap.store(h, std::memory_order_release);
+      if (!g_fork_error.empty()) throw device_error(g_fork_error, "not_initialized");
+      h = create_heap(device);
+      g_heaps[device].store(h, std::memory_order_release);
       if (!g_exit_registered) g_exit_registered = std::atexit(write_stats_at_exit) == 0;
     } catch (const std::exception& e) {
-      g_failed = true;
+      g_failed[device] = true;
       g_init_error = e.what();
     } catch (...) {
-      g_failed = true;
+      g_failed[device] = true;
       g_init_error = "an unknown error";
     }
-    if (g_failed) log(Level::error, "cannot start transparent mode: %s", g_init_error.c_str());
+    if (g_failed[device]) log(Level::error, "cannot start transparent mode: %s", g_init_error.c_str());
   }
   pthread_mutex_unlock(&g_init_mu);
   return h;
@@ -353,14 +449,14 @@ int off(const char* call) noexcept {
 }
 }  // namespace
 
-int allocate(const char* call, void** out, std::size_t bytes) noexcept {
+int allocate(const char* call, void** out, std::size_t bytes, int device) noexcept {
   if (out == nullptr) {
     log(Level::warn, "%s: the result pointer is NULL", call);
     return kInvalidValue;
   }
   *out = nullptr;
   if (bytes == 0) return kSuccess;
-  detail::TransparentHeap* h = heap();
+  detail::TransparentHeap* h = heap(device);
   if (h == nullptr) return off(call);
   const RemapScope remap;
   return boundary(call, [&] {
@@ -371,8 +467,7 @@ int allocate(const char* call, void** out, std::size_t bytes) noexcept {
 }
 
 bool free_if_ours(const char* call, void* ptr, bool deferred, int* code) noexcept {
-  detail::TransparentHeap* h = heap_if_created();
-  if (h != nullptr && h->contains(ptr)) {
+  if (detail::TransparentHeap* h = heap_containing(ptr)) {
     const RemapScope remap;
     *code = boundary(call, [&] {
       if (deferred) {
@@ -437,12 +532,14 @@ void capture_ended(void* stream) noexcept {
 bool capture_under_way() noexcept { return g_captures.load(std::memory_order_acquire) > 0; }
 
 void quiescent() noexcept {
-  if (detail::TransparentHeap* h = heap_if_created()) {
-    const RemapScope remap;
-    (void)boundary("a quiescent point", [&] {
-      h->maintain(false);
-      return kSuccess;
-    });
+  for (auto& slot : g_heaps) {
+    if (detail::TransparentHeap* h = slot.load(std::memory_order_acquire)) {
+      const RemapScope remap;
+      (void)boundary("a quiescent point", [&] {
+        h->maintain(false);
+        return kSuccess;
+      });
+    }
   }
 }
 

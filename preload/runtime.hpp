@@ -58,11 +58,15 @@ class Real {
   std::atomic<void*> fn_{nullptr};
 };
 
-//! The heap, created on first call from TVMM_CONFIG and the TVMM_* variables; nullptr when it cannot be
-//! (the reason is logged once and kept in init_error()).
-detail::TransparentHeap* heap() noexcept;
-//! The heap if it exists already (never creates it).
-detail::TransparentHeap* heap_if_created() noexcept;
+//! The most devices transparent mode serves (ordinals 0 to kMaxDevices - 1).
+inline constexpr int kMaxDevices = 64;
+//! The heap of `device` (-1: the caller's current device, that of its current context or else the
+//! runtime's, when device.ordinal = "auto" on the CUDA backend; otherwise the one heap), created on
+//! first call from TVMM_CONFIG and the TVMM_* variables; nullptr when it cannot be (the reason is logged
+//! once and kept in init_error()).
+detail::TransparentHeap* heap(int device = -1) noexcept;
+//! The heap whose memory `ptr` is in, of those created (never creates one), or nullptr.
+detail::TransparentHeap* heap_containing(const void* ptr) noexcept;
 //! Why heap() returned nullptr.
 const std::string& init_error() noexcept;
 //! True when `ptr` is in the address range of a heap inherited from the parent across fork.
@@ -83,8 +87,9 @@ class Inside {
 
 // ---- what every hook family does (the runtime, the driver and the PyTorch entry points) -------------
 
-//! Allocates `bytes` in transparent mode into *out (0 bytes: *out = null, success).
-int allocate(const char* call, void** out, std::size_t bytes) noexcept;
+//! Allocates `bytes` in transparent mode into *out (0 bytes: *out = null, success), from the heap of
+//! `device` (-1: the caller's current device).
+int allocate(const char* call, void** out, std::size_t bytes, int device = -1) noexcept;
 //! If tvmm owns `ptr` (or owned it before a fork), frees it (`deferred`: at the next quiescent point),
 //! sets *code and returns true. False: not tvmm's; the caller passes it to the real function.
 bool free_if_ours(const char* call, void* ptr, bool deferred, int* code) noexcept;

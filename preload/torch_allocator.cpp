@@ -14,7 +14,6 @@ using namespace tvmm::preload;
 extern "C" {
 
 void* tvmm_malloc(ssize_t size, int device, void* stream) {
-  (void)device;  // one heap per process, on the device the config names ("auto": the current one)
   (void)stream;  // mapped before this returns: usable on any stream
   if (size < 0) {
     tvmm::detail::set_last_error("tvmm_malloc: size " + std::to_string(size) + " is negative");
@@ -22,7 +21,8 @@ void* tvmm_malloc(ssize_t size, int device, void* stream) {
     return nullptr;
   }
   void* p = nullptr;
-  (void)allocate("tvmm_malloc", &p, static_cast<std::size_t>(size));  // on failure: null, the reason logged
+  // PyTorch names the device: its heap (with device.ordinal = "auto"; else the one heap).
+  (void)allocate("tvmm_malloc", &p, static_cast<std::size_t>(size), device);  // on failure: null, reason logged
   return p;
 }
 

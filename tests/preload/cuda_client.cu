@@ -8,6 +8,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -376,6 +378,81 @@ int context() {
   return 0;
 }
 
+// Two GPUs: each call is served from the caller's current device (cudaSetDevice, or a context the thread
+// made current), whose kernels can reach the memory; tvmm_malloc honours its device; each device has
+// its own budgets.
+int devices() {
+  const std::size_t device = env_size("TVMM_DEVICE_BUDGET"), host = env_size("TVMM_HOST_BUDGET");
+  std::vector<std::pair<void*, int>> blocks;  // (allocation, device)
+  for (int d : {1, 0}) {
+    check(cudaSetDevice(d), "cudaSetDevice");
+    std::size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    expect(total == device + host, "device " + std::to_string(d) + " does not have its own budgets");
+    for (std::size_t done = 0; done < 2 * device; done += 4 << 20) {  // 2x the budget: remaps on each device
+      void* p = must_alloc(4 << 20);
+      cudaPointerAttributes attr{};
+      check(cudaPointerGetAttributes(&attr, p), "cudaPointerGetAttributes");
+      expect(attr.device == d || attr.type == cudaMemoryTypeHost,
+             "memory allocated on device " + std::to_string(d) + " belongs to device " + std::to_string(attr.device));
+      fill(p, 4 << 20, blocks.size());  // a kernel of device d: an illegal address if d may not access it
+      blocks.emplace_back(p, d);
+    }
+  }
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    check(cudaSetDevice(blocks[i].second), "cudaSetDevice");
+    expect(mismatches(blocks[i].first, 4 << 20, i) == 0,
+           "allocation " + std::to_string(i) + " on device " + std::to_string(blocks[i].second) + " has wrong bytes");
+  }
+  // The PyTorch entry point names its device.
+  using Malloc = void* (*)(ssize_t, int, void*);
+  using Free = void (*)(void*, ssize_t, int, void*);
+  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
+  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
+  expect(tvmm_malloc != nullptr && tvmm_free != nullptr, "tvmm_malloc is not there (not under LD_PRELOAD?)");
+  check(cudaSetDevice(0), "cudaSetDevice");
+  void* t = tvmm_malloc(2 << 20, 1, nullptr);
+  expect(t != nullptr, "tvmm_malloc(device 1) failed");
+  cudaPointerAttributes attr{};
+  check(cudaPointerGetAttributes(&attr, t), "cudaPointerGetAttributes");
+  expect(attr.device == 1, "tvmm_malloc(device 1) gave memory of device " + std::to_string(attr.device));
+  check(cudaSetDevice(1), "cudaSetDevice");
+  fill(t, 2 << 20, 77);
+  expect(mismatches(t, 2 << 20, 77) == 0, "tvmm_malloc's memory has wrong bytes");
+  tvmm_free(t, 2 << 20, 1, nullptr);
+  for (auto& [p, d] : blocks) check(cudaFree(p), "cudaFree");
+  std::puts("ok");
+  return 0;
+}
+
+// fork on a GPU: the child cannot use CUDA. Its first allocation gets cudaErrorInitializationError with a
+// reason (not a heap that fails deep in the driver), and a free of the parent's memory
+// cudaErrorInvalidValue; the parent's memory is untouched.
+int fork_child() {
+  void* parent = must_alloc(2 << 20);
+  fill(parent, 2 << 20, 77);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const char* mechanism = std::getenv("TVMM_TRANSPARENT_MEMORY");
+  const bool um = mechanism != nullptr && std::strcmp(mechanism, "um") == 0;
+  const pid_t pid = ::fork();
+  if (pid < 0) fail("fork failed");
+  if (pid == 0) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, 1 << 20) != cudaErrorInitializationError || p != nullptr) _exit(10);
+    // (With um the parent's managed memory is not fenced: its free would reach the driver.)
+    if (!um && cudaFree(parent) != cudaErrorInvalidValue) _exit(11);
+    _exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+         "the child failed (status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
+  expect(mismatches(parent, 2 << 20, 77) == 0, "the parent's memory changed across the fork");
+  check(cudaFree(parent), "cudaFree");
+  std::puts("ok");
+  return 0;
+}
+
 // The emulated runtime's own rules (run without tvmm): devices, the context it works in, the last
 // error, launches, pointer attributes and the driver's entry points.
 int runtime() {
@@ -447,7 +524,10 @@ int main(int argc, char** argv) {
   if (cmd == "capture") return capture();
   if (cmd == "launches") return launches();
   if (cmd == "context") return context();
-  std::fprintf(stderr,
-               "usage: cuda_client oversubscribe|passthrough|threads|launches|context|driver|capture|runtime\n");
+  if (cmd == "devices") return devices();
+  if (cmd == "fork") return fork_child();
+  std::fprintf(
+      stderr,
+      "usage: cuda_client oversubscribe|passthrough|threads|launches|context|devices|fork|driver|capture|runtime\n");
   return 2;
 }
