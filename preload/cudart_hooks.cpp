@@ -59,7 +59,7 @@ cudaError_t cudaFree(void* ptr) {
   static Real<F> real_fn("cudaFree");
   const auto next = real_fn.get();
   int code = kSuccess;
-  if (ptr != nullptr && !Inside::active() && free_if_ours("cudaFree", ptr, false, &code)) return code;
+  if (ptr != nullptr && !Inside::active() && free_if_ours("cudaFree", ptr, FreeKind::now, nullptr, &code)) return code;
   if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFree");
   return next(ptr);
 }
@@ -69,7 +69,9 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   static Real<F> real_fn("cudaFreeAsync");
   const auto next = real_fn.get();
   int code = kSuccess;
-  if (ptr != nullptr && !Inside::active() && free_if_ours("cudaFreeAsync", ptr, true, &code)) return code;
+  if (ptr != nullptr && !Inside::active() &&
+      free_if_ours("cudaFreeAsync", ptr, FreeKind::stream_ordered, stream, &code))
+    return code;
   if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFreeAsync");
   return next(ptr, stream);
 }

@@ -174,7 +174,7 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   using F = CUresult (*)(CUdeviceptr);
   int code = kSuccess;
   void* p = reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr));
-  if (p != nullptr && !Inside::active() && free_if_ours("cuMemFree_v2", p, false, &code)) return code;
+  if (p != nullptr && !Inside::active() && free_if_ours("cuMemFree_v2", p, FreeKind::now, nullptr, &code)) return code;
   const auto next = driver<F>(kMemFree);
   return next != nullptr ? next(ptr) : no_driver("cuMemFree_v2");
 }

@@ -466,12 +466,14 @@ int allocate(const char* call, void** out, std::size_t bytes, int device) noexce
   });
 }
 
-bool free_if_ours(const char* call, void* ptr, bool deferred, int* code) noexcept {
+bool free_if_ours(const char* call, void* ptr, FreeKind kind, void* stream, int* code) noexcept {
   if (detail::TransparentHeap* h = heap_containing(ptr)) {
     const RemapScope remap;
     *code = boundary(call, [&] {
-      if (deferred) {
-        h->free_deferred(ptr);
+      if (kind == FreeKind::stream_ordered && h->device().properties().name == "cuda") {
+        h->free_after(ptr, static_cast<backend::StreamHandle>(stream));  // a cudaStream_t is a CUstream
+      } else if (kind == FreeKind::stream_ordered) {
+        h->free_deferred(ptr);  // the simulator cannot wait on the program's streams: the next quiescent point
       } else {
         h->free(ptr);
       }

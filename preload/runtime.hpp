@@ -90,9 +90,12 @@ class Inside {
 //! Allocates `bytes` in transparent mode into *out (0 bytes: *out = null, success), from the heap of
 //! `device` (-1: the caller's current device).
 int allocate(const char* call, void** out, std::size_t bytes, int device = -1) noexcept;
-//! If tvmm owns `ptr` (or owned it before a fork), frees it (`deferred`: at the next quiescent point),
-//! sets *code and returns true. False: not tvmm's; the caller passes it to the real function.
-bool free_if_ours(const char* call, void* ptr, bool deferred, int* code) noexcept;
+//! How a hook frees: at once (draining first, as cudaFree does), or in stream order: after the work
+//! queued on `stream` so far (on a GPU: no drain; on the simulator at the next quiescent point).
+enum class FreeKind { now, stream_ordered };
+//! If tvmm owns `ptr` (or owned it before a fork), frees it as `kind` says, sets *code and returns true.
+//! False: not tvmm's; the caller passes it to the real function.
+bool free_if_ours(const char* call, void* ptr, FreeKind kind, void* stream, int* code) noexcept;
 //! cudaMemGetInfo / cuMemGetInfo: the heap's capacity (device + host budgets) and what is left.
 int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept;
 //! After a synchronising call succeeded: a quiescent point. The heap drains again before it moves or

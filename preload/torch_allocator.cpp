@@ -29,12 +29,12 @@ void* tvmm_malloc(ssize_t size, int device, void* stream) {
 void tvmm_free(void* ptr, ssize_t size, int device, void* stream) {
   (void)size;
   (void)device;
-  // Work still queued on `stream` may use the block: the heap drains the device before it unmaps, so
-  // the free is safe at once (at the cost of a device synchronisation per free).
-  (void)stream;
+  // Work still queued on `stream` may use the block: it is released in stream order, once that work is
+  // done, with no device synchronisation (as PyTorch's caching allocator reuses a block only in stream
+  // order; streams the block was record_stream'ed on are not known here).
   if (ptr == nullptr) return;
   int code = kSuccess;
-  if (!free_if_ours("tvmm_free", ptr, false, &code)) {
+  if (!free_if_ours("tvmm_free", ptr, FreeKind::stream_ordered, stream, &code)) {
     tvmm::detail::set_last_error("tvmm_free: " + std::to_string(reinterpret_cast<std::uintptr_t>(ptr)) +
                                  " was not allocated by tvmm_malloc; nothing was freed");
     log(Level::warn, "tvmm_free(%p): not allocated by tvmm_malloc; nothing was freed", ptr);

@@ -66,6 +66,7 @@ void* TransparentHeap::allocate(std::size_t bytes) {
   bool drained = false;
   const bool capture = capturing();  // no drain, so no move and no release now
   auto free_pages = [&] { return device_pages_ + host_pages_ - used_pages_; };
+  if (ordered_ != 0) release_stream_ordered(lk, n > free_pages());
   if (n > free_pages() && deferred_ != 0 && !capture) {
     drain_once(drained);
     release_deferred(lk);
@@ -123,6 +124,48 @@ void TransparentHeap::free(void* ptr) {
   release_block(lk, it);
 }
 
+void TransparentHeap::free_after(void* ptr, backend::StreamHandle stream) {
+  {
+    Lock lk(mu_);
+    auto it = blocks_.find(reinterpret_cast<DevPtr>(ptr));
+    if (it == blocks_.end() || it->second.deferred) {
+      throw invalid_argument("tvmm: free of " + std::to_string(reinterpret_cast<DevPtr>(ptr)) +
+                             ", which is not a live allocation's start (freed twice, or a pointer into an "
+                             "allocation)");
+    }
+    if (capturing()) {
+      ++counters_.frees;
+      keep_for_graph(it->second);
+      return;
+    }
+    backend::EventHandle e = nullptr;
+    if (dev_->create_event(&e).ok()) {
+      if (dev_->record_event(e, stream).ok()) {
+        it->second.deferred = true;
+        it->second.after = e;
+        ++ordered_;
+        ++counters_.frees;
+        ++counters_.stream_ordered_frees;
+        return;
+      }
+      (void)dev_->destroy_event(e);
+    }
+  }
+  free(ptr);  // the stream is not one tvmm can record on: the draining free
+}
+
+void TransparentHeap::release_stream_ordered(Lock& lk, bool wait) {
+  for (auto it = blocks_.begin(); ordered_ != 0 && it != blocks_.end();) {
+    auto next = std::next(it);
+    if (backend::EventHandle e = it->second.after) {
+      // A failed wait (a device error) releases nothing: the pages stay allocated, never wrongly reused.
+      const bool done = wait ? dev_->synchronize_event(e).ok() : dev_->query_event(e).ok();
+      if (done) release_block(lk, it);
+    }
+    it = next;
+  }
+}
+
 void TransparentHeap::free_deferred(void* ptr) {
   Lock lk(mu_);
   auto it = blocks_.find(reinterpret_cast<DevPtr>(ptr));
@@ -161,6 +204,7 @@ void TransparentHeap::maintain(bool drained) {
   Lock lk(mu_);
   ++counters_.quiescent_points;
   if (capturing()) return;  // "quiescent" for the caller's stream only: a drain would end a capture
+  if (ordered_ != 0) release_stream_ordered(lk, false);
   const bool promotable = on_device_ < device_pages_ && used_pages_ > on_device_;
   if (deferred_ == 0 && !promotable) return;
   if (deferred_ != 0) {
@@ -175,14 +219,19 @@ void TransparentHeap::release_block(Lock&, std::map<DevPtr, Block>::iterator it)
   do_release(it->first, b.where.size(), b.where);
   on_device_ -= static_cast<std::size_t>(std::count(b.where.begin(), b.where.end(), ChunkLocation::device));
   used_pages_ -= b.where.size();
-  if (b.deferred && !b.kept) --deferred_;
+  if (b.after != nullptr) {
+    (void)dev_->destroy_event(b.after);
+    --ordered_;
+  } else if (b.deferred && !b.kept) {
+    --deferred_;
+  }
   blocks_.erase(it);
 }
 
 void TransparentHeap::release_deferred(Lock& lk) {
   for (auto it = blocks_.begin(); deferred_ != 0 && it != blocks_.end();) {
     auto next = std::next(it);
-    if (it->second.deferred && !it->second.kept) release_block(lk, it);
+    if (it->second.deferred && !it->second.kept && it->second.after == nullptr) release_block(lk, it);
     it = next;
   }
 }
@@ -222,7 +271,9 @@ void TransparentHeap::demote(Lock&, std::size_t pages, bool& drained) {
 
 void TransparentHeap::promote(Lock&, bool& drained) {
   std::vector<std::pair<DevPtr, Block*>> order;
-  for (auto& [va, b] : blocks_) order.emplace_back(va, &b);
+  for (auto& [va, b] : blocks_) {
+    if (!b.deferred || b.kept) order.emplace_back(va, &b);  // not memory that is being freed
+  }
   std::sort(order.begin(), order.end(),
             [](const auto& x, const auto& y) { return x.second->last_use > y.second->last_use; });
   for (auto& [va, b] : order) {
@@ -261,7 +312,8 @@ std::string TransparentHeap::stats_json() const {
     << ", \"pages_demoted\": " << c.pages_demoted << ", \"pages_promoted\": " << c.pages_promoted
     << ", \"bytes_demoted\": " << c.pages_demoted * page_ << ", \"bytes_promoted\": " << c.pages_promoted * page_
     << ", \"drains\": " << c.drains << ", \"quiescent_points\": " << c.quiescent_points
-    << ", \"frees_kept_for_graphs\": " << c.kept_for_graphs << "}";
+    << ", \"frees_kept_for_graphs\": " << c.kept_for_graphs << ", \"stream_ordered_frees\": " << c.stream_ordered_frees
+    << "}";
   return o.str();
 }
 

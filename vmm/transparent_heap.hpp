@@ -57,6 +57,12 @@ class TransparentHeap {
   void free(void* ptr);
   //! Stream-ordered free (cudaFreeAsync): the memory is released at the next quiescent point.
   void free_deferred(void* ptr);
+  //! Stream-ordered free without a drain (tvmm_free, cudaFreeAsync on a GPU): an event recorded on the
+  //! program's `stream` (a CUstream of the device's context) marks the end of the work queued there so
+  //! far, and the pages are released once it has completed (checked at every later allocation and
+  //! quiescent point; an allocation that needs them waits for that event only). When the event cannot be
+  //! recorded there, frees as free() does. Throws tvmm::invalid_argument as free() does.
+  void free_after(void* ptr, backend::StreamHandle stream);
   //! True when `ptr` lies inside memory this heap handed out or may hand out (so a free of it is the
   //! heap's to judge, and must not go to another allocator).
   [[nodiscard]] virtual bool contains(const void* ptr) const noexcept = 0;
@@ -85,7 +91,8 @@ class TransparentHeap {
     std::uint64_t allocations = 0, frees = 0, deferred_frees = 0;
     std::uint64_t pages_demoted = 0, pages_promoted = 0;  //!< moves device->host and host->device
     std::uint64_t drains = 0, quiescent_points = 0;
-    std::uint64_t kept_for_graphs = 0;  //!< frees during a graph capture: the memory stays for the graph
+    std::uint64_t kept_for_graphs = 0;       //!< frees during a graph capture: the memory stays for the graph
+    std::uint64_t stream_ordered_frees = 0;  //!< free_after: released when the freeing stream got there
     std::size_t peak_used = 0;
   };
   [[nodiscard]] Counters counters() const;
@@ -130,6 +137,7 @@ class TransparentHeap {
     std::uint64_t last_use = 0;
     bool deferred = false;                      // freed with free_deferred, released at the next quiescent point
     bool kept = false;                          // freed during a capture: kept for the graph's replays (never released)
+    backend::EventHandle after = nullptr;       // free_after: released once this event has completed
     std::vector<backend::ChunkLocation> where;  // per page
   };
   using Lock = std::unique_lock<std::mutex>;
@@ -140,6 +148,8 @@ class TransparentHeap {
   void keep_for_graph(Block& b);
   void release_block(Lock& lk, std::map<backend::DevPtr, Block>::iterator it);
   void release_deferred(Lock& lk);
+  //! Releases the free_after blocks whose event has completed (`wait`: waits for every one).
+  void release_stream_ordered(Lock& lk, bool wait);
   void demote(Lock& lk, std::size_t pages, bool& drained);
   void promote(Lock& lk, bool& drained);
   //! do_move and the counts; false when `to` has no memory for the page now (it stays).
@@ -157,6 +167,7 @@ class TransparentHeap {
   std::map<backend::DevPtr, Block> blocks_;  // by address
   std::size_t used_pages_ = 0, on_device_ = 0;
   std::size_t deferred_ = 0;  // blocks freed with free_deferred, not yet released
+  std::size_t ordered_ = 0;   // blocks freed with free_after, not yet released
   std::uint64_t clock_ = 0;   // last_use stamps
   Counters counters_;
 };

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -180,6 +181,28 @@ TEST_P(TransparentHeapTest, NothingDrainsWhileAGraphIsCaptured) {
   EXPECT_EQ(h.heap.usage().used, 4 * page + kept_bytes);  // kept for the graph's replays
   for (void* p : before) h.heap.free(p);
   EXPECT_EQ(h.heap.usage().used, kept_bytes);
+}
+
+// free_after releases a block once the work queued on the given stream has completed, without a drain;
+// an allocation that needs its pages waits for that stream only.
+TEST_P(TransparentHeapTest, AStreamOrderedFreeReleasesWhenTheStreamGetsThere) {
+  Heap h(GetParam());
+  backend::StreamHandle s = nullptr;
+  ASSERT_TRUE(h.heap.device().create_stream(&s).ok());
+  void* a = h.heap.allocate(16 * page);  // all of the capacity
+  ASSERT_TRUE(h.heap.device().launch_busy(s, std::chrono::milliseconds(200)).ok());
+  const int drains = h.drains;
+  h.heap.free_after(a, s);
+  EXPECT_THROW(h.heap.free_after(a, s), invalid_argument);
+  EXPECT_EQ(h.heap.usage().used, 16 * page);  // the stream is still busy
+  h.heap.maintain(false);
+  EXPECT_EQ(h.heap.usage().used, 16 * page);
+  void* b = h.heap.allocate(page);  // needs a's pages: waits for the stream, not the device
+  EXPECT_EQ(h.heap.usage().used, page);
+  EXPECT_EQ(h.drains, drains);
+  EXPECT_EQ(h.heap.counters().stream_ordered_frees, 1u);
+  h.heap.free(b);
+  ASSERT_TRUE(h.heap.device().destroy_stream(s).ok());
 }
 
 // A simulated GPU of the small config's device budget, behind a fault injector.

@@ -453,6 +453,54 @@ int fork_child() {
   return 0;
 }
 
+// Frees in stream order, with no device drain: tvmm_free (PyTorch's CUDAPluggableAllocator calls it for
+// every tensor) and cudaFreeAsync return while the freeing stream still runs, and the memory comes back
+// once the stream gets there (an allocation that needs it waits for that, not for the device).
+int stream_ordered() {
+  using Malloc = void* (*)(ssize_t, int, void*);
+  using Free = void (*)(void*, ssize_t, int, void*);
+  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
+  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
+  expect(tvmm_malloc != nullptr && tvmm_free != nullptr, "tvmm_malloc is not there (not under LD_PRELOAD?)");
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  std::size_t free0 = 0, total = 0;
+  check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+  const std::size_t big = total - (std::size_t{8} << 20);  // most of the capacity
+  constexpr std::uint64_t kBusyNs = 300'000'000;
+  for (const bool pytorch : {true, false}) {
+    void* p = nullptr;
+    if (pytorch) {
+      p = tvmm_malloc(static_cast<ssize_t>(big), 0, s);
+      expect(p != nullptr, "tvmm_malloc failed");
+    } else {
+      check(cudaMallocAsync(&p, big, s), "cudaMallocAsync");
+    }
+    fill(p, big, 3, s);
+    tvmm_busy<<<1, 1, 0, s>>>(kBusyNs);  // the stream is busy well after the free returns
+    check(cudaGetLastError(), "launching tvmm_busy");
+    if (pytorch) {
+      tvmm_free(p, static_cast<ssize_t>(big), 0, s);
+    } else {
+      check(cudaFreeAsync(p, s), "cudaFreeAsync");
+    }
+    expect(cudaStreamQuery(s) == cudaErrorNotReady,
+           std::string(pytorch ? "tvmm_free" : "cudaFreeAsync") + " waited for the device (a drain)");
+    // The memory comes back when the stream gets there: an allocation that needs it waits for that.
+    void* q = must_alloc(big);
+    expect(cudaStreamQuery(s) == cudaSuccess, "an allocation reused memory the freeing stream may still use");
+    fill(q, big, 4);
+    expect(mismatches(q, big, 4) == 0, "the reused memory has wrong bytes");
+    check(cudaFree(q), "cudaFree");
+  }
+  check(cudaStreamDestroy(s), "cudaStreamDestroy");
+  std::size_t free1 = 0;
+  check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo");
+  expect(free1 == total, "memory freed in stream order was not all released");
+  std::puts("ok");
+  return 0;
+}
+
 // The emulated runtime's own rules (run without tvmm): devices, the context it works in, the last
 // error, launches, pointer attributes and the driver's entry points.
 int runtime() {
@@ -526,8 +574,10 @@ int main(int argc, char** argv) {
   if (cmd == "context") return context();
   if (cmd == "devices") return devices();
   if (cmd == "fork") return fork_child();
+  if (cmd == "stream-ordered") return stream_ordered();
   std::fprintf(
       stderr,
-      "usage: cuda_client oversubscribe|passthrough|threads|launches|context|devices|fork|driver|capture|runtime\n");
+      "usage: cuda_client "
+      "oversubscribe|passthrough|threads|launches|context|devices|fork|stream-ordered|driver|capture|runtime\n");
   return 2;
 }
