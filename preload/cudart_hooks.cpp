@@ -35,7 +35,7 @@ extern "C" {
 
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   using F = cudaError_t (*)(void**, std::size_t);
-  if (Inside::active()) {
+  if (pass_through()) {
     static Real<F> real_fn("cudaMalloc");
     const auto next = real_fn.get();
     return next != nullptr ? next(ptr, bytes) : no_runtime("cudaMalloc");
@@ -45,7 +45,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 
 cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) {
   using F = cudaError_t (*)(void**, std::size_t, cudaStream_t);
-  if (Inside::active()) {
+  if (pass_through()) {
     static Real<F> real_fn("cudaMallocAsync");
     const auto next = real_fn.get();
     return next != nullptr ? next(ptr, bytes, stream) : no_runtime("cudaMallocAsync");
@@ -59,7 +59,7 @@ cudaError_t cudaFree(void* ptr) {
   static Real<F> real_fn("cudaFree");
   const auto next = real_fn.get();
   int code = kSuccess;
-  if (ptr != nullptr && !Inside::active() && free_if_ours("cudaFree", ptr, FreeKind::now, nullptr, &code)) return code;
+  if (ptr != nullptr && !pass_through() && free_if_ours("cudaFree", ptr, FreeKind::now, nullptr, &code)) return code;
   if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFree");
   return next(ptr);
 }
@@ -69,8 +69,7 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   static Real<F> real_fn("cudaFreeAsync");
   const auto next = real_fn.get();
   int code = kSuccess;
-  if (ptr != nullptr && !Inside::active() &&
-      free_if_ours("cudaFreeAsync", ptr, FreeKind::stream_ordered, stream, &code))
+  if (ptr != nullptr && !pass_through() && free_if_ours("cudaFreeAsync", ptr, FreeKind::stream_ordered, stream, &code))
     return code;
   if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFreeAsync");
   return next(ptr, stream);
@@ -78,7 +77,7 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
 
 cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
   using F = cudaError_t (*)(std::size_t*, std::size_t*);
-  if (Inside::active()) {
+  if (pass_through()) {
     static Real<F> real_fn("cudaMemGetInfo");
     const auto next = real_fn.get();
     return next != nullptr ? next(free, total) : no_runtime("cudaMemGetInfo");
@@ -91,7 +90,7 @@ cudaError_t cudaDeviceSynchronize(void) {
   static Real<F> real_fn("cudaDeviceSynchronize");
   const auto next = real_fn.get();
   const cudaError_t r = next != nullptr ? next() : synchronize_without_runtime("cudaDeviceSynchronize", true, nullptr);
-  if (r == kSuccess && !Inside::active()) quiescent();
+  if (r == kSuccess && !pass_through()) quiescent();
   return r;
 }
 
@@ -101,8 +100,34 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   const auto next = real_fn.get();
   const cudaError_t r =
       next != nullptr ? next(stream) : synchronize_without_runtime("cudaStreamSynchronize", false, stream);
-  if (r == kSuccess && !Inside::active()) quiescent();
+  if (r == kSuccess && !pass_through()) quiescent();
   return r;
+}
+
+// cudaPointerGetAttributes: for tvmm's memory, device memory of its heap's device (the pages move between
+// device and host behind the address; the runtime would describe the one page's mapping). Others: the
+// runtime. The struct is cuda_runtime_api.h's cudaPointerAttributes.
+struct PointerAttributes {
+  int type;  // cudaMemoryType: 2 = cudaMemoryTypeDevice
+  int device;
+  void* device_pointer;
+  void* host_pointer;
+  long reserved[8];
+};
+
+cudaError_t cudaPointerGetAttributes(PointerAttributes* attr, const void* ptr) {
+  using F = cudaError_t (*)(PointerAttributes*, const void*);
+  PointerInfo info;
+  if (attr != nullptr && !pass_through() && pointer_info(ptr, &info)) {
+    *attr = {};
+    attr->type = 2;
+    attr->device = info.device;
+    attr->device_pointer = const_cast<void*>(ptr);
+    return kSuccess;
+  }
+  static Real<F> real_fn("cudaPointerGetAttributes");
+  const auto next = real_fn.get();
+  return next != nullptr ? next(attr, ptr) : no_runtime("cudaPointerGetAttributes");
 }
 
 // Graph capture: while any stream captures, tvmm serves allocations without moving pages, keeps freed

@@ -34,6 +34,9 @@ enum Slot {
   kMemAlloc,
   kMemFree,
   kMemGetInfo,
+  kPointerGetAttribute,
+  kPointerGetAttributes,
+  kMemGetAddressRange,
   kLaunchKernel,
   kLaunchKernelPtsz,
   kLaunchKernelEx,
@@ -54,29 +57,14 @@ enum Slot {
   kMemcpyDtoDPtds,
   kSlots
 };
-constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
-                                            "cuGetProcAddress_v2",
-                                            "cuMemAlloc_v2",
-                                            "cuMemFree_v2",
-                                            "cuMemGetInfo_v2",
-                                            "cuLaunchKernel",
-                                            "cuLaunchKernel_ptsz",
-                                            "cuLaunchKernelEx",
-                                            "cuLaunchKernelEx_ptsz",
-                                            "cuGraphLaunch",
-                                            "cuGraphLaunch_ptsz",
-                                            "cuMemcpyHtoDAsync_v2",
-                                            "cuMemcpyHtoDAsync_v2_ptsz",
-                                            "cuMemcpyDtoHAsync_v2",
-                                            "cuMemcpyDtoHAsync_v2_ptsz",
-                                            "cuMemcpyDtoDAsync_v2",
-                                            "cuMemcpyDtoDAsync_v2_ptsz",
-                                            "cuMemcpyHtoD_v2",
-                                            "cuMemcpyHtoD_v2_ptds",
-                                            "cuMemcpyDtoH_v2",
-                                            "cuMemcpyDtoH_v2_ptds",
-                                            "cuMemcpyDtoD_v2",
-                                            "cuMemcpyDtoD_v2_ptds"};
+constexpr const char* kSlotNames[kSlots] = {
+    "cuGetProcAddress",     "cuGetProcAddress_v2",       "cuMemAlloc_v2",          "cuMemFree_v2",
+    "cuMemGetInfo_v2",      "cuPointerGetAttribute",     "cuPointerGetAttributes", "cuMemGetAddressRange_v2",
+    "cuLaunchKernel",       "cuLaunchKernel_ptsz",       "cuLaunchKernelEx",       "cuLaunchKernelEx_ptsz",
+    "cuGraphLaunch",        "cuGraphLaunch_ptsz",        "cuMemcpyHtoDAsync_v2",   "cuMemcpyHtoDAsync_v2_ptsz",
+    "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyDtoDAsync_v2",   "cuMemcpyDtoDAsync_v2_ptsz",
+    "cuMemcpyHtoD_v2",      "cuMemcpyHtoD_v2_ptds",      "cuMemcpyDtoH_v2",        "cuMemcpyDtoH_v2_ptds",
+    "cuMemcpyDtoD_v2",      "cuMemcpyDtoD_v2_ptds"};
 // cuGetProcAddress's flag for the per-thread default stream variants (cuda.h).
 constexpr cuuint64_t kPerThreadDefaultStream = 2;
 std::atomic<void*> g_real[kSlots];
@@ -125,6 +113,9 @@ int slot_of_base(const char* name, int version, cuuint64_t flags) noexcept {
       {"cuMemAlloc", 3020, kMemAlloc, false},
       {"cuMemFree", 3020, kMemFree, false},
       {"cuMemGetInfo", 3020, kMemGetInfo, false},
+      {"cuPointerGetAttribute", 4000, kPointerGetAttribute, false},
+      {"cuPointerGetAttributes", 7000, kPointerGetAttributes, false},
+      {"cuMemGetAddressRange", 3020, kMemGetAddressRange, false},
       {"cuLaunchKernel", 4000, kLaunchKernel, true},
       {"cuLaunchKernelEx", 11060, kLaunchKernelEx, true},
       {"cuGraphLaunch", 10000, kGraphLaunch, true},
@@ -143,7 +134,7 @@ int slot_of_base(const char* name, int version, cuuint64_t flags) noexcept {
 }
 
 void substitute(const char* symbol, int version, cuuint64_t flags, void** pfn) noexcept {
-  if (symbol == nullptr || pfn == nullptr || *pfn == nullptr || Inside::active()) return;
+  if (symbol == nullptr || pfn == nullptr || *pfn == nullptr || pass_through()) return;
   const int s = slot_of_base(symbol, version, flags);
   if (s < 0) return;
   remember(static_cast<Slot>(s), *pfn);
@@ -157,7 +148,7 @@ extern "C" {
 
 CUresult cuMemAlloc_v2(CUdeviceptr* ptr, std::size_t bytes) {
   using F = CUresult (*)(CUdeviceptr*, std::size_t);
-  if (Inside::active()) {
+  if (pass_through()) {
     const auto next = driver<F>(kMemAlloc);
     return next != nullptr ? next(ptr, bytes) : no_driver("cuMemAlloc_v2");
   }
@@ -174,14 +165,14 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   using F = CUresult (*)(CUdeviceptr);
   int code = kSuccess;
   void* p = reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr));
-  if (p != nullptr && !Inside::active() && free_if_ours("cuMemFree_v2", p, FreeKind::now, nullptr, &code)) return code;
+  if (p != nullptr && !pass_through() && free_if_ours("cuMemFree_v2", p, FreeKind::now, nullptr, &code)) return code;
   const auto next = driver<F>(kMemFree);
   return next != nullptr ? next(ptr) : no_driver("cuMemFree_v2");
 }
 
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
   using F = CUresult (*)(std::size_t*, std::size_t*);
-  if (Inside::active()) {
+  if (pass_through()) {
     const auto next = driver<F>(kMemGetInfo);
     return next != nullptr ? next(free, total) : no_driver("cuMemGetInfo_v2");
   }
@@ -204,6 +195,79 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_
   const CUresult r = next(symbol, pfn, version, flags);
   if (r == kSuccess) substitute(symbol, version, flags, pfn);
   return r;
+}
+
+// Pointer queries. A tvmm page lives on a device frame or a host-located chunk and moves between them,
+// so the driver would describe one page (its mapping) and, for a page on the host, host memory. For a
+// live allocation of tvmm's these answer what a cudaMalloc'd allocation would give: device memory of
+// the heap's device, the whole allocation as the range. Other attributes, and other memory: the driver.
+namespace {
+// cuda.h's CUpointer_attribute and CUmemorytype values (the interposer needs no CUDA header).
+constexpr int kAttrMemoryType = 2, kAttrDevicePointer = 3, kAttrHostPointer = 4, kAttrIsManaged = 8,
+              kAttrDeviceOrdinal = 9, kAttrRangeStart = 11, kAttrRangeSize = 12, kAttrMapped = 13;
+constexpr unsigned kMemoryTypeDevice = 2;
+
+// Writes attribute `attr` of tvmm's allocation `info` for `ptr` to *data: kSuccess, kInvalidValue (an
+// attribute device memory does not have), or -1 (not one tvmm answers: ask the driver).
+int tvmm_attribute(const PointerInfo& info, int attr, CUdeviceptr ptr, void* data) noexcept {
+  switch (attr) {
+    case kAttrMemoryType: *static_cast<unsigned*>(data) = kMemoryTypeDevice; return kSuccess;
+    case kAttrDevicePointer: *static_cast<CUdeviceptr*>(data) = ptr; return kSuccess;
+    case kAttrHostPointer: return kInvalidValue;  // device memory has no host address
+    case kAttrIsManaged: *static_cast<unsigned*>(data) = 0; return kSuccess;
+    case kAttrDeviceOrdinal: *static_cast<int*>(data) = info.device; return kSuccess;
+    case kAttrRangeStart: *static_cast<CUdeviceptr*>(data) = info.start; return kSuccess;
+    case kAttrRangeSize: *static_cast<std::size_t*>(data) = info.bytes; return kSuccess;
+    case kAttrMapped: *static_cast<unsigned*>(data) = 1; return kSuccess;
+    default: return -1;
+  }
+}
+}  // namespace
+
+CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr ptr) {
+  using F = CUresult (*)(void*, int, CUdeviceptr);
+  PointerInfo info;
+  if (data != nullptr && !pass_through() &&
+      pointer_info(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(ptr)), &info)) {
+    if (const int r = tvmm_attribute(info, attr, ptr, data); r >= 0) return r;
+  }
+  const auto next = driver<F>(kPointerGetAttribute);
+  return next != nullptr ? next(data, attr, ptr) : no_driver("cuPointerGetAttribute");
+}
+
+CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUdeviceptr ptr) {
+  using F = CUresult (*)(unsigned, int*, void**, CUdeviceptr);
+  const auto next = driver<F>(kPointerGetAttributes);
+  if (next == nullptr) return no_driver("cuPointerGetAttributes");
+  const CUresult r = next(n, attrs, data, ptr);  // every attribute, then tvmm's answers over them
+  PointerInfo info;
+  if (r != kSuccess || attrs == nullptr || data == nullptr || pass_through() ||
+      !pointer_info(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(ptr)), &info)) {
+    return r;
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    if (data[i] == nullptr) continue;
+    // cuda.h (cuPointerGetAttributes): an attribute a pointer does not have reads as its default; a host
+    // pointer of device memory is NULL.
+    if (attrs[i] == kAttrHostPointer) {
+      *static_cast<void**>(data[i]) = nullptr;
+    } else {
+      (void)tvmm_attribute(info, attrs[i], ptr, data[i]);
+    }
+  }
+  return r;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, std::size_t* size, CUdeviceptr ptr) {
+  using F = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);
+  PointerInfo info;
+  if (!pass_through() && pointer_info(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(ptr)), &info)) {
+    if (base != nullptr) *base = info.start;
+    if (size != nullptr) *size = info.bytes;
+    return kSuccess;
+  }
+  const auto next = driver<F>(kMemGetAddressRange);
+  return next != nullptr ? next(base, size, ptr) : no_driver("cuMemGetAddressRange_v2");
 }
 
 // The calls that queue device work: the driver's function, inside a shared hold of the launch gate.
@@ -255,7 +319,7 @@ __attribute__((visibility("hidden"))) void* tvmm_glibc_dlsym = nullptr;
 
 // The part of dlsym's decision for names that start with "cu".
 __attribute__((visibility("hidden"))) void* tvmm_preload_dlsym_cuda(void* handle, const char* name) {
-  if (Inside::active()) return nullptr;
+  if (pass_through()) return nullptr;
   const int s = slot_of_export(name);
   if (s < 0) return nullptr;
   void* theirs = real_dlsym(handle, name);
@@ -289,6 +353,9 @@ void* ours(Slot s) noexcept {
     case kMemAlloc: return reinterpret_cast<void*>(&cuMemAlloc_v2);
     case kMemFree: return reinterpret_cast<void*>(&cuMemFree_v2);
     case kMemGetInfo: return reinterpret_cast<void*>(&cuMemGetInfo_v2);
+    case kPointerGetAttribute: return reinterpret_cast<void*>(&cuPointerGetAttribute);
+    case kPointerGetAttributes: return reinterpret_cast<void*>(&cuPointerGetAttributes);
+    case kMemGetAddressRange: return reinterpret_cast<void*>(&cuMemGetAddressRange_v2);
     case kLaunchKernel: return reinterpret_cast<void*>(&cuLaunchKernel);
     case kLaunchKernelPtsz: return reinterpret_cast<void*>(&cuLaunchKernel_ptsz);
     case kLaunchKernelEx: return reinterpret_cast<void*>(&cuLaunchKernelEx);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -251,6 +252,16 @@ detail::TransparentHeap* create_heap(int device) {
 
 }  // namespace
 
+bool disabled() noexcept {
+  static const bool off = [] {
+    const char* v = std::getenv("TVMM_DISABLE");
+    if (v == nullptr) return false;
+    return std::strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 ||
+           strcasecmp(v, "on") == 0;
+  }();
+  return off;
+}
+
 Level log_level() noexcept {
   static const Level level = parse_level(std::getenv("TVMM_LOG"));
   return level;
@@ -366,6 +377,31 @@ detail::TransparentHeap* heap_containing(const void* ptr) noexcept {
     if (h != nullptr && h->contains(ptr)) return h;
   }
   return nullptr;
+}
+
+bool pointer_info(const void* ptr, PointerInfo* out) noexcept {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    detail::TransparentHeap* h = g_heaps[d].load(std::memory_order_acquire);
+    if (h == nullptr || !h->contains(ptr)) continue;
+    try {
+      const auto [start, bytes] = h->allocation_of(ptr);
+      if (bytes == 0) return false;
+      out->start = start;
+      out->bytes = bytes;
+      // The slot is the device with a heap per device; else the configured one (0 on the simulator).
+      out->device = g_per_device.load(std::memory_order_acquire) ? d : std::max(0, g_config.cuda_device);
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+  return false;
+}
+
+detail::TransparentHeap* heap_if_created(int device) noexcept {
+  if (device < 0) device = g_per_device.load(std::memory_order_acquire) ? caller_device() : 0;
+  if (!g_per_device.load(std::memory_order_acquire)) device = 0;
+  return device < kMaxDevices ? g_heaps[device].load(std::memory_order_acquire) : nullptr;
 }
 
 detail::TransparentHeap* heap(int device) noexcept {

@@ -65,6 +65,8 @@ inline constexpr int kMaxDevices = 64;
 //! first call from TVMM_CONFIG and the TVMM_* variables; nullptr when it cannot be (the reason is logged
 //! once and kept in init_error()).
 detail::TransparentHeap* heap(int device = -1) noexcept;
+//! The heap of `device` (-1: the caller's current device) if it exists already (never creates one).
+detail::TransparentHeap* heap_if_created(int device) noexcept;
 //! The heap whose memory `ptr` is in, of those created (never creates one), or nullptr.
 detail::TransparentHeap* heap_containing(const void* ptr) noexcept;
 //! Why heap() returned nullptr.
@@ -85,11 +87,27 @@ class Inside {
   static thread_local int depth_;
 };
 
+//! TVMM_DISABLE=1 (or true, yes, on): every hook passes its call straight to the real function, as if
+//! tvmm were not loaded (read once).
+bool disabled() noexcept;
+//! A hook passes its call through: tvmm's own code is running (Inside), or tvmm is disabled.
+inline bool pass_through() noexcept { return Inside::active() || disabled(); }
+
 // ---- what every hook family does (the runtime, the driver and the PyTorch entry points) -------------
 
 //! Allocates `bytes` in transparent mode into *out (0 bytes: *out = null, success), from the heap of
 //! `device` (-1: the caller's current device).
 int allocate(const char* call, void** out, std::size_t bytes, int device = -1) noexcept;
+//! What the pointer queries answer for tvmm's memory (PyTorch, CuPy and NCCL infer devices and bounds
+//! from pointers): the allocation `ptr` points into and the device whose heap it is from. False when
+//! `ptr` is not in a live allocation of tvmm's (the driver answers then).
+struct PointerInfo {
+  std::uintptr_t start = 0;
+  std::size_t bytes = 0;
+  int device = 0;
+};
+bool pointer_info(const void* ptr, PointerInfo* out) noexcept;
+
 //! How a hook frees: at once (draining first, as cudaFree does), or in stream order: after the work
 //! queued on `stream` so far (on a GPU: no drain; on the simulator at the next quiescent point).
 enum class FreeKind { now, stream_ordered };

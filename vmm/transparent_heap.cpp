@@ -46,6 +46,7 @@ void TransparentHeap::set_capture_probe(Capturing capturing) {
 }
 
 void TransparentHeap::keep_for_graph(Block& b) {
+  counters_.allocated_bytes -= b.bytes;
   b.deferred = true;  // no longer the program's: a second free is a double free
   b.kept = true;
   ++counters_.kept_for_graphs;
@@ -66,17 +67,23 @@ void* TransparentHeap::allocate(std::size_t bytes) {
   bool drained = false;
   const bool capture = capturing();  // no drain, so no move and no release now
   auto free_pages = [&] { return device_pages_ + host_pages_ - used_pages_; };
+  if (n > free_pages() && (ordered_ != 0 || (deferred_ != 0 && !capture))) ++counters_.alloc_retries;
   if (ordered_ != 0) release_stream_ordered(lk, n > free_pages());
   if (n > free_pages() && deferred_ != 0 && !capture) {
     drain_once(drained);
     release_deferred(lk);
   }
   if (n > free_pages()) {
-    throw out_of_memory("tvmm: cannot allocate " + format_bytes(bytes) +
-                        ": transparent mode holds the device budget (" + format_bytes(cfg_.device_budget) +
-                        ") plus the host budget (" + format_bytes(cfg_.host_budget) + "), and " +
-                        format_bytes(used_pages_ * page_) +
-                        " of it is in use; raise TVMM_HOST_BUDGET (the NVMe tier needs the explicit API)");
+    // In the words of PyTorch's message, with what each tier holds and the setting to raise.
+    ++counters_.ooms;
+    throw out_of_memory("tvmm: CUDA out of memory. Tried to allocate " + format_bytes(bytes) +
+                        ". Transparent mode holds the device budget (" + format_bytes(cfg_.device_budget) + ", " +
+                        format_bytes(on_device_ * page_) + " in use) plus the host budget (" +
+                        format_bytes(cfg_.host_budget) + ", " + format_bytes((used_pages_ - on_device_) * page_) +
+                        " in use): " + format_bytes(free_pages() * page_) + " free in all, " +
+                        format_bytes(counters_.allocated_bytes) +
+                        " allocated by the program. Raise TVMM_HOST_BUDGET (host.budget) to hold more; the NVMe "
+                        "tier needs the explicit API");
   }
   const DevPtr va = do_reserve(n);
 
@@ -103,6 +110,8 @@ void* TransparentHeap::allocate(std::size_t bytes) {
   blocks_.emplace(va, std::move(b));
   used_pages_ += n;
   ++counters_.allocations;
+  counters_.allocated_bytes += bytes;
+  counters_.allocated_peak = std::max(counters_.allocated_peak, counters_.allocated_bytes);
   counters_.peak_used = std::max(counters_.peak_used, used_pages_ * page_);
   return reinterpret_cast<void*>(va);
 }
@@ -119,6 +128,7 @@ void TransparentHeap::free(void* ptr) {
     keep_for_graph(it->second);
     return;
   }
+  counters_.allocated_bytes -= it->second.bytes;
   bool drained = false;
   drain_once(drained);  // as cudaFree does: device work may still use the memory
   release_block(lk, it);
@@ -141,6 +151,7 @@ void TransparentHeap::free_after(void* ptr, backend::StreamHandle stream) {
     backend::EventHandle e = nullptr;
     if (dev_->create_event(&e).ok()) {
       if (dev_->record_event(e, stream).ok()) {
+        counters_.allocated_bytes -= it->second.bytes;
         it->second.deferred = true;
         it->second.after = e;
         ++ordered_;
@@ -179,6 +190,7 @@ void TransparentHeap::free_deferred(void* ptr) {
     keep_for_graph(it->second);
     return;
   }
+  counters_.allocated_bytes -= it->second.bytes;
   it->second.deferred = true;
   ++deferred_;
 }
@@ -187,6 +199,16 @@ std::size_t TransparentHeap::size_of(const void* ptr) const {
   std::lock_guard lk(mu_);
   auto it = blocks_.find(reinterpret_cast<DevPtr>(ptr));
   return it == blocks_.end() || it->second.deferred ? 0 : it->second.bytes;
+}
+
+std::pair<DevPtr, std::size_t> TransparentHeap::allocation_of(const void* ptr) const {
+  const auto p = reinterpret_cast<DevPtr>(ptr);
+  std::lock_guard lk(mu_);
+  auto it = blocks_.upper_bound(p);
+  if (it == blocks_.begin()) return {0, 0};
+  --it;
+  if (it->second.deferred || p >= it->first + it->second.bytes) return {0, 0};
+  return {it->first, it->second.bytes};
 }
 
 void TransparentHeap::touch(const void* ptr) noexcept {
@@ -312,8 +334,14 @@ std::string TransparentHeap::stats_json() const {
     << ", \"pages_demoted\": " << c.pages_demoted << ", \"pages_promoted\": " << c.pages_promoted
     << ", \"bytes_demoted\": " << c.pages_demoted * page_ << ", \"bytes_promoted\": " << c.pages_promoted * page_
     << ", \"drains\": " << c.drains << ", \"quiescent_points\": " << c.quiescent_points
-    << ", \"frees_kept_for_graphs\": " << c.kept_for_graphs << ", \"stream_ordered_frees\": " << c.stream_ordered_frees
-    << "}";
+    << ", \"frees_kept_for_graphs\": " << c.kept_for_graphs << ", \"stream_ordered_frees\": "
+    << c.stream_ordered_frees
+    // The same in the keys of torch.cuda.memory_stats(), for tools that read those.
+    << ", \"allocated_bytes.all.current\": " << c.allocated_bytes
+    << ", \"allocated_bytes.all.peak\": " << c.allocated_peak << ", \"reserved_bytes.all.current\": " << u.used
+    << ", \"reserved_bytes.all.peak\": " << c.peak_used << ", \"num_alloc_retries\": " << c.alloc_retries
+    << ", \"num_ooms\": " << c.ooms << ", \"tvmm.device_bytes.current\": " << u.on_device
+    << ", \"tvmm.host_bytes.current\": " << u.used - u.on_device << "}";
   return o.str();
 }
 

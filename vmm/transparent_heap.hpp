@@ -68,6 +68,8 @@ class TransparentHeap {
   [[nodiscard]] virtual bool contains(const void* ptr) const noexcept = 0;
   //! The size of the live allocation starting at `ptr`, or 0.
   [[nodiscard]] std::size_t size_of(const void* ptr) const;
+  //! The live allocation `ptr` points into: its start and the bytes asked for; {0, 0} when none.
+  [[nodiscard]] std::pair<backend::DevPtr, std::size_t> allocation_of(const void* ptr) const;
   //! Marks the allocation containing `ptr` as just used (a hint: kernel arguments, prefetch calls).
   void touch(const void* ptr) noexcept;
   //! A quiescent point: `drained` says the caller has already waited for all device work; otherwise the
@@ -93,6 +95,10 @@ class TransparentHeap {
     std::uint64_t drains = 0, quiescent_points = 0;
     std::uint64_t kept_for_graphs = 0;       //!< frees during a graph capture: the memory stays for the graph
     std::uint64_t stream_ordered_frees = 0;  //!< free_after: released when the freeing stream got there
+    std::uint64_t ooms = 0;                  //!< allocations refused for want of capacity (PyTorch's num_ooms)
+    std::uint64_t alloc_retries = 0;  //!< allocations that first waited for frees to complete (num_alloc_retries)
+    std::size_t allocated_bytes = 0;  //!< bytes the program asked for, live now (allocated_bytes.all.current)
+    std::size_t allocated_peak = 0;   //!< and at most (allocated_bytes.all.peak)
     std::size_t peak_used = 0;
   };
   [[nodiscard]] Counters counters() const;

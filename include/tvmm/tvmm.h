@@ -94,6 +94,13 @@ void tvmm_pin_destroy(tvmm_pin* pin);
  * tvmm_last_error(); tvmm_free of a pointer it did not return reports the error and changes nothing. */
 void* tvmm_malloc(ssize_t size, int device, void* stream);
 void tvmm_free(void* ptr, ssize_t size, int device, void* stream);
+/* Transparent mode's statistics for `device` (-1: the caller's current one) as one JSON object, in the
+ * keys of torch.cuda.memory_stats() ("allocated_bytes.all.current", "allocated_bytes.all.peak",
+ * "reserved_bytes.all.current", "num_alloc_retries", "num_ooms", ...) beside tvmm's own ("pages_demoted",
+ * "tvmm.device_bytes.current", ...); "{}" when that device has no heap yet. Writes at most `size` bytes
+ * (NUL included) to `buf` and returns the length of the whole JSON text, as snprintf does, or -1 with
+ * tvmm_last_error() set. Exported by libtvmm_preload.so. */
+int tvmm_memory_stats(int device, char* buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -110,9 +110,16 @@ TEST_P(TransparentHeapTest, BeyondDevicePlusHostBudgetsIsOutOfMemoryNamingTheBud
     (void)h.heap.allocate(7 * page);
     FAIL() << "no out_of_memory";
   } catch (const out_of_memory& e) {
-    EXPECT_NE(std::string(e.what()).find("device budget"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("NVMe tier needs the explicit API"), std::string::npos) << e.what();
+    // PyTorch's words, what each tier holds, and what to raise.
+    const std::string m = e.what();
+    EXPECT_NE(m.find("CUDA out of memory. Tried to allocate 14 MiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("device budget (8 MiB, 8 MiB in use)"), std::string::npos) << m;
+    EXPECT_NE(m.find("host budget (24 MiB, 12 MiB in use)"), std::string::npos) << m;
+    EXPECT_NE(m.find("Raise TVMM_HOST_BUDGET"), std::string::npos) << m;
+    EXPECT_NE(m.find("NVMe tier needs the explicit API"), std::string::npos) << m;
   }
+  EXPECT_EQ(h.heap.counters().ooms, 1u);
+  EXPECT_EQ(h.heap.counters().allocated_bytes, 10 * page);
   // Nothing changed: the earlier allocation is intact and the capacity left is usable.
   kernels::fill_pattern(a, 10 * page, 3);
   void* b = h.heap.allocate(6 * page);

@@ -501,6 +501,129 @@ int stream_ordered() {
   return 0;
 }
 
+// Pointer queries on tvmm's memory answer as for a cudaMalloc'd allocation, whichever tier its pages are
+// on: device memory of the allocating device, the whole allocation as the range (PyTorch, CuPy and NCCL
+// infer devices and bounds from pointers). Other memory: the driver's answers.
+int pointers() {
+  const std::size_t device = env_size("TVMM_DEVICE_BUDGET");
+  const std::size_t n = (std::size_t{5} << 20) + 123;
+  auto* p = static_cast<char*>(must_alloc(n));
+  std::vector<void*> pressure;  // pushes p's pages out to host chunks
+  for (std::size_t done = 0; done < device; done += 2 << 20) pressure.push_back(must_alloc(2 << 20));
+  for (const std::size_t offset : {std::size_t{0}, std::size_t{3} << 20, n - 1}) {
+    const auto at = reinterpret_cast<CUdeviceptr>(p + offset);
+    unsigned type = 0;
+    int ordinal = -1;
+    CUdeviceptr start = 0;
+    std::size_t size = 0;
+    expect(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, at) == CUDA_SUCCESS &&
+               type == CU_MEMORYTYPE_DEVICE,
+           "tvmm's memory is not device memory to cuPointerGetAttribute");
+    expect(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, at) == CUDA_SUCCESS && ordinal == 0,
+           "tvmm's memory is not device 0's");
+    expect(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, at) == CUDA_SUCCESS &&
+               start == reinterpret_cast<CUdeviceptr>(p) &&
+               cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, at) == CUDA_SUCCESS && size == n,
+           "cuPointerGetAttribute's range is not the allocation");
+    CUdeviceptr base = 0;
+    std::size_t bytes = 0;
+    expect(cuMemGetAddressRange(&base, &bytes, at) == CUDA_SUCCESS && base == reinterpret_cast<CUdeviceptr>(p) &&
+               bytes == n,
+           "cuMemGetAddressRange is not the allocation");
+    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_HOST_POINTER};
+    void* host = &type;
+    type = 0;
+    ordinal = -1;
+    size = 0;
+    void* data[] = {&type, &ordinal, &size, &host};
+    expect(cuPointerGetAttributes(4, attrs, data, at) == CUDA_SUCCESS && type == CU_MEMORYTYPE_DEVICE && ordinal == 0 &&
+               size == n && host == nullptr,
+           "cuPointerGetAttributes does not describe the allocation");
+    cudaPointerAttributes attr{};
+    check(cudaPointerGetAttributes(&attr, p + offset), "cudaPointerGetAttributes");
+    expect(attr.type == cudaMemoryTypeDevice && attr.device == 0 && attr.hostPointer == nullptr,
+           "cudaPointerGetAttributes does not describe device memory of device 0");
+  }
+  // Not tvmm's: the driver answers.
+  void* managed = nullptr;
+  check(cudaMallocManaged(&managed, 1 << 20, cudaMemAttachGlobal), "cudaMallocManaged");
+  unsigned is_managed = 0;
+  expect(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, reinterpret_cast<CUdeviceptr>(managed)) ==
+                 CUDA_SUCCESS &&
+             is_managed == 1,
+         "the driver's answer for managed memory was changed");
+  check(cudaFree(managed), "cudaFree");
+  for (void* q : pressure) check(cudaFree(q), "cudaFree");
+  check(cudaFree(p), "cudaFree");
+  std::puts("ok");
+  return 0;
+}
+
+// The number after "key": in a flat JSON object, or -1.
+long long json_number(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\": ");
+  return at == std::string::npos ? -1 : std::atoll(json.c_str() + at + key.size() + 4);
+}
+
+std::string memory_stats(int device) {
+  using Stats = int (*)(int, char*, std::size_t);
+  auto* stats = reinterpret_cast<Stats>(::dlsym(RTLD_DEFAULT, "tvmm_memory_stats"));
+  expect(stats != nullptr, "tvmm_memory_stats is not there (not under LD_PRELOAD?)");
+  const int n = stats(device, nullptr, 0);
+  expect(n >= 2, "tvmm_memory_stats failed");
+  std::string out(static_cast<std::size_t>(n) + 1, '\0');
+  expect(stats(device, out.data(), out.size()) == n, "tvmm_memory_stats changed its length");
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+// What a PyTorch user reads: torch.cuda.memory_stats()'s keys from tvmm_memory_stats, and an
+// out-of-memory error in PyTorch's words, naming each tier and the setting to raise.
+int stats() {
+  void* p = must_alloc(3 << 20);
+  std::string j = memory_stats(-1);
+  expect(json_number(j, "allocated_bytes.all.current") == 3 << 20, "allocated_bytes.all.current is wrong: " + j);
+  expect(json_number(j, "reserved_bytes.all.current") == 4 << 20, "reserved_bytes.all.current is wrong: " + j);
+  std::size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  void* big = nullptr;
+  expect(cudaMalloc(&big, total) == cudaErrorMemoryAllocation, "an allocation past the capacity did not fail");
+  (void)cudaGetLastError();
+  check(cudaFree(p), "cudaFree");
+  j = memory_stats(-1);
+  expect(json_number(j, "num_ooms") == 1 && json_number(j, "allocated_bytes.all.current") == 0 &&
+             json_number(j, "allocated_bytes.all.peak") == 3 << 20,
+         "the stats after an out-of-memory error are wrong: " + j);
+  expect(memory_stats(1) == "{}", "device 1 has stats but no heap");
+  std::puts("ok");
+  return 0;
+}
+
+// TVMM_DISABLE=1: every hook passes through, as if tvmm were not loaded.
+int disabled() {
+  std::size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  expect(total != env_size("TVMM_DEVICE_BUDGET") + env_size("TVMM_HOST_BUDGET"),
+         "cudaMemGetInfo reports tvmm's budgets while tvmm is disabled");
+  void* p = must_alloc(4 << 20);
+  fill(p, 4 << 20, 8);
+  expect(mismatches(p, 4 << 20, 8) == 0, "the runtime's memory has wrong bytes");
+  check(cudaFree(p), "cudaFree");
+  using Malloc = void* (*)(ssize_t, int, void*);
+  using Free = void (*)(void*, ssize_t, int, void*);
+  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
+  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
+  void* t = tvmm_malloc(1 << 20, 0, nullptr);
+  expect(t != nullptr, "tvmm_malloc failed while tvmm is disabled");
+  fill(t, 1 << 20, 9);
+  expect(mismatches(t, 1 << 20, 9) == 0, "tvmm_malloc's memory has wrong bytes");
+  tvmm_free(t, 1 << 20, 0, nullptr);
+  expect(memory_stats(-1) == "{}", "a heap was made while tvmm is disabled");
+  std::puts("ok");
+  return 0;
+}
+
 // The emulated runtime's own rules (run without tvmm): devices, the context it works in, the last
 // error, launches, pointer attributes and the driver's entry points.
 int runtime() {
@@ -575,9 +698,12 @@ int main(int argc, char** argv) {
   if (cmd == "devices") return devices();
   if (cmd == "fork") return fork_child();
   if (cmd == "stream-ordered") return stream_ordered();
-  std::fprintf(
-      stderr,
-      "usage: cuda_client "
-      "oversubscribe|passthrough|threads|launches|context|devices|fork|stream-ordered|driver|capture|runtime\n");
+  if (cmd == "stats") return stats();
+  if (cmd == "pointers") return pointers();
+  if (cmd == "disabled") return disabled();
+  std::fprintf(stderr,
+               "usage: cuda_client "
+               "oversubscribe|passthrough|threads|launches|context|devices|fork|stream-ordered|stats|pointers|disabled|"
+               "driver|capture|runtime\n");
   return 2;
 }
