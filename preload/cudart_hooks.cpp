@@ -2,6 +2,7 @@
 // this library first); memory tvmm did not allocate passes through to the real runtime, found with
 // RTLD_NEXT. Exact names only: nothing here matches by prefix.
 #include <cstddef>
+#include <cstdint>
 
 #include "preload/runtime.hpp"
 
@@ -52,6 +53,60 @@ cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) 
   }
   // Usable in stream order at once: tvmm's memory is mapped before this returns.
   return allocate("cudaMallocAsync", ptr, bytes);
+}
+
+// Pitched allocations: each row padded to a multiple of 512 bytes (the texture pitch alignment,
+// CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, of every GPU tvmm supports), so 2D copies and texture
+// binding accept the pitch; served by tvmm as one allocation.
+constexpr std::size_t kPitchAlignment = 512;
+
+// The row pitch for `width` bytes, and pitch * rows, or false when that overflows.
+bool pitched_size(std::size_t width, std::size_t rows, std::size_t* pitch, std::size_t* bytes) noexcept {
+  if (width > SIZE_MAX - (kPitchAlignment - 1)) return false;
+  *pitch = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+  if (rows != 0 && *pitch > SIZE_MAX / rows) return false;
+  *bytes = *pitch * rows;
+  return true;
+}
+
+struct PitchedPtr {  // cudaPitchedPtr (driver_types.h)
+  void* ptr;
+  std::size_t pitch, xsize, ysize;
+};
+struct Extent {  // cudaExtent
+  std::size_t width, height, depth;
+};
+
+cudaError_t cudaMallocPitch(void** ptr, std::size_t* pitch, std::size_t width, std::size_t height) {
+  using F = cudaError_t (*)(void**, std::size_t*, std::size_t, std::size_t);
+  if (pass_through()) {
+    static Real<F> real_fn("cudaMallocPitch");
+    const auto next = real_fn.get();
+    return next != nullptr ? next(ptr, pitch, width, height) : no_runtime("cudaMallocPitch");
+  }
+  std::size_t p = 0, bytes = 0;
+  if (pitch == nullptr || !pitched_size(width, height, &p, &bytes)) return kInvalidValue;
+  const int r = allocate("cudaMallocPitch", ptr, bytes);
+  if (r == kSuccess) *pitch = p;
+  return r;
+}
+
+cudaError_t cudaMalloc3D(PitchedPtr* out, Extent extent) {
+  using F = cudaError_t (*)(PitchedPtr*, Extent);
+  if (pass_through()) {
+    static Real<F> real_fn("cudaMalloc3D");
+    const auto next = real_fn.get();
+    return next != nullptr ? next(out, extent) : no_runtime("cudaMalloc3D");
+  }
+  std::size_t p = 0, bytes = 0;
+  if (out == nullptr || (extent.depth != 0 && extent.height > SIZE_MAX / extent.depth) ||
+      !pitched_size(extent.width, extent.height * extent.depth, &p, &bytes)) {
+    return kInvalidValue;
+  }
+  void* base = nullptr;
+  const int r = allocate("cudaMalloc3D", &base, bytes);
+  if (r == kSuccess) *out = PitchedPtr{base, p, extent.width, extent.height};
+  return r;
 }
 
 cudaError_t cudaFree(void* ptr) {

@@ -262,6 +262,16 @@ Function* registered(const void* host_stub) {
   return it == g_functions.end() ? nullptr : it->second;
 }
 
+// cudaMalloc's work in the current context: a 0-byte request gets NULL (the driver would refuse it).
+cudaError_t device_alloc(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  CUdeviceptr p = 0;
+  const CUresult r = drv().MemAlloc(&p, bytes);
+  if (r == CUDA_SUCCESS) *ptr = reinterpret_cast<void*>(p);
+  return result(r);
+}
+
 bool capturing(cudaStream_t stream) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   return drv().StreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
@@ -429,12 +439,7 @@ const char* cudaGetErrorString(cudaError_t error) {
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return result(CUDA_ERROR_INVALID_VALUE);
   CUEMU_RT_READY();
-  *ptr = nullptr;
-  if (bytes == 0) return cudaSuccess;  // the runtime answers a 0-byte request with NULL (the driver refuses)
-  CUdeviceptr p = 0;
-  const CUresult r = drv().MemAlloc(&p, bytes);
-  if (r == CUDA_SUCCESS) *ptr = reinterpret_cast<void*>(p);
-  return result(r);
+  return device_alloc(ptr, bytes);
 }
 cudaError_t cudaFree(void* ptr) {
   CUEMU_RT_READY();  // cudaFree(NULL) is the idiom that initialises the runtime
@@ -443,6 +448,24 @@ cudaError_t cudaFree(void* ptr) {
   // running on it cannot fault.
   if (const CUresult r = drv().CtxSynchronize(); r != CUDA_SUCCESS) return result(r);
   return result(drv().MemFree(reinterpret_cast<CUdeviceptr>(ptr)));
+}
+// Pitched allocations: rows padded to 512 bytes (CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT of
+// compute capability 9.0), in one cuMemAlloc.
+// (Never through cudaMalloc by name: under LD_PRELOAD that would reach the interposer's hook.)
+cudaError_t cudaMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height) {
+  if (ptr == nullptr || pitch == nullptr) return result(CUDA_ERROR_INVALID_VALUE);
+  CUEMU_RT_READY();
+  *pitch = (width + 511) / 512 * 512;
+  return device_alloc(ptr, *pitch * height);
+}
+cudaError_t cudaMalloc3D(struct cudaPitchedPtr* out, struct cudaExtent extent) {
+  if (out == nullptr) return result(CUDA_ERROR_INVALID_VALUE);
+  CUEMU_RT_READY();
+  const size_t pitch = (extent.width + 511) / 512 * 512;
+  void* p = nullptr;
+  if (const cudaError_t e = device_alloc(&p, pitch * extent.height * extent.depth); e != cudaSuccess) return e;
+  *out = {p, pitch, extent.width, extent.height};
+  return cudaSuccess;
 }
 // Stream-ordered allocation, emulated: the memory exists from the call on (earlier than stream order
 // requires, which no correct program can tell), and a free waits for the stream's work before the memory

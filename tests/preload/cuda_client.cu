@@ -600,6 +600,35 @@ int stats() {
   return 0;
 }
 
+// Pitched allocations are tvmm's: rows padded to 512 bytes, the whole allocation usable by kernels.
+int pitched() {
+  void* p = nullptr;
+  std::size_t pitch = 0;
+  check(cudaMallocPitch(&p, &pitch, 1000, 300), "cudaMallocPitch");
+  expect(pitch >= 1000 && pitch % 512 == 0, "cudaMallocPitch's pitch " + std::to_string(pitch) + " is not 512-aligned");
+  std::string j = memory_stats(-1);
+  expect(json_number(j, "allocated_bytes.all.current") == static_cast<long long>(pitch * 300),
+         "cudaMallocPitch was not served by tvmm: " + j);
+  fill(p, pitch * 300, 11);
+  expect(mismatches(p, pitch * 300, 11) == 0, "the pitched allocation has wrong bytes");
+  cudaPitchedPtr q{};
+  check(cudaMalloc3D(&q, make_cudaExtent(700, 20, 30)), "cudaMalloc3D");
+  expect(q.ptr != nullptr && q.pitch == 1024 && q.xsize == 700 && q.ysize == 20, "cudaMalloc3D's pitched pointer");
+  fill(q.ptr, q.pitch * 20 * 30, 12);
+  expect(mismatches(q.ptr, q.pitch * 20 * 30, 12) == 0, "the 3D allocation has wrong bytes");
+  j = memory_stats(-1);
+  expect(json_number(j, "allocated_bytes.all.current") == static_cast<long long>(pitch * 300 + 1024 * 20 * 30),
+         "cudaMalloc3D was not served by tvmm: " + j);
+  check(cudaFree(q.ptr), "cudaFree");
+  check(cudaFree(p), "cudaFree");
+  std::size_t bad_pitch = 0;
+  expect(cudaMallocPitch(&p, &bad_pitch, SIZE_MAX - 10, 2) == cudaErrorInvalidValue,
+         "an overflowing pitched size was not refused");
+  (void)cudaGetLastError();
+  std::puts("ok");
+  return 0;
+}
+
 // TVMM_DISABLE=1: every hook passes through, as if tvmm were not loaded.
 int disabled() {
   std::size_t free = 0, total = 0;
@@ -700,10 +729,12 @@ int main(int argc, char** argv) {
   if (cmd == "stream-ordered") return stream_ordered();
   if (cmd == "stats") return stats();
   if (cmd == "pointers") return pointers();
+  if (cmd == "pitched") return pitched();
   if (cmd == "disabled") return disabled();
-  std::fprintf(stderr,
-               "usage: cuda_client "
-               "oversubscribe|passthrough|threads|launches|context|devices|fork|stream-ordered|stats|pointers|disabled|"
-               "driver|capture|runtime\n");
+  std::fprintf(
+      stderr,
+      "usage: cuda_client "
+      "oversubscribe|passthrough|threads|launches|context|devices|fork|stream-ordered|stats|pointers|pitched|disabled|"
+      "driver|capture|runtime\n");
   return 2;
 }
