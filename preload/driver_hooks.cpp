@@ -55,16 +55,95 @@ enum Slot {
   kMemcpyDtoHPtds,
   kMemcpyDtoD,
   kMemcpyDtoDPtds,
+  kMemcpy,
+  kMemcpyPt,
+  kMemcpyAsync,
+  kMemcpyAsyncPt,
+  kMemcpyPeer,
+  kMemcpyPeerPt,
+  kMemcpyPeerAsync,
+  kMemcpyPeerAsyncPt,
+  kMemcpy2D,
+  kMemcpy2DPt,
+  kMemcpy2DAsync,
+  kMemcpy2DAsyncPt,
+  kMemcpy3D,
+  kMemcpy3DPt,
+  kMemcpy3DAsync,
+  kMemcpy3DAsyncPt,
+  kMemsetD8,
+  kMemsetD8Pt,
+  kMemsetD16,
+  kMemsetD16Pt,
+  kMemsetD32,
+  kMemsetD32Pt,
+  kMemsetD8Async,
+  kMemsetD8AsyncPt,
+  kMemsetD16Async,
+  kMemsetD16AsyncPt,
+  kMemsetD32Async,
+  kMemsetD32AsyncPt,
+  kLaunchCooperativeKernel,
+  kLaunchCooperativeKernelPt,
   kSlots
 };
-constexpr const char* kSlotNames[kSlots] = {
-    "cuGetProcAddress",     "cuGetProcAddress_v2",       "cuMemAlloc_v2",          "cuMemFree_v2",
-    "cuMemGetInfo_v2",      "cuPointerGetAttribute",     "cuPointerGetAttributes", "cuMemGetAddressRange_v2",
-    "cuLaunchKernel",       "cuLaunchKernel_ptsz",       "cuLaunchKernelEx",       "cuLaunchKernelEx_ptsz",
-    "cuGraphLaunch",        "cuGraphLaunch_ptsz",        "cuMemcpyHtoDAsync_v2",   "cuMemcpyHtoDAsync_v2_ptsz",
-    "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyDtoDAsync_v2",   "cuMemcpyDtoDAsync_v2_ptsz",
-    "cuMemcpyHtoD_v2",      "cuMemcpyHtoD_v2_ptds",      "cuMemcpyDtoH_v2",        "cuMemcpyDtoH_v2_ptds",
-    "cuMemcpyDtoD_v2",      "cuMemcpyDtoD_v2_ptds"};
+constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
+                                            "cuGetProcAddress_v2",
+                                            "cuMemAlloc_v2",
+                                            "cuMemFree_v2",
+                                            "cuMemGetInfo_v2",
+                                            "cuPointerGetAttribute",
+                                            "cuPointerGetAttributes",
+                                            "cuMemGetAddressRange_v2",
+                                            "cuLaunchKernel",
+                                            "cuLaunchKernel_ptsz",
+                                            "cuLaunchKernelEx",
+                                            "cuLaunchKernelEx_ptsz",
+                                            "cuGraphLaunch",
+                                            "cuGraphLaunch_ptsz",
+                                            "cuMemcpyHtoDAsync_v2",
+                                            "cuMemcpyHtoDAsync_v2_ptsz",
+                                            "cuMemcpyDtoHAsync_v2",
+                                            "cuMemcpyDtoHAsync_v2_ptsz",
+                                            "cuMemcpyDtoDAsync_v2",
+                                            "cuMemcpyDtoDAsync_v2_ptsz",
+                                            "cuMemcpyHtoD_v2",
+                                            "cuMemcpyHtoD_v2_ptds",
+                                            "cuMemcpyDtoH_v2",
+                                            "cuMemcpyDtoH_v2_ptds",
+                                            "cuMemcpyDtoD_v2",
+                                            "cuMemcpyDtoD_v2_ptds",
+                                            "cuMemcpy",
+                                            "cuMemcpy_ptds",
+                                            "cuMemcpyAsync",
+                                            "cuMemcpyAsync_ptsz",
+                                            "cuMemcpyPeer",
+                                            "cuMemcpyPeer_ptds",
+                                            "cuMemcpyPeerAsync",
+                                            "cuMemcpyPeerAsync_ptsz",
+                                            "cuMemcpy2D_v2",
+                                            "cuMemcpy2D_v2_ptds",
+                                            "cuMemcpy2DAsync_v2",
+                                            "cuMemcpy2DAsync_v2_ptsz",
+                                            "cuMemcpy3D_v2",
+                                            "cuMemcpy3D_v2_ptds",
+                                            "cuMemcpy3DAsync_v2",
+                                            "cuMemcpy3DAsync_v2_ptsz",
+                                            "cuMemsetD8_v2",
+                                            "cuMemsetD8_v2_ptds",
+                                            "cuMemsetD16_v2",
+                                            "cuMemsetD16_v2_ptds",
+                                            "cuMemsetD32_v2",
+                                            "cuMemsetD32_v2_ptds",
+                                            "cuMemsetD8Async",
+                                            "cuMemsetD8Async_ptsz",
+                                            "cuMemsetD16Async",
+                                            "cuMemsetD16Async_ptsz",
+                                            "cuMemsetD32Async",
+                                            "cuMemsetD32Async_ptsz",
+                                            "cuLaunchCooperativeKernel",
+                                            "cuLaunchCooperativeKernel_ptsz"};
+static_assert(kSlotNames[kSlots - 1] != nullptr, "a slot without its exported name");
 // cuGetProcAddress's flag for the per-thread default stream variants (cuda.h).
 constexpr cuuint64_t kPerThreadDefaultStream = 2;
 std::atomic<void*> g_real[kSlots];
@@ -125,6 +204,21 @@ int slot_of_base(const char* name, int version, cuuint64_t flags) noexcept {
       {"cuMemcpyHtoD", 3020, kMemcpyHtoD, true},
       {"cuMemcpyDtoH", 3020, kMemcpyDtoH, true},
       {"cuMemcpyDtoD", 3020, kMemcpyDtoD, true},
+      {"cuMemcpy", 4000, kMemcpy, true},
+      {"cuMemcpyAsync", 4000, kMemcpyAsync, true},
+      {"cuMemcpyPeer", 4000, kMemcpyPeer, true},
+      {"cuMemcpyPeerAsync", 4000, kMemcpyPeerAsync, true},
+      {"cuMemcpy2D", 3020, kMemcpy2D, true},
+      {"cuMemcpy2DAsync", 3020, kMemcpy2DAsync, true},
+      {"cuMemcpy3D", 3020, kMemcpy3D, true},
+      {"cuMemcpy3DAsync", 3020, kMemcpy3DAsync, true},
+      {"cuMemsetD8", 3020, kMemsetD8, true},
+      {"cuMemsetD16", 3020, kMemsetD16, true},
+      {"cuMemsetD32", 3020, kMemsetD32, true},
+      {"cuMemsetD8Async", 3020, kMemsetD8Async, true},
+      {"cuMemsetD16Async", 3020, kMemsetD16Async, true},
+      {"cuMemsetD32Async", 3020, kMemsetD32Async, true},
+      {"cuLaunchCooperativeKernel", 9000, kLaunchCooperativeKernel, true},
   };
   if (std::strcmp(name, "cuGetProcAddress") == 0) return version >= 12000 ? kGetProcAddressV2 : kGetProcAddress;
   for (const Base& b : kBases) {
@@ -310,6 +404,49 @@ TVMM_GATED(kMemcpyDtoH, cuMemcpyDtoH_v2, (void* d, CUdeviceptr s, std::size_t n)
 TVMM_GATED(kMemcpyDtoHPtds, cuMemcpyDtoH_v2_ptds, (void* d, CUdeviceptr s, std::size_t n), (d, s, n))
 TVMM_GATED(kMemcpyDtoD, cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
 TVMM_GATED(kMemcpyDtoDPtds, cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
+TVMM_GATED(kMemcpy, cuMemcpy, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
+TVMM_GATED(kMemcpyPt, cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
+TVMM_GATED(kMemcpyAsync, cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st))
+TVMM_GATED(kMemcpyAsyncPt, cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st))
+TVMM_GATED(kMemcpyPeer, cuMemcpyPeer, (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n),
+           (d, dc, s, sc, n))
+TVMM_GATED(kMemcpyPeerPt, cuMemcpyPeer_ptds, (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n),
+           (d, dc, s, sc, n))
+TVMM_GATED(kMemcpyPeerAsync, cuMemcpyPeerAsync,
+           (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n, void* st), (d, dc, s, sc, n, st))
+TVMM_GATED(kMemcpyPeerAsyncPt, cuMemcpyPeerAsync_ptsz,
+           (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n, void* st), (d, dc, s, sc, n, st))
+TVMM_GATED(kMemcpy2D, cuMemcpy2D_v2, (const void* copy), (copy))
+TVMM_GATED(kMemcpy2DPt, cuMemcpy2D_v2_ptds, (const void* copy), (copy))
+TVMM_GATED(kMemcpy2DAsync, cuMemcpy2DAsync_v2, (const void* copy, void* st), (copy, st))
+TVMM_GATED(kMemcpy2DAsyncPt, cuMemcpy2DAsync_v2_ptsz, (const void* copy, void* st), (copy, st))
+TVMM_GATED(kMemcpy3D, cuMemcpy3D_v2, (const void* copy), (copy))
+TVMM_GATED(kMemcpy3DPt, cuMemcpy3D_v2_ptds, (const void* copy), (copy))
+TVMM_GATED(kMemcpy3DAsync, cuMemcpy3DAsync_v2, (const void* copy, void* st), (copy, st))
+TVMM_GATED(kMemcpy3DAsyncPt, cuMemcpy3DAsync_v2_ptsz, (const void* copy, void* st), (copy, st))
+TVMM_GATED(kMemsetD8, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n))
+TVMM_GATED(kMemsetD8Pt, cuMemsetD8_v2_ptds, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n))
+TVMM_GATED(kMemsetD16, cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, std::size_t n), (d, v, n))
+TVMM_GATED(kMemsetD16Pt, cuMemsetD16_v2_ptds, (CUdeviceptr d, unsigned short v, std::size_t n), (d, v, n))
+TVMM_GATED(kMemsetD32, cuMemsetD32_v2, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n))
+TVMM_GATED(kMemsetD32Pt, cuMemsetD32_v2_ptds, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n))
+TVMM_GATED(kMemsetD8Async, cuMemsetD8Async, (CUdeviceptr d, unsigned char v, std::size_t n, void* st), (d, v, n, st))
+TVMM_GATED(kMemsetD8AsyncPt, cuMemsetD8Async_ptsz, (CUdeviceptr d, unsigned char v, std::size_t n, void* st),
+           (d, v, n, st))
+TVMM_GATED(kMemsetD16Async, cuMemsetD16Async, (CUdeviceptr d, unsigned short v, std::size_t n, void* st), (d, v, n, st))
+TVMM_GATED(kMemsetD16AsyncPt, cuMemsetD16Async_ptsz, (CUdeviceptr d, unsigned short v, std::size_t n, void* st),
+           (d, v, n, st))
+TVMM_GATED(kMemsetD32Async, cuMemsetD32Async, (CUdeviceptr d, unsigned v, std::size_t n, void* st), (d, v, n, st))
+TVMM_GATED(kMemsetD32AsyncPt, cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned v, std::size_t n, void* st),
+           (d, v, n, st))
+TVMM_GATED(kLaunchCooperativeKernel, cuLaunchCooperativeKernel,
+           (void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
+            void* stream, void** params),
+           (f, gx, gy, gz, bx, by, bz, shared, stream, params))
+TVMM_GATED(kLaunchCooperativeKernelPt, cuLaunchCooperativeKernel_ptsz,
+           (void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
+            void* stream, void** params),
+           (f, gx, gy, gz, bx, by, bz, shared, stream, params))
 #undef TVMM_GATED
 #undef TVMM_LAUNCH_PARAMS
 #undef TVMM_LAUNCH_ARGS
@@ -374,6 +511,36 @@ void* ours(Slot s) noexcept {
     case kMemcpyDtoHPtds: return reinterpret_cast<void*>(&cuMemcpyDtoH_v2_ptds);
     case kMemcpyDtoD: return reinterpret_cast<void*>(&cuMemcpyDtoD_v2);
     case kMemcpyDtoDPtds: return reinterpret_cast<void*>(&cuMemcpyDtoD_v2_ptds);
+    case kMemcpy: return reinterpret_cast<void*>(&cuMemcpy);
+    case kMemcpyPt: return reinterpret_cast<void*>(&cuMemcpy_ptds);
+    case kMemcpyAsync: return reinterpret_cast<void*>(&cuMemcpyAsync);
+    case kMemcpyAsyncPt: return reinterpret_cast<void*>(&cuMemcpyAsync_ptsz);
+    case kMemcpyPeer: return reinterpret_cast<void*>(&cuMemcpyPeer);
+    case kMemcpyPeerPt: return reinterpret_cast<void*>(&cuMemcpyPeer_ptds);
+    case kMemcpyPeerAsync: return reinterpret_cast<void*>(&cuMemcpyPeerAsync);
+    case kMemcpyPeerAsyncPt: return reinterpret_cast<void*>(&cuMemcpyPeerAsync_ptsz);
+    case kMemcpy2D: return reinterpret_cast<void*>(&cuMemcpy2D_v2);
+    case kMemcpy2DPt: return reinterpret_cast<void*>(&cuMemcpy2D_v2_ptds);
+    case kMemcpy2DAsync: return reinterpret_cast<void*>(&cuMemcpy2DAsync_v2);
+    case kMemcpy2DAsyncPt: return reinterpret_cast<void*>(&cuMemcpy2DAsync_v2_ptsz);
+    case kMemcpy3D: return reinterpret_cast<void*>(&cuMemcpy3D_v2);
+    case kMemcpy3DPt: return reinterpret_cast<void*>(&cuMemcpy3D_v2_ptds);
+    case kMemcpy3DAsync: return reinterpret_cast<void*>(&cuMemcpy3DAsync_v2);
+    case kMemcpy3DAsyncPt: return reinterpret_cast<void*>(&cuMemcpy3DAsync_v2_ptsz);
+    case kMemsetD8: return reinterpret_cast<void*>(&cuMemsetD8_v2);
+    case kMemsetD8Pt: return reinterpret_cast<void*>(&cuMemsetD8_v2_ptds);
+    case kMemsetD16: return reinterpret_cast<void*>(&cuMemsetD16_v2);
+    case kMemsetD16Pt: return reinterpret_cast<void*>(&cuMemsetD16_v2_ptds);
+    case kMemsetD32: return reinterpret_cast<void*>(&cuMemsetD32_v2);
+    case kMemsetD32Pt: return reinterpret_cast<void*>(&cuMemsetD32_v2_ptds);
+    case kMemsetD8Async: return reinterpret_cast<void*>(&cuMemsetD8Async);
+    case kMemsetD8AsyncPt: return reinterpret_cast<void*>(&cuMemsetD8Async_ptsz);
+    case kMemsetD16Async: return reinterpret_cast<void*>(&cuMemsetD16Async);
+    case kMemsetD16AsyncPt: return reinterpret_cast<void*>(&cuMemsetD16Async_ptsz);
+    case kMemsetD32Async: return reinterpret_cast<void*>(&cuMemsetD32Async);
+    case kMemsetD32AsyncPt: return reinterpret_cast<void*>(&cuMemsetD32Async_ptsz);
+    case kLaunchCooperativeKernel: return reinterpret_cast<void*>(&cuLaunchCooperativeKernel);
+    case kLaunchCooperativeKernelPt: return reinterpret_cast<void*>(&cuLaunchCooperativeKernel_ptsz);
     case kSlots: break;
   }
   return nullptr;
