@@ -241,14 +241,39 @@ TEST(CudaEmulator, ExportedSymbolsAreTheVersionedEntryPoints) {
   RUN(
       {},
       [](const Cu& cu) {
-        for (const char* name :
-             {"cuInit", "cuDriverGetVersion", "cuGetProcAddress", "cuGetProcAddress_v2", "cuDeviceTotalMem_v2",
-              "cuCtxCreate_v2", "cuCtxCreate_v4", "cuCtxDestroy_v2", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2",
-              "cuCtxSynchronize", "cuCtxSynchronize_v2", "cuCtxGetDevice", "cuCtxGetDevice_v2", "cuMemAlloc_v2",
-              "cuMemFree_v2", "cuMemGetInfo_v2", "cuMemAdvise", "cuMemAdvise_v2", "cuMemPrefetchAsync",
-              "cuMemPrefetchAsync_v2", "cuMemGetAddressRange_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoHAsync_v2",
-              "cuStreamDestroy_v2", "cuEventDestroy_v2", "cuEventElapsedTime_v2", "cuStreamBeginCapture_v2",
-              "cuStreamGetCaptureInfo_v3", "cuGraphInstantiateWithFlags", "cuLaunchKernel", "cuMemCreate", "cuMemMap"}) {
+        for (const char* name : {"cuInit",
+                                 "cuDriverGetVersion",
+                                 "cuGetProcAddress",
+                                 "cuGetProcAddress_v2",
+                                 "cuDeviceTotalMem_v2",
+                                 "cuCtxCreate_v2",
+                                 "cuCtxCreate_v4",
+                                 "cuCtxDestroy_v2",
+                                 "cuCtxPushCurrent_v2",
+                                 "cuCtxPopCurrent_v2",
+                                 "cuCtxSynchronize",
+                                 "cuCtxSynchronize_v2",
+                                 "cuCtxGetDevice",
+                                 "cuCtxGetDevice_v2",
+                                 "cuMemAlloc_v2",
+                                 "cuMemFree_v2",
+                                 "cuMemGetInfo_v2",
+                                 "cuMemAdvise",
+                                 "cuMemAdvise_v2",
+                                 "cuMemPrefetchAsync",
+                                 "cuMemPrefetchAsync_v2",
+                                 "cuMemGetAddressRange_v2",
+                                 "cuMemcpyHtoD_v2",
+                                 "cuMemcpyDtoHAsync_v2",
+                                 "cuStreamDestroy_v2",
+                                 "cuEventDestroy_v2",
+                                 "cuEventElapsedTime_v2",
+                                 "cuStreamBeginCapture_v2",
+                                 "cuStreamGetCaptureInfo_v3",
+                                 "cuGraphInstantiateWithFlags",
+                                 "cuLaunchKernel",
+                                 "cuMemCreate",
+                                 "cuMemMap"}) {
           if (::dlsym(cu.lib, name) == nullptr) {
             std::fprintf(stderr, "libcuda.so.1 does not export %s\n", name);
             ++failures();
@@ -355,6 +380,8 @@ TEST(CudaEmulator, EveryVariantIsOneCudaTypedefsDeclares) {
                          "cuMemcpyDtoDAsync",
                          "cuMemcpyHtoD",
                          "cuMemcpyDtoH",
+                         "cuMemsetD8",
+                         "cuMemsetD8Async",
                          "cuLaunchHostFunc",
                          "cuStreamBeginCapture",
                          "cuStreamEndCapture",
@@ -785,6 +812,35 @@ TEST(CudaEmulator, TheLegacyStreamSynchronisesWithBlockingStreamsOnly) {
     EXPECT_CU(CUDA_ERROR_NOT_READY, CU(cuStreamQuery)(free_running));
     go_free = true;
     EXPECT_CU(CUDA_SUCCESS, CU(cuStreamSynchronize)(free_running));
+  });
+}
+
+// cuMemsetD8(Async): N bytes set in stream order, through the page table with the device's rights; an
+// address the emulator does not know is CUDA_ERROR_INVALID_VALUE at the call.
+TEST(CudaEmulator, MemsetsWriteInStreamOrder) {
+  RUN({}, [](const Cu& cu) {
+    primary(cu);
+    CUdeviceptr d = 0;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemAlloc)(&d, 3 * MiB));
+    CUstream s = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemsetD8Async)(d, 0x5a, 3 * MiB, s));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemsetD8Async)(d + MiB, 0x17, 10, s));
+    std::vector<unsigned char> out(3 * MiB);
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemcpyDtoHAsync)(out.data(), d, out.size(), s));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuStreamSynchronize)(s));
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const unsigned char want = i >= MiB && i < MiB + 10 ? 0x17 : 0x5a;
+      if (out[i] != want) {
+        std::fprintf(stderr, "byte %zu is %d, not %d\n", i, out[i], want);
+        ++failures();
+        break;
+      }
+    }
+    EXPECT_CU(CUDA_ERROR_INVALID_VALUE, CU(cuMemsetD8)(0x1000, 0, 16));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemsetD8)(d, 1, 16));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuCtxSynchronize)());
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemFree)(d));
   });
 }
 

@@ -53,6 +53,7 @@ struct DriverTable {
   PFN_cuMemcpyHtoDAsync_v3020 MemcpyHtoDAsync = nullptr;
   PFN_cuMemcpyDtoHAsync_v3020 MemcpyDtoHAsync = nullptr;
   PFN_cuMemcpyDtoDAsync_v3020 MemcpyDtoDAsync = nullptr;
+  PFN_cuMemsetD8Async_v3020 MemsetD8Async = nullptr;
   PFN_cuPointerGetAttribute_v4000 PointerGetAttribute = nullptr;
   PFN_cuStreamCreate_v2000 StreamCreate = nullptr;
   PFN_cuStreamDestroy_v4000 StreamDestroy = nullptr;
@@ -127,6 +128,7 @@ DriverTable load_driver() {
   ok &= lookup(gpa, "cuMemcpyHtoDAsync", 3020, &t.MemcpyHtoDAsync);
   ok &= lookup(gpa, "cuMemcpyDtoHAsync", 3020, &t.MemcpyDtoHAsync);
   ok &= lookup(gpa, "cuMemcpyDtoDAsync", 3020, &t.MemcpyDtoDAsync);
+  ok &= lookup(gpa, "cuMemsetD8Async", 3020, &t.MemsetD8Async);
   ok &= lookup(gpa, "cuPointerGetAttribute", 4000, &t.PointerGetAttribute);
   ok &= lookup(gpa, "cuStreamCreate", 2000, &t.StreamCreate);
   ok &= lookup(gpa, "cuStreamDestroy", 4000, &t.StreamDestroy);
@@ -517,6 +519,18 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpy
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t stream) {
   CUEMU_RT_READY();
   return copy(dst, src, bytes, kind, stream);
+}
+// Memsets: in stream order (cudaMemset on the legacy stream, asynchronous with respect to the host for
+// device memory, as the runtime documents).
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  CUEMU_RT_READY();
+  return result(
+      drv().MemsetD8Async(reinterpret_cast<CUdeviceptr>(ptr), static_cast<unsigned char>(value), bytes, stream));
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  CUEMU_RT_READY();
+  return result(
+      drv().MemsetD8Async(reinterpret_cast<CUdeviceptr>(ptr), static_cast<unsigned char>(value), bytes, nullptr));
 }
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* attr, const void* ptr) {
   if (attr == nullptr) return result(CUDA_ERROR_INVALID_VALUE);

@@ -138,7 +138,7 @@ CUresult enqueue(Stream* s, Op op) {
     std::lock_guard lk(Driver::get().mu);
     if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {  // captured into the graph, not run
-      if (Event* e = op.waits_for; e != nullptr) {  // a wait node: the graph waits when it runs
+      if (Event* e = op.waits_for; e != nullptr) {        // a wait node: the graph waits when it runs
         s->graph->ops.push_back([e, seq = op.event_seq] {
           std::unique_lock el(e->mu);
           e->cv.wait(el, [&] { return e->completed >= seq; });
@@ -526,6 +526,34 @@ CUresult MemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CU
 }
 CUEMU_EXPORT("cuMemcpyDtoDAsync", 3020, MemcpyDtoDAsync);
 
+// cuda.h (cuMemsetD8Async): "Sets the memory range of N 8-bit values to the specified value uc", in
+// stream order; the device must have access, as for a copy.
+CUresult MemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t n, CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (n == 0) return CUDA_SUCCESS;
+  if (dst == 0 || !known_device_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  const Device* dev = ctx->device;
+  return enqueue(s, [dst, value, n, dev] {
+    Driver& d = Driver::get();
+    std::lock_guard lk(d.mu);
+    std::vector<Span> to;
+    if (!d.translate(dst, n, dev, true, &to)) {
+      d.report_fault("a memset of", dst, n, dev, true);
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    for (const Span& span : to) std::memset(span.ptr, value, span.len);
+    return CUDA_SUCCESS;
+  });
+}
+CUEMU_EXPORT("cuMemsetD8Async", 3020, MemsetD8Async);
+
+// The "synchronous" memset runs on the legacy stream and, for device memory, is asynchronous with
+// respect to the host (the runtime API's "API synchronization behavior": memset).
+CUresult MemsetD8(CUdeviceptr dst, unsigned char value, std::size_t n) { return MemsetD8Async(dst, value, n, nullptr); }
+CUEMU_EXPORT("cuMemsetD8", 3020, MemsetD8);
+
 // The synchronous copies run on the legacy stream and wait; not allowed during capture.
 CUresult copy_sync(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
   CUEMU_ENTER_CTX(ctx);
@@ -715,9 +743,7 @@ CUresult destroy_one(std::set<T*> Driver::*live, T* p) {
 CUresult GraphDestroy(CUgraph graph) { return destroy_one(&Driver::graphs, reinterpret_cast<Graph*>(graph)); }
 CUEMU_EXPORT("cuGraphDestroy", 10000, GraphDestroy);
 
-CUresult GraphExecDestroy(CUgraphExec exec) {
-  return destroy_one(&Driver::execs, reinterpret_cast<GraphExec*>(exec));
-}
+CUresult GraphExecDestroy(CUgraphExec exec) { return destroy_one(&Driver::execs, reinterpret_cast<GraphExec*>(exec)); }
 CUEMU_EXPORT("cuGraphExecDestroy", 10000, GraphExecDestroy);
 
 }  // namespace

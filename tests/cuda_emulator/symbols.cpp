@@ -122,6 +122,9 @@ CUEMU_SYMBOL(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync, 3020, (void* d, CUdevicept
              (d, s, n, st))
 CUEMU_SYMBOL(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st),
              (d, s, n, st))
+CUEMU_SYMBOL(cuMemsetD8_v2, cuMemsetD8, 3020, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))
+CUEMU_SYMBOL(cuMemsetD8Async, cuMemsetD8Async, 3020, (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
+             (d, v, n, s))
 CUEMU_SYMBOL(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, (CUdeviceptr d, const void* s, size_t n), (d, s, n))
 CUEMU_SYMBOL(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, (void* d, CUdeviceptr s, size_t n), (d, s, n))
 

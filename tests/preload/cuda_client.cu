@@ -207,7 +207,23 @@ int launches() {
       cudaStream_t s = nullptr;
       void* mine[2] = {must_alloc(n), must_alloc(n)};
       if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) ++errors;
+      std::vector<unsigned char> host(n);
       for (int r = 0; r < kRounds; ++r) {
+        if (r % 10 == 0) {  // memsets and copies are device work the gate orders too
+          const auto v = static_cast<unsigned char>(t * 16 + r);
+          if (cudaMemsetAsync(mine[0], v, n, s) != cudaSuccess ||
+              cudaMemcpyAsync(host.data(), mine[0], n, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+              cudaStreamSynchronize(s) != cudaSuccess) {
+            ++errors;
+          }
+          for (unsigned char c : host) {
+            if (c != v) {
+              std::fprintf(stderr, "thread %d round %d: a memset was lost\n", t, r);
+              ++errors;
+              break;
+            }
+          }
+        }
         for (int b = 0; b < 2; ++b) fill(mine[b], n, static_cast<std::uint64_t>(t * 10000 + r * 2 + b), s);
         for (int b = 0; b < 2; ++b) {
           const auto bad = mismatches(mine[b], n, static_cast<std::uint64_t>(t * 10000 + r * 2 + b), s);
