@@ -1,6 +1,7 @@
 #include "vmm/transparent_heap.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <sstream>
 
 #include "tvmm/errors.hpp"
@@ -31,6 +32,12 @@ TransparentHeap::~TransparentHeap() {
 
 void TransparentHeap::release_all() noexcept {
   Lock lk(mu_);
+  for (auto& [p, sm] : small_) {
+    if (sm.after != nullptr) (void)dev_->destroy_event(sm.after);
+  }
+  small_.clear();
+  slabs_.clear();
+  open_.clear();
   while (!blocks_.empty()) {
     try {
       release_block(lk, blocks_.begin());
@@ -45,7 +52,7 @@ void TransparentHeap::set_capture_probe(Capturing capturing) {
   capturing_ = std::move(capturing);
 }
 
-void TransparentHeap::keep_for_graph(Block& b) {
+void TransparentHeap::keep_for_graph(Freeable& b) {
   counters_.allocated_bytes -= b.bytes;
   b.deferred = true;  // no longer the program's: a second free is a double free
   b.kept = true;
@@ -62,9 +69,14 @@ void TransparentHeap::drain_once(bool& drained) {
 
 void* TransparentHeap::allocate(std::size_t bytes) {
   if (bytes == 0) throw invalid_argument("tvmm: an allocation of 0 bytes");
-  const std::size_t n = (bytes + page_ - 1) / page_;
   Lock lk(mu_);
   bool drained = false;
+  if (bytes <= page_ / 8) return allocate_small(lk, bytes, drained);
+  return reinterpret_cast<void*>(allocate_block(lk, bytes, bytes, true, drained));
+}
+
+DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t asked, bool program, bool& drained) {
+  const std::size_t n = (bytes + page_ - 1) / page_;
   const bool capture = capturing();  // no drain, so no move and no release now
   auto free_pages = [&] { return device_pages_ + host_pages_ - used_pages_; };
   if (n > free_pages() && (ordered_ != 0 || (deferred_ != 0 && !capture))) ++counters_.alloc_retries;
@@ -76,7 +88,7 @@ void* TransparentHeap::allocate(std::size_t bytes) {
   if (n > free_pages()) {
     // In the words of PyTorch's message, with what each tier holds and the setting to raise.
     ++counters_.ooms;
-    throw out_of_memory("tvmm: CUDA out of memory. Tried to allocate " + format_bytes(bytes) +
+    throw out_of_memory("tvmm: CUDA out of memory. Tried to allocate " + format_bytes(asked) +
                         ". Transparent mode holds the device budget (" + format_bytes(cfg_.device_budget) + ", " +
                         format_bytes(on_device_ * page_) + " in use) plus the host budget (" +
                         format_bytes(cfg_.host_budget) + ", " + format_bytes((used_pages_ - on_device_) * page_) +
@@ -107,53 +119,123 @@ void* TransparentHeap::allocate(std::size_t bytes) {
   do_placed(va, n);
   undo.dismiss();
   on_device_ += static_cast<std::size_t>(std::count(b.where.begin(), b.where.end(), ChunkLocation::device));
+  b.slab = !program;
   blocks_.emplace(va, std::move(b));
   used_pages_ += n;
+  if (program) {
+    ++counters_.allocations;
+    counters_.allocated_bytes += bytes;
+    counters_.allocated_peak = std::max(counters_.allocated_peak, counters_.allocated_bytes);
+  }
+  counters_.peak_used = std::max(counters_.peak_used, used_pages_ * page_);
+  return va;
+}
+
+void* TransparentHeap::allocate_small(Lock& lk, std::size_t bytes, bool& drained) {
+  const std::size_t slot = std::max<std::size_t>(256, std::bit_ceil(bytes));
+  auto& open = open_[slot];
+  if (open.empty()) {  // a new slab: one page, as an allocation of the heap's own
+    const DevPtr va = allocate_block(lk, page_, bytes, false, drained);
+    Slab sl;
+    sl.slot = slot;
+    sl.used.assign(page_ / slot, false);
+    slabs_.emplace(va, std::move(sl));
+    open.insert(va);
+  }
+  const DevPtr slab_va = *open.begin();
+  Slab& sl = slabs_.at(slab_va);
+  const auto free_slot = static_cast<std::size_t>(std::find(sl.used.begin(), sl.used.end(), false) - sl.used.begin());
+  sl.used[free_slot] = true;
+  if (++sl.in_use == sl.used.size()) open.erase(slab_va);
+  const DevPtr p = slab_va + free_slot * slot;
+  Small sm;
+  sm.bytes = bytes;
+  sm.slab = slab_va;
+  small_.emplace(p, sm);
+  blocks_.at(slab_va).last_use = ++clock_;
   ++counters_.allocations;
   counters_.allocated_bytes += bytes;
   counters_.allocated_peak = std::max(counters_.allocated_peak, counters_.allocated_bytes);
-  counters_.peak_used = std::max(counters_.peak_used, used_pages_ * page_);
-  return reinterpret_cast<void*>(va);
+  return reinterpret_cast<void*>(p);
+}
+
+TransparentHeap::Freeable* TransparentHeap::live(DevPtr p) {
+  if (auto it = small_.find(p); it != small_.end()) return it->second.deferred ? nullptr : &it->second;
+  auto it = blocks_.find(p);
+  return it == blocks_.end() || it->second.slab || it->second.deferred ? nullptr : &it->second;
+}
+
+void TransparentHeap::release(Lock& lk, DevPtr p) {
+  if (auto it = small_.find(p); it != small_.end()) {
+    release_small(lk, it);
+  } else if (auto b = blocks_.find(p); b != blocks_.end()) {
+    release_block(lk, b);
+  }
+}
+
+void TransparentHeap::release_small(Lock& lk, std::map<DevPtr, Small>::iterator it) {
+  const Small& sm = it->second;
+  if (sm.after != nullptr) {
+    (void)dev_->destroy_event(sm.after);
+    --ordered_;
+  } else if (sm.deferred && !sm.kept) {
+    --deferred_;
+  }
+  const DevPtr slab_va = sm.slab;
+  Slab& sl = slabs_.at(slab_va);
+  sl.used[(it->first - slab_va) / sl.slot] = false;
+  small_.erase(it);
+  if (--sl.in_use == 0) {  // the slab's page goes back
+    open_[sl.slot].erase(slab_va);
+    slabs_.erase(slab_va);
+    release_block(lk, blocks_.find(slab_va));
+  } else {
+    open_[sl.slot].insert(slab_va);
+  }
 }
 
 void TransparentHeap::free(void* ptr) {
   Lock lk(mu_);
-  auto it = blocks_.find(reinterpret_cast<DevPtr>(ptr));
-  if (it == blocks_.end() || it->second.deferred) {
-    throw invalid_argument("tvmm: free of " + std::to_string(reinterpret_cast<DevPtr>(ptr)) +
+  const auto p = reinterpret_cast<DevPtr>(ptr);
+  Freeable* f = live(p);
+  if (f == nullptr) {
+    throw invalid_argument("tvmm: free of " + std::to_string(p) +
                            ", which is not a live allocation's start (freed twice, or a pointer into an allocation)");
   }
   ++counters_.frees;
   if (capturing()) {
-    keep_for_graph(it->second);
+    keep_for_graph(*f);
     return;
   }
-  counters_.allocated_bytes -= it->second.bytes;
+  counters_.allocated_bytes -= f->bytes;
+  f->deferred = true;  // no longer the program's while the drain runs
+  ++deferred_;
   bool drained = false;
   drain_once(drained);  // as cudaFree does: device work may still use the memory
-  release_block(lk, it);
+  release(lk, p);
 }
 
 void TransparentHeap::free_after(void* ptr, backend::StreamHandle stream) {
   {
     Lock lk(mu_);
-    auto it = blocks_.find(reinterpret_cast<DevPtr>(ptr));
-    if (it == blocks_.end() || it->second.deferred) {
-      throw invalid_argument("tvmm: free of " + std::to_string(reinterpret_cast<DevPtr>(ptr)) +
+    const auto p = reinterpret_cast<DevPtr>(ptr);
+    Freeable* f = live(p);
+    if (f == nullptr) {
+      throw invalid_argument("tvmm: free of " + std::to_string(p) +
                              ", which is not a live allocation's start (freed twice, or a pointer into an "
                              "allocation)");
     }
     if (capturing()) {
       ++counters_.frees;
-      keep_for_graph(it->second);
+      keep_for_graph(*f);
       return;
     }
     backend::EventHandle e = nullptr;
     if (dev_->create_event(&e).ok()) {
       if (dev_->record_event(e, stream).ok()) {
-        counters_.allocated_bytes -= it->second.bytes;
-        it->second.deferred = true;
-        it->second.after = e;
+        counters_.allocated_bytes -= f->bytes;
+        f->deferred = true;
+        f->after = e;
         ++ordered_;
         ++counters_.frees;
         ++counters_.stream_ordered_frees;
@@ -166,48 +248,59 @@ void TransparentHeap::free_after(void* ptr, backend::StreamHandle stream) {
 }
 
 void TransparentHeap::release_stream_ordered(Lock& lk, bool wait) {
-  for (auto it = blocks_.begin(); ordered_ != 0 && it != blocks_.end();) {
-    auto next = std::next(it);
-    if (backend::EventHandle e = it->second.after) {
-      // A failed wait (a device error) releases nothing: the pages stay allocated, never wrongly reused.
-      const bool done = wait ? dev_->synchronize_event(e).ok() : dev_->query_event(e).ok();
-      if (done) release_block(lk, it);
-    }
-    it = next;
+  std::vector<std::pair<DevPtr, backend::EventHandle>> pending;
+  for (const auto& [p, b] : blocks_) {
+    if (b.after != nullptr) pending.emplace_back(p, b.after);
+  }
+  for (const auto& [p, sm] : small_) {
+    if (sm.after != nullptr) pending.emplace_back(p, sm.after);
+  }
+  for (const auto& [p, e] : pending) {
+    // A failed wait (a device error) releases nothing: the memory stays allocated, never wrongly reused.
+    const bool done = wait ? dev_->synchronize_event(e).ok() : dev_->query_event(e).ok();
+    if (done) release(lk, p);
   }
 }
 
 void TransparentHeap::free_deferred(void* ptr) {
   Lock lk(mu_);
-  auto it = blocks_.find(reinterpret_cast<DevPtr>(ptr));
-  if (it == blocks_.end() || it->second.deferred) {
+  Freeable* f = live(reinterpret_cast<DevPtr>(ptr));
+  if (f == nullptr) {
     throw invalid_argument(
         "tvmm: asynchronous free of a pointer that is not a live allocation's start "
         "(freed twice, or a pointer into an allocation)");
   }
   ++counters_.deferred_frees;
   if (capturing()) {
-    keep_for_graph(it->second);
+    keep_for_graph(*f);
     return;
   }
-  counters_.allocated_bytes -= it->second.bytes;
-  it->second.deferred = true;
+  counters_.allocated_bytes -= f->bytes;
+  f->deferred = true;
   ++deferred_;
 }
 
 std::size_t TransparentHeap::size_of(const void* ptr) const {
   std::lock_guard lk(mu_);
-  auto it = blocks_.find(reinterpret_cast<DevPtr>(ptr));
-  return it == blocks_.end() || it->second.deferred ? 0 : it->second.bytes;
+  const auto p = reinterpret_cast<DevPtr>(ptr);
+  if (auto it = small_.find(p); it != small_.end()) return it->second.deferred ? 0 : it->second.bytes;
+  auto it = blocks_.find(p);
+  return it == blocks_.end() || it->second.slab || it->second.deferred ? 0 : it->second.bytes;
 }
 
 std::pair<DevPtr, std::size_t> TransparentHeap::allocation_of(const void* ptr) const {
   const auto p = reinterpret_cast<DevPtr>(ptr);
   std::lock_guard lk(mu_);
+  if (auto it = small_.upper_bound(p); it != small_.begin()) {
+    --it;
+    if (p < it->first + it->second.bytes) {
+      return it->second.deferred ? std::pair<DevPtr, std::size_t>{0, 0} : std::pair{it->first, it->second.bytes};
+    }
+  }
   auto it = blocks_.upper_bound(p);
   if (it == blocks_.begin()) return {0, 0};
   --it;
-  if (it->second.deferred || p >= it->first + it->second.bytes) return {0, 0};
+  if (it->second.slab || it->second.deferred || p >= it->first + it->second.bytes) return {0, 0};
   return {it->first, it->second.bytes};
 }
 
@@ -251,11 +344,14 @@ void TransparentHeap::release_block(Lock&, std::map<DevPtr, Block>::iterator it)
 }
 
 void TransparentHeap::release_deferred(Lock& lk) {
-  for (auto it = blocks_.begin(); deferred_ != 0 && it != blocks_.end();) {
-    auto next = std::next(it);
-    if (it->second.deferred && !it->second.kept && it->second.after == nullptr) release_block(lk, it);
-    it = next;
+  std::vector<DevPtr> freed;
+  for (const auto& [p, b] : blocks_) {
+    if (b.deferred && !b.kept && b.after == nullptr) freed.push_back(p);
   }
+  for (const auto& [p, sm] : small_) {
+    if (sm.deferred && !sm.kept && sm.after == nullptr) freed.push_back(p);
+  }
+  for (DevPtr p : freed) release(lk, p);
 }
 
 bool TransparentHeap::move(DevPtr va, ChunkLocation& where, ChunkLocation to, bool& drained) {

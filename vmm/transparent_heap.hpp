@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -138,20 +139,43 @@ class TransparentHeap {
   [[nodiscard]] virtual bool moves_need_drain() const noexcept = 0;
 
  private:
-  struct Block {
-    std::size_t bytes = 0;
+  // What the program frees: a block of whole pages, or a small allocation inside a slab.
+  struct Freeable {
+    std::size_t bytes = 0;                 // asked for
+    bool deferred = false;                 // freed with free_deferred, released at the next quiescent point
+    bool kept = false;                     // freed during a capture: kept for the graph's replays (never released)
+    backend::EventHandle after = nullptr;  // free_after: released once this event has completed
+  };
+  struct Block : Freeable {
     std::uint64_t last_use = 0;
-    bool deferred = false;                      // freed with free_deferred, released at the next quiescent point
-    bool kept = false;                          // freed during a capture: kept for the graph's replays (never released)
-    backend::EventHandle after = nullptr;       // free_after: released once this event has completed
+    bool slab = false;                          // one page of small allocations (the heap's, not the program's)
     std::vector<backend::ChunkLocation> where;  // per page
+  };
+  // Allocations of at most page / 8 bytes share pages: each size class (a power of two, at least 256
+  // bytes, cudaMalloc's alignment) has one-page slabs cut into slots of that size.
+  struct Small : Freeable {
+    backend::DevPtr slab = 0;
+  };
+  struct Slab {
+    std::size_t slot = 0;    // bytes per slot
+    std::vector<bool> used;  // per slot
+    std::size_t in_use = 0;  // slots used (live, or freed and not yet released)
   };
   using Lock = std::unique_lock<std::mutex>;
 
+  //! The pages of a new block for `bytes` (`asked`: the program's request, for messages), placed; with
+  //! `program`, counted as the program's allocation.
+  backend::DevPtr allocate_block(Lock& lk, std::size_t bytes, std::size_t asked, bool program, bool& drained);
+  void* allocate_small(Lock& lk, std::size_t bytes, bool& drained);
+  //! The program's live allocation starting at `p` (a block or a small one), or nullptr.
+  Freeable* live(backend::DevPtr p);
+  //! Releases what the program freed at `p` (a block, or a small allocation and then its slab if empty).
+  void release(Lock& lk, backend::DevPtr p);
+  void release_small(Lock& lk, std::map<backend::DevPtr, Small>::iterator it);
   void drain_once(bool& drained);
   [[nodiscard]] bool capturing() const { return capturing_ && capturing_(); }
-  //! A free during a capture: the block is no longer the program's, and its memory stays.
-  void keep_for_graph(Block& b);
+  //! A free during a capture: the allocation is no longer the program's, and its memory stays.
+  void keep_for_graph(Freeable& b);
   void release_block(Lock& lk, std::map<backend::DevPtr, Block>::iterator it);
   void release_deferred(Lock& lk);
   //! Releases the free_after blocks whose event has completed (`wait`: waits for every one).
@@ -170,7 +194,10 @@ class TransparentHeap {
   backend::StreamHandle stream_ = nullptr;
 
   mutable std::mutex mu_;
-  std::map<backend::DevPtr, Block> blocks_;  // by address
+  std::map<backend::DevPtr, Block> blocks_;                // by address
+  std::map<backend::DevPtr, Small> small_;                 // small allocations, by address
+  std::map<backend::DevPtr, Slab> slabs_;                  // by the slab block's address
+  std::map<std::size_t, std::set<backend::DevPtr>> open_;  // slot size -> slabs with a free slot
   std::size_t used_pages_ = 0, on_device_ = 0;
   std::size_t deferred_ = 0;  // blocks freed with free_deferred, not yet released
   std::size_t ordered_ = 0;   // blocks freed with free_after, not yet released

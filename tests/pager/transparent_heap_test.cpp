@@ -212,6 +212,51 @@ TEST_P(TransparentHeapTest, AStreamOrderedFreeReleasesWhenTheStreamGetsThere) {
   ASSERT_TRUE(h.heap.device().destroy_stream(s).ok());
 }
 
+// Allocations of at most page / 8 share pages (slabs of one size class), keep their bytes while their
+// slabs move like any page, and give their page back when the last one is freed.
+TEST_P(TransparentHeapTest, SmallAllocationsSharePages) {
+  Heap h(GetParam());
+  std::vector<void*> small;
+  for (unsigned i = 0; i < 300; ++i) {
+    small.push_back(h.heap.allocate(1000));  // slots of 1 KiB: 2048 to a page
+    kernels::fill_pattern(small.back(), 1000, i);
+  }
+  void* mid = h.heap.allocate(100 * 1024);  // another class: slots of 128 KiB
+  kernels::fill_pattern(mid, 100 * 1024, 777);
+  EXPECT_EQ(h.heap.usage().used, 2 * page);
+  EXPECT_EQ(h.heap.counters().allocated_bytes, 300 * 1000 + 100 * 1024);
+  EXPECT_EQ(h.heap.size_of(small[5]), 1000u);
+  const auto [start, bytes] = h.heap.allocation_of(static_cast<char*>(small[5]) + 999);
+  EXPECT_EQ(start, reinterpret_cast<backend::DevPtr>(small[5]));
+  EXPECT_EQ(bytes, 1000u);
+  EXPECT_EQ(h.heap.allocation_of(static_cast<char*>(small[5]) + 1000).second, 0u);  // the slot's padding
+  // The whole device and more: the slabs are demoted and promoted like any page.
+  void* big = h.heap.allocate(6 * page);
+  EXPECT_GT(h.heap.counters().pages_demoted, 0u);
+  for (unsigned i = 0; i < 300; ++i) EXPECT_EQ(kernels::count_mismatches(small[i], 1000, i), 0u) << "allocation " << i;
+  EXPECT_EQ(kernels::count_mismatches(mid, 100 * 1024, 777), 0u);
+  // Bad frees change nothing.
+  EXPECT_THROW(h.heap.free(static_cast<char*>(small[0]) + 8), invalid_argument);
+  h.heap.free(small[0]);
+  EXPECT_THROW(h.heap.free(small[0]), invalid_argument);
+  EXPECT_THROW(h.heap.free_deferred(small[0]), invalid_argument);
+  EXPECT_EQ(kernels::count_mismatches(small[1], 1000, 1), 0u);
+  // Freed in every way; the last one gives the slab back.
+  for (unsigned i = 1; i < 300; ++i) {
+    if (i % 3 == 0) {
+      h.heap.free_deferred(small[i]);
+    } else {
+      h.heap.free(small[i]);
+    }
+  }
+  h.heap.maintain(false);
+  EXPECT_EQ(h.heap.usage().used, 7 * page);  // mid's slab and big
+  h.heap.free(mid);
+  h.heap.free(big);
+  EXPECT_EQ(h.heap.usage().used, 0u);
+  EXPECT_EQ(h.heap.counters().allocated_bytes, 0u);
+}
+
 // A simulated GPU of the small config's device budget, behind a fault injector.
 std::unique_ptr<backend::FaultyDevice> faulty_sim() {
   return std::make_unique<backend::FaultyDevice>(std::make_unique<backend::SimDevice>(small_config().sim, 4 * page));

@@ -495,6 +495,11 @@ int stream_ordered() {
     fill(p, big, 3, s);
     tvmm_busy<<<1, 1, 0, s>>>(kBusyNs);  // the stream is busy well after the free returns
     check(cudaGetLastError(), "launching tvmm_busy");
+    static std::atomic<bool> reached{false};  // the stream got to the free
+    reached = false;
+    check(cudaLaunchHostFunc(
+              s, [](void*) { reached = true; }, nullptr),
+          "cudaLaunchHostFunc");
     if (pytorch) {
       tvmm_free(p, static_cast<ssize_t>(big), 0, s);
     } else {
@@ -504,7 +509,7 @@ int stream_ordered() {
            std::string(pytorch ? "tvmm_free" : "cudaFreeAsync") + " waited for the device (a drain)");
     // The memory comes back when the stream gets there: an allocation that needs it waits for that.
     void* q = must_alloc(big);
-    expect(cudaStreamQuery(s) == cudaSuccess, "an allocation reused memory the freeing stream may still use");
+    expect(reached.load(), "an allocation reused memory the freeing stream may still use");
     fill(q, big, 4);
     expect(mismatches(q, big, 4) == 0, "the reused memory has wrong bytes");
     check(cudaFree(q), "cudaFree");
@@ -645,6 +650,36 @@ int pitched() {
   return 0;
 }
 
+// Many small cudaMallocs share pages (a program of many tiny buffers does not use a page for each), and
+// every one is usable by kernels at its own bytes.
+int small_allocations() {
+  constexpr int kCount = 400;
+  std::vector<void*> ptrs;
+  for (int i = 0; i < kCount; ++i) {
+    const std::size_t n = 100 + 37 * static_cast<std::size_t>(i % 50);  // 100 B to ~1.9 KiB
+    ptrs.push_back(must_alloc(n));
+    fill(ptrs.back(), n, static_cast<std::uint64_t>(i));
+  }
+  const std::string j = memory_stats(-1);
+  // Four size classes (256 B to 2 KiB slots), one page each: 8 MiB, not 400 pages.
+  expect(json_number(j, "reserved_bytes.all.current") == 8 << 20,
+         "400 small allocations did not share four pages: " + j);
+  for (int i = 0; i < kCount; i += 7) {
+    const std::size_t n = 100 + 37 * static_cast<std::size_t>(i % 50);
+    expect(mismatches(ptrs[i], n, static_cast<std::uint64_t>(i)) == 0,
+           "small allocation " + std::to_string(i) + " has wrong bytes (overlapping slots?)");
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    expect(cuMemGetAddressRange(&base, &size, reinterpret_cast<CUdeviceptr>(ptrs[i]) + 50) == CUDA_SUCCESS &&
+               base == reinterpret_cast<CUdeviceptr>(ptrs[i]) && size == n,
+           "cuMemGetAddressRange of a small allocation is not its own range");
+  }
+  for (void* p : ptrs) check(cudaFree(p), "cudaFree");
+  expect(json_number(memory_stats(-1), "reserved_bytes.all.current") == 0, "the small allocations' pages stayed");
+  std::puts("ok");
+  return 0;
+}
+
 // TVMM_DISABLE=1: every hook passes through, as if tvmm were not loaded.
 int disabled() {
   std::size_t free = 0, total = 0;
@@ -746,11 +781,12 @@ int main(int argc, char** argv) {
   if (cmd == "stats") return stats();
   if (cmd == "pointers") return pointers();
   if (cmd == "pitched") return pitched();
+  if (cmd == "small") return small_allocations();
   if (cmd == "disabled") return disabled();
-  std::fprintf(
-      stderr,
-      "usage: cuda_client "
-      "oversubscribe|passthrough|threads|launches|context|devices|fork|stream-ordered|stats|pointers|pitched|disabled|"
-      "driver|capture|runtime\n");
+  std::fprintf(stderr,
+               "usage: cuda_client "
+               "oversubscribe|passthrough|threads|launches|context|devices|fork|stream-ordered|stats|pointers|pitched|"
+               "small|disabled|"
+               "driver|capture|runtime\n");
   return 2;
 }
