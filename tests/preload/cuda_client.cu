@@ -22,26 +22,16 @@
 
 #include "kernels/cuda/kernels.cu"  // tvmm_fill, tvmm_verify: kernels the emulator runs by name
 #include "kernels/pattern.hpp"
+#include "tests/preload/client_support.hpp"
 
 namespace {
 
-[[noreturn]] void fail(const std::string& why) {
-  std::fprintf(stderr, "cuda_client: FAILED: %s\n", why.c_str());
-  std::exit(1);
-}
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) fail(what);
-}
+using tvmm::test_client::env_size;
+using tvmm::test_client::expect;
+using tvmm::test_client::fail;
 
 void check(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess) fail(what + ": " + cudaGetErrorString(e) + " (" + std::to_string(e) + ")");
-}
-
-std::size_t env_size(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) fail(std::string(name) + " is not set");
-  return std::strtoull(v, nullptr, 10) * (std::strstr(v, "MiB") != nullptr ? (std::size_t{1} << 20) : 1);
 }
 
 void* must_alloc(std::size_t n) {
@@ -766,27 +756,23 @@ int runtime() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string cmd = argc > 1 ? argv[1] : "";
-  if (cmd == "oversubscribe") return oversubscribe();
-  if (cmd == "passthrough") return passthrough();
-  if (cmd == "threads") return threads();
-  if (cmd == "driver") return driver();
-  if (cmd == "runtime") return runtime();
-  if (cmd == "capture") return capture();
-  if (cmd == "launches") return launches();
-  if (cmd == "context") return context();
-  if (cmd == "devices") return devices();
-  if (cmd == "fork") return fork_child();
-  if (cmd == "stream-ordered") return stream_ordered();
-  if (cmd == "stats") return stats();
-  if (cmd == "pointers") return pointers();
-  if (cmd == "pitched") return pitched();
-  if (cmd == "small") return small_allocations();
-  if (cmd == "disabled") return disabled();
-  std::fprintf(stderr,
-               "usage: cuda_client "
-               "oversubscribe|passthrough|threads|launches|context|devices|fork|stream-ordered|stats|pointers|pitched|"
-               "small|disabled|"
-               "driver|capture|runtime\n");
-  return 2;
+  static const tvmm::test_client::Case cases[] = {
+      {"oversubscribe", oversubscribe},
+      {"passthrough", passthrough},
+      {"threads", threads},
+      {"launches", launches},
+      {"context", context},
+      {"devices", devices},
+      {"fork", fork_child},
+      {"stream-ordered", stream_ordered},
+      {"stats", stats},
+      {"pointers", pointers},
+      {"pitched", pitched},
+      {"small", small_allocations},
+      {"disabled", disabled},
+      {"driver", driver},
+      {"capture", capture},
+      {"runtime", runtime},
+  };
+  return tvmm::test_client::run("cuda_client", argc, argv, cases);
 }

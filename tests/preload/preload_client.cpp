@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/pattern.hpp"
+#include "tests/preload/client_support.hpp"
 #include "tvmm/tvmm.hpp"
 
 extern "C" {
@@ -37,20 +38,9 @@ namespace {
 using tvmm::kernels::count_mismatches;
 using tvmm::kernels::fill_pattern;
 
-[[noreturn]] void fail(const std::string& why) {
-  std::fprintf(stderr, "preload_client: FAILED: %s\n", why.c_str());
-  std::exit(1);
-}
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) fail(what);
-}
-
-std::size_t env_size(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) fail(std::string(name) + " is not set");
-  return std::strtoull(v, nullptr, 10) * (std::strstr(v, "MiB") != nullptr ? (std::size_t{1} << 20) : 1);
-}
+using tvmm::test_client::env_size;
+using tvmm::test_client::expect;
+using tvmm::test_client::fail;
 
 void* must_alloc(std::size_t n) {
   void* p = nullptr;
