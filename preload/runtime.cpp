@@ -51,8 +51,8 @@ std::atomic<detail::RemapHeap*> g_remap_heap{nullptr};
 bool g_failed[kMaxDevices] = {};  // under g_init_mu
 std::string g_init_error;         // the last reason a heap could not be made (under g_init_mu)
 // The configuration (TVMM_CONFIG, TVMM_*), read once (under g_init_mu).
-bool g_config_read = false;
-std::atomic<bool> g_per_device{false};  // a heap per device (device.ordinal = "auto" on CUDA)
+std::atomic<bool> g_config_read{false};  // set (release) once g_config and g_per_device are
+std::atomic<bool> g_per_device{false};   // a heap per device (device.ordinal = "auto" on CUDA)
 Config g_config;
 // Set in a forked child of a process that used the CUDA backend: CUDA cannot be used there.
 std::string g_fork_error;  // under g_init_mu
@@ -213,7 +213,7 @@ __attribute__((constructor)) void register_fork_handlers() {
 
 // The configuration, read on first use (under g_init_mu); throws what loading it throws.
 const Config& config_locked() {
-  if (!g_config_read) {
+  if (!g_config_read.load(std::memory_order_acquire)) {
     Config cfg;
     if (const char* path = std::getenv("TVMM_CONFIG"); path != nullptr && *path != '\0') {
       cfg = load_config(path);
@@ -222,7 +222,7 @@ const Config& config_locked() {
     }
     g_config = cfg;
     g_per_device.store(cfg.device_backend == "cuda" && cfg.cuda_device < 0, std::memory_order_release);
-    g_config_read = true;
+    g_config_read.store(true, std::memory_order_release);
   }
   return g_config;
 }
@@ -407,7 +407,7 @@ detail::TransparentHeap* heap_if_created(int device) noexcept {
 detail::TransparentHeap* heap(int device) noexcept {
   if (device < 0) {
     // Per device: the config must be read first to know.
-    if (!g_config_read) {
+    if (!g_config_read.load(std::memory_order_acquire)) {
       pthread_mutex_lock(&g_init_mu);
       try {
         (void)config_locked();
