@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "preload/launch_gate.hpp"
+#include "preload/launch_uses.hpp"
 #include "preload/runtime.hpp"
 
 namespace {
@@ -85,6 +86,8 @@ enum Slot {
   kMemsetD32AsyncPt,
   kLaunchCooperativeKernel,
   kLaunchCooperativeKernelPt,
+  kModuleUnload,
+  kLibraryUnload,
   kSlots
 };
 constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
@@ -142,7 +145,9 @@ constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
                                             "cuMemsetD32Async",
                                             "cuMemsetD32Async_ptsz",
                                             "cuLaunchCooperativeKernel",
-                                            "cuLaunchCooperativeKernel_ptsz"};
+                                            "cuLaunchCooperativeKernel_ptsz",
+                                            "cuModuleUnload",
+                                            "cuLibraryUnload"};
 static_assert(kSlotNames[kSlots - 1] != nullptr, "a slot without its exported name");
 // cuGetProcAddress's flag for the per-thread default stream variants (cuda.h).
 constexpr cuuint64_t kPerThreadDefaultStream = 2;
@@ -219,6 +224,8 @@ int slot_of_base(const char* name, int version, cuuint64_t flags) noexcept {
       {"cuMemsetD16Async", 3020, kMemsetD16Async, true},
       {"cuMemsetD32Async", 3020, kMemsetD32Async, true},
       {"cuLaunchCooperativeKernel", 9000, kLaunchCooperativeKernel, true},
+      {"cuModuleUnload", 2000, kModuleUnload, false},
+      {"cuLibraryUnload", 12000, kLibraryUnload, false},
   };
   if (std::strcmp(name, "cuGetProcAddress") == 0) return version >= 12000 ? kGetProcAddressV2 : kGetProcAddress;
   for (const Base& b : kBases) {
@@ -364,58 +371,84 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, std::size_t* size, CUdevicep
   return next != nullptr ? next(base, size, ptr) : no_driver("cuMemGetAddressRange_v2");
 }
 
-// The calls that queue device work: the driver's function, inside a shared hold of the launch gate.
-// Handles and structures pass through untouched, so their types here are opaque pointers of the same
-// size and class as cuda.h's.
-#define TVMM_GATED(slot, symbol, params, args)      \
-  CUresult symbol params {                          \
-    using F = CUresult(*) params;                   \
-    const auto next = driver<F>(slot);              \
-    if (next == nullptr) return no_driver(#symbol); \
-    const GateEntry entry(Inside::active());        \
-    return next args;                               \
+// The calls that queue device work: the driver's function, inside a shared hold of the launch gate,
+// after noting the tvmm memory they name (placement by use, launch_uses.hpp). Handles and structures
+// pass through untouched, so their types here are opaque pointers of the same size and class as cuda.h's.
+#define TVMM_GATED_NOTING(slot, symbol, params, args, note) \
+  CUresult symbol params {                                  \
+    using F = CUresult(*) params;                           \
+    const auto next = driver<F>(slot);                      \
+    if (next == nullptr) return no_driver(#symbol);         \
+    const bool ours = Inside::active();                     \
+    const GateEntry entry(ours);                            \
+    if (!ours) note;                                        \
+    return next args;                                       \
   }
+#define TVMM_GATED(slot, symbol, params, args) TVMM_GATED_NOTING(slot, symbol, params, args, (void)0)
 #define TVMM_LAUNCH_PARAMS                                                                                 \
   (void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, \
    void* stream, void** params, void** extra)
 #define TVMM_LAUNCH_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-TVMM_GATED(kLaunchKernel, cuLaunchKernel, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS)
-TVMM_GATED(kLaunchKernelPtsz, cuLaunchKernel_ptsz, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS)
-TVMM_GATED(kLaunchKernelEx, cuLaunchKernelEx, (const void* config, void* f, void** params, void** extra),
-           (config, f, params, extra))
-TVMM_GATED(kLaunchKernelExPtsz, cuLaunchKernelEx_ptsz, (const void* config, void* f, void** params, void** extra),
-           (config, f, params, extra))
+// cuLaunchKernelEx's CUlaunchConfig and its attributes pass through; the function and its parameters are
+// read as cuLaunchKernel's.
+#define TVMM_LAUNCH_EX_PARAMS (const void* config, void* f, void** params, void** extra)
+#define TVMM_COOPERATIVE_PARAMS                                                                            \
+  (void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, \
+   void* stream, void** params)
+#define TVMM_COOPERATIVE_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params)
+#define TVMM_NOTE_LAUNCH note_launch(f, params, extra)
+#define TVMM_NOTE_D note_address(d)
+#define TVMM_NOTE_S note_address(s)
+#define TVMM_NOTE_DS (note_address(d), note_address(s))
+TVMM_GATED_NOTING(kLaunchKernel, cuLaunchKernel, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS, TVMM_NOTE_LAUNCH)
+TVMM_GATED_NOTING(kLaunchKernelPtsz, cuLaunchKernel_ptsz, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS, TVMM_NOTE_LAUNCH)
+TVMM_GATED_NOTING(kLaunchKernelEx, cuLaunchKernelEx, TVMM_LAUNCH_EX_PARAMS, (config, f, params, extra),
+                  TVMM_NOTE_LAUNCH)
+TVMM_GATED_NOTING(kLaunchKernelExPtsz, cuLaunchKernelEx_ptsz, TVMM_LAUNCH_EX_PARAMS, (config, f, params, extra),
+                  TVMM_NOTE_LAUNCH)
+TVMM_GATED_NOTING(kLaunchCooperativeKernel, cuLaunchCooperativeKernel, TVMM_COOPERATIVE_PARAMS, TVMM_COOPERATIVE_ARGS,
+                  note_launch(f, params, nullptr))
+TVMM_GATED_NOTING(kLaunchCooperativeKernelPt, cuLaunchCooperativeKernel_ptsz, TVMM_COOPERATIVE_PARAMS,
+                  TVMM_COOPERATIVE_ARGS, note_launch(f, params, nullptr))
 TVMM_GATED(kGraphLaunch, cuGraphLaunch, (void* exec, void* stream), (exec, stream))
 TVMM_GATED(kGraphLaunchPtsz, cuGraphLaunch_ptsz, (void* exec, void* stream), (exec, stream))
-TVMM_GATED(kMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void* s, std::size_t n, void* st),
-           (d, s, n, st))
-TVMM_GATED(kMemcpyHtoDAsyncPtsz, cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void* s, std::size_t n, void* st),
-           (d, s, n, st))
-TVMM_GATED(kMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2, (void* d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st))
-TVMM_GATED(kMemcpyDtoHAsyncPtsz, cuMemcpyDtoHAsync_v2_ptsz, (void* d, CUdeviceptr s, std::size_t n, void* st),
-           (d, s, n, st))
-TVMM_GATED(kMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st),
-           (d, s, n, st))
-TVMM_GATED(kMemcpyDtoDAsyncPtsz, cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st),
-           (d, s, n, st))
-TVMM_GATED(kMemcpyHtoD, cuMemcpyHtoD_v2, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n))
-TVMM_GATED(kMemcpyHtoDPtds, cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n))
-TVMM_GATED(kMemcpyDtoH, cuMemcpyDtoH_v2, (void* d, CUdeviceptr s, std::size_t n), (d, s, n))
-TVMM_GATED(kMemcpyDtoHPtds, cuMemcpyDtoH_v2_ptds, (void* d, CUdeviceptr s, std::size_t n), (d, s, n))
-TVMM_GATED(kMemcpyDtoD, cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
-TVMM_GATED(kMemcpyDtoDPtds, cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
-TVMM_GATED(kMemcpy, cuMemcpy, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
-TVMM_GATED(kMemcpyPt, cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n))
-TVMM_GATED(kMemcpyAsync, cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st))
-TVMM_GATED(kMemcpyAsyncPt, cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st))
-TVMM_GATED(kMemcpyPeer, cuMemcpyPeer, (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n),
-           (d, dc, s, sc, n))
-TVMM_GATED(kMemcpyPeerPt, cuMemcpyPeer_ptds, (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n),
-           (d, dc, s, sc, n))
-TVMM_GATED(kMemcpyPeerAsync, cuMemcpyPeerAsync,
-           (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n, void* st), (d, dc, s, sc, n, st))
-TVMM_GATED(kMemcpyPeerAsyncPt, cuMemcpyPeerAsync_ptsz,
-           (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n, void* st), (d, dc, s, sc, n, st))
+TVMM_GATED_NOTING(kMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void* s, std::size_t n, void* st),
+                  (d, s, n, st), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemcpyHtoDAsyncPtsz, cuMemcpyHtoDAsync_v2_ptsz,
+                  (CUdeviceptr d, const void* s, std::size_t n, void* st), (d, s, n, st), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2, (void* d, CUdeviceptr s, std::size_t n, void* st),
+                  (d, s, n, st), TVMM_NOTE_S)
+TVMM_GATED_NOTING(kMemcpyDtoHAsyncPtsz, cuMemcpyDtoHAsync_v2_ptsz, (void* d, CUdeviceptr s, std::size_t n, void* st),
+                  (d, s, n, st), TVMM_NOTE_S)
+TVMM_GATED_NOTING(kMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st),
+                  (d, s, n, st), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyDtoDAsyncPtsz, cuMemcpyDtoDAsync_v2_ptsz,
+                  (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyHtoD, cuMemcpyHtoD_v2, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemcpyHtoDPtds, cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n),
+                  TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemcpyDtoH, cuMemcpyDtoH_v2, (void* d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_NOTE_S)
+TVMM_GATED_NOTING(kMemcpyDtoHPtds, cuMemcpyDtoH_v2_ptds, (void* d, CUdeviceptr s, std::size_t n), (d, s, n),
+                  TVMM_NOTE_S)
+TVMM_GATED_NOTING(kMemcpyDtoD, cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyDtoDPtds, cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n),
+                  TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpy, cuMemcpy, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyPt, cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyAsync, cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st),
+                  TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyAsyncPt, cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st),
+                  (d, s, n, st), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyPeer, cuMemcpyPeer, (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n),
+                  (d, dc, s, sc, n), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyPeerPt, cuMemcpyPeer_ptds, (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n),
+                  (d, dc, s, sc, n), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyPeerAsync, cuMemcpyPeerAsync,
+                  (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n, void* st), (d, dc, s, sc, n, st),
+                  TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyPeerAsyncPt, cuMemcpyPeerAsync_ptsz,
+                  (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n, void* st), (d, dc, s, sc, n, st),
+                  TVMM_NOTE_DS)
 TVMM_GATED(kMemcpy2D, cuMemcpy2D_v2, (const void* copy), (copy))
 TVMM_GATED(kMemcpy2DPt, cuMemcpy2D_v2_ptds, (const void* copy), (copy))
 TVMM_GATED(kMemcpy2DAsync, cuMemcpy2DAsync_v2, (const void* copy, void* st), (copy, st))
@@ -424,32 +457,57 @@ TVMM_GATED(kMemcpy3D, cuMemcpy3D_v2, (const void* copy), (copy))
 TVMM_GATED(kMemcpy3DPt, cuMemcpy3D_v2_ptds, (const void* copy), (copy))
 TVMM_GATED(kMemcpy3DAsync, cuMemcpy3DAsync_v2, (const void* copy, void* st), (copy, st))
 TVMM_GATED(kMemcpy3DAsyncPt, cuMemcpy3DAsync_v2_ptsz, (const void* copy, void* st), (copy, st))
-TVMM_GATED(kMemsetD8, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n))
-TVMM_GATED(kMemsetD8Pt, cuMemsetD8_v2_ptds, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n))
-TVMM_GATED(kMemsetD16, cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, std::size_t n), (d, v, n))
-TVMM_GATED(kMemsetD16Pt, cuMemsetD16_v2_ptds, (CUdeviceptr d, unsigned short v, std::size_t n), (d, v, n))
-TVMM_GATED(kMemsetD32, cuMemsetD32_v2, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n))
-TVMM_GATED(kMemsetD32Pt, cuMemsetD32_v2_ptds, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n))
-TVMM_GATED(kMemsetD8Async, cuMemsetD8Async, (CUdeviceptr d, unsigned char v, std::size_t n, void* st), (d, v, n, st))
-TVMM_GATED(kMemsetD8AsyncPt, cuMemsetD8Async_ptsz, (CUdeviceptr d, unsigned char v, std::size_t n, void* st),
-           (d, v, n, st))
-TVMM_GATED(kMemsetD16Async, cuMemsetD16Async, (CUdeviceptr d, unsigned short v, std::size_t n, void* st), (d, v, n, st))
-TVMM_GATED(kMemsetD16AsyncPt, cuMemsetD16Async_ptsz, (CUdeviceptr d, unsigned short v, std::size_t n, void* st),
-           (d, v, n, st))
-TVMM_GATED(kMemsetD32Async, cuMemsetD32Async, (CUdeviceptr d, unsigned v, std::size_t n, void* st), (d, v, n, st))
-TVMM_GATED(kMemsetD32AsyncPt, cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned v, std::size_t n, void* st),
-           (d, v, n, st))
-TVMM_GATED(kLaunchCooperativeKernel, cuLaunchCooperativeKernel,
-           (void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
-            void* stream, void** params),
-           (f, gx, gy, gz, bx, by, bz, shared, stream, params))
-TVMM_GATED(kLaunchCooperativeKernelPt, cuLaunchCooperativeKernel_ptsz,
-           (void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
-            void* stream, void** params),
-           (f, gx, gy, gz, bx, by, bz, shared, stream, params))
+TVMM_GATED_NOTING(kMemsetD8, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD8Pt, cuMemsetD8_v2_ptds, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n),
+                  TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD16, cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, std::size_t n), (d, v, n), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD16Pt, cuMemsetD16_v2_ptds, (CUdeviceptr d, unsigned short v, std::size_t n), (d, v, n),
+                  TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD32, cuMemsetD32_v2, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD32Pt, cuMemsetD32_v2_ptds, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD8Async, cuMemsetD8Async, (CUdeviceptr d, unsigned char v, std::size_t n, void* st),
+                  (d, v, n, st), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD8AsyncPt, cuMemsetD8Async_ptsz, (CUdeviceptr d, unsigned char v, std::size_t n, void* st),
+                  (d, v, n, st), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD16Async, cuMemsetD16Async, (CUdeviceptr d, unsigned short v, std::size_t n, void* st),
+                  (d, v, n, st), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD16AsyncPt, cuMemsetD16Async_ptsz, (CUdeviceptr d, unsigned short v, std::size_t n, void* st),
+                  (d, v, n, st), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD32Async, cuMemsetD32Async, (CUdeviceptr d, unsigned v, std::size_t n, void* st),
+                  (d, v, n, st), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD32AsyncPt, cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned v, std::size_t n, void* st),
+                  (d, v, n, st), TVMM_NOTE_D)
+
+// A module or library unloaded: a function handle it held may be reused for another kernel with other
+// parameters, so the parameter layouts learnt so far are forgotten (launch_uses.hpp).
+CUresult cuModuleUnload(void* module) {
+  using F = CUresult (*)(void*);
+  const auto next = driver<F>(kModuleUnload);
+  if (next == nullptr) return no_driver("cuModuleUnload");
+  const CUresult r = next(module);
+  forget_layouts();
+  return r;
+}
+
+CUresult cuLibraryUnload(void* library) {
+  using F = CUresult (*)(void*);
+  const auto next = driver<F>(kLibraryUnload);
+  if (next == nullptr) return no_driver("cuLibraryUnload");
+  const CUresult r = next(library);
+  forget_layouts();
+  return r;
+}
 #undef TVMM_GATED
+#undef TVMM_GATED_NOTING
 #undef TVMM_LAUNCH_PARAMS
 #undef TVMM_LAUNCH_ARGS
+#undef TVMM_LAUNCH_EX_PARAMS
+#undef TVMM_COOPERATIVE_PARAMS
+#undef TVMM_COOPERATIVE_ARGS
+#undef TVMM_NOTE_LAUNCH
+#undef TVMM_NOTE_D
+#undef TVMM_NOTE_S
+#undef TVMM_NOTE_DS
 
 // glibc's dlsym, where the trampoline below jumps.
 __attribute__((visibility("hidden"))) void* tvmm_glibc_dlsym = nullptr;
@@ -541,6 +599,8 @@ void* ours(Slot s) noexcept {
     case kMemsetD32AsyncPt: return reinterpret_cast<void*>(&cuMemsetD32Async_ptsz);
     case kLaunchCooperativeKernel: return reinterpret_cast<void*>(&cuLaunchCooperativeKernel);
     case kLaunchCooperativeKernelPt: return reinterpret_cast<void*>(&cuLaunchCooperativeKernel_ptsz);
+    case kModuleUnload: return reinterpret_cast<void*>(&cuModuleUnload);
+    case kLibraryUnload: return reinterpret_cast<void*>(&cuLibraryUnload);
     case kSlots: break;
   }
   return nullptr;

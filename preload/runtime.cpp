@@ -46,6 +46,10 @@ Level parse_level(const char* v) noexcept {
 // "auto" on the CUDA backend: the caller's current device; else one heap, in slot 0).
 pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 std::atomic<detail::TransparentHeap*> g_heaps[kMaxDevices];
+// The heaps that place by use, in creation order (note_use asks each): a compact list, so a launch
+// hook's check of an argument word costs one load when there are none and a range test per heap.
+std::atomic<detail::TransparentHeap*> g_use_heaps[kMaxDevices];
+std::atomic<int> g_use_heap_count{0};
 // The heap that remaps under the program's threads (vmm on the simulator): the fault handler's.
 std::atomic<detail::RemapHeap*> g_remap_heap{nullptr};
 bool g_failed[kMaxDevices] = {};  // under g_init_mu
@@ -196,6 +200,8 @@ void after_fork_child() {
     // The old heap object is left alone (leaked): destroying it would wait for threads that are gone.
   }
   g_remap_heap.store(nullptr);
+  g_use_heap_count.store(0);
+  for (auto& u : g_use_heaps) u.store(nullptr);
   for (bool& f : g_failed) f = false;
   g_init_error.clear();
   if (cuda) {
@@ -432,6 +438,11 @@ detail::TransparentHeap* heap(int device) noexcept {
       if (!g_fork_error.empty()) throw device_error(g_fork_error, "not_initialized");
       h = create_heap(device);
       g_heaps[device].store(h, std::memory_order_release);
+      if (h->places_by_use()) {
+        const int n = g_use_heap_count.load(std::memory_order_relaxed);
+        g_use_heaps[n].store(h, std::memory_order_release);
+        g_use_heap_count.store(n + 1, std::memory_order_release);
+      }
       if (!g_exit_registered) g_exit_registered = std::atexit(write_stats_at_exit) == 0;
     } catch (const std::exception& e) {
       g_failed[device] = true;
@@ -568,6 +579,20 @@ void capture_ended(void* stream) noexcept {
 }
 
 bool capture_under_way() noexcept { return g_captures.load(std::memory_order_acquire) > 0; }
+
+bool any_heap_places_by_use() noexcept { return g_use_heap_count.load(std::memory_order_acquire) > 0; }
+
+void note_use(std::uint64_t address) noexcept {
+  const int n = g_use_heap_count.load(std::memory_order_acquire);
+  const auto* p = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address));
+  for (int i = 0; i < n; ++i) {
+    detail::TransparentHeap* h = g_use_heaps[i].load(std::memory_order_acquire);
+    if (h != nullptr && h->may_contain(p)) {
+      h->note_use(p);
+      return;
+    }
+  }
+}
 
 void quiescent() noexcept {
   for (auto& slot : g_heaps) {

@@ -120,6 +120,14 @@ int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept;
 //! releases anything, under the launch gate: other threads may have queued work since the call returned.
 void quiescent() noexcept;
 
+//! Placement by use: true when some heap places by use (transparent.placement = "use"), so the launch
+//! hooks' reading of arguments is worth its cost. Lock-free.
+bool any_heap_places_by_use() noexcept;
+//! Placement by use: device work names `address` (a word of a launch's parameters, a copy's or memset's
+//! address); passed to the heap whose memory it is in, if any. Lock-free: the launch hooks call it while
+//! they hold the launch gate.
+void note_use(std::uint64_t address) noexcept;
+
 //! Graph captures under way in the process, as the capture hooks see them begin and end. While any is,
 //! tvmm never synchronises the device (that would invalidate the capture).
 void capture_began(void* stream) noexcept;

@@ -207,8 +207,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back(size_key("device", "budget",
                           "device memory the pager may use for pages (rounded down to whole pages; less than one "
                           "page is an error)",
-                          false,
-                          [](Config& c) -> std::size_t& { return c.device_budget; }));
+                          false, [](Config& c) -> std::size_t& { return c.device_budget; }));
   keys.push_back(size_key("device", "page_size",
                           "unit of residency; \"auto\" = the backend's granularity, else a multiple of it", true,
                           [](Config& c) -> std::size_t& { return c.page_size; }));
@@ -289,8 +288,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back(size_key("host", "budget",
                           "host memory the pager may use for evicted pages (rounded down to whole pages; less than "
                           "one page, two with an NVMe tier, is an error)",
-                          false,
-                          [](Config& c) -> std::size_t& { return c.host_budget; }));
+                          false, [](Config& c) -> std::size_t& { return c.host_budget; }));
   keys.push_back({"host",
                   "numa",
                   KeyType::text,
@@ -438,6 +436,18 @@ std::vector<ConfigKey> make_keys() {
                   {"auto", "vmm", "um"},
                   [](Config& c, const KeyValue& v) { c.transparent_memory = v.text; },
                   [](const Config& c) { return toml_string(c.transparent_memory); }});
+  keys.push_back({"transparent",
+                  "placement",
+                  KeyType::text,
+                  "",
+                  "which pages of transparent mode stay on the device: use = those the program's recent kernel "
+                  "launches, copies and memsets named most (learnt from their arguments), rebalanced at synchronising "
+                  "calls; allocation = the newest allocations (no launch is read)",
+                  false,
+                  0.0,
+                  {"use", "allocation"},
+                  [](Config& c, const KeyValue& v) { c.transparent_placement = v.text; },
+                  [](const Config& c) { return toml_string(c.transparent_placement); }});
   keys.push_back(output_file_key(
       "stats", "file",
       "when the pager is destroyed, its final stats are written here as one JSON object (also TVMM_STATS)",
@@ -458,10 +468,13 @@ std::vector<ConfigKey> make_keys() {
     k.expected = "one of: ";
     for (std::size_t i = 0; i < k.choices.size(); ++i) k.expected += (i == 0 ? "" : ", ") + toml_string(k.choices[i]);
   }
-  const std::pair<std::string_view, const char*> fields[] = {
-      {"device.backend", "device_backend"},  {"device.sim.timing", "sim.timing"},
-      {"nvme.backend", "nvme.backend"},      {"policy.prefetch.name", "prefetch"},
-      {"policy.eviction.name", "eviction"}, {"transparent.memory", "transparent_memory"}};
+  const std::pair<std::string_view, const char*> fields[] = {{"device.backend", "device_backend"},
+                                                             {"device.sim.timing", "sim.timing"},
+                                                             {"nvme.backend", "nvme.backend"},
+                                                             {"policy.prefetch.name", "prefetch"},
+                                                             {"policy.eviction.name", "eviction"},
+                                                             {"transparent.memory", "transparent_memory"},
+                                                             {"transparent.placement", "transparent_placement"}};
   for (const auto& [name, field] : fields) {
     for (auto& k : keys) {
       if (std::string(k.section) + "." + std::string(k.key) == name) k.field = field;

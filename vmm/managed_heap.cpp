@@ -45,9 +45,11 @@ DevPtr ManagedHeap::do_reserve(std::size_t pages) {
     }
     throw_status(s, "alloc_managed", __FILE__, __LINE__);
   }
+  const auto va = reinterpret_cast<DevPtr>(p);
+  widen_envelope(va, va + pages * page());
   std::lock_guard lk(ranges_mu_);
-  ranges_.emplace(reinterpret_cast<DevPtr>(p), pages * page());
-  return reinterpret_cast<DevPtr>(p);
+  ranges_.emplace(va, pages * page());
+  return va;
 }
 
 void ManagedHeap::place(DevPtr va, ChunkLocation where) {

@@ -17,12 +17,13 @@ RemapHeap::RemapHeap(const Config& config, Drain drain, std::unique_ptr<backend:
     : TransparentHeap(config, std::move(drain), std::move(dev)) {
   const Config& c = this->config();
   // One page more than the tiers' address range: the staging page where remaps fill their target.
-  space_ = std::make_unique<AddressSpace>(device(), c.va_size + page(), page(),
-                                          "the heap reserves device.va_size = " + format_bytes(c.va_size) +
-                                              " and one staging page");
+  space_ = std::make_unique<AddressSpace>(
+      device(), c.va_size + page(), page(),
+      "the heap reserves device.va_size = " + format_bytes(c.va_size) + " and one staging page");
   staging_ = space_->addr(*space_->allocate(1));
   lo_ = space_->base();
   hi_ = lo_ + std::uint64_t{space_->pages()} * page();
+  widen_envelope(lo_, hi_);
   frames_.resize(space_->pages());
   device_ = std::make_unique<DeviceTier>(device(), page(), static_cast<std::uint32_t>(c.device_budget / page()));
   host_ = std::make_unique<DeviceTier>(device(), page(), static_cast<std::uint32_t>(c.host_budget / page()),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <sstream>
 
 #include "tvmm/errors.hpp"
@@ -22,6 +23,15 @@ TransparentHeap::TransparentHeap(const Config& config, Drain drain, std::unique_
   page_ = cfg_.page_size;
   device_pages_ = cfg_.device_budget / page_;
   host_pages_ = cfg_.host_budget / page_;
+  by_use_ = cfg_.transparent_placement == "use";
+  if (by_use_) {
+    // A slot per page of the address space the heap can hand out (a remap heap's reservation holds
+    // va_size; managed memory lies anywhere, and pages share slots only when their numbers collide).
+    const std::size_t slots =
+        std::bit_ceil(std::max<std::size_t>({cfg_.va_size / page_, 2 * (device_pages_ + host_pages_), 64}));
+    uses_ = std::make_unique<UseSlot[]>(slots);
+    use_mask_ = slots - 1;
+  }
   TVMM_CHECK(dev_->create_stream(&stream_));
 }
 
@@ -98,13 +108,15 @@ DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t 
                         "tier needs the explicit API");
   }
   const DevPtr va = do_reserve(n);
+  clear_uses(va, n);  // what was noted on this memory before belongs to its previous allocation
 
   // 1. Room on the device: a new allocation is the hottest memory there is, so colder pages make way.
   const std::size_t on_device = std::min(n, device_pages_);
   const std::size_t idle = device_pages_ - on_device_;
   Block b;
   b.bytes = bytes;
-  b.last_use = ++clock_;
+  b.last_use = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
+  b.scored_at = use_clock_;
   b.where.reserve(n);
   ScopeGuard undo([&] { do_release(va, n, b.where); });
   if (on_device > idle && !capture) demote(lk, on_device - idle, drained);
@@ -152,7 +164,7 @@ void* TransparentHeap::allocate_small(Lock& lk, std::size_t bytes, bool& drained
   sm.bytes = bytes;
   sm.slab = slab_va;
   small_.emplace(p, sm);
-  blocks_.at(slab_va).last_use = ++clock_;
+  blocks_.at(slab_va).last_use = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   ++counters_.allocations;
   counters_.allocated_bytes += bytes;
   counters_.allocated_peak = std::max(counters_.allocated_peak, counters_.allocated_bytes);
@@ -304,34 +316,134 @@ std::pair<DevPtr, std::size_t> TransparentHeap::allocation_of(const void* ptr) c
   return {it->first, it->second.bytes};
 }
 
-void TransparentHeap::touch(const void* ptr) noexcept {
-  try {
-    std::lock_guard lk(mu_);
-    auto it = blocks_.upper_bound(reinterpret_cast<DevPtr>(ptr));
-    if (it == blocks_.begin()) return;
-    --it;
-    if (reinterpret_cast<DevPtr>(ptr) < it->first + it->second.where.size() * page_) it->second.last_use = ++clock_;
-  } catch (...) {  // a hint only
+std::optional<ChunkLocation> TransparentHeap::location_of(const void* ptr) const {
+  const auto p = reinterpret_cast<DevPtr>(ptr);
+  std::lock_guard lk(mu_);
+  auto it = blocks_.upper_bound(p);
+  if (it == blocks_.begin()) return std::nullopt;
+  --it;
+  const Block& b = it->second;
+  if ((b.deferred && !b.kept) || p >= it->first + b.where.size() * page_) return std::nullopt;
+  return b.where[(p - it->first) / page_];
+}
+
+void TransparentHeap::note_use(const void* ptr) noexcept {
+  if (!by_use_ || !may_contain(ptr)) return;
+  UseSlot& slot = use_slot(reinterpret_cast<DevPtr>(ptr));
+  slot.stamp.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  slot.uses.fetch_add(1, std::memory_order_relaxed);
+}
+
+void TransparentHeap::widen_envelope(DevPtr lo, DevPtr hi) noexcept {
+  // Only ever wider: a reader that sees one bound updated and not the other filters too much for a moment.
+  DevPtr cur = env_lo_.load(std::memory_order_relaxed);
+  while (lo < cur && !env_lo_.compare_exchange_weak(cur, lo, std::memory_order_relaxed)) {
   }
+  cur = env_hi_.load(std::memory_order_relaxed);
+  while (hi > cur && !env_hi_.compare_exchange_weak(cur, hi, std::memory_order_relaxed)) {
+  }
+}
+
+void TransparentHeap::clear_uses(DevPtr va, std::size_t pages) noexcept {
+  if (!by_use_) return;
+  for (std::size_t i = 0; i < pages; ++i) {
+    UseSlot& slot = use_slot(va + i * page_);
+    slot.uses.store(0, std::memory_order_relaxed);
+    slot.stamp.store(0, std::memory_order_relaxed);
+  }
+}
+
+double TransparentHeap::half_life() const noexcept { return std::max(64.0, 2.0 * static_cast<double>(blocks_.size())); }
+
+double TransparentHeap::heat(const Block& b) const noexcept {
+  if (b.score == 0) return 0;
+  return b.score * std::exp2(-static_cast<double>(use_clock_ - b.scored_at) / half_life());
+}
+
+void TransparentHeap::collect_uses() {
+  if (!by_use_) return;
+  struct Used {
+    Block* block;
+    double heat;  // the uses, each weighted by the share of the block it likely touches
+  };
+  std::vector<Used> used;
+  std::uint64_t total = 0;
+  for (auto& [va, b] : blocks_) {
+    if (b.deferred && !b.kept) continue;  // being freed: its uses are cleared with it
+    std::uint64_t uses = 0, stamp = 0;
+    for (std::size_t i = 0; i < b.where.size(); ++i) {
+      UseSlot& slot = use_slot(va + i * page_);
+      const std::uint32_t u = slot.uses.exchange(0, std::memory_order_relaxed);
+      if (u == 0) continue;
+      uses += u;
+      stamp = std::max(stamp, slot.stamp.load(std::memory_order_relaxed));
+    }
+    if (uses == 0) continue;
+    b.last_use = std::max(b.last_use, stamp);
+    total += uses;
+    // A use of a block likely touches all of it; a use of a slab one small allocation (a slot): a page of
+    // a thousand counters named by every launch is worth less on the device than a page of a tensor.
+    std::size_t touched = b.where.size() * page_;
+    if (b.slab) {
+      if (auto sl = slabs_.find(va); sl != slabs_.end()) touched = sl->second.slot;
+    }
+    used.push_back(
+        {&b, static_cast<double>(uses) * static_cast<double>(touched) / static_cast<double>(b.where.size() * page_)});
+    const auto on_device =
+        static_cast<std::uint64_t>(std::count(b.where.begin(), b.where.end(), ChunkLocation::device));
+    counters_.used_bytes_on_device += uses * (b.slab ? (on_device != 0 ? touched : 0) : on_device * page_);
+    counters_.used_bytes += uses * touched;
+  }
+  if (total == 0) return;
+  // All of this collection's uses count as of its end: the older ones decay by its length.
+  use_clock_ += total;
+  counters_.uses_noted += total;
+  const double h = half_life();
+  for (auto& [b, heat] : used) {
+    b->score = b->score * std::exp2(-static_cast<double>(use_clock_ - b->scored_at) / h) + heat;
+    b->scored_at = use_clock_;
+  }
+}
+
+std::vector<std::pair<DevPtr, TransparentHeap::Block*>> TransparentHeap::ranked(bool hottest_first) {
+  // Heat first, then recency (all the heat is 0 when placing by allocation, or before any use is noted).
+  using Key = std::pair<double, std::uint64_t>;
+  std::vector<std::pair<Key, std::pair<DevPtr, Block*>>> keyed;
+  keyed.reserve(blocks_.size());
+  for (auto& [va, b] : blocks_) {
+    if (!b.deferred || b.kept) keyed.push_back({{heat(b), b.last_use}, {va, &b}});  // kept: the graph's
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [hottest_first](const auto& x, const auto& y) {
+    return hottest_first ? x.first > y.first : x.first < y.first;
+  });
+  std::vector<std::pair<DevPtr, Block*>> order;
+  order.reserve(keyed.size());
+  for (const auto& k : keyed) order.push_back(k.second);
+  return order;
 }
 
 void TransparentHeap::maintain(bool drained) {
   Lock lk(mu_);
   ++counters_.quiescent_points;
+  clock_.fetch_add(1, std::memory_order_relaxed);  // uses from here on are more recent than those before
   if (capturing()) return;  // "quiescent" for the caller's stream only: a drain would end a capture
   if (ordered_ != 0) release_stream_ordered(lk, false);
-  const bool promotable = on_device_ < device_pages_ && used_pages_ > on_device_;
-  if (deferred_ == 0 && !promotable) return;
+  const bool on_host = used_pages_ > on_device_;
+  const bool promotable = on_device_ < device_pages_ && on_host;
+  if (deferred_ == 0 && !promotable && !(by_use_ && on_host)) return;
   if (deferred_ != 0) {
     drain_once(drained);
     release_deferred(lk);
   }
+  collect_uses();
   promote(lk, drained);
+  rebalance(lk, drained);
 }
 
 void TransparentHeap::release_block(Lock&, std::map<DevPtr, Block>::iterator it) {
   const Block& b = it->second;
   do_release(it->first, b.where.size(), b.where);
+  clear_uses(it->first, b.where.size());
   on_device_ -= static_cast<std::size_t>(std::count(b.where.begin(), b.where.end(), ChunkLocation::device));
   used_pages_ -= b.where.size();
   if (b.after != nullptr) {
@@ -369,15 +481,10 @@ bool TransparentHeap::move(DevPtr va, ChunkLocation& where, ChunkLocation to, bo
 }
 
 void TransparentHeap::demote(Lock&, std::size_t pages, bool& drained) {
-  // Least recently used first; within a block, from its end.
-  std::vector<std::pair<DevPtr, Block*>> order;
-  for (auto& [va, b] : blocks_) {
-    if (!b.deferred || b.kept) order.emplace_back(va, &b);  // kept blocks are in use: by the graph
-  }
-  std::sort(order.begin(), order.end(),
-            [](const auto& x, const auto& y) { return x.second->last_use < y.second->last_use; });
+  // The coldest first (least used, then least recently used); within a block, from its end.
+  collect_uses();
   std::size_t done = 0;
-  for (auto& [va, b] : order) {
+  for (auto& [va, b] : ranked(false)) {
     for (std::size_t i = b->where.size(); i-- > 0 && done < pages;) {
       if (b->where[i] != ChunkLocation::device) continue;
       if (!move(va + i * page_, b->where[i], ChunkLocation::host, drained)) return;  // no host frame now
@@ -388,19 +495,53 @@ void TransparentHeap::demote(Lock&, std::size_t pages, bool& drained) {
 }
 
 void TransparentHeap::promote(Lock&, bool& drained) {
-  std::vector<std::pair<DevPtr, Block*>> order;
-  for (auto& [va, b] : blocks_) {
-    if (!b.deferred || b.kept) order.emplace_back(va, &b);  // not memory that is being freed
-  }
-  std::sort(order.begin(), order.end(),
-            [](const auto& x, const auto& y) { return x.second->last_use > y.second->last_use; });
-  for (auto& [va, b] : order) {
+  if (on_device_ >= device_pages_ || used_pages_ == on_device_) return;
+  for (auto& [va, b] : ranked(true)) {
     for (std::size_t i = 0; i < b->where.size() && on_device_ < device_pages_; ++i) {
       // A GPU short of memory takes no more pages now; the next promotion tries again.
       if (b->where[i] == ChunkLocation::host && !move(va + i * page_, b->where[i], ChunkLocation::device, drained)) {
         return;
       }
     }
+  }
+}
+
+void TransparentHeap::rebalance(Lock&, bool& drained) {
+  if (!by_use_ || used_pages_ == on_device_) return;
+  const auto hot = ranked(true);
+  const auto cold = ranked(false);
+  std::size_t budget = std::max<std::size_t>(2, device_pages_ / 4);
+  // Host pages from the hottest block down, device pages from the coldest block up (each from its end).
+  std::size_t h = 0, c = 0;
+  std::size_t hi = 0;
+  std::size_t ci = cold.empty() ? 0 : cold[0].second->where.size();
+  while (budget > 0) {
+    while (h < hot.size() && (hi >= hot[h].second->where.size() || hot[h].second->where[hi] != ChunkLocation::host)) {
+      if (hi >= hot[h].second->where.size()) {
+        ++h;
+        hi = 0;
+      } else {
+        ++hi;
+      }
+    }
+    while (c < cold.size() && (ci == 0 || cold[c].second->where[ci - 1] != ChunkLocation::device)) {
+      if (ci == 0) {
+        if (++c < cold.size()) ci = cold[c].second->where.size();
+      } else {
+        --ci;
+      }
+    }
+    if (h == hot.size() || c == cold.size()) return;
+    Block& up = *hot[h].second;
+    Block& down = *cold[c].second;
+    // Worth two page copies only when the host page's block is clearly hotter. The lists are in opposite
+    // orders, so once a pair is not, no later pair is.
+    const double gain = heat(up), loss = heat(down);
+    if (&up == &down || !(gain > loss * 1.25 + 1.0)) return;
+    if (!move(cold[c].first + (ci - 1) * page_, down.where[ci - 1], ChunkLocation::host, drained)) return;
+    ++counters_.pages_swapped;
+    if (!move(hot[h].first + hi * page_, up.where[hi], ChunkLocation::device, drained)) return;
+    --budget;
   }
 }
 
@@ -430,8 +571,11 @@ std::string TransparentHeap::stats_json() const {
     << ", \"pages_demoted\": " << c.pages_demoted << ", \"pages_promoted\": " << c.pages_promoted
     << ", \"bytes_demoted\": " << c.pages_demoted * page_ << ", \"bytes_promoted\": " << c.pages_promoted * page_
     << ", \"drains\": " << c.drains << ", \"quiescent_points\": " << c.quiescent_points
-    << ", \"frees_kept_for_graphs\": " << c.kept_for_graphs << ", \"stream_ordered_frees\": "
-    << c.stream_ordered_frees
+    << ", \"frees_kept_for_graphs\": " << c.kept_for_graphs << ", \"stream_ordered_frees\": " << c.stream_ordered_frees
+    << ", \"placement\": \"" << cfg_.transparent_placement << "\", \"uses_noted\": " << c.uses_noted
+    << ", \"pages_swapped\": " << c.pages_swapped << ", \"used_bytes_on_device\": " << c.used_bytes_on_device
+    << ", \"used_bytes\": "
+    << c.used_bytes
     // The same in the keys of torch.cuda.memory_stats(), for tools that read those.
     << ", \"allocated_bytes.all.current\": " << c.allocated_bytes
     << ", \"allocated_bytes.all.peak\": " << c.allocated_peak << ", \"reserved_bytes.all.current\": " << u.used

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -71,10 +72,26 @@ class TransparentHeap {
   [[nodiscard]] std::size_t size_of(const void* ptr) const;
   //! The live allocation `ptr` points into: its start and the bytes asked for; {0, 0} when none.
   [[nodiscard]] std::pair<backend::DevPtr, std::size_t> allocation_of(const void* ptr) const;
-  //! Marks the allocation containing `ptr` as just used (a hint: kernel arguments, prefetch calls).
-  void touch(const void* ptr) noexcept;
+  //! Where the page holding `ptr` lives now (device or host), or nothing when `ptr` is in no live
+  //! allocation's pages.
+  [[nodiscard]] std::optional<backend::ChunkLocation> location_of(const void* ptr) const;
+  //! Placement by use (transparent.placement = "use"): device work was just queued with `ptr` among its
+  //! arguments (a word of a kernel launch's parameters, a copy's or a memset's address). Takes no lock and
+  //! never waits, so the launch hooks may call it while they hold the launch gate, on any thread, even
+  //! while the heap remaps. An address outside the heap's memory is ignored (a false match inside it only
+  //! misleads placement). A hint: it decides where pages live, never whether they are usable.
+  void note_use(const void* ptr) noexcept;
+  //! Lock-free filter for note_use: false means `ptr` is in none of the heap's memory (no false negatives).
+  [[nodiscard]] bool may_contain(const void* ptr) const noexcept {
+    const auto p = reinterpret_cast<backend::DevPtr>(ptr);
+    return p >= env_lo_.load(std::memory_order_relaxed) && p < env_hi_.load(std::memory_order_relaxed);
+  }
+  //! True when the heap places by use (note_use is worth calling).
+  [[nodiscard]] bool places_by_use() const noexcept { return by_use_; }
   //! A quiescent point: `drained` says the caller has already waited for all device work; otherwise the
-  //! heap drains when it has something to do. Releases deferred frees, then promotes host pages.
+  //! heap drains when it has something to do. Releases deferred frees, then promotes host pages into idle
+  //! device frames and, placing by use, swaps host pages that the work since the last quiescent point
+  //! used clearly more than some device pages with those (a bounded number per call).
   void maintain(bool drained);
   //! Tells the heap how to know that a graph capture is under way. While one is, the heap never drains:
   //! an allocation is served without moving pages (the device's idle frames, then the host), a free
@@ -97,6 +114,12 @@ class TransparentHeap {
     std::uint64_t kept_for_graphs = 0;       //!< frees during a graph capture: the memory stays for the graph
     std::uint64_t stream_ordered_frees = 0;  //!< free_after: released when the freeing stream got there
     std::uint64_t ooms = 0;                  //!< allocations refused for want of capacity (PyTorch's num_ooms)
+    std::uint64_t uses_noted = 0;            //!< note_use calls that named the heap's memory (collected so far)
+    std::uint64_t pages_swapped = 0;         //!< pages demoted for a more used host page at quiescent points
+    //! Placing by use, an estimate of the device share of the bytes the program's work touches: for each
+    //! noted use, the bytes it likely touched (the whole block it named; one slot of a slab of small
+    //! allocations) on the device when the uses were collected, and in all.
+    std::uint64_t used_bytes_on_device = 0, used_bytes = 0;
     std::uint64_t alloc_retries = 0;  //!< allocations that first waited for frees to complete (num_alloc_retries)
     std::size_t allocated_bytes = 0;  //!< bytes the program asked for, live now (allocated_bytes.all.current)
     std::size_t allocated_peak = 0;   //!< and at most (allocated_bytes.all.peak)
@@ -137,6 +160,9 @@ class TransparentHeap {
   virtual void do_release(backend::DevPtr va, std::size_t pages, const std::vector<backend::ChunkLocation>& where) = 0;
   //! Whether a move must wait for the program's device work first (a remap does; a prefetch does not).
   [[nodiscard]] virtual bool moves_need_drain() const noexcept = 0;
+  //! The mechanism's memory lies in [lo, hi) (lock-free readers may see the old bounds for a moment; the
+  //! bounds only grow).
+  void widen_envelope(backend::DevPtr lo, backend::DevPtr hi) noexcept;
 
  private:
   // What the program frees: a block of whole pages, or a small allocation inside a slab.
@@ -147,9 +173,19 @@ class TransparentHeap {
     backend::EventHandle after = nullptr;  // free_after: released once this event has completed
   };
   struct Block : Freeable {
-    std::uint64_t last_use = 0;
+    std::uint64_t last_use = 0;  // the clock at its allocation or its latest noted use
+    // Its noted uses, each worth half as much once half_life() more uses have been collected in the heap
+    // (the decay follows the program's activity, not how often it synchronises): `score` as of the use
+    // clock `scored_at`.
+    double score = 0;
+    std::uint64_t scored_at = 0;
     bool slab = false;                          // one page of small allocations (the heap's, not the program's)
     std::vector<backend::ChunkLocation> where;  // per page
+  };
+  // What note_use records per page of address space (indexed by page number modulo the table's size).
+  struct UseSlot {
+    std::atomic<std::uint64_t> stamp{0};  // the clock at the latest use
+    std::atomic<std::uint32_t> uses{0};   // uses since they were last collected
   };
   // Allocations of at most page / 8 bytes share pages: each size class (a power of two, at least 256
   // bytes, cudaMalloc's alignment) has one-page slabs cut into slots of that size.
@@ -182,6 +218,22 @@ class TransparentHeap {
   void release_stream_ordered(Lock& lk, bool wait);
   void demote(Lock& lk, std::size_t pages, bool& drained);
   void promote(Lock& lk, bool& drained);
+  //! Placing by use: moves the uses noted since the last collection from the slots into the blocks.
+  void collect_uses();
+  //! Placing by use: swaps host pages of the most used blocks with device pages of clearly less used ones
+  //! (a quarter more heat and one use more), at most a quarter of the device budget per call.
+  void rebalance(Lock& lk, bool& drained);
+  //! A block's score decayed to the present use clock.
+  [[nodiscard]] double heat(const Block& b) const noexcept;
+  //! Uses after which a use counts half: twice the live blocks (about an iteration of a program that
+  //! names each of its allocations once or twice per iteration), at least 64.
+  [[nodiscard]] double half_life() const noexcept;
+  //! The live blocks (and those kept for a graph) in rank order: coldest first, or hottest first.
+  std::vector<std::pair<backend::DevPtr, Block*>> ranked(bool hottest_first);
+  UseSlot& use_slot(backend::DevPtr p) noexcept { return uses_[(p / page_) & use_mask_]; }
+  std::uint64_t use_clock_ = 0;  // uses collected so far (under mu_)
+  //! Forgets the uses noted on [va, va + pages) (the memory was freed or is new).
+  void clear_uses(backend::DevPtr va, std::size_t pages) noexcept;
   //! do_move and the counts; false when `to` has no memory for the page now (it stays).
   bool move(backend::DevPtr va, backend::ChunkLocation& where, backend::ChunkLocation to, bool& drained);
 
@@ -201,8 +253,16 @@ class TransparentHeap {
   std::size_t used_pages_ = 0, on_device_ = 0;
   std::size_t deferred_ = 0;  // blocks freed with free_deferred, not yet released
   std::size_t ordered_ = 0;   // blocks freed with free_after, not yet released
-  std::uint64_t clock_ = 0;   // last_use stamps
+  // last_use stamps: advanced (under mu_) by each allocation and quiescent point, read by note_use.
+  std::atomic<std::uint64_t> clock_{0};
   Counters counters_;
+
+  // Placement by use (note_use): lock-free slots, and the bounds of the memory the mechanism hands out.
+  bool by_use_ = false;
+  std::unique_ptr<UseSlot[]> uses_;
+  std::size_t use_mask_ = 0;
+  std::atomic<backend::DevPtr> env_lo_{~backend::DevPtr{0}};
+  std::atomic<backend::DevPtr> env_hi_{0};
 };
 
 //! The heap `config` asks for (`transparent.memory`): "vmm" (RemapHeap), "um" (ManagedHeap), or

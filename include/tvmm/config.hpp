@@ -143,6 +143,10 @@ struct Config {
   //! frames or host-located VMM chunks, remapped at quiescent points), "um" (managed memory placed with
   //! advice and prefetches) or "auto" (vmm where the device has host-located VMM memory, else um).
   std::string transparent_memory = "auto";
+  //! Which of transparent mode's pages stay on the device: "use" (those that recent kernel launches,
+  //! copies and memsets named most in their arguments, rebalanced at the program's synchronising calls)
+  //! or "allocation" (the newest allocations; launches are not read).
+  std::string transparent_placement = "use";
   //! Settings of the simulated GPU.
   SimDeviceConfig sim;
   //! Settings of the NVMe tier (off by default).

@@ -51,6 +51,12 @@ struct Device {
   int primary_refs = 0;  //!< cuDevicePrimaryCtxRetain minus Release
   unsigned primary_flags = 0;
   Context* primary = nullptr;  //!< created on first retain; inactive while primary_refs == 0
+  //! Bytes this device's kernels read and wrote (driver mutex): in memory on this device (a device chunk,
+  //! or managed memory resident here), and elsewhere, over the bus (host-located chunks, host memory,
+  //! managed pages resident elsewhere). The emulator's stand-in for a profiler's memory counters
+  //! (cuemuKernelBytes, docs/cuda-emulator.md).
+  std::uint64_t kernel_bytes_local = 0;
+  std::uint64_t kernel_bytes_remote = 0;
 };
 
 //! A context. Primary contexts live as long as the process (inactive when released to zero).
@@ -70,8 +76,8 @@ struct Chunk {
   std::byte* view = nullptr;  //!< the emulator's own mapping of the whole memfd
   Device* charged = nullptr;  //!< the device whose memory it takes (device chunks)
   int mappings = 0;
-  int refs = 1;           //!< handle references: cuMemCreate, plus one per cuMemRetainAllocationHandle
-  bool released = false;  //!< every reference released: freed at its last unmap
+  int refs = 1;                     //!< handle references: cuMemCreate, plus one per cuMemRetainAllocationHandle
+  bool released = false;            //!< every reference released: freed at its last unmap
   Context* allocated_in = nullptr;  //!< cuMemAlloc's context (CU_POINTER_ATTRIBUTE_CONTEXT); null for cuMemCreate
 };
 
@@ -103,6 +109,7 @@ struct HostRange {
 struct Span {
   std::byte* ptr;
   std::size_t len;
+  bool local = false;  //!< in the accessing device's own memory (not over the bus)
 };
 
 //! An operation queued on a stream: runs on the stream's worker thread, after its dependencies.

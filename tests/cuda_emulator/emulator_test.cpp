@@ -272,6 +272,7 @@ TEST(CudaEmulator, ExportedSymbolsAreTheVersionedEntryPoints) {
                                  "cuStreamGetCaptureInfo_v3",
                                  "cuGraphInstantiateWithFlags",
                                  "cuLaunchKernel",
+                                 "cuFuncGetParamInfo",
                                  "cuMemCreate",
                                  "cuMemMap"}) {
           if (::dlsym(cu.lib, name) == nullptr) {
@@ -1145,6 +1146,60 @@ TEST(CudaEmulator, KernelsRunByNameWithTheirArgumentsChecked) {
     CHECK(tvmm::kernels::count_mismatches(back.data(), 64, 3) == 0);
     EXPECT_CU(CUDA_SUCCESS, CU(cuModuleUnload)(m));
     EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, CU(cuLaunchKernel)(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+  });
+}
+
+TEST(CudaEmulator, ParameterLayoutAndWhereKernelsFindTheirBytesAreReported) {
+  const std::string text = ptx("9.0", 90);
+  RUN({}, [&](const Cu& cu) {
+    primary(cu);
+    CUmodule m = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuModuleLoadData)(&m, text.c_str()));
+    CUfunction fill = nullptr, mystery = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuModuleGetFunction)(&fill, m, "tvmm_fill"));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuModuleGetFunction)(&mystery, m, "mystery"));
+    // cuFuncGetParamInfo: each parameter's offset and size; an index past the last is an invalid value.
+    std::size_t offset = 1, size = 1;
+    EXPECT_CU(CUDA_SUCCESS, CU_AT(cuFuncGetParamInfo, 12040)(fill, 2, &offset, &size));
+    CHECK(offset == 16 && size == 8);
+    EXPECT_CU(CUDA_SUCCESS, CU_AT(cuFuncGetParamInfo, 12040)(mystery, 0, &offset, nullptr));
+    CHECK(offset == 0);
+    EXPECT_CU(CUDA_ERROR_INVALID_VALUE, CU_AT(cuFuncGetParamInfo, 12040)(fill, 3, &offset, &size));
+    EXPECT_CU(CUDA_ERROR_INVALID_VALUE, CU_AT(cuFuncGetParamInfo, 12040)(mystery, 1, &offset, &size));
+    EXPECT_CU(CUDA_ERROR_INVALID_VALUE, CU_AT(cuFuncGetParamInfo, 12040)(fill, 0, nullptr, &size));
+    // The memory counters: a kernel's bytes on a device chunk are local, on a host-NUMA chunk remote.
+    using Counters = CUresult (*)(int, unsigned long long*, unsigned long long*);
+    const auto counters = reinterpret_cast<Counters>(::dlsym(cu.lib, "cuemuKernelBytes"));
+    CHECK(counters != nullptr);
+    if (counters == nullptr) return;
+    const CUdeviceptr dev = mapped(cu, 1);
+    CUdeviceptr host = 0;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemAddressReserve)(&host, 2 * MiB, 0, 0, 0));
+    CUmemGenericAllocationHandle h = 0;
+    const CUmemAllocationProp hp = host_prop();
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemCreate)(&h, 2 * MiB, &hp, 0));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemMap)(host, 2 * MiB, 0, h, 0));
+    const CUmemAccessDesc a = rw(0);
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemSetAccess)(host, 2 * MiB, &a, 1));
+    unsigned long long local = 1, remote = 1;
+    EXPECT_CU(CUDA_SUCCESS, counters(0, &local, &remote));
+    CHECK(local == 0 && remote == 0);
+    std::size_t bytes = 1000;
+    std::uint64_t seed = 5;
+    CUdeviceptr dst = dev;
+    void* params[] = {&dst, &bytes, &seed};
+    EXPECT_CU(CUDA_SUCCESS, CU(cuLaunchKernel)(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+    dst = host;
+    bytes = 300;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuLaunchKernel)(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuCtxSynchronize)());
+    EXPECT_CU(CUDA_SUCCESS, counters(0, &local, &remote));
+    CHECK(local == 1000 && remote == 300);
+    EXPECT_CU(CUDA_SUCCESS, counters(1, &local, &remote));  // another device's kernels: none
+    CHECK(local == 0 && remote == 0);
+    EXPECT_CU(CUDA_ERROR_INVALID_DEVICE, counters(2, &local, &remote));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemUnmap)(host, 2 * MiB));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemRelease)(h));
   });
 }
 

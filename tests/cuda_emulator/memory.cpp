@@ -27,6 +27,12 @@ void protect_none(CUdeviceptr va, std::size_t size) {
   (void)::mmap(as_ptr(va), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
+std::map<std::uintptr_t, std::vector<int>>& managed_pages() {  // base -> per 2 MiB page: -1 host, else device
+  static std::map<std::uintptr_t, std::vector<int>> pages;
+  return pages;
+}
+constexpr std::size_t kManagedPage = std::size_t{2} << 20;
+
 }  // namespace
 
 CUdeviceptr Driver::reserve_address_space(std::size_t size, std::size_t align, CUdeviceptr hint) {
@@ -62,10 +68,18 @@ HostRange* Driver::managed_of(std::uintptr_t p, std::size_t len, std::uintptr_t*
 
 bool Driver::translate(CUdeviceptr va, std::size_t len, const Device* dev, bool write, std::vector<Span>* out) {
   if (len == 0) return true;
-  if (managed_of(static_cast<std::uintptr_t>(va), len) != nullptr) {
+  if (std::uintptr_t base = 0; managed_of(static_cast<std::uintptr_t>(va), len, &base) != nullptr) {
     // Managed memory is one range of host memory that every device with concurrent managed access
-    // reaches (the emulator does not migrate bytes, only counts residency).
-    out->push_back({static_cast<std::byte*>(as_ptr(va)), len});
+    // reaches (the emulator does not migrate bytes, only counts residency): a span per managed page,
+    // local where the page is resident on `dev`.
+    const std::vector<int>& pages = managed_pages()[base];
+    while (len > 0) {
+      const std::size_t page = (va - base) / kManagedPage;
+      const std::size_t here = std::min<std::size_t>(len, (page + 1) * kManagedPage - (va - base));
+      out->push_back({static_cast<std::byte*>(as_ptr(va)), here, pages[page] == dev->ordinal});
+      va += here;
+      len -= here;
+    }
     return true;
   }
   const std::uint64_t bit = std::uint64_t{1} << dev->ordinal;
@@ -77,7 +91,7 @@ bool Driver::translate(CUdeviceptr va, std::size_t len, const Device* dev, bool 
     if (va - it->first >= m.size) return false;                                         // a hole: not mapped
     if ((m.device_rw & bit) == 0 && (write || (m.device_ro & bit) == 0)) return false;  // no access granted
     const std::size_t here = std::min<std::size_t>(len, m.size - (va - it->first));
-    out->push_back({m.chunk->view + m.offset + (va - it->first), here});
+    out->push_back({m.chunk->view + m.offset + (va - it->first), here, m.chunk->charged == dev});
     va += here;
     len -= here;
   }
@@ -609,12 +623,6 @@ CUresult MemHostUnregister(void* p) {
 CUEMU_EXPORT("cuMemHostUnregister", 4000, MemHostUnregister);
 
 // --- managed memory ------------------------------------------------------------------------------------
-
-std::map<std::uintptr_t, std::vector<int>>& managed_pages() {  // base -> per 2 MiB page: -1 host, else device
-  static std::map<std::uintptr_t, std::vector<int>> pages;
-  return pages;
-}
-constexpr std::size_t kManagedPage = std::size_t{2} << 20;
 
 CUresult free_managed(Driver& d, std::uintptr_t base) {
   auto it = d.host.find(base);

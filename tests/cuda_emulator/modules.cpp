@@ -181,6 +181,12 @@ void read_cubin_symbols(const std::byte* elf, std::map<std::string, Kernel>* ker
 using Params = std::vector<std::uint64_t>;
 using Impl = CUresult (*)(const Params&, const Device*);
 
+// Counts a kernel's access to `spans` on `dev`'s counters (the driver mutex is held).
+void count_access(const std::vector<Span>& spans, const Device* dev) {
+  Device& counted = *Driver::get().devices[static_cast<std::size_t>(dev->ordinal)];
+  for (const Span& s : spans) (s.local ? counted.kernel_bytes_local : counted.kernel_bytes_remote) += s.len;
+}
+
 // Gathers [va, va + n) for `dev` into a host buffer (false: an address the device may not use).
 bool gather(CUdeviceptr va, std::size_t n, const Device* dev, std::vector<std::byte>* out) {
   std::vector<Span> spans;
@@ -188,6 +194,7 @@ bool gather(CUdeviceptr va, std::size_t n, const Device* dev, std::vector<std::b
     Driver::get().report_fault("a kernel reading", va, n, dev, false);
     return false;
   }
+  count_access(spans, dev);
   out->resize(n);
   std::size_t at = 0;
   for (const Span& s : spans) {
@@ -202,6 +209,7 @@ bool scatter(CUdeviceptr va, const std::vector<std::byte>& in, const Device* dev
     Driver::get().report_fault("a kernel writing", va, in.size(), dev, true);
     return false;
   }
+  count_access(spans, dev);
   std::size_t at = 0;
   for (const Span& s : spans) {
     std::memcpy(s.ptr, in.data() + at, s.len);
@@ -261,6 +269,27 @@ const CpuKernel* cpu_kernel(const std::string& name) {
     if (name == k.name) return &k;
   }
   return nullptr;
+}
+
+// A kernel's parameter sizes: from the image's PTX, else the built-in table (a cubin without PTX).
+const std::vector<std::size_t>* param_sizes(const Function& f) {
+  if (!f.kernel.params.empty()) return &f.kernel.params;
+  const CpuKernel* k = cpu_kernel(f.kernel.name);
+  return k != nullptr ? &k->params : nullptr;
+}
+
+// The offset of each parameter in the device-side parameter layout: each at its natural alignment (the
+// alignment of a parameter of 1, 2, 4 or 8 bytes is its size; a larger one, a .b8 array, 8 here).
+std::vector<std::size_t> param_offsets(const std::vector<std::size_t>& sizes) {
+  std::vector<std::size_t> offsets;
+  std::size_t at = 0;
+  for (std::size_t size : sizes) {
+    const std::size_t align = std::min<std::size_t>(std::max<std::size_t>(size, 1), 8);
+    at = (at + align - 1) / align * align;
+    offsets.push_back(at);
+    at += size;
+  }
+  return offsets;
 }
 
 // --- module entry points -------------------------------------------------------------------------------
@@ -406,7 +435,9 @@ CUresult LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsi
   if (params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   const CpuKernel* k = cpu_kernel(f.kernel.name);
   if (k == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // no CPU implementation of this kernel
-  const std::vector<std::size_t>& sizes = f.kernel.params.empty() ? k->params : f.kernel.params;
+  const std::vector<std::size_t>* known = param_sizes(f);
+  if (known == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  const std::vector<std::size_t>& sizes = *known;
   if (sizes != k->params) return CUDA_ERROR_INVALID_IMAGE;  // the image's kernel is not the one emulated
   Params values(sizes.size(), 0);
   if (params != nullptr) {
@@ -428,12 +459,10 @@ CUresult LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsi
         return CUDA_ERROR_INVALID_VALUE;
       }
     }
-    std::size_t at = 0;
+    const std::vector<std::size_t> offsets = param_offsets(sizes);
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      at = (at + sizes[i] - 1) / sizes[i] * sizes[i];
-      if (buffer == nullptr || size == nullptr || at + sizes[i] > *size) return CUDA_ERROR_INVALID_VALUE;
-      std::memcpy(&values[i], buffer + at, sizes[i]);
-      at += sizes[i];
+      if (buffer == nullptr || size == nullptr || offsets[i] + sizes[i] > *size) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(&values[i], buffer + offsets[i], sizes[i]);
     }
   } else if (!sizes.empty()) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -454,6 +483,39 @@ CUresult LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsi
 }
 CUEMU_EXPORT("cuLaunchKernel", 4000, LaunchKernel);
 
+// cuda.h 17352-17374 (cuFuncGetParamInfo, CUDA 12.4): "Returns in paramOffset and paramSize the offset
+// and size, respectively, where the parameter will reside in the device-side parameter layout ...
+// paramIndex must be less than the number of parameters that func takes. paramSize can be set to NULL if
+// only the parameter offset is desired." Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (an index past
+// the last parameter, a null paramOffset); an unknown function is an invalid handle, as for launches.
+CUresult FuncGetParamInfo(CUfunction fn, std::size_t index, std::size_t* offset, std::size_t* size) {
+  CUEMU_ENTER();
+  std::lock_guard lk(Driver::get().mu);
+  auto* f = reinterpret_cast<Function*>(fn);
+  if (functions().count(f) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  const std::vector<std::size_t>* sizes = param_sizes(*f);
+  if (offset == nullptr || sizes == nullptr || index >= sizes->size()) return CUDA_ERROR_INVALID_VALUE;
+  *offset = param_offsets(*sizes)[index];
+  if (size != nullptr) *size = (*sizes)[index];
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuFuncGetParamInfo", 12040, FuncGetParamInfo);
+
 }  // namespace
 
 }  // namespace cuemu
+
+// Not a CUDA call: the emulator's memory counters, for tests that measure where kernels found their
+// bytes (docs/cuda-emulator.md). For device `ordinal`: the bytes its kernels read and wrote in its own
+// memory (*local) and over the bus (*remote), since cuInit.
+extern "C" __attribute__((visibility("default"))) CUresult cuemuKernelBytes(int ordinal, unsigned long long* local,
+                                                                            unsigned long long* remote) {
+  cuemu::Driver& d = cuemu::Driver::get();
+  std::lock_guard lk(d.mu);
+  if (!d.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (ordinal < 0 || static_cast<std::size_t>(ordinal) >= d.devices.size()) return CUDA_ERROR_INVALID_DEVICE;
+  if (local == nullptr || remote == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *local = d.devices[static_cast<std::size_t>(ordinal)]->kernel_bytes_local;
+  *remote = d.devices[static_cast<std::size_t>(ordinal)]->kernel_bytes_remote;
+  return CUDA_SUCCESS;
+}

@@ -138,6 +138,8 @@ CUEMU_SYMBOL(cuLaunchKernel, cuLaunchKernel, 4000,
              (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
               unsigned int bz, unsigned int shmem, CUstream s, void** params, void** extra),
              (f, gx, gy, gz, bx, by, bz, shmem, s, params, extra))
+CUEMU_SYMBOL(cuFuncGetParamInfo, cuFuncGetParamInfo, 12040, (CUfunction f, size_t index, size_t* offset, size_t* size),
+             (f, index, offset, size))
 CUEMU_SYMBOL(cuLaunchHostFunc, cuLaunchHostFunc, 10000, (CUstream s, CUhostFn fn, void* data), (s, fn, data))
 
 // --- streams, events, capture and graphs ------------------------------------------------------------------------

@@ -77,12 +77,13 @@ TEST_P(TransparentHeapTest, PromotesHostPagesIntoFramesThatFreesLeaveIdle) {
   }
   ASSERT_EQ(h.heap.usage().on_device, 4 * page);
   h.heap.free(ptrs[7]);
-  h.heap.free(ptrs[6]);   // two device frames idle, four pages on the host
-  h.heap.touch(ptrs[1]);  // the program used allocation 1 last: it is promoted first
+  h.heap.free(ptrs[6]);      // two device frames idle, four pages on the host
+  h.heap.note_use(ptrs[1]);  // a launch named allocation 1: it is promoted first
   const auto before = h.heap.counters().pages_promoted;
   h.heap.maintain(true);
   EXPECT_EQ(h.heap.counters().pages_promoted - before, 2u);
   EXPECT_EQ(h.heap.usage().on_device, 4 * page);
+  EXPECT_EQ(h.heap.location_of(ptrs[1]), backend::ChunkLocation::device);
   for (unsigned i = 0; i < 6; ++i) {
     EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, 100 + i), 0u) << "allocation " << i;
   }
@@ -270,6 +271,101 @@ std::vector<void*> fill_the_device(TransparentHeap& heap) {
     kernels::fill_pattern(ptrs.back(), page, i);
   }
   return ptrs;
+}
+
+// --- placement by use (note_use: what the launch hooks report) -------------------------------------------
+
+TEST_P(TransparentHeapTest, AQuiescentPointSwapsTheMostUsedHostPagesWithUnusedDevicePages) {
+  Heap h(GetParam());
+  std::vector<void*> ptrs;
+  for (unsigned i = 0; i < 8; ++i) {
+    ptrs.push_back(h.heap.allocate(page));
+    kernels::fill_pattern(ptrs[i], page, 10 + i);
+  }
+  // Allocation order: 4-7 on the device, 0-3 on the host. The program uses 0 and 1 most.
+  ASSERT_EQ(h.heap.location_of(ptrs[0]), backend::ChunkLocation::host);
+  for (int k = 0; k < 5; ++k) {
+    h.heap.note_use(static_cast<std::byte*>(ptrs[0]) + 100);  // a pointer into the allocation counts
+    h.heap.note_use(ptrs[1]);
+  }
+  h.heap.note_use(ptrs[5]);
+  h.heap.maintain(false);
+  EXPECT_EQ(h.heap.counters().pages_swapped, 2u);
+  EXPECT_EQ(h.heap.counters().uses_noted, 11u);
+  EXPECT_EQ(h.heap.location_of(ptrs[0]), backend::ChunkLocation::device);
+  EXPECT_EQ(h.heap.location_of(ptrs[1]), backend::ChunkLocation::device);
+  EXPECT_EQ(h.heap.location_of(ptrs[5]), backend::ChunkLocation::device);  // used: not the one to go
+  EXPECT_EQ(h.heap.usage().on_device, 4 * page);
+  for (unsigned i = 0; i < 8; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, 10 + i), 0u) << i;
+  // Nothing more to gain: the next quiescent point moves nothing, and drains nothing.
+  const int drains = h.drains;
+  h.heap.maintain(false);
+  EXPECT_EQ(h.heap.counters().pages_swapped, 2u);
+  EXPECT_EQ(h.drains, drains);
+}
+
+TEST_P(TransparentHeapTest, EquallyUsedPagesDoNotChurn) {
+  Heap h(GetParam());
+  std::vector<void*> ptrs;
+  for (unsigned i = 0; i < 8; ++i) ptrs.push_back(h.heap.allocate(page));
+  for (int iteration = 0; iteration < 5; ++iteration) {  // a cyclic program: every page once per iteration
+    for (void* p : ptrs) h.heap.note_use(p);
+    h.heap.maintain(false);
+  }
+  EXPECT_EQ(h.heap.counters().pages_swapped, 0u);
+  EXPECT_EQ(h.heap.counters().pages_promoted, 0u);
+}
+
+TEST_P(TransparentHeapTest, AnAllocationDemotesTheLeastUsedPagesNotTheOldest) {
+  Heap h(GetParam());
+  std::vector<void*> ptrs;
+  for (unsigned i = 0; i < 4; ++i) ptrs.push_back(h.heap.allocate(page));
+  h.heap.note_use(ptrs[0]);  // the oldest is in use; 1 is not
+  h.heap.note_use(ptrs[2]);
+  h.heap.note_use(ptrs[3]);
+  void* extra = h.heap.allocate(page);
+  EXPECT_EQ(h.heap.location_of(extra), backend::ChunkLocation::device);
+  EXPECT_EQ(h.heap.location_of(ptrs[1]), backend::ChunkLocation::host);
+  EXPECT_EQ(h.heap.location_of(ptrs[0]), backend::ChunkLocation::device);
+}
+
+TEST_P(TransparentHeapTest, PlacementByAllocationIgnoresUses) {
+  Config c = small_config();
+  c.transparent_placement = "allocation";
+  Heap h(GetParam(), c);
+  EXPECT_FALSE(h.heap.places_by_use());
+  std::vector<void*> ptrs;
+  for (unsigned i = 0; i < 8; ++i) ptrs.push_back(h.heap.allocate(page));
+  for (int k = 0; k < 5; ++k) h.heap.note_use(ptrs[0]);
+  h.heap.maintain(false);
+  EXPECT_EQ(h.heap.location_of(ptrs[0]), backend::ChunkLocation::host);
+  EXPECT_EQ(h.heap.counters().uses_noted, 0u);
+  EXPECT_EQ(h.heap.counters().pages_swapped, 0u);
+}
+
+TEST_P(TransparentHeapTest, UsesOfFreedMemoryDoNotFollowItsNextAllocation) {
+  Heap h(GetParam());
+  std::vector<void*> ptrs;
+  for (unsigned i = 0; i < 8; ++i) ptrs.push_back(h.heap.allocate(page));
+  void* old = ptrs[0];
+  for (int k = 0; k < 5; ++k) h.heap.note_use(old);  // noted, never collected
+  h.heap.free(old);
+  ptrs[0] = h.heap.allocate(page);  // may reuse the address
+  h.heap.maintain(false);
+  EXPECT_EQ(h.heap.counters().uses_noted, 0u);
+  EXPECT_EQ(h.heap.counters().pages_swapped, 0u);
+}
+
+TEST_P(TransparentHeapTest, UsesOutsideTheHeapAreIgnored) {
+  Heap h(GetParam());
+  void* p = h.heap.allocate(page);
+  int on_the_stack = 0;
+  h.heap.note_use(&on_the_stack);
+  h.heap.note_use(nullptr);
+  EXPECT_FALSE(h.heap.may_contain(&on_the_stack));
+  EXPECT_TRUE(h.heap.may_contain(p));
+  h.heap.maintain(false);
+  EXPECT_EQ(h.heap.counters().uses_noted, 0u);
 }
 
 TEST(RemapHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {

@@ -670,6 +670,142 @@ int small_allocations() {
   return 0;
 }
 
+// --- placement by use -------------------------------------------------------------------------------------
+// Workloads of repeated iterations whose working set is larger than the device budget, measured by the
+// emulator's memory counters (cuemuKernelBytes: the bytes kernels found in the device's own memory and
+// over the bus). Each prints "device share S" for the iterations after a warm-up, and checks every byte.
+// tests/preload/placement.sh runs each with transparent.placement = "allocation" and "use".
+
+using KernelBytes = CUresult (*)(int, unsigned long long*, unsigned long long*);
+
+struct Measure {
+  KernelBytes counters = reinterpret_cast<KernelBytes>(::dlsym(RTLD_DEFAULT, "cuemuKernelBytes"));
+  unsigned long long local = 0, remote = 0;
+  Measure() { expect(counters != nullptr, "the emulator's cuemuKernelBytes was not found"); }
+  void start() { expect(counters(0, &local, &remote) == CUDA_SUCCESS, "cuemuKernelBytes"); }
+  double share() const {
+    unsigned long long l = 0, r = 0;
+    expect(counters(0, &l, &r) == CUDA_SUCCESS, "cuemuKernelBytes");
+    const double on = static_cast<double>(l - local), all = static_cast<double>(l - local + r - remote);
+    return all == 0 ? 0 : on / all;
+  }
+};
+
+// A verification pass whose mismatches add up in one counter (checked at the end).
+struct Checker {
+  unsigned long long* counter = nullptr;
+  Checker() {
+    counter = static_cast<unsigned long long*>(must_alloc(sizeof *counter));
+    check(cudaMemset(counter, 0, sizeof *counter), "zeroing the counter");
+  }
+  void verify(const void* p, std::size_t n, std::uint64_t seed) {
+    tvmm_verify<<<64, 256>>>(static_cast<const unsigned char*>(p), n, seed, counter);
+    check(cudaGetLastError(), "launching tvmm_verify");
+  }
+  void expect_none(const std::string& what) {
+    unsigned long long bad = 0;
+    check(cudaMemcpy(&bad, counter, sizeof bad, cudaMemcpyDeviceToHost), "reading the counter");
+    expect(bad == 0, what + ": " + std::to_string(bad) + " wrong bytes");
+  }
+};
+
+constexpr int kIterations = 12, kWarmup = 4;
+
+void report(const Measure& m, const char* workload) {
+  std::printf("%s: device share %.3f\n", workload, m.share());
+}
+
+// A training step: weights allocated first, then large buffers used once (a dataset cache), then per
+// iteration activations allocated in the forward pass and freed in the backward pass; each weight is
+// read three times and rewritten once per iteration. Allocation order keeps the cache on the device.
+int placement_model() {
+  constexpr int kLayers = 6;
+  constexpr std::size_t kWeight = 4 << 20, kAct = 2 << 20, kCache = 12 << 20;
+  Checker chk;
+  std::vector<void*> w;
+  for (int l = 0; l < kLayers; ++l) {
+    w.push_back(must_alloc(kWeight));
+    fill(w.back(), kWeight, 100 + l);
+  }
+  void* cache[2] = {must_alloc(kCache), must_alloc(kCache)};
+  fill(cache[0], kCache, 200);
+  fill(cache[1], kCache, 201);
+  Measure m;
+  for (int it = 0; it < kIterations; ++it) {
+    if (it == kWarmup) m.start();
+    std::vector<void*> act;
+    for (int l = 0; l < kLayers; ++l) {  // forward
+      chk.verify(w[l], kWeight, 100 + l);
+      act.push_back(must_alloc(kAct));
+      fill(act.back(), kAct, 300 + l);
+    }
+    for (int l = kLayers - 1; l >= 0; --l) {  // backward, then the optimizer's update
+      chk.verify(act[l], kAct, 300 + l);
+      chk.verify(w[l], kWeight, 100 + l);
+      chk.verify(w[l], kWeight, 100 + l);
+      check(cudaFree(act[l]), "cudaFree");
+      fill(w[l], kWeight, 100 + l);
+    }
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+  report(m, "model");
+  chk.verify(cache[0], kCache, 200);
+  chk.verify(cache[1], kCache, 201);
+  chk.expect_none("the model's memory");
+  std::puts("ok");
+  return 0;
+}
+
+// Buffers allocated once and used at very different rates, the most used allocated first (embedding
+// tables, say): nothing is freed, so only uses can change where pages live.
+int placement_skewed() {
+  constexpr int kBuffers = 12;
+  constexpr std::size_t kSize = 4 << 20;
+  Checker chk;
+  std::vector<void*> b;
+  for (int i = 0; i < kBuffers; ++i) {
+    b.push_back(must_alloc(kSize));
+    fill(b.back(), kSize, 400 + i);
+  }
+  Measure m;
+  for (int it = 0; it < kIterations; ++it) {
+    if (it == kWarmup) m.start();
+    for (int i = 0; i < kBuffers; ++i) {
+      for (int k = 0; k < (i < 3 ? 6 : 1); ++k) chk.verify(b[i], kSize, 400 + i);
+    }
+    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  }
+  report(m, "skewed");
+  chk.expect_none("the buffers");
+  std::puts("ok");
+  return 0;
+}
+
+// The control: the most used buffers are the newest, where allocation order already puts them. Placing by
+// use must not do worse.
+int placement_recent() {
+  constexpr int kBuffers = 12;
+  constexpr std::size_t kSize = 4 << 20;
+  Checker chk;
+  std::vector<void*> b;
+  for (int i = 0; i < kBuffers; ++i) {
+    b.push_back(must_alloc(kSize));
+    fill(b.back(), kSize, 500 + i);
+  }
+  Measure m;
+  for (int it = 0; it < kIterations; ++it) {
+    if (it == kWarmup) m.start();
+    for (int i = 0; i < kBuffers; ++i) {
+      for (int k = 0; k < (i >= kBuffers - 3 ? 6 : 1); ++k) chk.verify(b[i], kSize, 500 + i);
+    }
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+  report(m, "recent");
+  chk.expect_none("the buffers");
+  std::puts("ok");
+  return 0;
+}
+
 // TVMM_DISABLE=1: every hook passes through, as if tvmm were not loaded.
 int disabled() {
   std::size_t free = 0, total = 0;
@@ -773,6 +909,9 @@ int main(int argc, char** argv) {
       {"driver", driver},
       {"capture", capture},
       {"runtime", runtime},
+      {"placement-model", placement_model},
+      {"placement-skewed", placement_skewed},
+      {"placement-recent", placement_recent},
   };
   return tvmm::test_client::run("cuda_client", argc, argv, cases);
 }
