@@ -55,6 +55,18 @@ cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) 
   return allocate("cudaMallocAsync", ptr, bytes);
 }
 
+// A program compiled with --default-stream per-thread calls the _ptsz forms (cuda_runtime_api.h), in which
+// the null stream is the calling thread's default stream.
+cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t bytes, cudaStream_t stream) {
+  using F = cudaError_t (*)(void**, std::size_t, cudaStream_t);
+  if (pass_through()) {
+    static Real<F> real_fn("cudaMallocAsync_ptsz");
+    const auto next = real_fn.get();
+    return next != nullptr ? next(ptr, bytes, stream) : no_runtime("cudaMallocAsync_ptsz");
+  }
+  return allocate("cudaMallocAsync_ptsz", ptr, bytes);
+}
+
 // Pitched allocations: each row padded to a multiple of 512 bytes (the texture pitch alignment,
 // CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, of every GPU tvmm supports), so 2D copies and texture
 // binding accept the pitch; served by tvmm as one allocation.
@@ -130,6 +142,20 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   return next(ptr, stream);
 }
 
+cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream) {
+  using F = cudaError_t (*)(void*, cudaStream_t);
+  static Real<F> real_fn("cudaFreeAsync_ptsz");
+  const auto next = real_fn.get();
+  int code = kSuccess;
+  if (ptr != nullptr && !pass_through() &&
+      free_if_ours("cudaFreeAsync_ptsz", ptr, FreeKind::stream_ordered, stream != nullptr ? stream : kPerThreadStream,
+                   &code)) {
+    return code;
+  }
+  if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFreeAsync_ptsz");
+  return next(ptr, stream);
+}
+
 cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
   using F = cudaError_t (*)(std::size_t*, std::size_t*);
   if (pass_through()) {
@@ -159,6 +185,17 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return r;
 }
 
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream) {
+  using F = cudaError_t (*)(cudaStream_t);
+  static Real<F> real_fn("cudaStreamSynchronize_ptsz");
+  const auto next = real_fn.get();
+  const cudaError_t r = next != nullptr ? next(stream)
+                                        : synchronize_without_runtime("cudaStreamSynchronize_ptsz", false,
+                                                                      stream != nullptr ? stream : kPerThreadStream);
+  if (r == kSuccess && !pass_through()) quiescent();
+  return r;
+}
+
 // cudaPointerGetAttributes: for tvmm's memory, device memory of its heap's device (the pages move between
 // device and host behind the address; the runtime would describe the one page's mapping). Others: the
 // runtime. The struct is cuda_runtime_api.h's cudaPointerAttributes.
@@ -183,29 +220,6 @@ cudaError_t cudaPointerGetAttributes(PointerAttributes* attr, const void* ptr) {
   static Real<F> real_fn("cudaPointerGetAttributes");
   const auto next = real_fn.get();
   return next != nullptr ? next(attr, ptr) : no_runtime("cudaPointerGetAttributes");
-}
-
-// Graph capture: while any stream captures, tvmm serves allocations without moving pages, keeps freed
-// memory for the graph's replays and never synchronises (a device synchronise would invalidate the
-// capture). The capture sequence ends with cudaStreamEndCapture whatever it returns.
-cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode) {
-  using F = cudaError_t (*)(cudaStream_t, int);
-  static Real<F> real_fn("cudaStreamBeginCapture");
-  const auto next = real_fn.get();
-  if (next == nullptr) return no_runtime("cudaStreamBeginCapture");
-  const cudaError_t r = next(stream, mode);
-  if (r == kSuccess) capture_began(stream);
-  return r;
-}
-
-cudaError_t cudaStreamEndCapture(cudaStream_t stream, void** graph) {
-  using F = cudaError_t (*)(cudaStream_t, void**);
-  static Real<F> real_fn("cudaStreamEndCapture");
-  const auto next = real_fn.get();
-  if (next == nullptr) return no_runtime("cudaStreamEndCapture");
-  const cudaError_t r = next(stream, graph);
-  capture_ended(stream);
-  return r;
 }
 
 // tvmm's pages move between device and host memory behind a fixed address, so they cannot be exported

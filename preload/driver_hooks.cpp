@@ -88,6 +88,12 @@ enum Slot {
   kLaunchCooperativeKernelPt,
   kModuleUnload,
   kLibraryUnload,
+  kStreamBeginCapture,
+  kStreamBeginCapturePt,
+  kStreamBeginCaptureToGraph,
+  kStreamBeginCaptureToGraphPt,
+  kStreamEndCapture,
+  kStreamEndCapturePt,
   kSlots
 };
 constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
@@ -147,7 +153,13 @@ constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
                                             "cuLaunchCooperativeKernel",
                                             "cuLaunchCooperativeKernel_ptsz",
                                             "cuModuleUnload",
-                                            "cuLibraryUnload"};
+                                            "cuLibraryUnload",
+                                            "cuStreamBeginCapture_v2",
+                                            "cuStreamBeginCapture_v2_ptsz",
+                                            "cuStreamBeginCaptureToGraph",
+                                            "cuStreamBeginCaptureToGraph_ptsz",
+                                            "cuStreamEndCapture",
+                                            "cuStreamEndCapture_ptsz"};
 static_assert(kSlotNames[kSlots - 1] != nullptr, "a slot without its exported name");
 // cuGetProcAddress's flag for the per-thread default stream variants (cuda.h).
 constexpr cuuint64_t kPerThreadDefaultStream = 2;
@@ -226,6 +238,11 @@ int slot_of_base(const char* name, int version, cuuint64_t flags) noexcept {
       {"cuLaunchCooperativeKernel", 9000, kLaunchCooperativeKernel, true},
       {"cuModuleUnload", 2000, kModuleUnload, false},
       {"cuLibraryUnload", 12000, kLibraryUnload, false},
+      // The capture mode argument came with 10010 (cudaTypedefs.h); a program asking for the 10000 form
+      // gets the driver's, and its captures are not seen.
+      {"cuStreamBeginCapture", 10010, kStreamBeginCapture, true},
+      {"cuStreamBeginCaptureToGraph", 12030, kStreamBeginCaptureToGraph, true},
+      {"cuStreamEndCapture", 10000, kStreamEndCapture, true},
   };
   if (std::strcmp(name, "cuGetProcAddress") == 0) return version >= 12000 ? kGetProcAddressV2 : kGetProcAddress;
   for (const Base& b : kBases) {
@@ -478,6 +495,76 @@ TVMM_GATED_NOTING(kMemsetD32Async, cuMemsetD32Async, (CUdeviceptr d, unsigned v,
 TVMM_GATED_NOTING(kMemsetD32AsyncPt, cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned v, std::size_t n, void* st),
                   (d, v, n, st), TVMM_NOTE_D)
 
+// Graph capture. While any stream captures, tvmm serves allocations without moving pages, keeps freed
+// memory for the graph's replays and never synchronises (a device synchronise would invalidate the
+// capture). Every CUDA runtime begins and ends captures through these entry points (cuGetProcAddress),
+// whatever the program calls: cudaStreamBeginCapture, its _ptsz form, or the driver API.
+}  // extern "C"
+namespace {
+// What identifies a capturing stream: its handle, or for the per-thread default stream (CU_STREAM_PER_THREAD,
+// or the null stream in a _ptsz call) the calling thread, whose stream it is.
+const void* stream_key(void* stream, bool ptsz) noexcept {
+  static thread_local const char per_thread = 0;
+  return stream == kPerThreadStream || (stream == nullptr && ptsz) ? &per_thread : stream;
+}
+
+// A begin holds the launch gate, so a remap that has closed the gate (and drains next) sees every capture
+// that began before, and none begins until its remap is done (TransparentHeap::drain_once).
+template <class F, class... A>
+CUresult begin_capture(Slot s, const char* name, void* stream, bool ptsz, A... args) {
+  const auto next = driver<F>(s);
+  if (next == nullptr) return no_driver(name);
+  const GateEntry entry(Inside::active());
+  const CUresult r = next(stream, args...);
+  if (r == kSuccess) capture_began(stream_key(stream, ptsz));
+  return r;
+}
+
+// The capture sequence ends with the call, unless the driver says the stream still captures (an end
+// refused, e.g. from another thread in global mode: cuda.h, CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD).
+CUresult end_capture(Slot s, const char* name, void* stream, void** graph, bool ptsz) {
+  using F = CUresult (*)(void*, void**);
+  const auto next = driver<F>(s);
+  if (next == nullptr) return no_driver(name);
+  const CUresult r = next(stream, graph);
+  if (r != kSuccess) {
+    using IsCapturing = CUresult (*)(void*, int*);
+    auto* query =
+        reinterpret_cast<IsCapturing>(loaded_driver_symbol(ptsz ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing"));
+    int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+    if (query != nullptr && query(stream, &status) == kSuccess && status != 0) return r;
+  }
+  capture_ended(stream_key(stream, ptsz));
+  return r;
+}
+}  // namespace
+extern "C" {
+
+CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
+  return begin_capture<CUresult (*)(void*, int)>(kStreamBeginCapture, "cuStreamBeginCapture_v2", stream, false, mode);
+}
+CUresult cuStreamBeginCapture_v2_ptsz(void* stream, int mode) {
+  return begin_capture<CUresult (*)(void*, int)>(kStreamBeginCapturePt, "cuStreamBeginCapture_v2_ptsz", stream, true,
+                                                 mode);
+}
+using BeginToGraph = CUresult (*)(void*, void*, const void*, const void*, std::size_t, int);
+CUresult cuStreamBeginCaptureToGraph(void* stream, void* graph, const void* deps, const void* edges, std::size_t n,
+                                     int mode) {
+  return begin_capture<BeginToGraph>(kStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", stream, false, graph,
+                                     deps, edges, n, mode);
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(void* stream, void* graph, const void* deps, const void* edges, std::size_t n,
+                                          int mode) {
+  return begin_capture<BeginToGraph>(kStreamBeginCaptureToGraphPt, "cuStreamBeginCaptureToGraph_ptsz", stream, true,
+                                     graph, deps, edges, n, mode);
+}
+CUresult cuStreamEndCapture(void* stream, void** graph) {
+  return end_capture(kStreamEndCapture, "cuStreamEndCapture", stream, graph, false);
+}
+CUresult cuStreamEndCapture_ptsz(void* stream, void** graph) {
+  return end_capture(kStreamEndCapturePt, "cuStreamEndCapture_ptsz", stream, graph, true);
+}
+
 // A module or library unloaded: a function handle it held may be reused for another kernel with other
 // parameters, so the parameter layouts learnt so far are forgotten (launch_uses.hpp).
 CUresult cuModuleUnload(void* module) {
@@ -601,6 +688,12 @@ void* ours(Slot s) noexcept {
     case kLaunchCooperativeKernelPt: return reinterpret_cast<void*>(&cuLaunchCooperativeKernel_ptsz);
     case kModuleUnload: return reinterpret_cast<void*>(&cuModuleUnload);
     case kLibraryUnload: return reinterpret_cast<void*>(&cuLibraryUnload);
+    case kStreamBeginCapture: return reinterpret_cast<void*>(&cuStreamBeginCapture_v2);
+    case kStreamBeginCapturePt: return reinterpret_cast<void*>(&cuStreamBeginCapture_v2_ptsz);
+    case kStreamBeginCaptureToGraph: return reinterpret_cast<void*>(&cuStreamBeginCaptureToGraph);
+    case kStreamBeginCaptureToGraphPt: return reinterpret_cast<void*>(&cuStreamBeginCaptureToGraph_ptsz);
+    case kStreamEndCapture: return reinterpret_cast<void*>(&cuStreamEndCapture);
+    case kStreamEndCapturePt: return reinterpret_cast<void*>(&cuStreamEndCapture_ptsz);
     case kSlots: break;
   }
   return nullptr;

@@ -1,5 +1,7 @@
 #include "preload/launch_gate.hpp"
 
+#include <new>
+
 namespace tvmm::preload {
 
 namespace {
@@ -45,6 +47,13 @@ void LaunchGate::unlock_if_held() noexcept {
   state_.fetch_and(~kExclusive, std::memory_order_release);
   state_.notify_all();
   exclusive_.unlock();
+}
+
+void LaunchGate::reset_after_fork() noexcept {
+  state_.store(0);
+  new (&exclusive_) std::mutex;  // another thread of the parent may have held it
+  t_shared = 0;                  // the forking thread may have been inside a gated call
+  t_exclusive = false;
 }
 
 LaunchGate& launch_gate() noexcept {

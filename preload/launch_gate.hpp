@@ -30,6 +30,8 @@ class LaunchGate {
   void lock_for_remap() noexcept;
   //! Releases the exclusive hold if this thread has it (at the end of a heap operation).
   void unlock_if_held() noexcept;
+  //! In a forked child (one thread): open, whatever the parent's threads held at the fork.
+  void reset_after_fork() noexcept;
 
  private:
   static constexpr std::uint32_t kExclusive = 1u << 31;

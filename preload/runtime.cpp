@@ -169,6 +169,8 @@ void write_stats_at_exit() {
   }
 }
 
+void reset_captures_after_fork() noexcept;
+
 void before_fork() { pthread_mutex_lock(&g_init_mu); }
 void after_fork_parent() { pthread_mutex_unlock(&g_init_mu); }
 void after_fork_child() {
@@ -200,6 +202,8 @@ void after_fork_child() {
     // The old heap object is left alone (leaked): destroying it would wait for threads that are gone.
   }
   g_remap_heap.store(nullptr);
+  reset_captures_after_fork();
+  launch_gate().reset_after_fork();
   g_use_heap_count.store(0);
   for (auto& u : g_use_heaps) u.store(nullptr);
   for (bool& f : g_failed) f = false;
@@ -404,27 +408,28 @@ bool pointer_info(const void* ptr, PointerInfo* out) noexcept {
   return false;
 }
 
-detail::TransparentHeap* heap_if_created(int device) noexcept {
-  if (device < 0) device = g_per_device.load(std::memory_order_acquire) ? caller_device() : 0;
-  if (!g_per_device.load(std::memory_order_acquire)) device = 0;
-  return device < kMaxDevices ? g_heaps[device].load(std::memory_order_acquire) : nullptr;
+namespace {
+// Reads the configuration if no call has yet (whether there is a heap per device depends on it).
+void read_config() noexcept {
+  if (g_config_read.load(std::memory_order_acquire)) return;
+  pthread_mutex_lock(&g_init_mu);
+  try {
+    (void)config_locked();
+  } catch (...) {  // reported when a heap is created
+  }
+  pthread_mutex_unlock(&g_init_mu);
 }
 
+// The slot of the heap serving `device` (-1: the caller's current device).
+int heap_slot(int device) noexcept {
+  read_config();
+  if (!g_per_device.load(std::memory_order_acquire)) return 0;
+  return device < 0 ? caller_device() : device;
+}
+}  // namespace
+
 detail::TransparentHeap* heap(int device) noexcept {
-  if (device < 0) {
-    // Per device: the config must be read first to know.
-    if (!g_config_read.load(std::memory_order_acquire)) {
-      pthread_mutex_lock(&g_init_mu);
-      try {
-        (void)config_locked();
-      } catch (...) {  // reported by the creation below
-      }
-      pthread_mutex_unlock(&g_init_mu);
-    }
-    device = g_per_device.load(std::memory_order_acquire) ? caller_device() : 0;
-  } else if (!g_per_device.load(std::memory_order_acquire)) {
-    device = 0;
-  }
+  device = heap_slot(device);
   if (device >= kMaxDevices) {
     log(Level::error, "device %d: tvmm serves devices 0 to %d only", device, kMaxDevices - 1);
     return nullptr;
@@ -446,15 +451,23 @@ detail::TransparentHeap* heap(int device) noexcept {
       if (!g_exit_registered) g_exit_registered = std::atexit(write_stats_at_exit) == 0;
     } catch (const std::exception& e) {
       g_failed[device] = true;
-      g_init_error = e.what();
+      try {
+        g_init_error = e.what();
+      } catch (...) {  // no memory for the reason: the log line below still has it
+      }
     } catch (...) {
       g_failed[device] = true;
-      g_init_error = "an unknown error";
+      g_init_error.clear();
     }
     if (g_failed[device]) log(Level::error, "cannot start transparent mode: %s", g_init_error.c_str());
   }
   pthread_mutex_unlock(&g_init_mu);
   return h;
+}
+
+detail::TransparentHeap* heap_if_created(int device) noexcept {
+  device = heap_slot(device);
+  return device >= 0 && device < kMaxDevices ? g_heaps[device].load(std::memory_order_acquire) : nullptr;
 }
 
 const std::string& init_error() noexcept { return g_init_error; }
@@ -518,7 +531,9 @@ bool free_if_ours(const char* call, void* ptr, FreeKind kind, void* stream, int*
     const RemapScope remap;
     *code = boundary(call, [&] {
       if (kind == FreeKind::stream_ordered && h->device().properties().name == "cuda") {
-        h->free_after(ptr, static_cast<backend::StreamHandle>(stream));  // a cudaStream_t is a CUstream
+        // A cudaStream_t is a CUstream; the null stream is the legacy default stream (CU_STREAM_LEGACY,
+        // which names it in any context: the event is recorded with the device's primary context current).
+        h->free_after(ptr, static_cast<backend::StreamHandle>(stream != nullptr ? stream : kLegacyStream));
       } else if (kind == FreeKind::stream_ordered) {
         h->free_deferred(ptr);  // the simulator cannot wait on the program's streams: the next quiescent point
       } else {
@@ -529,7 +544,7 @@ bool free_if_ours(const char* call, void* ptr, FreeKind kind, void* stream, int*
     return true;
   }
   if (from_parent_before_fork(ptr)) {
-    detail::set_last_error("the parent process allocated this before fork");
+    detail::set_last_error_text("the parent process allocated this before fork");
     log(Level::warn, "%s(%p): the parent process allocated this before fork; a child cannot use or free it", call, ptr);
     *code = kInvalidValue;
     return true;
@@ -553,32 +568,50 @@ int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept {
 }
 
 namespace {
+// The streams capturing now (under g_capture_mu; no allocation, so a begin is never lost), and how many.
+constexpr int kMaxCaptures = 256;
 pthread_mutex_t g_capture_mu = PTHREAD_MUTEX_INITIALIZER;
-std::vector<void*> g_capturing;  // streams (under g_capture_mu)
+const void* g_capturing[kMaxCaptures];
+int g_capturing_n = 0;
 std::atomic<int> g_captures{0};
 }  // namespace
 
-void capture_began(void* stream) noexcept {
+void capture_began(const void* stream) noexcept {
   pthread_mutex_lock(&g_capture_mu);
-  try {
-    g_capturing.push_back(stream);
+  if (g_capturing_n < kMaxCaptures) {
+    g_capturing[g_capturing_n++] = stream;
     g_captures.fetch_add(1, std::memory_order_release);
-  } catch (...) {  // out of memory: counted anyway, so tvmm errs on the side of not synchronising
-    g_captures.fetch_add(1, std::memory_order_release);
+  } else {
+    log(Level::error, "more than %d graph captures at once: tvmm stops moving pages until the process ends",
+        kMaxCaptures);
+    g_captures.fetch_add(1, std::memory_order_release);  // never ended: errs on the side of not synchronising
   }
   pthread_mutex_unlock(&g_capture_mu);
 }
 
-void capture_ended(void* stream) noexcept {
+void capture_ended(const void* stream) noexcept {
   pthread_mutex_lock(&g_capture_mu);
-  if (auto it = std::find(g_capturing.begin(), g_capturing.end(), stream); it != g_capturing.end()) {
-    g_capturing.erase(it);
-    g_captures.fetch_sub(1, std::memory_order_release);
+  for (int i = 0; i < g_capturing_n; ++i) {
+    if (g_capturing[i] == stream) {
+      g_capturing[i] = g_capturing[--g_capturing_n];
+      g_captures.fetch_sub(1, std::memory_order_release);
+      break;
+    }
   }
   pthread_mutex_unlock(&g_capture_mu);
 }
 
 bool capture_under_way() noexcept { return g_captures.load(std::memory_order_acquire) > 0; }
+
+namespace {
+// A forked child has no captures (its streams are its parent's), and no other thread that could hold the
+// capture mutex.
+void reset_captures_after_fork() noexcept {
+  g_capture_mu = PTHREAD_MUTEX_INITIALIZER;
+  g_capturing_n = 0;
+  g_captures.store(0);
+}
+}  // namespace
 
 bool any_heap_places_by_use() noexcept { return g_use_heap_count.load(std::memory_order_acquire) > 0; }
 
@@ -595,14 +628,14 @@ void note_use(std::uint64_t address) noexcept {
 }
 
 void quiescent() noexcept {
-  for (auto& slot : g_heaps) {
-    if (detail::TransparentHeap* h = slot.load(std::memory_order_acquire)) {
-      const RemapScope remap;
-      (void)boundary("a quiescent point", [&] {
-        h->maintain(false);
-        return kSuccess;
-      });
-    }
+  // The synchronising calls wait for the caller's current device (cudaDeviceSynchronize), or a stream of
+  // it: that device's heap, never another device's (draining it would wait for work no one asked about).
+  if (detail::TransparentHeap* h = heap_if_created(-1)) {
+    const RemapScope remap;
+    (void)boundary("a quiescent point", [&] {
+      h->maintain(false);
+      return kSuccess;
+    });
   }
 }
 

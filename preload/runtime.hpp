@@ -13,6 +13,10 @@
 
 namespace tvmm::preload {
 
+//! cuda.h's CU_STREAM_LEGACY and CU_STREAM_PER_THREAD: the default streams, named in any context.
+inline void* const kLegacyStream = reinterpret_cast<void*>(1);
+inline void* const kPerThreadStream = reinterpret_cast<void*>(2);
+
 //! Error codes, identical in cudaError_t and CUresult.
 enum Code : int {
   kSuccess = 0,
@@ -130,8 +134,9 @@ void note_use(std::uint64_t address) noexcept;
 
 //! Graph captures under way in the process, as the capture hooks see them begin and end. While any is,
 //! tvmm never synchronises the device (that would invalidate the capture).
-void capture_began(void* stream) noexcept;
-void capture_ended(void* stream) noexcept;
+//! A stream is identified by its handle; the per-thread default stream by the thread (stream_key).
+void capture_began(const void* stream) noexcept;
+void capture_ended(const void* stream) noexcept;
 bool capture_under_way() noexcept;
 
 //! Runs `f` (which returns a Code) and turns any exception into the code the caller expects, with a

@@ -34,7 +34,10 @@ void* tvmm_malloc(ssize_t size, int device, void* stream) {
   if (disabled()) return runtime_malloc(size, stream);
   (void)stream;  // mapped before this returns: usable on any stream
   if (size < 0) {
-    tvmm::detail::set_last_error("tvmm_malloc: size " + std::to_string(size) + " is negative");
+    try {  // nothing may escape into PyTorch's C++ (or C) caller
+      tvmm::detail::set_last_error("tvmm_malloc: size " + std::to_string(size) + " is negative");
+    } catch (...) {
+    }
     log(Level::warn, "tvmm_malloc: size %zd is negative", size);
     return nullptr;
   }
@@ -54,8 +57,11 @@ void tvmm_free(void* ptr, ssize_t size, int device, void* stream) {
   if (disabled()) return runtime_free(ptr, stream);
   int code = kSuccess;
   if (!free_if_ours("tvmm_free", ptr, FreeKind::stream_ordered, stream, &code)) {
-    tvmm::detail::set_last_error("tvmm_free: " + std::to_string(reinterpret_cast<std::uintptr_t>(ptr)) +
-                                 " was not allocated by tvmm_malloc; nothing was freed");
+    try {
+      tvmm::detail::set_last_error("tvmm_free: " + std::to_string(reinterpret_cast<std::uintptr_t>(ptr)) +
+                                   " was not allocated by tvmm_malloc; nothing was freed");
+    } catch (...) {
+    }
     log(Level::warn, "tvmm_free(%p): not allocated by tvmm_malloc; nothing was freed", ptr);
   }
 }

@@ -36,6 +36,13 @@ void set_last_error(std::string text) noexcept {
   }
 }
 
+void set_last_error_text(const char* text) noexcept {
+  try {
+    t_last_error = text;
+  } catch (...) {  // keep the previous text rather than fail
+  }
+}
+
 tvmm_status status_of_current_exception() noexcept {
   const auto failed = [](tvmm_status status, const char* why) {
     set_last_error(why);

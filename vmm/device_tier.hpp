@@ -28,6 +28,11 @@ class DeviceTier {
   //! once while it has no frame at all. Throws for other device failures.
   std::optional<std::uint32_t> try_acquire();
   void release(std::uint32_t frame) noexcept;
+  //! Whether try_acquire would give a frame or try to create one now (false: all in use and none may be
+  //! created, or the device is short and the next try is not due), without doing either.
+  [[nodiscard]] bool may_acquire() const noexcept {
+    return !free_.empty() || (chunks_.size() < budget_ && (chunks_.empty() || Clock::now() >= retry_at_));
+  }
   [[nodiscard]] backend::ChunkHandle chunk(std::uint32_t frame) const noexcept { return chunks_[frame]; }
 
   [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }

@@ -30,6 +30,7 @@ class ManagedHeap final : public TransparentHeap {
   bool do_move(backend::DevPtr va, backend::ChunkLocation from, backend::ChunkLocation to) override;
   void do_release(backend::DevPtr va, std::size_t pages, const std::vector<backend::ChunkLocation>& where) override;
   [[nodiscard]] bool moves_need_drain() const noexcept override { return false; }
+  [[nodiscard]] bool may_take(backend::ChunkLocation) const noexcept override { return true; }
   void place(backend::DevPtr va, backend::ChunkLocation where);
 
   mutable std::mutex ranges_mu_;                   // guards ranges_ (contains() runs without the heap lock)

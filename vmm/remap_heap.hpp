@@ -43,6 +43,9 @@ class RemapHeap final : public TransparentHeap {
   bool do_move(backend::DevPtr va, backend::ChunkLocation from, backend::ChunkLocation to) override;
   void do_release(backend::DevPtr va, std::size_t pages, const std::vector<backend::ChunkLocation>& where) override;
   [[nodiscard]] bool moves_need_drain() const noexcept override { return true; }
+  [[nodiscard]] bool may_take(backend::ChunkLocation to) const noexcept override {
+    return (to == backend::ChunkLocation::device ? *device_ : *host_).may_acquire();
+  }
 
   [[noreturn]] void no_frame();
   DeviceTier& pool(backend::ChunkLocation where) noexcept {

@@ -69,12 +69,17 @@ void TransparentHeap::keep_for_graph(Freeable& b) {
   ++counters_.kept_for_graphs;
 }
 
-void TransparentHeap::drain_once(bool& drained) {
-  if (drained) return;
-  if (drain_) drain_();
+bool TransparentHeap::drain_once(bool& drained) {
+  if (drained) return true;
+  if (drain_) drain_();  // the interposer closes its launch gate: no capture can begin from here on
+  // A capture may have begun since the caller looked (its BeginCapture held the gate, which is closed
+  // now): a device synchronise would invalidate it (cuda.h, cuStreamBeginCapture: "potentially unsafe
+  // API calls" in global mode), so the caller goes on without moving or releasing anything.
+  if (capturing()) return false;
   TVMM_CHECK(dev_->synchronize_device());
   ++counters_.drains;
   drained = true;
+  return true;
 }
 
 void* TransparentHeap::allocate(std::size_t bytes) {
@@ -89,12 +94,10 @@ DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t 
   const std::size_t n = (bytes + page_ - 1) / page_;
   const bool capture = capturing();  // no drain, so no move and no release now
   auto free_pages = [&] { return device_pages_ + host_pages_ - used_pages_; };
-  if (n > free_pages() && (ordered_ != 0 || (deferred_ != 0 && !capture))) ++counters_.alloc_retries;
-  if (ordered_ != 0) release_stream_ordered(lk, n > free_pages());
-  if (n > free_pages() && deferred_ != 0 && !capture) {
-    drain_once(drained);
-    release_deferred(lk);
-  }
+  if (n > free_pages() && !capture && (ordered_ != 0 || deferred_ != 0)) ++counters_.alloc_retries;
+  // Releasing means unmapping (or freeing managed memory), which a capture forbids as a device synchronise.
+  if (ordered_ != 0 && !capture) release_stream_ordered(lk, n > free_pages());
+  if (n > free_pages() && deferred_ != 0 && !capture && drain_once(drained)) release_deferred(lk);
   if (n > free_pages()) {
     // In the words of PyTorch's message, with what each tier holds and the setting to raise.
     ++counters_.ooms;
@@ -145,14 +148,25 @@ DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t 
 
 void* TransparentHeap::allocate_small(Lock& lk, std::size_t bytes, bool& drained) {
   const std::size_t slot = std::max<std::size_t>(256, std::bit_ceil(bytes));
+  // Small allocations freed in stream order whose stream got there give their slots back first.
+  if (ordered_ != 0 && !capturing()) release_stream_ordered(lk, false);
   auto& open = open_[slot];
   if (open.empty()) {  // a new slab: one page, as an allocation of the heap's own
-    const DevPtr va = allocate_block(lk, page_, bytes, false, drained);
-    Slab sl;
-    sl.slot = slot;
-    sl.used.assign(page_ / slot, false);
-    slabs_.emplace(va, std::move(sl));
-    open.insert(va);
+    DevPtr va = 0;
+    try {
+      va = allocate_block(lk, page_, bytes, false, drained);
+    } catch (const out_of_memory&) {
+      if (open.empty()) throw;  // making room released no slot of this size either
+    }
+    if (va != 0 && !open.empty()) {
+      release_block(lk, blocks_.find(va));  // making room freed a slot of this size: no second slab
+    } else if (va != 0) {
+      Slab sl;
+      sl.slot = slot;
+      sl.used.assign(page_ / slot, false);
+      slabs_.emplace(va, std::move(sl));
+      open.insert(va);
+    }
   }
   const DevPtr slab_va = *open.begin();
   Slab& sl = slabs_.at(slab_va);
@@ -215,15 +229,16 @@ void TransparentHeap::free(void* ptr) {
                            ", which is not a live allocation's start (freed twice, or a pointer into an allocation)");
   }
   ++counters_.frees;
-  if (capturing()) {
+  // As cudaFree does, wait for device work that may still use the memory; during a capture (also one
+  // that began just now) the graph's replays will use it: it is kept.
+  bool drained = false;
+  if (capturing() || !drain_once(drained)) {
     keep_for_graph(*f);
     return;
   }
   counters_.allocated_bytes -= f->bytes;
-  f->deferred = true;  // no longer the program's while the drain runs
+  f->deferred = true;
   ++deferred_;
-  bool drained = false;
-  drain_once(drained);  // as cudaFree does: device work may still use the memory
   release(lk, p);
 }
 
@@ -431,10 +446,7 @@ void TransparentHeap::maintain(bool drained) {
   const bool on_host = used_pages_ > on_device_;
   const bool promotable = on_device_ < device_pages_ && on_host;
   if (deferred_ == 0 && !promotable && !(by_use_ && on_host)) return;
-  if (deferred_ != 0) {
-    drain_once(drained);
-    release_deferred(lk);
-  }
+  if (deferred_ != 0 && drain_once(drained)) release_deferred(lk);
   collect_uses();
   promote(lk, drained);
   rebalance(lk, drained);
@@ -467,7 +479,8 @@ void TransparentHeap::release_deferred(Lock& lk) {
 }
 
 bool TransparentHeap::move(DevPtr va, ChunkLocation& where, ChunkLocation to, bool& drained) {
-  if (moves_need_drain()) drain_once(drained);
+  if (!may_take(to)) return false;                               // no memory there now: no drain for nothing
+  if (moves_need_drain() && !drain_once(drained)) return false;  // a capture began: nothing moves
   if (!do_move(va, where, to)) return false;
   where = to;
   if (to == ChunkLocation::device) {

@@ -160,6 +160,9 @@ class TransparentHeap {
   virtual void do_release(backend::DevPtr va, std::size_t pages, const std::vector<backend::ChunkLocation>& where) = 0;
   //! Whether a move must wait for the program's device work first (a remap does; a prefetch does not).
   [[nodiscard]] virtual bool moves_need_drain() const noexcept = 0;
+  //! Whether do_move to `to` may find memory there now (checked before draining for a move: a GPU short
+  //! of memory must not cost a drain at every synchronising call).
+  [[nodiscard]] virtual bool may_take(backend::ChunkLocation to) const noexcept = 0;
   //! The mechanism's memory lies in [lo, hi) (lock-free readers may see the old bounds for a moment; the
   //! bounds only grow).
   void widen_envelope(backend::DevPtr lo, backend::DevPtr hi) noexcept;
@@ -208,7 +211,9 @@ class TransparentHeap {
   //! Releases what the program freed at `p` (a block, or a small allocation and then its slab if empty).
   void release(Lock& lk, backend::DevPtr p);
   void release_small(Lock& lk, std::map<backend::DevPtr, Small>::iterator it);
-  void drain_once(bool& drained);
+  //! Waits for all device work once per operation (`drained`); false when a graph capture began before
+  //! the drain could start (nothing may synchronise then: the caller moves and releases nothing).
+  bool drain_once(bool& drained);
   [[nodiscard]] bool capturing() const { return capturing_ && capturing_(); }
   //! A free during a capture: the allocation is no longer the program's, and its memory stays.
   void keep_for_graph(Freeable& b);

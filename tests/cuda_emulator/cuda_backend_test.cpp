@@ -264,6 +264,10 @@ TEST(CudaOnEmulator, ATransparentPageTheGpuHasNoFrameForStartsOnTheHost) {
             std::string::npos)
       << m;
   EXPECT_EQ(heap->usage().used, 5 * 2 * MiB);  // the failed allocation left nothing behind
+  // Host pages and idle budget, but no memory for a frame now: a quiescent point does not drain for nothing.
+  const auto drains = heap->counters().drains;
+  heap->maintain(false);
+  EXPECT_EQ(heap->counters().drains, drains);
 
   CUcontext ctx = nullptr, popped = nullptr;  // the memory comes back
   ASSERT_EQ(DRV(cuDevicePrimaryCtxRetain)(&ctx, 0), CUDA_SUCCESS);

@@ -191,6 +191,78 @@ TEST_P(TransparentHeapTest, NothingDrainsWhileAGraphIsCaptured) {
   EXPECT_EQ(h.heap.usage().used, kept_bytes);
 }
 
+// A capture that begins after an operation looked but before its drain (its BeginCapture held the launch
+// gate, which the drain callback closes): nothing synchronises, moves or is released; a free keeps its
+// memory for the graph.
+TEST_P(TransparentHeapTest, ACaptureThatBeginsJustBeforeTheDrainIsNotInvalidated) {
+  bool capturing = false;
+  bool begin_at_drain = false;
+  Config c = small_config();
+  c.transparent_memory = GetParam();
+  auto owner = make_transparent_heap(c, [&] { capturing = capturing || begin_at_drain; });
+  TransparentHeap& heap = *owner;
+  heap.set_capture_probe([&] { return capturing; });
+  std::vector<void*> full;
+  for (unsigned i = 0; i < 4; ++i) full.push_back(heap.allocate(page));  // the whole device
+  void* victim = heap.allocate(page);
+  const auto drains = heap.counters().drains;
+  const auto demoted = heap.counters().pages_demoted;
+  begin_at_drain = true;
+  heap.free(victim);  // would drain: the capture begins first
+  EXPECT_EQ(heap.counters().kept_for_graphs, 1u);
+  if (vmm()) {
+    void* p = heap.allocate(page);  // would demote: places on the host instead
+    kernels::fill_pattern(p, page, 3);
+    EXPECT_EQ(heap.location_of(p), backend::ChunkLocation::host);
+    EXPECT_EQ(kernels::count_mismatches(p, page, 3), 0u);
+  }
+  EXPECT_EQ(heap.counters().drains, drains);
+  EXPECT_EQ(heap.counters().pages_demoted, demoted);
+}
+
+// A stream-ordered free whose stream got there is not released during a capture either: releasing unmaps
+// (or frees managed memory), which a capture forbids as it does a device synchronise.
+TEST_P(TransparentHeapTest, CompletedStreamOrderedFreesWaitForTheCaptureToEnd) {
+  Heap h(GetParam());
+  bool capturing = false;
+  h.heap.set_capture_probe([&] { return capturing; });
+  backend::StreamHandle s = nullptr;
+  ASSERT_TRUE(h.heap.device().create_stream(&s).ok());
+  void* a = h.heap.allocate(2 * page);
+  h.heap.free_after(a, s);
+  ASSERT_TRUE(h.heap.device().synchronize_stream(s).ok());  // the event has completed
+  capturing = true;
+  if (vmm()) {
+    (void)h.heap.allocate(page);
+  } else {
+    EXPECT_THROW((void)h.heap.allocate(page), device_error);  // um refuses, having released nothing
+  }
+  EXPECT_EQ(h.heap.usage().used, (vmm() ? 3 : 2) * page);  // a's pages are still there
+  capturing = false;
+  (void)h.heap.allocate(page);
+  EXPECT_EQ(h.heap.usage().used, (vmm() ? 2 : 1) * page);
+  ASSERT_TRUE(h.heap.device().destroy_stream(s).ok());
+}
+
+// A small allocation whose size class has no free slot first takes back slots of stream-ordered frees that
+// have completed, rather than failing for want of a new slab's page (or making a second slab).
+TEST_P(TransparentHeapTest, ASmallAllocationReusesASlotFreedInStreamOrder) {
+  Heap h(GetParam());
+  backend::StreamHandle s = nullptr;
+  ASSERT_TRUE(h.heap.device().create_stream(&s).ok());
+  std::vector<void*> slots;
+  for (unsigned i = 0; i < 8; ++i) slots.push_back(h.heap.allocate(page / 8));  // one full slab
+  void* rest = h.heap.allocate(15 * page);                                      // the rest of the capacity
+  h.heap.free_after(slots[3], s);
+  ASSERT_TRUE(h.heap.device().synchronize_stream(s).ok());
+  void* again = nullptr;
+  ASSERT_NO_THROW(again = h.heap.allocate(page / 8));
+  EXPECT_EQ(again, slots[3]);
+  EXPECT_EQ(h.heap.usage().used, 16 * page);
+  h.heap.free(rest);
+  ASSERT_TRUE(h.heap.device().destroy_stream(s).ok());
+}
+
 // free_after releases a block once the work queued on the given stream has completed, without a drain;
 // an allocation that needs its pages waits for that stream only.
 TEST_P(TransparentHeapTest, AStreamOrderedFreeReleasesWhenTheStreamGetsThere) {

@@ -332,6 +332,21 @@ int capture() {
   }
   check(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
   check(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  // The same through the driver API (cuStreamBeginCapture_v2 and cuStreamEndCapture, as cuda.h names
+  // them, which driver-API programs and static runtimes call): tvmm sees this capture too, and neither
+  // the free nor (vmm) the allocation under pressure below synchronises.
+  void* z = must_alloc(2 << 20);
+  expect(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS, "cuStreamBeginCapture");
+  check(cudaFree(z), "cudaFree during a driver-API capture");
+  void* y = nullptr;
+  if (!um) {
+    check(cudaMalloc(&y, n), "cudaMalloc during a driver-API capture, with the device full");
+    fill(y, n, 8, s);
+  }
+  CUgraph graph2 = nullptr;
+  expect(cuStreamEndCapture(s, &graph2) == CUDA_SUCCESS && graph2 != nullptr,
+         "cuStreamEndCapture failed: the driver-API capture was invalidated");
+  expect(cuGraphDestroy(graph2) == CUDA_SUCCESS, "cuGraphDestroy");
   check(cudaStreamDestroy(s), "cudaStreamDestroy");
   for (std::size_t i = 0; i < before.size(); ++i) {
     expect(mismatches(before[i], block, 101 + i) == 0, "an allocation from before the capture changed");
@@ -340,8 +355,11 @@ int capture() {
   check(cudaFree(out), "cudaFree");
   std::size_t free1 = 0;
   check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo");
-  // What the capture freed stays for the graph (b: 6 MiB, x: 2 MiB), the rest is free again.
-  expect(free1 == total - n - (std::size_t{2} << 20), "memory freed during the capture was not kept for the graph");
+  // What the captures freed stays for their graphs (b: 6 MiB, x: 2 MiB, z: 2 MiB), the rest is free again;
+  // y is still the program's.
+  if (y != nullptr) check(cudaFree(y), "cudaFree");
+  expect(free1 == total - n - (std::size_t{4} << 20) - (y != nullptr ? n : 0),
+         "memory freed during the capture was not kept for the graph");
   std::puts("ok");
   return 0;
 }
@@ -607,6 +625,75 @@ int stats() {
              json_number(j, "allocated_bytes.all.peak") == 3 << 20,
          "the stats after an out-of-memory error are wrong: " + j);
   expect(memory_stats(1) == "{}", "device 1 has stats but no heap");
+  std::puts("ok");
+  return 0;
+}
+
+// The null stream is the legacy default stream: tvmm_free(p, ..., stream 0) (PyTorch's default stream
+// under the pluggable allocator) and cudaFreeAsync(p, 0) free in its order, without draining the device.
+int null_stream_free() {
+  using Malloc = void* (*)(ssize_t, int, void*);
+  using Free = void (*)(void*, ssize_t, int, void*);
+  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
+  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
+  expect(tvmm_malloc != nullptr && tvmm_free != nullptr, "tvmm_malloc is not there (not under LD_PRELOAD?)");
+  std::size_t free0 = 0, total = 0;
+  check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+  const std::size_t big = total - (std::size_t{8} << 20);
+  for (const bool pytorch : {true, false}) {
+    void* p = nullptr;
+    if (pytorch) {
+      p = tvmm_malloc(static_cast<ssize_t>(big), 0, nullptr);
+      expect(p != nullptr, "tvmm_malloc failed");
+    } else {
+      check(cudaMallocAsync(&p, big, nullptr), "cudaMallocAsync");
+    }
+    fill(p, big, 3);
+    tvmm_busy<<<1, 1>>>(300'000'000);  // the null stream is busy well after the free returns
+    check(cudaGetLastError(), "launching tvmm_busy");
+    static std::atomic<bool> reached{false};
+    reached = false;
+    check(cudaLaunchHostFunc(
+              nullptr, [](void*) { reached = true; }, nullptr),
+          "cudaLaunchHostFunc");
+    const std::string before = memory_stats(-1);
+    if (pytorch) {
+      tvmm_free(p, static_cast<ssize_t>(big), 0, nullptr);
+    } else {
+      check(cudaFreeAsync(p, nullptr), "cudaFreeAsync");
+    }
+    const std::string after = memory_stats(-1);
+    const char* what = pytorch ? "tvmm_free on the null stream" : "cudaFreeAsync on the null stream";
+    expect(json_number(after, "drains") == json_number(before, "drains"), std::string(what) + " drained the device");
+    expect(json_number(after, "stream_ordered_frees") == json_number(before, "stream_ordered_frees") + 1,
+           std::string(what) + " was not a stream-ordered free: " + after);
+    void* q = must_alloc(big);  // needs the memory: waits for the null stream to get there
+    expect(reached.load(), "an allocation reused memory the null stream may still use");
+    fill(q, big, 4);
+    expect(mismatches(q, big, 4) == 0, "the reused memory has wrong bytes");
+    check(cudaFree(q), "cudaFree");
+  }
+  std::puts("ok");
+  return 0;
+}
+
+// A process whose first call to tvmm is tvmm_malloc naming device 1 (a torchrun rank after
+// torch.cuda.set_device(1)) gets device 1's memory, usable by device 1's kernels.
+int first_call_names_device_1() {
+  using Malloc = void* (*)(ssize_t, int, void*);
+  using Free = void (*)(void*, ssize_t, int, void*);
+  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
+  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
+  expect(tvmm_malloc != nullptr && tvmm_free != nullptr, "tvmm_malloc is not there (not under LD_PRELOAD?)");
+  check(cudaSetDevice(1), "cudaSetDevice");
+  void* t = tvmm_malloc(2 << 20, 1, nullptr);
+  expect(t != nullptr, "tvmm_malloc(device 1) failed");
+  cudaPointerAttributes attr{};
+  check(cudaPointerGetAttributes(&attr, t), "cudaPointerGetAttributes");
+  expect(attr.device == 1, "tvmm_malloc(device 1) gave memory of device " + std::to_string(attr.device));
+  fill(t, 2 << 20, 78);  // device 1's kernel: an illegal address if only device 0 may access it
+  expect(mismatches(t, 2 << 20, 78) == 0, "tvmm_malloc's memory has wrong bytes");
+  tvmm_free(t, 2 << 20, 1, nullptr);
   std::puts("ok");
   return 0;
 }
@@ -909,6 +996,8 @@ int main(int argc, char** argv) {
       {"driver", driver},
       {"capture", capture},
       {"runtime", runtime},
+      {"null-stream-free", null_stream_free},
+      {"torch-device", first_call_names_device_1},
       {"placement-model", placement_model},
       {"placement-skewed", placement_skewed},
       {"placement-recent", placement_recent},
