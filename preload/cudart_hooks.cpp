@@ -67,20 +67,6 @@ cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t bytes, cudaStream_t str
   return allocate("cudaMallocAsync_ptsz", ptr, bytes);
 }
 
-// Pitched allocations: each row padded to a multiple of 512 bytes (the texture pitch alignment,
-// CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, of every GPU tvmm supports), so 2D copies and texture
-// binding accept the pitch; served by tvmm as one allocation.
-constexpr std::size_t kPitchAlignment = 512;
-
-// The row pitch for `width` bytes, and pitch * rows, or false when that overflows.
-bool pitched_size(std::size_t width, std::size_t rows, std::size_t* pitch, std::size_t* bytes) noexcept {
-  if (width > SIZE_MAX - (kPitchAlignment - 1)) return false;
-  *pitch = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
-  if (rows != 0 && *pitch > SIZE_MAX / rows) return false;
-  *bytes = *pitch * rows;
-  return true;
-}
-
 struct PitchedPtr {  // cudaPitchedPtr (driver_types.h)
   void* ptr;
   std::size_t pitch, xsize, ysize;

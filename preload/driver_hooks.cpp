@@ -94,6 +94,14 @@ enum Slot {
   kStreamBeginCaptureToGraphPt,
   kStreamEndCapture,
   kStreamEndCapturePt,
+  kMemAllocAsync,
+  kMemAllocAsyncPt,
+  kMemFreeAsync,
+  kMemFreeAsyncPt,
+  kMemAllocPitch,
+  kMemCreate,
+  kMemAllocFromPoolAsync,
+  kMemAllocFromPoolAsyncPt,
   kSlots
 };
 constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
@@ -159,7 +167,15 @@ constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
                                             "cuStreamBeginCaptureToGraph",
                                             "cuStreamBeginCaptureToGraph_ptsz",
                                             "cuStreamEndCapture",
-                                            "cuStreamEndCapture_ptsz"};
+                                            "cuStreamEndCapture_ptsz",
+                                            "cuMemAllocAsync",
+                                            "cuMemAllocAsync_ptsz",
+                                            "cuMemFreeAsync",
+                                            "cuMemFreeAsync_ptsz",
+                                            "cuMemAllocPitch_v2",
+                                            "cuMemCreate",
+                                            "cuMemAllocFromPoolAsync",
+                                            "cuMemAllocFromPoolAsync_ptsz"};
 static_assert(kSlotNames[kSlots - 1] != nullptr, "a slot without its exported name");
 // cuGetProcAddress's flag for the per-thread default stream variants (cuda.h).
 constexpr cuuint64_t kPerThreadDefaultStream = 2;
@@ -243,6 +259,11 @@ int slot_of_base(const char* name, int version, cuuint64_t flags) noexcept {
       {"cuStreamBeginCapture", 10010, kStreamBeginCapture, true},
       {"cuStreamBeginCaptureToGraph", 12030, kStreamBeginCaptureToGraph, true},
       {"cuStreamEndCapture", 10000, kStreamEndCapture, true},
+      {"cuMemAllocAsync", 11020, kMemAllocAsync, true},
+      {"cuMemFreeAsync", 11020, kMemFreeAsync, true},
+      {"cuMemAllocPitch", 3020, kMemAllocPitch, false},
+      {"cuMemCreate", 10020, kMemCreate, false},
+      {"cuMemAllocFromPoolAsync", 11020, kMemAllocFromPoolAsync, true},
   };
   if (std::strcmp(name, "cuGetProcAddress") == 0) return version >= 12000 ? kGetProcAddressV2 : kGetProcAddress;
   for (const Base& b : kBases) {
@@ -286,6 +307,118 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   if (p != nullptr && !pass_through() && free_if_ours("cuMemFree_v2", p, FreeKind::now, nullptr, &code)) return code;
   const auto next = driver<F>(kMemFree);
   return next != nullptr ? next(ptr) : no_driver("cuMemFree_v2");
+}
+
+// Stream-ordered allocation through the driver (a static runtime's cudaMallocAsync, driver-API programs):
+// served as cudaMallocAsync is, mapped before the call returns, so usable in stream order at once.
+}  // extern "C"
+namespace {
+CUresult alloc_async(Slot s, const char* call, CUdeviceptr* ptr, std::size_t bytes, void* stream) {
+  using F = CUresult (*)(CUdeviceptr*, std::size_t, void*);
+  if (pass_through()) {
+    const auto next = driver<F>(s);
+    return next != nullptr ? next(ptr, bytes, stream) : no_driver(call);
+  }
+  if (ptr == nullptr) return kInvalidValue;
+  void* p = nullptr;
+  const int r = allocate(call, &p, bytes);
+  if (r == kSuccess && bytes == 0) return kInvalidValue;  // as cuMemAlloc: 0 bytes is an invalid value
+  *ptr = reinterpret_cast<std::uintptr_t>(p);
+  return r;
+}
+
+// tvmm's memory in the order of `stream` (the null stream: the legacy one, or the thread's in _ptsz);
+// other memory goes to the driver.
+CUresult free_async(Slot s, const char* call, CUdeviceptr ptr, void* stream, bool ptsz) {
+  using F = CUresult (*)(CUdeviceptr, void*);
+  int code = kSuccess;
+  void* p = reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr));
+  void* named = stream == nullptr && ptsz ? kPerThreadStream : stream;
+  if (p != nullptr && !pass_through() && free_if_ours(call, p, FreeKind::stream_ordered, named, &code)) return code;
+  const auto next = driver<F>(s);
+  return next != nullptr ? next(ptr, stream) : no_driver(call);
+}
+
+// cuMemCreate's CUmemAllocationProp starts {type, requestedHandleTypes, location {type, id}} (cuda.h).
+struct PropHead {
+  int type;
+  int handle_types;
+  int location_type;  // CU_MEM_LOCATION_TYPE_DEVICE = 1
+  int location_id;
+};
+constexpr int kLocationDevice = 1;
+
+// Runs `call` (a device allocation outside tvmm); if the device has no memory for it, tvmm gives device
+// memory back (its coldest pages to the host) and the call is tried once more.
+template <class Call>
+CUresult with_room(const char* name, int device, std::size_t bytes, Call call) {
+  CUresult r = call();
+  if (r == kOutOfMemory && !pass_through() && give_back_device_memory(name, device, bytes)) r = call();
+  return r;
+}
+}  // namespace
+extern "C" {
+
+CUresult cuMemAllocAsync(CUdeviceptr* ptr, std::size_t bytes, void* stream) {
+  return alloc_async(kMemAllocAsync, "cuMemAllocAsync", ptr, bytes, stream);
+}
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* ptr, std::size_t bytes, void* stream) {
+  return alloc_async(kMemAllocAsyncPt, "cuMemAllocAsync_ptsz", ptr, bytes, stream);
+}
+CUresult cuMemFreeAsync(CUdeviceptr ptr, void* stream) {
+  return free_async(kMemFreeAsync, "cuMemFreeAsync", ptr, stream, false);
+}
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, void* stream) {
+  return free_async(kMemFreeAsyncPt, "cuMemFreeAsync_ptsz", ptr, stream, true);
+}
+
+// cuda.h (cuMemAllocPitch): "ElementSizeBytes may be 4, 8 or 16"; the pitch is "the width in bytes of the
+// allocation". Served by tvmm: rows padded to 512 bytes, as cudaMallocPitch.
+CUresult cuMemAllocPitch_v2(CUdeviceptr* ptr, std::size_t* pitch, std::size_t width, std::size_t height,
+                            unsigned element) {
+  using F = CUresult (*)(CUdeviceptr*, std::size_t*, std::size_t, std::size_t, unsigned);
+  if (pass_through()) {
+    const auto next = driver<F>(kMemAllocPitch);
+    return next != nullptr ? next(ptr, pitch, width, height, element) : no_driver("cuMemAllocPitch_v2");
+  }
+  std::size_t p = 0, bytes = 0;
+  if (ptr == nullptr || pitch == nullptr || width == 0 || height == 0 ||
+      (element != 4 && element != 8 && element != 16) || !pitched_size(width, height, &p, &bytes)) {
+    return kInvalidValue;
+  }
+  void* out = nullptr;
+  const int r = allocate("cuMemAllocPitch_v2", &out, bytes);
+  if (r == kSuccess) {
+    *ptr = reinterpret_cast<std::uintptr_t>(out);
+    *pitch = p;
+  }
+  return r;
+}
+
+// Physical memory the program (PyTorch's expandable segments, NCCL's buffers, XLA) creates and maps
+// itself: the driver's, never tvmm's; but when the device has no memory for it, tvmm makes room.
+CUresult cuMemCreate(unsigned long long* handle, std::size_t size, const void* prop, unsigned long long flags) {
+  using F = CUresult (*)(unsigned long long*, std::size_t, const void*, unsigned long long);
+  const auto next = driver<F>(kMemCreate);
+  if (next == nullptr) return no_driver("cuMemCreate");
+  const auto* head = static_cast<const PropHead*>(prop);
+  if (head == nullptr || head->location_type != kLocationDevice) return next(handle, size, prop, flags);
+  return with_room("cuMemCreate", head->location_id, size, [&] { return next(handle, size, prop, flags); });
+}
+
+// A memory pool's allocation (cudaMallocFromPoolAsync, XLA's and others' pools): the driver's, with room
+// made as for cuMemCreate (on the caller's current device, where the default pools live).
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* ptr, std::size_t bytes, void* pool, void* stream) {
+  using F = CUresult (*)(CUdeviceptr*, std::size_t, void*, void*);
+  const auto next = driver<F>(kMemAllocFromPoolAsync);
+  if (next == nullptr) return no_driver("cuMemAllocFromPoolAsync");
+  return with_room("cuMemAllocFromPoolAsync", -1, bytes, [&] { return next(ptr, bytes, pool, stream); });
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* ptr, std::size_t bytes, void* pool, void* stream) {
+  using F = CUresult (*)(CUdeviceptr*, std::size_t, void*, void*);
+  const auto next = driver<F>(kMemAllocFromPoolAsyncPt);
+  if (next == nullptr) return no_driver("cuMemAllocFromPoolAsync_ptsz");
+  return with_room("cuMemAllocFromPoolAsync_ptsz", -1, bytes, [&] { return next(ptr, bytes, pool, stream); });
 }
 
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
@@ -694,6 +827,14 @@ void* ours(Slot s) noexcept {
     case kStreamBeginCaptureToGraphPt: return reinterpret_cast<void*>(&cuStreamBeginCaptureToGraph_ptsz);
     case kStreamEndCapture: return reinterpret_cast<void*>(&cuStreamEndCapture);
     case kStreamEndCapturePt: return reinterpret_cast<void*>(&cuStreamEndCapture_ptsz);
+    case kMemAllocAsync: return reinterpret_cast<void*>(&cuMemAllocAsync);
+    case kMemAllocAsyncPt: return reinterpret_cast<void*>(&cuMemAllocAsync_ptsz);
+    case kMemFreeAsync: return reinterpret_cast<void*>(&cuMemFreeAsync);
+    case kMemFreeAsyncPt: return reinterpret_cast<void*>(&cuMemFreeAsync_ptsz);
+    case kMemAllocPitch: return reinterpret_cast<void*>(&cuMemAllocPitch_v2);
+    case kMemCreate: return reinterpret_cast<void*>(&cuMemCreate);
+    case kMemAllocFromPoolAsync: return reinterpret_cast<void*>(&cuMemAllocFromPoolAsync);
+    case kMemAllocFromPoolAsyncPt: return reinterpret_cast<void*>(&cuMemAllocFromPoolAsync_ptsz);
     case kSlots: break;
   }
   return nullptr;

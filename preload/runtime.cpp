@@ -562,9 +562,34 @@ int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept {
   return boundary(call, [&] {
     const auto u = h->usage();
     *total = u.capacity;
-    *free = u.capacity - u.used;
+    *free = std::min(u.capacity - u.used, h->device_memory_reachable());
     return kSuccess;
   });
+}
+
+bool pitched_size(std::size_t width, std::size_t rows, std::size_t* pitch, std::size_t* bytes) noexcept {
+  constexpr std::size_t kPitchAlignment = 512;
+  if (width > SIZE_MAX - (kPitchAlignment - 1)) return false;
+  *pitch = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+  if (rows != 0 && *pitch > SIZE_MAX / rows) return false;
+  *bytes = *pitch * rows;
+  return true;
+}
+
+bool give_back_device_memory(const char* call, int device, std::size_t bytes) noexcept {
+  detail::TransparentHeap* h = heap_if_created(device);
+  // With one heap for a configured device (device.ordinal = N), only that device's memory is its to give.
+  if (h == nullptr || (device >= 0 && h->config().cuda_device >= 0 && h->config().cuda_device != device)) return false;
+  std::size_t given = 0;
+  const RemapScope remap;
+  (void)boundary(call, [&] {
+    given = h->give_back_device_memory(bytes);
+    return kSuccess;
+  });
+  log(given != 0 ? Level::info : Level::warn,
+      "%s found no device memory for %zu bytes: tvmm gave %zu bytes of its device budget back%s", call, bytes, given,
+      given != 0 ? " (its coldest pages now live on the host) and tries again" : "");
+  return given != 0;
 }
 
 namespace {

@@ -118,7 +118,19 @@ enum class FreeKind { now, stream_ordered };
 //! If tvmm owns `ptr` (or owned it before a fork), frees it as `kind` says, sets *code and returns true.
 //! False: not tvmm's; the caller passes it to the real function.
 bool free_if_ours(const char* call, void* ptr, FreeKind kind, void* stream, int* code) noexcept;
-//! cudaMemGetInfo / cuMemGetInfo: the heap's capacity (device + host budgets) and what is left.
+//! Pitched allocations (cudaMallocPitch, cudaMalloc3D, cuMemAllocPitch): each row padded to a multiple of
+//! 512 bytes (the texture pitch alignment, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, of every GPU tvmm
+//! supports), so 2D copies and texture binding accept the pitch. The pitch for `width` bytes and pitch *
+//! rows, or false when that overflows.
+bool pitched_size(std::size_t width, std::size_t rows, std::size_t* pitch, std::size_t* bytes) noexcept;
+//! An allocation outside tvmm (cuMemCreate, a memory pool's) found no device memory on `device` (-1: the
+//! caller's current one): tvmm's heap there gives `bytes` back if it can (idle frames, then its coldest
+//! pages demoted to the host). True when it gave some, so the call is worth trying again.
+bool give_back_device_memory(const char* call, int device, std::size_t bytes) noexcept;
+//! cudaMemGetInfo / cuMemGetInfo: total = the heap's capacity (device + host budgets); free = what is left
+//! of it, but never more than an allocation outside tvmm could get on the device (the driver's free
+//! memory plus what tvmm would give back), so a library that sizes its own driver allocations from it
+//! (cuMemCreate, memory pools) is never led into a real out-of-memory.
 int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept;
 //! After a synchronising call succeeded: a quiescent point. The heap drains again before it moves or
 //! releases anything, under the launch gate: other threads may have queued work since the call returned.

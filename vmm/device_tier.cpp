@@ -15,10 +15,31 @@ DeviceTier::DeviceTier(backend::DeviceBackend& dev, std::size_t page_size, std::
 }
 
 DeviceTier::~DeviceTier() {
-  for (auto c : chunks_) {
-    dev_.warn_failed(dev_.release_chunk(c), where_ == backend::ChunkLocation::host ? "releasing a host-located frame"
-                                                                                   : "releasing a device frame");
+  for (std::uint32_t f = 0; f < chunks_.size(); ++f) {
+    if (std::find(gone_.begin(), gone_.end(), f) != gone_.end()) continue;
+    dev_.warn_failed(dev_.release_chunk(chunks_[f]), where_ == backend::ChunkLocation::host
+                                                         ? "releasing a host-located frame"
+                                                         : "releasing a device frame");
   }
+}
+
+std::uint32_t DeviceTier::release_idle(std::uint32_t frames) noexcept {
+  std::uint32_t done = 0;
+  while (done < frames && !free_.empty()) {
+    const std::uint32_t f = free_.back();
+    if (const backend::Status st = dev_.release_chunk(chunks_[f]); !st.ok()) {
+      dev_.warn_failed(st, "giving a frame's memory back");
+      break;  // the frame stays idle, with its memory
+    }
+    free_.pop_back();
+    gone_.push_back(f);
+    ++done;
+  }
+  if (done != 0) {
+    short_ = true;
+    retry_at_ = Clock::now() + std::chrono::seconds(1);
+  }
+  return done;
 }
 
 std::optional<std::uint32_t> DeviceTier::try_acquire() {
@@ -26,7 +47,7 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
   if (!free_.empty()) {
     f = free_.back();
     free_.pop_back();
-  } else if (chunks_.size() < budget_ && (chunks_.empty() || Clock::now() >= retry_at_)) {
+  } else if (created() < budget_ && (created() == 0 || Clock::now() >= retry_at_)) {
     backend::ChunkHandle c;
     const backend::Status st = dev_.create_chunk(page_size_, &c, where_);
     if (st.code == backend::Errc::out_of_memory) {
@@ -38,7 +59,8 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
         std::fprintf(stderr,
                      "tvmm: the device has no memory for another %s frame: working with the %zu frames there are of "
                      "the %u the budget allows (other allocations hold the rest); trying again every second\n",
-                     where_ == backend::ChunkLocation::host ? "host-located" : "device", chunks_.size(), budget_);
+                     where_ == backend::ChunkLocation::host ? "host-located" : "device",
+                     static_cast<std::size_t>(created()), budget_);
       }
       short_ = true;
       retry_at_ = Clock::now() + std::chrono::seconds(1);
@@ -46,8 +68,15 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
     }
     TVMM_CHECK(st);
     short_ = false;
-    f = static_cast<std::uint32_t>(chunks_.size());
-    chunks_.push_back(c);
+    retry_at_ = {};        // the next frame may be created when needed, too
+    if (!gone_.empty()) {  // a frame number whose memory was given back
+      f = gone_.back();
+      gone_.pop_back();
+      chunks_[f] = c;
+    } else {
+      f = static_cast<std::uint32_t>(chunks_.size());
+      chunks_.push_back(c);
+    }
   } else {
     return std::nullopt;
   }

@@ -31,22 +31,28 @@ class DeviceTier {
   //! Whether try_acquire would give a frame or try to create one now (false: all in use and none may be
   //! created, or the device is short and the next try is not due), without doing either.
   [[nodiscard]] bool may_acquire() const noexcept {
-    return !free_.empty() || (chunks_.size() < budget_ && (chunks_.empty() || Clock::now() >= retry_at_));
+    return !free_.empty() || (created() < budget_ && (created() == 0 || Clock::now() >= retry_at_));
   }
+  //! Gives up to `frames` idle frames' memory back to the device (release_chunk), for allocations made
+  //! outside tvmm; returns how many. The tier then counts as short: it creates no frame for a second (so
+  //! the memory is there for the allocation that needed it), then tries again as after any shortage.
+  std::uint32_t release_idle(std::uint32_t frames) noexcept;
+  //! Frames created and not in use.
+  [[nodiscard]] std::uint32_t idle() const noexcept { return static_cast<std::uint32_t>(free_.size()); }
   [[nodiscard]] backend::ChunkHandle chunk(std::uint32_t frame) const noexcept { return chunks_[frame]; }
 
   [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }
   //! The frames the tier can count on now: its budget, or the frames it has while the device has no
   //! memory for more (admission and capacity use this, so no frame that does not exist is counted). A
   //! tier with no frame at all tries again at once, so it still counts on its budget.
-  [[nodiscard]] std::uint32_t usable() const noexcept {
-    return short_ && !chunks_.empty() ? static_cast<std::uint32_t>(chunks_.size()) : budget_;
-  }
+  [[nodiscard]] std::uint32_t usable() const noexcept { return short_ && created() != 0 ? created() : budget_; }
   //! True while the device had no memory for the tier's last new frame.
   [[nodiscard]] bool short_of_memory() const noexcept { return short_; }
   [[nodiscard]] std::uint32_t in_use() const noexcept { return in_use_; }
   [[nodiscard]] std::uint32_t peak() const noexcept { return peak_; }
-  [[nodiscard]] std::uint32_t created() const noexcept { return static_cast<std::uint32_t>(chunks_.size()); }
+  [[nodiscard]] std::uint32_t created() const noexcept {
+    return static_cast<std::uint32_t>(chunks_.size() - gone_.size());
+  }
 
  private:
   backend::DeviceBackend& dev_;
@@ -55,8 +61,9 @@ class DeviceTier {
   backend::ChunkLocation where_;
   std::uint32_t in_use_ = 0;
   std::uint32_t peak_ = 0;
-  std::vector<backend::ChunkHandle> chunks_;
-  std::vector<std::uint32_t> free_;
+  std::vector<backend::ChunkHandle> chunks_;  // by frame number; those in gone_ hold no memory
+  std::vector<std::uint32_t> free_;           // created and idle
+  std::vector<std::uint32_t> gone_;           // frame numbers whose memory was given back (release_idle)
   using Clock = std::chrono::steady_clock;
   bool short_ = false;          // the device had no memory for the last new frame
   Clock::time_point retry_at_;  // while short: no new frame is tried before then

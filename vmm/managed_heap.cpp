@@ -72,6 +72,12 @@ bool ManagedHeap::do_move(DevPtr va, ChunkLocation, ChunkLocation to) {
   return true;
 }
 
+// A demoted page leaves device memory when its prefetch to the host has run: wait for the heap's stream.
+std::size_t ManagedHeap::do_give_back(std::size_t, std::size_t demoted) {
+  if (demoted != 0) TVMM_CHECK(device().synchronize_stream(stream()));
+  return demoted;
+}
+
 void ManagedHeap::do_release(DevPtr va, std::size_t pages, const std::vector<ChunkLocation>&) {
   // The heap's prefetches of these pages must be done before the memory goes.
   (void)device().synchronize_stream(stream());

@@ -31,6 +31,8 @@ class ManagedHeap final : public TransparentHeap {
   void do_release(backend::DevPtr va, std::size_t pages, const std::vector<backend::ChunkLocation>& where) override;
   [[nodiscard]] bool moves_need_drain() const noexcept override { return false; }
   [[nodiscard]] bool may_take(backend::ChunkLocation) const noexcept override { return true; }
+  std::size_t do_give_back(std::size_t, std::size_t demoted) override;
+  [[nodiscard]] std::size_t idle_device_pages() const noexcept override { return 0; }
   void place(backend::DevPtr va, backend::ChunkLocation where);
 
   mutable std::mutex ranges_mu_;                   // guards ranges_ (contains() runs without the heap lock)

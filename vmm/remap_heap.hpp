@@ -46,6 +46,10 @@ class RemapHeap final : public TransparentHeap {
   [[nodiscard]] bool may_take(backend::ChunkLocation to) const noexcept override {
     return (to == backend::ChunkLocation::device ? *device_ : *host_).may_acquire();
   }
+  std::size_t do_give_back(std::size_t pages, std::size_t) override {
+    return device_->release_idle(static_cast<std::uint32_t>(std::min<std::size_t>(pages, UINT32_MAX)));
+  }
+  [[nodiscard]] std::size_t idle_device_pages() const noexcept override { return device_->idle(); }
 
   [[noreturn]] void no_frame();
   DeviceTier& pool(backend::ChunkLocation where) noexcept {

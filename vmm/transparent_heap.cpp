@@ -493,18 +493,41 @@ bool TransparentHeap::move(DevPtr va, ChunkLocation& where, ChunkLocation to, bo
   return true;
 }
 
-void TransparentHeap::demote(Lock&, std::size_t pages, bool& drained) {
-  // The coldest first (least used, then least recently used); within a block, from its end.
+std::size_t TransparentHeap::demote(Lock&, std::size_t pages, bool& drained) {
+  // The coldest first (least heat, then least recently used); within a block, from its end.
   collect_uses();
   std::size_t done = 0;
   for (auto& [va, b] : ranked(false)) {
     for (std::size_t i = b->where.size(); i-- > 0 && done < pages;) {
       if (b->where[i] != ChunkLocation::device) continue;
-      if (!move(va + i * page_, b->where[i], ChunkLocation::host, drained)) return;  // no host frame now
+      if (!move(va + i * page_, b->where[i], ChunkLocation::host, drained)) return done;  // no host frame now
       ++done;
     }
     if (done == pages) break;
   }
+  return done;
+}
+
+std::size_t TransparentHeap::give_back_device_memory(std::size_t bytes) {
+  Lock lk(mu_);
+  if (capturing() || bytes == 0) return 0;
+  const std::size_t want = (bytes + page_ - 1) / page_;
+  std::size_t got = do_give_back(want, 0);
+  if (got < want) {
+    bool drained = false;
+    const std::size_t demoted = demote(lk, want - got, drained);
+    got += do_give_back(want - got, demoted);
+  }
+  counters_.pages_given_back += got;
+  return got * page_;
+}
+
+std::size_t TransparentHeap::device_memory_reachable() const {
+  std::size_t free = 0, total = 0;
+  if (!dev_->memory_info(&free, &total).ok()) return SIZE_MAX;
+  std::lock_guard lk(mu_);
+  const std::size_t host_free = host_pages_ - std::min(host_pages_, used_pages_ - on_device_);
+  return free + (idle_device_pages() + std::min(on_device_, host_free)) * page_;
 }
 
 void TransparentHeap::promote(Lock&, bool& drained) {
@@ -587,8 +610,8 @@ std::string TransparentHeap::stats_json() const {
     << ", \"frees_kept_for_graphs\": " << c.kept_for_graphs << ", \"stream_ordered_frees\": " << c.stream_ordered_frees
     << ", \"placement\": \"" << cfg_.transparent_placement << "\", \"uses_noted\": " << c.uses_noted
     << ", \"pages_swapped\": " << c.pages_swapped << ", \"used_bytes_on_device\": " << c.used_bytes_on_device
-    << ", \"used_bytes\": "
-    << c.used_bytes
+    << ", \"used_bytes\": " << c.used_bytes << ", \"bytes_given_back\": "
+    << c.pages_given_back * page_
     // The same in the keys of torch.cuda.memory_stats(), for tools that read those.
     << ", \"allocated_bytes.all.current\": " << c.allocated_bytes
     << ", \"allocated_bytes.all.peak\": " << c.allocated_peak << ", \"reserved_bytes.all.current\": " << u.used

@@ -99,6 +99,17 @@ class TransparentHeap {
   //! until the heap is destroyed, and quiescent points do nothing.
   void set_capture_probe(Capturing capturing);
 
+  //! Gives device memory back for an allocation made outside the heap (the program's cuMemCreate or
+  //! memory-pool allocation failed for want of it): idle device frames first, then the coldest device
+  //! pages are demoted to the host and their frames released; returns the bytes given back (0 during a
+  //! capture, or with no host room to demote into). The heap takes no new device memory for a second
+  //! after, then tries again as it does after any shortage, so memory freed later comes back to it.
+  std::size_t give_back_device_memory(std::size_t bytes);
+  //! The device memory an allocation outside the heap could get now: what the driver reports free, plus
+  //! what give_back_device_memory could release (idle frames, and device pages that fit on the host);
+  //! SIZE_MAX where the backend reports no free memory (the simulator: nothing else allocates there).
+  [[nodiscard]] std::size_t device_memory_reachable() const;
+
   //! Byte totals for cudaMemGetInfo: capacity = device + host budget.
   struct Usage {
     std::size_t capacity = 0;   //!< bytes the program can allocate in all
@@ -116,6 +127,7 @@ class TransparentHeap {
     std::uint64_t ooms = 0;                  //!< allocations refused for want of capacity (PyTorch's num_ooms)
     std::uint64_t uses_noted = 0;            //!< note_use calls that named the heap's memory (collected so far)
     std::uint64_t pages_swapped = 0;         //!< pages demoted for a more used host page at quiescent points
+    std::uint64_t pages_given_back = 0;      //!< device memory released for allocations outside the heap
     //! Placing by use, an estimate of the device share of the bytes the program's work touches: for each
     //! noted use, the bytes it likely touched (the whole block it named; one slot of a slab of small
     //! allocations) on the device when the uses were collected, and in all.
@@ -163,6 +175,12 @@ class TransparentHeap {
   //! Whether do_move to `to` may find memory there now (checked before draining for a move: a GPU short
   //! of memory must not cost a drain at every synchronising call).
   [[nodiscard]] virtual bool may_take(backend::ChunkLocation to) const noexcept = 0;
+  //! Releases device memory the heap holds without using it, up to `pages` pages' worth, after
+  //! `demoted` of its pages were just moved to the host; returns the pages' worth released (vmm: idle
+  //! device frames; um: the demoted pages, once their prefetches have landed).
+  virtual std::size_t do_give_back(std::size_t pages, std::size_t demoted) = 0;
+  //! Device memory the heap holds that no page uses, in pages (vmm: idle frames; um: none).
+  [[nodiscard]] virtual std::size_t idle_device_pages() const noexcept = 0;
   //! The mechanism's memory lies in [lo, hi) (lock-free readers may see the old bounds for a moment; the
   //! bounds only grow).
   void widen_envelope(backend::DevPtr lo, backend::DevPtr hi) noexcept;
@@ -221,7 +239,8 @@ class TransparentHeap {
   void release_deferred(Lock& lk);
   //! Releases the free_after blocks whose event has completed (`wait`: waits for every one).
   void release_stream_ordered(Lock& lk, bool wait);
-  void demote(Lock& lk, std::size_t pages, bool& drained);
+  //! Moves up to `pages` of the coldest device pages to the host; returns how many moved.
+  std::size_t demote(Lock& lk, std::size_t pages, bool& drained);
   void promote(Lock& lk, bool& drained);
   //! Placing by use: moves the uses noted since the last collection from the slots into the blocks.
   void collect_uses();

@@ -204,6 +204,11 @@ Status DeviceBackend::synchronize_stream(StreamHandle stream) {
 
 Status DeviceBackend::synchronize_device() { return noted(do_synchronize_device()); }
 
+Status DeviceBackend::memory_info(std::size_t* free, std::size_t* total) {
+  if (free == nullptr || total == nullptr) return invalid();
+  return noted(do_memory_info(free, total));
+}
+
 Status DeviceBackend::create_event(EventHandle* out, EventKind kind) {
   if (out == nullptr) return invalid();
   return noted(do_create_event(kind, out));

@@ -190,6 +190,11 @@ class DeviceBackend {
   //! context's, which the program's CUDA runtime uses too (cuCtxSynchronize there); on the simulator,
   //! every stream of this backend. Transparent mode drains the program's work with it.
   Status synchronize_device();
+  //! The device's memory free and in all, as the driver counts it for every allocation in the system
+  //! (cuMemGetInfo in the device's primary context): what an allocation made outside this backend (by the
+  //! program, a library, another process) could still get. not_supported where nothing but this backend
+  //! allocates the device's memory (the simulator).
+  Status memory_info(std::size_t* free, std::size_t* total);
 
   Status create_event(EventHandle* out, EventKind kind = EventKind::sync);
   Status destroy_event(EventHandle event);
@@ -230,6 +235,7 @@ class DeviceBackend {
   virtual Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) = 0;
   virtual Status do_synchronize_stream(StreamHandle stream) = 0;
   virtual Status do_synchronize_device() = 0;
+  virtual Status do_memory_info(std::size_t* free, std::size_t* total) = 0;
   virtual Status do_create_event(EventKind kind, EventHandle* out) = 0;
   virtual Status do_destroy_event(EventHandle event) = 0;
   virtual Status do_record_event(EventHandle event, StreamHandle stream) = 0;

@@ -165,6 +165,25 @@ TYPED_TEST(DeviceBackendConformance, SynchronizeDeviceWaitsForEveryStream) {
   for (StreamHandle stream : s) EXPECT_TRUE(dev.destroy_stream(stream).ok());
 }
 
+// memory_info: the driver's count of the device's memory, which a device chunk takes from; or
+// not_supported where nothing else allocates the device (the simulator).
+TYPED_TEST(DeviceBackendConformance, MemoryInfoCountsChunksOrIsNotSupported) {
+  auto& dev = *this->dev_;
+  std::size_t free0 = 0, total = 0;
+  const Status s = dev.memory_info(&free0, &total);
+  EXPECT_FALSE(dev.memory_info(nullptr, &total).ok());
+  if (s.code == Errc::not_supported) return;
+  ASSERT_TRUE(s.ok());
+  EXPECT_LE(free0, total);
+  const std::size_t g = dev.properties().granularity;
+  ChunkHandle c;
+  ASSERT_TRUE(dev.create_chunk(g, &c).ok());
+  std::size_t free1 = 0;
+  ASSERT_TRUE(dev.memory_info(&free1, &total).ok());
+  EXPECT_LE(free1 + g, free0);  // (on a machine where nothing else frees device memory meanwhile)
+  EXPECT_TRUE(dev.release_chunk(c).ok());
+}
+
 TYPED_TEST(DeviceBackendConformance, StreamRunsWorkInOrderAndEventsTrackIt) {
   auto& dev = *this->dev_;
   StreamHandle s = nullptr;

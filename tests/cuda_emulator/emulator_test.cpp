@@ -273,6 +273,11 @@ TEST(CudaEmulator, ExportedSymbolsAreTheVersionedEntryPoints) {
                                  "cuGraphInstantiateWithFlags",
                                  "cuLaunchKernel",
                                  "cuFuncGetParamInfo",
+                                 "cuMemAllocPitch_v2",
+                                 "cuMemAllocAsync",
+                                 "cuMemFreeAsync",
+                                 "cuMemAllocFromPoolAsync",
+                                 "cuDeviceGetDefaultMemPool",
                                  "cuMemCreate",
                                  "cuMemMap"}) {
           if (::dlsym(cu.lib, name) == nullptr) {
@@ -1200,6 +1205,51 @@ TEST(CudaEmulator, ParameterLayoutAndWhereKernelsFindTheirBytesAreReported) {
     EXPECT_CU(CUDA_ERROR_INVALID_DEVICE, counters(2, &local, &remote));
     EXPECT_CU(CUDA_SUCCESS, CU(cuMemUnmap)(host, 2 * MiB));
     EXPECT_CU(CUDA_SUCCESS, CU(cuMemRelease)(h));
+  });
+}
+
+TEST(CudaEmulator, PitchedAndStreamOrderedAllocationsFollowTheirRules) {
+  RUN((Env{{"TVMM_CUEMU_MEMORY", "16MiB"}}), [](const Cu& cu) {
+    primary(cu);
+    CUdeviceptr p = 0;
+    std::size_t pitch = 0;
+    using Pitch = CUresult (*)(CUdeviceptr*, std::size_t*, std::size_t, std::size_t, unsigned);
+    const auto alloc_pitch = CU_OLD(cuMemAllocPitch, 3020, Pitch);
+    EXPECT_CU(CUDA_ERROR_INVALID_VALUE, alloc_pitch(&p, &pitch, 1000, 10, 3));  // element size 4, 8 or 16
+    EXPECT_CU(CUDA_ERROR_INVALID_VALUE, alloc_pitch(&p, &pitch, 0, 10, 4));
+    EXPECT_CU(CUDA_SUCCESS, alloc_pitch(&p, &pitch, 1000, 10, 4));
+    CHECK(pitch == 1024);
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemFree)(p));
+    // The default pool; an allocation freed in stream order goes when its stream gets there.
+    CUmemoryPool pool = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU_AT(cuDeviceGetDefaultMemPool, 11020)(&pool, 0));
+    CUstream s = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a = 0, b = 0;
+    EXPECT_CU(CUDA_SUCCESS, CU_AT(cuMemAllocAsync, 11020)(&a, 8 * MiB, s));
+    EXPECT_CU(CUDA_SUCCESS, CU_AT(cuMemAllocFromPoolAsync, 11020)(&b, 8 * MiB, pool, s));
+    CUdeviceptr c = 0;
+    EXPECT_CU(CUDA_ERROR_OUT_OF_MEMORY, CU_AT(cuMemAllocAsync, 11020)(&c, 2 * MiB, s));  // 16 MiB in use
+    EXPECT_CU(CUDA_ERROR_INVALID_VALUE, CU_AT(cuMemAllocFromPoolAsync, 11020)(&c, MiB, nullptr, s));
+    static std::atomic<bool> go{false};
+    EXPECT_CU(CUDA_SUCCESS, CU(cuLaunchHostFunc)(
+                                s,
+                                [](void*) {
+                                  while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                                },
+                                nullptr));
+    EXPECT_CU(CUDA_SUCCESS, CU_AT(cuMemFreeAsync, 11020)(a, s));
+    std::size_t free = 1, total = 0;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemGetInfo)(&free, &total));
+    CHECK(free == 0);  // not yet: the stream has not got to the free
+    go = true;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuStreamSynchronize)(s));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemGetInfo)(&free, &total));
+    CHECK(free == 8 * MiB);
+    EXPECT_CU(CUDA_ERROR_INVALID_VALUE, CU_AT(cuMemFreeAsync, 11020)(a, s));  // freed already
+    EXPECT_CU(CUDA_SUCCESS, CU_AT(cuMemFreeAsync, 11020)(b, s));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuStreamSynchronize)(s));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuStreamDestroy)(s));
   });
 }
 

@@ -490,6 +490,30 @@ CUEMU_EXPORT("cuMemGetAllocationPropertiesFromHandle", 10020, MemGetAllocationPr
 
 // --- classic device memory -----------------------------------------------------------------------------
 
+// A classic allocation of `bytes` on `dev`, mapped at a reservation of its own (the driver mutex held).
+CUresult alloc_device(Driver& d, Context* ctx, Device* dev, std::size_t bytes, CUdeviceptr* dptr) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev->ordinal;
+  const std::size_t g = d.settings.granularity;
+  const std::size_t size = (bytes + g - 1) / g * g;
+  Chunk* c = nullptr;
+  if (const CUresult r = create_chunk(d, size, prop, dev, &c); r != CUDA_SUCCESS) return r;
+  const CUdeviceptr base = Driver::reserve_address_space(size, g, 0);
+  if (base == 0) {
+    d.free_chunk(c);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  d.reservations[base] = Reservation{size, true};
+  d.mappings[base] = Mapping{size, c, 0, std::uint64_t{1} << dev->ordinal, 0, false};
+  c->mappings = 1;
+  c->allocated_in = ctx;
+  d.allocs[base] = c;
+  *dptr = base;
+  return CUDA_SUCCESS;
+}
+
 CUresult MemAlloc(CUdeviceptr* dptr, std::size_t bytes) {
   CUEMU_ENTER_CTX(ctx);
   // cuda.h (cuMemAlloc): "If bytesize is 0, cuMemAlloc() returns CUDA_ERROR_INVALID_VALUE."
@@ -497,28 +521,110 @@ CUresult MemAlloc(CUdeviceptr* dptr, std::size_t bytes) {
   if (const CUresult r = unsafe_during_capture(ctx); r != CUDA_SUCCESS) return r;
   Driver& d = Driver::get();
   std::lock_guard lk(d.mu);
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = ctx->device->ordinal;
-  const std::size_t g = d.settings.granularity;
-  const std::size_t size = (bytes + g - 1) / g * g;
-  Chunk* c = nullptr;
-  if (const CUresult r = create_chunk(d, size, prop, ctx->device, &c); r != CUDA_SUCCESS) return r;
-  const CUdeviceptr base = Driver::reserve_address_space(size, g, 0);
-  if (base == 0) {
-    d.free_chunk(c);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  d.reservations[base] = Reservation{size, true};
-  d.mappings[base] = Mapping{size, c, 0, std::uint64_t{1} << ctx->device->ordinal, 0, false};
-  c->mappings = 1;
-  c->allocated_in = ctx;
-  d.allocs[base] = c;
-  *dptr = base;
-  return CUDA_SUCCESS;
+  return alloc_device(d, ctx, ctx->device, bytes, dptr);
 }
 CUEMU_EXPORT("cuMemAlloc", 3020, MemAlloc);
+
+// cuda.h 8611-8671 (cuMemAllocPitch): "ElementSizeBytes may be 4, 8 or 16"; the pitch "is guaranteed to
+// match or exceed the alignment requirement for texture binding": rows padded to 512 bytes here (the
+// texture pitch alignment of a compute capability 9.0 device). An empty array is an invalid value, as an
+// allocation of 0 bytes is for cuMemAlloc.
+CUresult MemAllocPitch(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width, std::size_t height, unsigned element) {
+  CUEMU_ENTER_CTX(ctx);
+  if (dptr == nullptr || pitch == nullptr || width == 0 || height == 0 ||
+      (element != 4 && element != 8 && element != 16) || width > SIZE_MAX - 511) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::size_t p = (width + 511) / 512 * 512;
+  if (p > SIZE_MAX / height) return CUDA_ERROR_INVALID_VALUE;
+  if (const CUresult r = unsafe_during_capture(ctx); r != CUDA_SUCCESS) return r;
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  const CUresult r = alloc_device(d, ctx, ctx->device, p * height, dptr);
+  if (r == CUDA_SUCCESS) *pitch = p;
+  return r;
+}
+CUEMU_EXPORT("cuMemAllocPitch", 3020, MemAllocPitch);
+
+// --- stream-ordered allocation (memory pools) ------------------------------------------------------------
+// Each device's default pool only (cuDeviceGetDefaultMemPool); no pool is created or configured. The memory
+// exists from the call on (earlier than stream order requires, which no correct program can tell); a free
+// happens when its stream gets there. Inside a capture both are refused (the emulator has no memory
+// nodes: stricter than the driver, which records them in the graph).
+
+Device* pool_device(Driver& d, CUmemoryPool pool) {
+  const auto id = reinterpret_cast<std::uintptr_t>(pool);
+  if (id < 0x1000 || id - 0x1000 >= d.devices.size()) return nullptr;
+  return d.devices[id - 0x1000].get();
+}
+
+CUresult DeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  CUEMU_ENTER();
+  Driver& d = Driver::get();
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || static_cast<std::size_t>(dev) >= d.devices.size()) return CUDA_ERROR_INVALID_DEVICE;
+  *pool = reinterpret_cast<CUmemoryPool>(std::uintptr_t{0x1000} + static_cast<std::uintptr_t>(dev));
+  return CUDA_SUCCESS;
+}
+CUEMU_EXPORT("cuDeviceGetDefaultMemPool", 11020, DeviceGetDefaultMemPool);
+
+CUresult alloc_from_pool(Context* ctx, CUdeviceptr* dptr, std::size_t bytes, Device* dev, CUstream stream) {
+  // cuda.h (cuMemAllocAsync): CUDA_ERROR_INVALID_VALUE for a null pointer; a 0-byte request, as cuMemAlloc.
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard slk(s->mu);
+    if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  Driver& d = Driver::get();
+  std::lock_guard lk(d.mu);
+  return alloc_device(d, ctx, dev, bytes, dptr);
+}
+
+CUresult MemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool, CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  Device* dev = pool_device(Driver::get(), pool);
+  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return alloc_from_pool(ctx, dptr, bytes, dev, stream);
+}
+CUEMU_EXPORT("cuMemAllocFromPoolAsync", 11020, MemAllocFromPoolAsync);
+
+CUresult MemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  return alloc_from_pool(ctx, dptr, bytes, ctx->device, stream);
+}
+CUEMU_EXPORT("cuMemAllocAsync", 11020, MemAllocAsync);
+
+CUresult MemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  Driver& d = Driver::get();
+  {
+    std::lock_guard lk(d.mu);
+    if (d.allocs.count(dptr) == 0) return CUDA_ERROR_INVALID_VALUE;
+  }
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard slk(s->mu);
+    if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return enqueue(s, [dptr] {
+    Driver& dr = Driver::get();
+    std::lock_guard lk(dr.mu);
+    auto it = dr.allocs.find(dptr);
+    if (it == dr.allocs.end()) return CUDA_SUCCESS;  // freed meanwhile by cuMemFree (the program's bug)
+    Chunk* c = it->second;
+    dr.allocs.erase(it);
+    c->released = true;
+    dr.unmap(dptr, c->size);
+    auto r = dr.reservations.find(dptr);
+    ::munmap(as_ptr(dptr), r->second.size);
+    dr.reservations.erase(r);
+    return CUDA_SUCCESS;
+  });
+}
+CUEMU_EXPORT("cuMemFreeAsync", 11020, MemFreeAsync);
 
 CUresult free_managed(Driver& d, std::uintptr_t base);
 

@@ -96,6 +96,13 @@ CUEMU_SYMBOL(cuMemGetAllocationPropertiesFromHandle, cuMemGetAllocationPropertie
 
 // --- memory -------------------------------------------------------------------------------------------------
 CUEMU_SYMBOL(cuMemAlloc_v2, cuMemAlloc, 3020, (CUdeviceptr * p, size_t bytes), (p, bytes))
+CUEMU_SYMBOL(cuMemAllocPitch_v2, cuMemAllocPitch, 3020,
+             (CUdeviceptr * p, size_t* pitch, size_t w, size_t h, unsigned int e), (p, pitch, w, h, e))
+CUEMU_SYMBOL(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020, (CUmemoryPool * pool, CUdevice d), (pool, d))
+CUEMU_SYMBOL(cuMemAllocAsync, cuMemAllocAsync, 11020, (CUdeviceptr * p, size_t n, CUstream s), (p, n, s))
+CUEMU_SYMBOL(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020,
+             (CUdeviceptr * p, size_t n, CUmemoryPool pool, CUstream s), (p, n, pool, s))
+CUEMU_SYMBOL(cuMemFreeAsync, cuMemFreeAsync, 11020, (CUdeviceptr p, CUstream s), (p, s))
 CUEMU_SYMBOL(cuMemFree_v2, cuMemFree, 3020, (CUdeviceptr p), (p))
 CUEMU_SYMBOL(cuMemGetInfo_v2, cuMemGetInfo, 3020, (size_t * free, size_t* total), (free, total))
 CUEMU_SYMBOL(cuMemAllocHost_v2, cuMemAllocHost, 3020, (void** p, size_t bytes), (p, bytes))

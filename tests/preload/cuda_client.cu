@@ -677,6 +677,92 @@ int null_stream_free() {
   return 0;
 }
 
+// The driver's stream-ordered and pitched allocations (a static runtime's cudaMallocAsync and
+// cudaMallocPitch, driver-API programs) are served by tvmm as the runtime's are.
+int driver_allocations() {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  void* first = must_alloc(1 << 20);  // the heap exists: its stats can be compared
+  const auto before = json_number(memory_stats(-1), "allocated_bytes.all.current");
+  CUdeviceptr a = 0;
+  expect(cuMemAllocAsync(&a, 3 << 20, s) == CUDA_SUCCESS && a != 0, "cuMemAllocAsync failed");
+  expect(json_number(memory_stats(-1), "allocated_bytes.all.current") == before + (3 << 20),
+         "cuMemAllocAsync was not served by tvmm");
+  fill(reinterpret_cast<void*>(a), 3 << 20, 21, s);
+  expect(mismatches(reinterpret_cast<void*>(a), 3 << 20, 21, s) == 0, "cuMemAllocAsync's memory has wrong bytes");
+  const auto ordered = json_number(memory_stats(-1), "stream_ordered_frees");
+  expect(cuMemFreeAsync(a, s) == CUDA_SUCCESS, "cuMemFreeAsync");
+  expect(json_number(memory_stats(-1), "stream_ordered_frees") == ordered + 1, "cuMemFreeAsync was not stream-ordered");
+  expect(cuMemFreeAsync(a, s) == CUDA_ERROR_INVALID_VALUE, "a double cuMemFreeAsync did not fail");
+  CUdeviceptr z = 0;
+  expect(cuMemAllocAsync(&z, 0, s) == CUDA_ERROR_INVALID_VALUE, "cuMemAllocAsync of 0 bytes did not fail");
+  CUdeviceptr p = 0;
+  std::size_t pitch = 0;
+  expect(cuMemAllocPitch(&p, &pitch, 1000, 300, 3) == CUDA_ERROR_INVALID_VALUE, "an element size of 3 was accepted");
+  expect(cuMemAllocPitch(&p, &pitch, 1000, 300, 8) == CUDA_SUCCESS && pitch == 1024, "cuMemAllocPitch");
+  expect(json_number(memory_stats(-1), "allocated_bytes.all.current") == before + 1024 * 300,
+         "cuMemAllocPitch was not served by tvmm");
+  fill(reinterpret_cast<void*>(p), 1024 * 300, 22);
+  expect(mismatches(reinterpret_cast<void*>(p), 1024 * 300, 22) == 0, "cuMemAllocPitch's memory has wrong bytes");
+  expect(cuMemFree(p) == CUDA_SUCCESS, "cuMemFree");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(s), "cudaStreamDestroy");
+  check(cudaFree(first), "cudaFree");
+  std::puts("ok");
+  return 0;
+}
+
+// A library that sizes its own driver allocations (cuMemCreate, memory pools) from cudaMemGetInfo is never
+// led into a real out-of-memory: free never says more than the GPU could give an allocation outside tvmm,
+// and tvmm gives its device memory back (its pages to the host, every byte kept) when one needs it. Run
+// with a GPU of 32 MiB (TVMM_CUEMU_MEMORY) and tvmm's device budget of 16 MiB.
+int foreign_allocations() {
+  const std::size_t device = env_size("TVMM_DEVICE_BUDGET");
+  const std::size_t gpu = env_size("TVMM_CUEMU_MEMORY");
+  void* mine = must_alloc(device);  // tvmm's frames hold the budget
+  fill(mine, device, 31);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  constexpr std::size_t g = std::size_t{2} << 20;
+  for (const bool pool : {true, false}) {
+    std::size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    expect(total == device + env_size("TVMM_HOST_BUDGET"), "cudaMemGetInfo's total is not the capacity");
+    expect(free <= gpu && free >= gpu - device,
+           "cudaMemGetInfo says " + std::to_string(free) + " bytes free: more than the GPU could give, or not what it can");
+    const std::size_t want = free / g * g;
+    if (pool) {
+      CUmemoryPool p = nullptr;
+      expect(cuDeviceGetDefaultMemPool(&p, 0) == CUDA_SUCCESS, "cuDeviceGetDefaultMemPool");
+      CUdeviceptr q = 0;
+      expect(cuMemAllocFromPoolAsync(&q, want, p, nullptr) == CUDA_SUCCESS,
+             "a pool allocation of what cudaMemGetInfo called free failed");
+      fill(reinterpret_cast<void*>(q), want, 32);
+      expect(mismatches(reinterpret_cast<void*>(q), want, 32) == 0, "the pool's memory has wrong bytes");
+      expect(cuMemFreeAsync(q, nullptr) == CUDA_SUCCESS, "cuMemFreeAsync of the pool's memory");
+    } else {
+      CUmemAllocationProp prop{};
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      prop.location.id = 0;
+      CUmemGenericAllocationHandle h = 0;
+      expect(cuMemCreate(&h, want, &prop, 0) == CUDA_SUCCESS,
+             "cuMemCreate of what cudaMemGetInfo called free failed (a real out-of-memory)");
+      expect(cuMemRelease(h) == CUDA_SUCCESS, "cuMemRelease");
+    }
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    expect(mismatches(mine, device, 31) == 0, "tvmm's memory changed when it gave device memory back");
+    expect(json_number(memory_stats(-1), "bytes_given_back") > 0, "tvmm gave nothing back");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // then tvmm takes memory again
+    void* more = must_alloc(device);
+    fill(more, device, 33);
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    check(cudaFree(more), "cudaFree");
+  }
+  check(cudaFree(mine), "cudaFree");
+  std::puts("ok");
+  return 0;
+}
+
 // A process whose first call to tvmm is tvmm_malloc naming device 1 (a torchrun rank after
 // torch.cuda.set_device(1)) gets device 1's memory, usable by device 1's kernels.
 int first_call_names_device_1() {
@@ -997,6 +1083,8 @@ int main(int argc, char** argv) {
       {"capture", capture},
       {"runtime", runtime},
       {"null-stream-free", null_stream_free},
+      {"driver-allocations", driver_allocations},
+      {"foreign-allocations", foreign_allocations},
       {"torch-device", first_call_names_device_1},
       {"placement-model", placement_model},
       {"placement-skewed", placement_skewed},

@@ -309,8 +309,8 @@ Status CudaDevice::do_set_worker_cpus(const std::vector<unsigned>& /*cpus*/) {
   return Status::fail(Errc::not_supported);  // the driver's own threads are not ours to bind
 }
 
-Status CudaDevice::memory_info(std::size_t* free, std::size_t* total) {
-  return noted(TVMM_CU(api_->MemGetInfo(free, total)));
+Status CudaDevice::do_memory_info(std::size_t* free, std::size_t* total) {
+  return TVMM_CU(api_->MemGetInfo(free, total));
 }
 
 Status CudaDevice::do_alloc_managed(std::size_t bytes, void** out) {

@@ -56,10 +56,6 @@ class CudaDevice final : public DeviceBackend {
     return kernel_error_;
   }
 
-  //! The device memory free and in total, as the driver counts it (cuMemGetInfo): what the Unified
-  //! Memory peer of tvmm-bench stays within.
-  Status memory_info(std::size_t* free, std::size_t* total);
-
   //! The device supports host-located VMM chunks (cuMemCreate at CU_MEM_LOCATION_TYPE_HOST_NUMA), which
   //! a later release can use to keep evicted pages mapped.
   [[nodiscard]] bool host_numa_chunks() const noexcept { return host_numa_chunks_; }
@@ -102,6 +98,7 @@ class CudaDevice final : public DeviceBackend {
   Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
   Status do_synchronize_stream(StreamHandle stream) override;
   Status do_synchronize_device() override;
+  Status do_memory_info(std::size_t* free, std::size_t* total) override;
   Status do_create_event(EventKind kind, EventHandle* out) override;
   Status do_destroy_event(EventHandle event) override;
   Status do_record_event(EventHandle event, StreamHandle stream) override;

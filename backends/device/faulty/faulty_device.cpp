@@ -193,6 +193,7 @@ Status FaultyDevice::do_launch_busy(StreamHandle stream, std::chrono::nanosecond
 }
 Status FaultyDevice::do_synchronize_stream(StreamHandle stream) { return inner_->synchronize_stream(stream); }
 Status FaultyDevice::do_synchronize_device() { return inner_->synchronize_device(); }
+Status FaultyDevice::do_memory_info(std::size_t* free, std::size_t* total) { return inner_->memory_info(free, total); }
 Status FaultyDevice::do_create_event(EventKind kind, EventHandle* out) { return inner_->create_event(out, kind); }
 Status FaultyDevice::do_destroy_event(EventHandle event) { return inner_->destroy_event(event); }
 Status FaultyDevice::do_record_event(EventHandle event, StreamHandle stream) {

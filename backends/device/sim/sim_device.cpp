@@ -339,6 +339,9 @@ Status SimDevice::do_synchronize_stream(StreamHandle stream) {
   return Status::success();
 }
 
+// Nothing but this backend allocates the simulated device's memory: there is no one else's to report.
+Status SimDevice::do_memory_info(std::size_t*, std::size_t*) { return Status::fail(Errc::not_supported); }
+
 Status SimDevice::do_synchronize_device() {
   std::lock_guard lk(streams_mu_);  // no stream goes away while it is waited for
   for (sim::SimStream* s : streams_) s->synchronize();

@@ -54,6 +54,7 @@ class SimDevice final : public DeviceBackend {
   Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
   Status do_synchronize_stream(StreamHandle stream) override;
   Status do_synchronize_device() override;
+  Status do_memory_info(std::size_t* free, std::size_t* total) override;
   Status do_create_event(EventKind kind, EventHandle* out) override;
   Status do_destroy_event(EventHandle event) override;
   Status do_record_event(EventHandle event, StreamHandle stream) override;
