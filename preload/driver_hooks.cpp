@@ -524,17 +524,22 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, std::size_t* size, CUdevicep
 // The calls that queue device work: the driver's function, inside a shared hold of the launch gate,
 // after noting the tvmm memory they name (placement by use, launch_uses.hpp). Handles and structures
 // pass through untouched, so their types here are opaque pointers of the same size and class as cuda.h's.
-#define TVMM_GATED_NOTING(slot, symbol, params, args, note) \
-  CUresult symbol params {                                  \
-    using F = CUresult(*) params;                           \
-    const auto next = driver<F>(slot);                      \
-    if (next == nullptr) return no_driver(#symbol);         \
-    const bool ours = Inside::active();                     \
-    const GateEntry entry(ours);                            \
-    if (!ours) note;                                        \
-    return next args;                                       \
+// `gates`: the gates to hold (launch_gate.hpp): a launch's device's, or the heaps its addresses are in.
+#define TVMM_GATED_NOTING(slot, symbol, params, args, gates, note) \
+  CUresult symbol params {                                         \
+    using F = CUresult(*) params;                                  \
+    const auto next = driver<F>(slot);                             \
+    if (next == nullptr) return no_driver(#symbol);                \
+    const bool ours = Inside::active();                            \
+    const GateEntry entry(ours, gates);                            \
+    if (!ours) note;                                               \
+    return next args;                                              \
   }
-#define TVMM_GATED(slot, symbol, params, args) TVMM_GATED_NOTING(slot, symbol, params, args, (void)0)
+#define TVMM_GATED(slot, symbol, params, args) TVMM_GATED_NOTING(slot, symbol, params, args, TVMM_GATE_DEVICE, (void)0)
+#define TVMM_GATE_DEVICE gate_of_current_device()
+#define TVMM_GATE_D gate_of(d)
+#define TVMM_GATE_S gate_of(s)
+#define TVMM_GATE_DS gate_of(d), gate_of(s)
 #define TVMM_LAUNCH_PARAMS                                                                                 \
   (void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, \
    void* stream, void** params, void** extra)
@@ -550,55 +555,62 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, std::size_t* size, CUdevicep
 #define TVMM_NOTE_D note_address(d)
 #define TVMM_NOTE_S note_address(s)
 #define TVMM_NOTE_DS (note_address(d), note_address(s))
-TVMM_GATED_NOTING(kLaunchKernel, cuLaunchKernel, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS, TVMM_NOTE_LAUNCH)
-TVMM_GATED_NOTING(kLaunchKernelPtsz, cuLaunchKernel_ptsz, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS, TVMM_NOTE_LAUNCH)
+TVMM_GATED_NOTING(kLaunchKernel, cuLaunchKernel, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS, TVMM_GATE_DEVICE,
+                  TVMM_NOTE_LAUNCH)
+TVMM_GATED_NOTING(kLaunchKernelPtsz, cuLaunchKernel_ptsz, TVMM_LAUNCH_PARAMS, TVMM_LAUNCH_ARGS, TVMM_GATE_DEVICE,
+                  TVMM_NOTE_LAUNCH)
 TVMM_GATED_NOTING(kLaunchKernelEx, cuLaunchKernelEx, TVMM_LAUNCH_EX_PARAMS, (config, f, params, extra),
-                  TVMM_NOTE_LAUNCH)
+                  TVMM_GATE_DEVICE, TVMM_NOTE_LAUNCH)
 TVMM_GATED_NOTING(kLaunchKernelExPtsz, cuLaunchKernelEx_ptsz, TVMM_LAUNCH_EX_PARAMS, (config, f, params, extra),
-                  TVMM_NOTE_LAUNCH)
+                  TVMM_GATE_DEVICE, TVMM_NOTE_LAUNCH)
 TVMM_GATED_NOTING(kLaunchCooperativeKernel, cuLaunchCooperativeKernel, TVMM_COOPERATIVE_PARAMS, TVMM_COOPERATIVE_ARGS,
-                  note_launch(f, params, nullptr))
+                  TVMM_GATE_DEVICE, note_launch(f, params, nullptr))
 TVMM_GATED_NOTING(kLaunchCooperativeKernelPt, cuLaunchCooperativeKernel_ptsz, TVMM_COOPERATIVE_PARAMS,
-                  TVMM_COOPERATIVE_ARGS, note_launch(f, params, nullptr))
+                  TVMM_COOPERATIVE_ARGS, TVMM_GATE_DEVICE, note_launch(f, params, nullptr))
 TVMM_GATED(kGraphLaunch, cuGraphLaunch, (void* exec, void* stream), (exec, stream))
 TVMM_GATED(kGraphLaunchPtsz, cuGraphLaunch_ptsz, (void* exec, void* stream), (exec, stream))
 TVMM_GATED_NOTING(kMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void* s, std::size_t n, void* st),
-                  (d, s, n, st), TVMM_NOTE_D)
+                  (d, s, n, st), TVMM_GATE_D, TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemcpyHtoDAsyncPtsz, cuMemcpyHtoDAsync_v2_ptsz,
-                  (CUdeviceptr d, const void* s, std::size_t n, void* st), (d, s, n, st), TVMM_NOTE_D)
+                  (CUdeviceptr d, const void* s, std::size_t n, void* st), (d, s, n, st), TVMM_GATE_D, TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2, (void* d, CUdeviceptr s, std::size_t n, void* st),
-                  (d, s, n, st), TVMM_NOTE_S)
+                  (d, s, n, st), TVMM_GATE_S, TVMM_NOTE_S)
 TVMM_GATED_NOTING(kMemcpyDtoHAsyncPtsz, cuMemcpyDtoHAsync_v2_ptsz, (void* d, CUdeviceptr s, std::size_t n, void* st),
-                  (d, s, n, st), TVMM_NOTE_S)
+                  (d, s, n, st), TVMM_GATE_S, TVMM_NOTE_S)
 TVMM_GATED_NOTING(kMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st),
-                  (d, s, n, st), TVMM_NOTE_DS)
+                  (d, s, n, st), TVMM_GATE_DS, TVMM_NOTE_DS)
 TVMM_GATED_NOTING(kMemcpyDtoDAsyncPtsz, cuMemcpyDtoDAsync_v2_ptsz,
-                  (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st), TVMM_NOTE_DS)
-TVMM_GATED_NOTING(kMemcpyHtoD, cuMemcpyHtoD_v2, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n), TVMM_NOTE_D)
-TVMM_GATED_NOTING(kMemcpyHtoDPtds, cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n),
+                  (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st), TVMM_GATE_DS, TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyHtoD, cuMemcpyHtoD_v2, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n), TVMM_GATE_D,
                   TVMM_NOTE_D)
-TVMM_GATED_NOTING(kMemcpyDtoH, cuMemcpyDtoH_v2, (void* d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_NOTE_S)
-TVMM_GATED_NOTING(kMemcpyDtoHPtds, cuMemcpyDtoH_v2_ptds, (void* d, CUdeviceptr s, std::size_t n), (d, s, n),
+TVMM_GATED_NOTING(kMemcpyHtoDPtds, cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void* s, std::size_t n), (d, s, n),
+                  TVMM_GATE_D, TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemcpyDtoH, cuMemcpyDtoH_v2, (void* d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_GATE_S,
                   TVMM_NOTE_S)
-TVMM_GATED_NOTING(kMemcpyDtoD, cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyDtoHPtds, cuMemcpyDtoH_v2_ptds, (void* d, CUdeviceptr s, std::size_t n), (d, s, n),
+                  TVMM_GATE_S, TVMM_NOTE_S)
+TVMM_GATED_NOTING(kMemcpyDtoD, cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_GATE_DS,
+                  TVMM_NOTE_DS)
 TVMM_GATED_NOTING(kMemcpyDtoDPtds, cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n),
+                  TVMM_GATE_DS, TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpy, cuMemcpy, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_GATE_DS,
                   TVMM_NOTE_DS)
-TVMM_GATED_NOTING(kMemcpy, cuMemcpy, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_NOTE_DS)
-TVMM_GATED_NOTING(kMemcpyPt, cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_NOTE_DS)
+TVMM_GATED_NOTING(kMemcpyPt, cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, std::size_t n), (d, s, n), TVMM_GATE_DS,
+                  TVMM_NOTE_DS)
 TVMM_GATED_NOTING(kMemcpyAsync, cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st), (d, s, n, st),
-                  TVMM_NOTE_DS)
+                  TVMM_GATE_DS, TVMM_NOTE_DS)
 TVMM_GATED_NOTING(kMemcpyAsyncPt, cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, std::size_t n, void* st),
-                  (d, s, n, st), TVMM_NOTE_DS)
+                  (d, s, n, st), TVMM_GATE_DS, TVMM_NOTE_DS)
 TVMM_GATED_NOTING(kMemcpyPeer, cuMemcpyPeer, (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n),
-                  (d, dc, s, sc, n), TVMM_NOTE_DS)
+                  (d, dc, s, sc, n), TVMM_GATE_DS, TVMM_NOTE_DS)
 TVMM_GATED_NOTING(kMemcpyPeerPt, cuMemcpyPeer_ptds, (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n),
-                  (d, dc, s, sc, n), TVMM_NOTE_DS)
+                  (d, dc, s, sc, n), TVMM_GATE_DS, TVMM_NOTE_DS)
 TVMM_GATED_NOTING(kMemcpyPeerAsync, cuMemcpyPeerAsync,
                   (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n, void* st), (d, dc, s, sc, n, st),
-                  TVMM_NOTE_DS)
+                  TVMM_GATE_DS, TVMM_NOTE_DS)
 TVMM_GATED_NOTING(kMemcpyPeerAsyncPt, cuMemcpyPeerAsync_ptsz,
                   (CUdeviceptr d, void* dc, CUdeviceptr s, void* sc, std::size_t n, void* st), (d, dc, s, sc, n, st),
-                  TVMM_NOTE_DS)
+                  TVMM_GATE_DS, TVMM_NOTE_DS)
 TVMM_GATED(kMemcpy2D, cuMemcpy2D_v2, (const void* copy), (copy))
 TVMM_GATED(kMemcpy2DPt, cuMemcpy2D_v2_ptds, (const void* copy), (copy))
 TVMM_GATED(kMemcpy2DAsync, cuMemcpy2DAsync_v2, (const void* copy, void* st), (copy, st))
@@ -607,26 +619,30 @@ TVMM_GATED(kMemcpy3D, cuMemcpy3D_v2, (const void* copy), (copy))
 TVMM_GATED(kMemcpy3DPt, cuMemcpy3D_v2_ptds, (const void* copy), (copy))
 TVMM_GATED(kMemcpy3DAsync, cuMemcpy3DAsync_v2, (const void* copy, void* st), (copy, st))
 TVMM_GATED(kMemcpy3DAsyncPt, cuMemcpy3DAsync_v2_ptsz, (const void* copy, void* st), (copy, st))
-TVMM_GATED_NOTING(kMemsetD8, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD8, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n), TVMM_GATE_D,
+                  TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemsetD8Pt, cuMemsetD8_v2_ptds, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n),
+                  TVMM_GATE_D, TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD16, cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, std::size_t n), (d, v, n), TVMM_GATE_D,
                   TVMM_NOTE_D)
-TVMM_GATED_NOTING(kMemsetD16, cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, std::size_t n), (d, v, n), TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemsetD16Pt, cuMemsetD16_v2_ptds, (CUdeviceptr d, unsigned short v, std::size_t n), (d, v, n),
+                  TVMM_GATE_D, TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD32, cuMemsetD32_v2, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n), TVMM_GATE_D,
                   TVMM_NOTE_D)
-TVMM_GATED_NOTING(kMemsetD32, cuMemsetD32_v2, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n), TVMM_NOTE_D)
-TVMM_GATED_NOTING(kMemsetD32Pt, cuMemsetD32_v2_ptds, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n), TVMM_NOTE_D)
+TVMM_GATED_NOTING(kMemsetD32Pt, cuMemsetD32_v2_ptds, (CUdeviceptr d, unsigned v, std::size_t n), (d, v, n), TVMM_GATE_D,
+                  TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemsetD8Async, cuMemsetD8Async, (CUdeviceptr d, unsigned char v, std::size_t n, void* st),
-                  (d, v, n, st), TVMM_NOTE_D)
+                  (d, v, n, st), TVMM_GATE_D, TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemsetD8AsyncPt, cuMemsetD8Async_ptsz, (CUdeviceptr d, unsigned char v, std::size_t n, void* st),
-                  (d, v, n, st), TVMM_NOTE_D)
+                  (d, v, n, st), TVMM_GATE_D, TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemsetD16Async, cuMemsetD16Async, (CUdeviceptr d, unsigned short v, std::size_t n, void* st),
-                  (d, v, n, st), TVMM_NOTE_D)
+                  (d, v, n, st), TVMM_GATE_D, TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemsetD16AsyncPt, cuMemsetD16Async_ptsz, (CUdeviceptr d, unsigned short v, std::size_t n, void* st),
-                  (d, v, n, st), TVMM_NOTE_D)
+                  (d, v, n, st), TVMM_GATE_D, TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemsetD32Async, cuMemsetD32Async, (CUdeviceptr d, unsigned v, std::size_t n, void* st),
-                  (d, v, n, st), TVMM_NOTE_D)
+                  (d, v, n, st), TVMM_GATE_D, TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemsetD32AsyncPt, cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned v, std::size_t n, void* st),
-                  (d, v, n, st), TVMM_NOTE_D)
+                  (d, v, n, st), TVMM_GATE_D, TVMM_NOTE_D)
 
 // Graph capture. While any stream captures, tvmm serves allocations without moving pages, keeps freed
 // memory for the graph's replays and never synchronises (a device synchronise would invalidate the
@@ -641,13 +657,13 @@ const void* stream_key(void* stream, bool ptsz) noexcept {
   return stream == kPerThreadStream || (stream == nullptr && ptsz) ? &per_thread : stream;
 }
 
-// A begin holds the launch gate, so a remap that has closed the gate (and drains next) sees every capture
+// A begin holds every launch gate, so a remap that has closed its gate (and drains next) sees every capture
 // that began before, and none begins until its remap is done (TransparentHeap::drain_once).
 template <class F, class... A>
 CUresult begin_capture(Slot s, const char* name, void* stream, bool ptsz, A... args) {
   const auto next = driver<F>(s);
   if (next == nullptr) return no_driver(name);
-  const GateEntry entry(Inside::active());
+  const AllGatesEntry entry(Inside::active());
   const CUresult r = next(stream, args...);
   if (r == kSuccess) capture_began(stream_key(stream, ptsz));
   return r;
@@ -728,6 +744,10 @@ CUresult cuLibraryUnload(void* library) {
 #undef TVMM_NOTE_D
 #undef TVMM_NOTE_S
 #undef TVMM_NOTE_DS
+#undef TVMM_GATE_DEVICE
+#undef TVMM_GATE_D
+#undef TVMM_GATE_S
+#undef TVMM_GATE_DS
 
 // glibc's dlsym, where the trampoline below jumps.
 __attribute__((visibility("hidden"))) void* tvmm_glibc_dlsym = nullptr;

@@ -1,15 +1,23 @@
 #pragma once
-// The launch gate: makes every remap atomic with respect to all of the program's device work.
+// The launch gates: make every remap atomic with respect to all of the program's device work that may
+// touch the memory being remapped.
 //
 // A remap moves a page while no device work may touch it: tvmm drains the device (waits for all work
-// queued so far), then unmaps the page and maps it on its new chunk. Without the gate another thread
-// of the program could queue a kernel between the drain and the remap, and that kernel would write to
-// the page's old chunk (a lost write) or find it unmapped (an illegal address, fatal for the context).
-// So every call that queues device work (kernel and graph launches, copies: the driver entry points
-// the runtime reaches through cuGetProcAddress, and programs through dlsym) holds the gate shared while
-// it queues, and a thread that remaps holds it exclusively from its drain to the end of the heap
+// queued so far), then unmaps the page and maps it on its new chunk. Without a gate another thread of
+// the program could queue a kernel between the drain and the remap, and that kernel would write to the
+// page's old chunk (a lost write) or find it unmapped (an illegal address, fatal for the context).
+// So every call that queues device work (kernel and graph launches, copies, memsets: the driver entry
+// points the runtime reaches through cuGetProcAddress, and programs through dlsym) holds a gate shared
+// while it queues, and a thread that remaps holds it exclusively from its drain to the end of the heap
 // operation. Work queued before the exclusive hold is drained; work queued after it sees the new
 // mapping.
+//
+// There is one gate per heap, that is per device with a heap of its own: a remap on one device never
+// stops work queued on another (in a process driving several GPUs, one device's drain may wait for a
+// kernel that needs another device's work, NCCL's collectives among them, and a single gate would
+// deadlock them). A launch holds the gate of the device it runs on (tvmm's memory is accessible to its
+// own device only); a copy or memset the gates of the heaps its addresses are in (ascending, so two
+// holders never wait for each other), none when it touches no memory of tvmm's.
 //
 // Shared holds are cheap (one compare-and-swap and one decrement, no system call when nobody remaps)
 // and reentrant per thread; the exclusive holder's own calls pass. Waits use futexes (atomic wait).
@@ -17,10 +25,14 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <utility>
 
 namespace tvmm::preload {
 
-class LaunchGate {
+//! The most gates (one per heap slot, kMaxDevices in runtime.hpp).
+inline constexpr int kMaxGates = 64;
+
+class alignas(64) LaunchGate {  // a cache line each: devices never share one
  public:
   //! A shared hold, for the time one call queues device work (reentrant on a thread).
   void enter() noexcept;
@@ -34,36 +46,70 @@ class LaunchGate {
   void reset_after_fork() noexcept;
 
  private:
+  friend LaunchGate& launch_gate(int slot) noexcept;
   static constexpr std::uint32_t kExclusive = 1u << 31;
+  int slot_ = 0;                         // this gate's index in the thread's reentrancy counts
   std::atomic<std::uint32_t> state_{0};  // kExclusive | number of shared holders
   std::mutex exclusive_;                 // one exclusive holder at a time
 };
 
-//! The process's gate.
-LaunchGate& launch_gate() noexcept;
+//! The gate of heap slot `slot` (0 to kMaxGates - 1).
+LaunchGate& launch_gate(int slot) noexcept;
+//! Releases every gate this thread holds exclusively (the end of a heap operation).
+void unlock_gates_held() noexcept;
+//! In a forked child: every gate open.
+void reset_gates_after_fork() noexcept;
 
-//! A shared hold of the process's gate for one hooked call; none with `bypass` (tvmm's own calls, made
-//! while a hook runs, are already ordered by the heap).
+//! Shared holds of up to two gates for one hooked call (-1: none), taken in ascending order; none with
+//! `bypass` (tvmm's own calls, made while a hook runs, are already ordered by the heap).
 class GateEntry {
  public:
-  explicit GateEntry(bool bypass) noexcept : held_(!bypass) {
-    if (held_) launch_gate().enter();
+  GateEntry(bool bypass, int a, int b = -1) noexcept {
+    if (bypass) return;
+    if (a > b) std::swap(a, b);  // ascending, -1 first
+    if (a == b) a = -1;
+    first_ = a;
+    second_ = b;
+    if (first_ >= 0) launch_gate(first_).enter();
+    if (second_ >= 0) launch_gate(second_).enter();
   }
   ~GateEntry() {
-    if (held_) launch_gate().leave();
+    if (second_ >= 0) launch_gate(second_).leave();
+    if (first_ >= 0) launch_gate(first_).leave();
   }
   GateEntry(const GateEntry&) = delete;
   GateEntry& operator=(const GateEntry&) = delete;
 
  private:
+  int first_ = -1, second_ = -1;
+};
+
+//! Shared holds of every gate, in ascending order (a graph capture's begin: a drain of any device during
+//! it would invalidate a capture in global mode, whatever device the capture is on).
+class AllGatesEntry {
+ public:
+  explicit AllGatesEntry(bool bypass) noexcept : held_(!bypass) {
+    if (held_) {
+      for (int i = 0; i < kMaxGates; ++i) launch_gate(i).enter();
+    }
+  }
+  ~AllGatesEntry() {
+    if (held_) {
+      for (int i = kMaxGates; i-- > 0;) launch_gate(i).leave();
+    }
+  }
+  AllGatesEntry(const AllGatesEntry&) = delete;
+  AllGatesEntry& operator=(const AllGatesEntry&) = delete;
+
+ private:
   bool held_;
 };
 
-//! Ends, when it goes out of scope, the exclusive hold a drain took during a heap operation.
+//! Ends, when it goes out of scope, the exclusive holds a drain took during a heap operation.
 class RemapScope {
  public:
   RemapScope() noexcept = default;
-  ~RemapScope() { launch_gate().unlock_if_held(); }
+  ~RemapScope() { unlock_gates_held(); }
   RemapScope(const RemapScope&) = delete;
   RemapScope& operator=(const RemapScope&) = delete;
 };

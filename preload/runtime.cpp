@@ -73,11 +73,11 @@ bool g_handler_installed = false;
 __attribute__((tls_model("initial-exec"))) thread_local const void* t_fault_addr = nullptr;
 __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t t_fault_epoch = 0;
 
-// Called by the heap just before it drains the device (synchronize_device: the primary context, where
-// the program's runtime queues its work) to move or free pages: from here to the end of the heap
-// operation no other thread queues device work (launch_gate.hpp). The drain itself never touches the
-// calling thread's current context, which stays the program's.
-void before_drain() { launch_gate().lock_for_remap(); }
+static_assert(kMaxGates == kMaxDevices, "a launch gate per heap slot");
+// The compact list of the heaps created, for gate_of: a launch hook's lookup reads only these.
+std::atomic<detail::TransparentHeap*> g_created[kMaxDevices];
+std::atomic<int> g_created_slot[kMaxDevices];
+std::atomic<int> g_created_count{0};
 
 // ---- the fault handler (the simulator only) ------------------------------------------------------------
 // The program's host threads touch simulated device memory directly, so a page being remapped is
@@ -203,7 +203,8 @@ void after_fork_child() {
   }
   g_remap_heap.store(nullptr);
   reset_captures_after_fork();
-  launch_gate().reset_after_fork();
+  reset_gates_after_fork();
+  g_created_count.store(0);
   g_use_heap_count.store(0);
   for (auto& u : g_use_heaps) u.store(nullptr);
   for (bool& f : g_failed) f = false;
@@ -246,6 +247,12 @@ detail::TransparentHeap* create_heap(int device) {
         "(the NVMe tier needs the explicit API)");
   }
   std::string why;
+  // Called by the heap just before it drains the device (synchronize_device: the primary context, where
+  // the program's runtime queues its work) to move or free pages: from here to the end of the heap
+  // operation no other thread queues device work that may touch this heap's memory (launch_gate.hpp).
+  // The drain itself never touches the calling thread's current context, which stays the program's.
+  const int slot = g_per_device.load(std::memory_order_acquire) ? device : 0;
+  auto before_drain = [slot] { launch_gate(slot).lock_for_remap(); };
   detail::TransparentHeap* h = detail::make_transparent_heap(cfg, before_drain, &why).release();
   h->set_capture_probe(capture_under_way);
   // Falling back to managed memory is a choice the user should see; the rest is at info level.
@@ -443,6 +450,11 @@ detail::TransparentHeap* heap(int device) noexcept {
       if (!g_fork_error.empty()) throw device_error(g_fork_error, "not_initialized");
       h = create_heap(device);
       g_heaps[device].store(h, std::memory_order_release);
+      const int created = g_created_count.load(std::memory_order_relaxed);
+      g_created[created].store(h, std::memory_order_release);
+      g_created_slot[created].store(g_per_device.load(std::memory_order_acquire) ? device : 0,
+                                    std::memory_order_release);
+      g_created_count.store(created + 1, std::memory_order_release);
       if (h->places_by_use()) {
         const int n = g_use_heap_count.load(std::memory_order_relaxed);
         g_use_heaps[n].store(h, std::memory_order_release);
@@ -637,6 +649,42 @@ void reset_captures_after_fork() noexcept {
   g_captures.store(0);
 }
 }  // namespace
+
+int gate_of(std::uint64_t address) noexcept {
+  const int n = g_created_count.load(std::memory_order_acquire);
+  const auto* p = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address));
+  for (int i = 0; i < n; ++i) {
+    detail::TransparentHeap* h = g_created[i].load(std::memory_order_acquire);
+    if (h != nullptr && h->may_contain(p)) return g_created_slot[i].load(std::memory_order_acquire);
+  }
+  return -1;
+}
+
+int gate_of_current_device() noexcept {
+  if (g_created_count.load(std::memory_order_acquire) == 0) return -1;
+  if (!g_per_device.load(std::memory_order_acquire)) return 0;  // one heap, one gate
+  // The device of the thread's current context, cached by context (a launch needs one; without one it
+  // fails anyway, and the runtime's device is asked).
+  using GetCurrent = int (*)(void**);
+  using GetDevice = int (*)(int*);
+  static auto* const get_current = reinterpret_cast<GetCurrent>(loaded_driver_symbol("cuCtxGetCurrent"));
+  static auto* const get_device = reinterpret_cast<GetDevice>(loaded_driver_symbol("cuCtxGetDevice"));
+  thread_local void* cached_ctx = nullptr;
+  thread_local int cached_device = -1;
+  void* ctx = nullptr;
+  int device = -1;
+  if (get_current != nullptr && get_current(&ctx) == kSuccess && ctx != nullptr) {
+    if (ctx == cached_ctx) {
+      device = cached_device;
+    } else if (get_device != nullptr && get_device(&device) == kSuccess) {
+      cached_ctx = ctx;
+      cached_device = device;
+    }
+  }
+  if (device < 0) device = caller_device();
+  return device >= 0 && device < kMaxDevices && g_heaps[device].load(std::memory_order_acquire) != nullptr ? device
+                                                                                                           : -1;
+}
 
 bool any_heap_places_by_use() noexcept { return g_use_heap_count.load(std::memory_order_acquire) > 0; }
 

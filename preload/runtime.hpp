@@ -64,6 +64,14 @@ class Real {
 
 //! The most devices transparent mode serves (ordinals 0 to kMaxDevices - 1).
 inline constexpr int kMaxDevices = 64;
+//! The launch gate (launch_gate.hpp) of the heap serving the caller's current device (the device a
+//! launch from this thread runs on), or -1 when that device has no heap. Lock-free; the device of the
+//! thread's current context is cached per thread.
+int gate_of_current_device() noexcept;
+//! The launch gate of the heap whose memory `address` may be in, or -1 (memory that is not tvmm's needs
+//! no gate). Lock-free.
+int gate_of(std::uint64_t address) noexcept;
+
 //! The heap of `device` (-1: the caller's current device, that of its current context or else the
 //! runtime's, when device.ordinal = "auto" on the CUDA backend; otherwise the one heap), created on
 //! first call from TVMM_CONFIG and the TVMM_* variables; nullptr when it cannot be (the reason is logged

@@ -50,7 +50,7 @@ BENCHMARK(BM_PinUnpinHit_Host);
 // released around the driver call (preload/launch_gate.hpp), with no remap under way.
 void BM_LaunchGate(benchmark::State& state) {
   for (auto _ : state) {
-    const tvmm::preload::GateEntry entry(false);
+    const tvmm::preload::GateEntry entry(false, 0);
     benchmark::ClobberMemory();
   }
 }

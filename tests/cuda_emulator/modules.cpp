@@ -412,9 +412,8 @@ CUresult ModuleGetFunction(CUfunction* fn, CUmodule module, const char* name) {
 }
 CUEMU_EXPORT("cuModuleGetFunction", 2000, ModuleGetFunction);
 
-CUresult LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                      unsigned shared, CUstream stream, void** params, void** extra) {
-  CUEMU_ENTER_CTX(ctx);
+CUresult launch(Context* ctx, CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                unsigned bz, unsigned shared, CUstream stream, void** params, void** extra) {
   Function f;
   {
     std::lock_guard lk(Driver::get().mu);
@@ -481,7 +480,44 @@ CUresult LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsi
     return impl(values, dev);
   });
 }
+
+CUresult LaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shared, CUstream stream, void** params, void** extra) {
+  CUEMU_ENTER_CTX(ctx);
+  return launch(ctx, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+}
 CUEMU_EXPORT("cuLaunchKernel", 4000, LaunchKernel);
+
+// cuda.h (cuLaunchKernelEx): the launch described by a CUlaunchConfig (grid, block, shared memory, stream
+// and launch attributes); "attrs" may be NULL only when numAttrs is 0. The emulator accepts the
+// attributes cuda.h names and otherwise ignores them (clusters, priorities and the like change nothing
+// it models).
+CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction fn, void** params, void** extra) {
+  CUEMU_ENTER_CTX(ctx);
+  if (config == nullptr || (config->numAttrs != 0 && config->attrs == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    // The ids cuda.h 2076-2224 names (IGNORE "for convenient composition" among them).
+    const int id = static_cast<int>(config->attrs[i].id);
+    if (id < CU_LAUNCH_ATTRIBUTE_IGNORE || id > CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return launch(ctx, fn, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                config->blockDimZ, config->sharedMemBytes, config->hStream, params, extra);
+}
+CUEMU_EXPORT("cuLaunchKernelEx", 11060, LaunchKernelEx);
+
+// cuda.h (cuLaunchCooperativeKernel): "The total number of blocks launched cannot exceed the maximum number
+// of blocks per multiprocessor as returned by cuOccupancyMaxActiveBlocksPerMultiprocessor ... times the
+// number of multiprocessors"; parameters through kernelParams only. The emulator allows 132 multiprocessors
+// (an H100 SXM) of 32 blocks each, the most any kernel reaches on compute capability 9.0.
+CUresult LaunchCooperativeKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                 unsigned bz, unsigned shared, CUstream stream, void** params) {
+  CUEMU_ENTER_CTX(ctx);
+  if (std::uint64_t{gx} * gy * gz > 132 * 32) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  return launch(ctx, fn, gx, gy, gz, bx, by, bz, shared, stream, params, nullptr);
+}
+CUEMU_EXPORT("cuLaunchCooperativeKernel", 9000, LaunchCooperativeKernel);
 
 // cuda.h 17352-17374 (cuFuncGetParamInfo, CUDA 12.4): "Returns in paramOffset and paramSize the offset
 // and size, respectively, where the parameter will reside in the device-side parameter layout ...

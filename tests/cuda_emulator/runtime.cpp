@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +78,8 @@ struct DriverTable {
   PFN_cuModuleUnload_v2000 ModuleUnload = nullptr;
   PFN_cuLaunchHostFunc_v10000 LaunchHostFunc = nullptr;
   PFN_cuLaunchKernel_v4000 LaunchKernel = nullptr;
+  PFN_cuLaunchKernelEx_v11060 LaunchKernelEx = nullptr;
+  PFN_cuLaunchCooperativeKernel_v9000 LaunchCooperativeKernel = nullptr;
   PFN_cuGetErrorName_v6000 GetErrorName = nullptr;
   PFN_cuGetErrorString_v6000 GetErrorString = nullptr;
   PFN_cuGetProcAddress_v12000 GetProcAddress = nullptr;
@@ -152,6 +155,8 @@ DriverTable load_driver() {
   ok &= lookup(gpa, "cuModuleUnload", 2000, &t.ModuleUnload);
   ok &= lookup(gpa, "cuLaunchHostFunc", 10000, &t.LaunchHostFunc);
   ok &= lookup(gpa, "cuLaunchKernel", 4000, &t.LaunchKernel);
+  ok &= lookup(gpa, "cuLaunchKernelEx", 11060, &t.LaunchKernelEx);
+  ok &= lookup(gpa, "cuLaunchCooperativeKernel", 9000, &t.LaunchCooperativeKernel);
   ok &= lookup(gpa, "cuGetErrorName", 6000, &t.GetErrorName);
   ok &= lookup(gpa, "cuGetErrorString", 6000, &t.GetErrorString);
   t.init_result = ok ? t.Init(0) : CUDA_ERROR_NOT_SUPPORTED;
@@ -249,13 +254,43 @@ CUresult function_in_current_context(Function* f, CUfunction* out) {
   return CUDA_SUCCESS;
 }
 
+// Which driver entry point a launch goes through: cuLaunchKernel, or with TVMM_CUEMU_RUNTIME_LAUNCH=mixed
+// each of cuLaunchKernel, cuLaunchKernelEx and cuLaunchCooperativeKernel in turn (a real runtime uses
+// the latter two for launches with attributes and cooperative launches), so tests reach all three.
+bool mixed_launches() {
+  static const bool mixed = [] {
+    const char* v = std::getenv("TVMM_CUEMU_RUNTIME_LAUNCH");
+    return v != nullptr && std::strcmp(v, "mixed") == 0;
+  }();
+  return mixed;
+}
+
 cudaError_t launch(Function* f, dim3 grid, dim3 block, void** args, size_t shared, cudaStream_t stream) {
   CUEMU_RT_READY();
   if (f == nullptr) return result(static_cast<CUresult>(cudaErrorInvalidDeviceFunction));
   CUfunction fn = nullptr;
   if (const CUresult r = function_in_current_context(f, &fn); r != CUDA_SUCCESS) return result(r);
-  return result(drv().LaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, static_cast<unsigned>(shared),
-                                   stream, args, nullptr));
+  static std::atomic<unsigned> turn{0};
+  switch (mixed_launches() ? turn.fetch_add(1) % 3 : 0) {
+    case 1: {
+      CUlaunchConfig config{};
+      config.gridDimX = grid.x;
+      config.gridDimY = grid.y;
+      config.gridDimZ = grid.z;
+      config.blockDimX = block.x;
+      config.blockDimY = block.y;
+      config.blockDimZ = block.z;
+      config.sharedMemBytes = static_cast<unsigned>(shared);
+      config.hStream = stream;
+      return result(drv().LaunchKernelEx(&config, fn, args, nullptr));
+    }
+    case 2:
+      return result(drv().LaunchCooperativeKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                                  static_cast<unsigned>(shared), stream, args));
+    default:
+      return result(drv().LaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                       static_cast<unsigned>(shared), stream, args, nullptr));
+  }
 }
 
 Function* registered(const void* host_stub) {

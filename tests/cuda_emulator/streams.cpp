@@ -472,7 +472,10 @@ bool known_device_range(CUdeviceptr p, std::size_t n) {
 
 enum class Dir : std::uint8_t { h2d, d2h, d2d };
 
-CUresult copy_async(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+// A copy queued on `stream` (of the current context), each device side translated for the device given
+// (a peer copy's sides are its two contexts' devices; null: the current context's).
+CUresult copy_async(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream,
+                    const Device* dst_dev = nullptr, const Device* src_dev = nullptr) {
   CUEMU_ENTER_CTX(ctx);
   Stream* s = resolve_stream(stream, ctx);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -480,8 +483,10 @@ CUresult copy_async(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes
   if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
   if (dir != Dir::d2h && !known_device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
   if (dir != Dir::h2d && !known_device_range(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
-  const Device* dev = ctx->device;
-  return enqueue(s, [dir, dst, src, bytes, dev] {
+  const Device* to_dev = dst_dev != nullptr ? dst_dev : ctx->device;
+  const Device* from_dev = src_dev != nullptr ? src_dev : ctx->device;
+  return enqueue(s, [dir, dst, src, bytes, to_dev, from_dev] {
+    const Device* dev = to_dev;
     Driver& d = Driver::get();
     std::lock_guard lk(d.mu);  // mappings cannot change under the copy
     std::vector<Span> to, from;
@@ -491,6 +496,7 @@ CUresult copy_async(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes
       d.report_fault("a copy to", dst, bytes, dev, true);
       return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
+    dev = from_dev;
     if (dir == Dir::h2d) {
       from.push_back({reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(src)), bytes});
     } else if (!d.translate(src, bytes, dev, false, &from)) {
@@ -526,33 +532,59 @@ CUresult MemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CU
 }
 CUEMU_EXPORT("cuMemcpyDtoDAsync", 3020, MemcpyDtoDAsync);
 
-// cuda.h (cuMemsetD8Async): "Sets the memory range of N 8-bit values to the specified value uc", in
-// stream order; the device must have access, as for a copy.
-CUresult MemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t n, CUstream stream) {
+// cuda.h (cuMemsetD8Async, D16, D32): "Sets the memory range of N 8-bit (16-bit, 32-bit) values to the
+// specified value", in stream order; "The dstDevice pointer must be two byte aligned" (four byte for
+// D32); the device must have access, as for a copy.
+template <class T>
+CUresult memset_async(CUdeviceptr dst, T value, std::size_t n, CUstream stream) {
   CUEMU_ENTER_CTX(ctx);
   Stream* s = resolve_stream(stream, ctx);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
-  if (dst == 0 || !known_device_range(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (n > SIZE_MAX / sizeof(T) || dst % sizeof(T) != 0) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t bytes = n * sizeof(T);
+  if (dst == 0 || !known_device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
   const Device* dev = ctx->device;
-  return enqueue(s, [dst, value, n, dev] {
+  return enqueue(s, [dst, value, bytes, dev] {
     Driver& d = Driver::get();
     std::lock_guard lk(d.mu);
     std::vector<Span> to;
-    if (!d.translate(dst, n, dev, true, &to)) {
-      d.report_fault("a memset of", dst, n, dev, true);
+    if (!d.translate(dst, bytes, dev, true, &to)) {
+      d.report_fault("a memset of", dst, bytes, dev, true);
       return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
-    for (const Span& span : to) std::memset(span.ptr, value, span.len);
+    std::size_t at = 0;  // the value's bytes continue across spans (each a whole number of elements)
+    for (const Span& span : to) {
+      for (std::size_t i = 0; i < span.len; ++i, ++at) {
+        span.ptr[i] = static_cast<std::byte>(value >> (8 * (at % sizeof(T))));
+      }
+    }
     return CUDA_SUCCESS;
   });
 }
+CUresult MemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t n, CUstream stream) {
+  return memset_async(dst, value, n, stream);
+}
 CUEMU_EXPORT("cuMemsetD8Async", 3020, MemsetD8Async);
+CUresult MemsetD16Async(CUdeviceptr dst, unsigned short value, std::size_t n, CUstream stream) {
+  return memset_async(dst, value, n, stream);
+}
+CUEMU_EXPORT("cuMemsetD16Async", 3020, MemsetD16Async);
+CUresult MemsetD32Async(CUdeviceptr dst, unsigned value, std::size_t n, CUstream stream) {
+  return memset_async(dst, value, n, stream);
+}
+CUEMU_EXPORT("cuMemsetD32Async", 3020, MemsetD32Async);
 
-// The "synchronous" memset runs on the legacy stream and, for device memory, is asynchronous with
+// The "synchronous" memsets run on the legacy stream and, for device memory, are asynchronous with
 // respect to the host (the runtime API's "API synchronization behavior": memset).
 CUresult MemsetD8(CUdeviceptr dst, unsigned char value, std::size_t n) { return MemsetD8Async(dst, value, n, nullptr); }
 CUEMU_EXPORT("cuMemsetD8", 3020, MemsetD8);
+CUresult MemsetD16(CUdeviceptr dst, unsigned short value, std::size_t n) {
+  return MemsetD16Async(dst, value, n, nullptr);
+}
+CUEMU_EXPORT("cuMemsetD16", 3020, MemsetD16);
+CUresult MemsetD32(CUdeviceptr dst, unsigned value, std::size_t n) { return MemsetD32Async(dst, value, n, nullptr); }
+CUEMU_EXPORT("cuMemsetD32", 3020, MemsetD32);
 
 // The synchronous copies run on the legacy stream and wait; not allowed during capture.
 CUresult copy_sync(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
@@ -570,6 +602,73 @@ CUresult MemcpyDtoH(void* dst, CUdeviceptr src, std::size_t bytes) {
   return copy_sync(Dir::d2h, reinterpret_cast<CUdeviceptr>(dst), src, bytes);
 }
 CUEMU_EXPORT("cuMemcpyDtoH", 3020, MemcpyDtoH);
+CUresult MemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+  return copy_sync(Dir::d2d, dst, src, bytes);
+}
+CUEMU_EXPORT("cuMemcpyDtoD", 3020, MemcpyDtoD);
+
+// cuda.h (cuMemcpy, cuMemcpyAsync): "uses the unified virtual addressing to infer the type of the
+// transfer": device memory is what the driver allocated (reservations, managed memory); anything else is
+// host memory.
+Dir unified_direction(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, bool* host_to_host) {
+  const bool d = known_device_range(dst, bytes), s = known_device_range(src, bytes);
+  *host_to_host = !d && !s;
+  return d && s ? Dir::d2d : d ? Dir::h2d : Dir::d2h;
+}
+CUresult MemcpyAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+  bool host_only = false;
+  const Dir dir = unified_direction(dst, src, bytes, &host_only);
+  if (host_only) return CUDA_ERROR_INVALID_VALUE;  // the emulator queues no host-to-host copies
+  return copy_async(dir, dst, src, bytes, stream);
+}
+CUEMU_EXPORT("cuMemcpyAsync", 4000, MemcpyAsync);
+CUresult Memcpy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+  bool host_only = false;
+  const Dir dir = unified_direction(dst, src, bytes, &host_only);
+  if (host_only) return CUDA_ERROR_INVALID_VALUE;
+  return copy_sync(dir, dst, src, bytes);
+}
+CUEMU_EXPORT("cuMemcpy", 4000, Memcpy);
+
+// cuda.h (cuMemcpyPeer, cuMemcpyPeerAsync): device memory of one context to device memory of another,
+// each side read or written with its own context's device's rights; queued on `stream` of the current
+// context.
+CUresult peer_copy(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, std::size_t bytes,
+                   CUstream stream, bool sync) {
+  CUEMU_ENTER_CTX(ctx);
+  const Device* dst_dev = nullptr;
+  const Device* src_dev = nullptr;
+  {
+    Driver& d = Driver::get();
+    std::lock_guard lk(d.mu);
+    auto* a = reinterpret_cast<Context*>(dst_ctx);
+    auto* b = reinterpret_cast<Context*>(src_ctx);
+    if (d.contexts.count(a) == 0 || d.contexts.count(b) == 0 || a->destroyed || b->destroyed) {
+      return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    dst_dev = a->device;
+    src_dev = b->device;
+  }
+  if (sync) {
+    if (const CUresult r = unsafe_during_capture(ctx); r != CUDA_SUCCESS) return r;
+  }
+  if (const CUresult r = copy_async(Dir::d2d, dst, src, bytes, sync ? nullptr : stream, dst_dev, src_dev);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (!sync) return CUDA_SUCCESS;
+  wait_idle(ctx->legacy.get());
+  return Driver::get().sticky.load();
+}
+CUresult MemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, std::size_t bytes) {
+  return peer_copy(dst, dst_ctx, src, src_ctx, bytes, nullptr, true);
+}
+CUEMU_EXPORT("cuMemcpyPeer", 4000, MemcpyPeer);
+CUresult MemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, std::size_t bytes,
+                         CUstream stream) {
+  return peer_copy(dst, dst_ctx, src, src_ctx, bytes, stream, false);
+}
+CUEMU_EXPORT("cuMemcpyPeerAsync", 4000, MemcpyPeerAsync);
 
 // --- host functions ------------------------------------------------------------------------------------
 

@@ -132,6 +132,25 @@ CUEMU_SYMBOL(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync, 3020, (CUdeviceptr d, CUde
 CUEMU_SYMBOL(cuMemsetD8_v2, cuMemsetD8, 3020, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))
 CUEMU_SYMBOL(cuMemsetD8Async, cuMemsetD8Async, 3020, (CUdeviceptr d, unsigned char v, size_t n, CUstream s),
              (d, v, n, s))
+CUEMU_SYMBOL(cuMemsetD16_v2, cuMemsetD16, 3020, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n))
+CUEMU_SYMBOL(cuMemsetD32_v2, cuMemsetD32, 3020, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n))
+CUEMU_SYMBOL(cuMemsetD16Async, cuMemsetD16Async, 3020, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
+             (d, v, n, s))
+CUEMU_SYMBOL(cuMemsetD32Async, cuMemsetD32Async, 3020, (CUdeviceptr d, unsigned int v, size_t n, CUstream s),
+             (d, v, n, s))
+CUEMU_SYMBOL(cuMemcpyDtoD_v2, cuMemcpyDtoD, 3020, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n))
+CUEMU_SYMBOL(cuMemcpy, cuMemcpy, 4000, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n))
+CUEMU_SYMBOL(cuMemcpyAsync, cuMemcpyAsync, 4000, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st))
+CUEMU_SYMBOL(cuMemcpyPeer, cuMemcpyPeer, 4000, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n),
+             (d, dc, s, sc, n))
+CUEMU_SYMBOL(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000,
+             (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st), (d, dc, s, sc, n, st))
+CUEMU_SYMBOL(cuLaunchKernelEx, cuLaunchKernelEx, 11060,
+             (const CUlaunchConfig* config, CUfunction f, void** params, void** extra), (config, f, params, extra))
+CUEMU_SYMBOL(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000,
+             (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+              unsigned int bz, unsigned int shmem, CUstream s, void** params),
+             (f, gx, gy, gz, bx, by, bz, shmem, s, params))
 CUEMU_SYMBOL(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, (CUdeviceptr d, const void* s, size_t n), (d, s, n))
 CUEMU_SYMBOL(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, (void* d, CUdeviceptr s, size_t n), (d, s, n))
 

@@ -214,6 +214,29 @@ int launches() {
             }
           }
         }
+        if (r % 10 == 5) {  // the driver's other memsets and copies: D32 and D16 memsets, unified and
+                            // device-to-device copies (what a static runtime and driver-API programs call)
+          const auto v = static_cast<unsigned>(0x01020304u * static_cast<unsigned>(t + 1) + static_cast<unsigned>(r));
+          const auto d0 = reinterpret_cast<CUdeviceptr>(mine[0]), d1 = reinterpret_cast<CUdeviceptr>(mine[1]);
+          std::vector<unsigned> words(n / 4);
+          CUcontext ctx = nullptr;
+          if (cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || cuMemsetD32Async(d0, v, n / 4, s) != CUDA_SUCCESS ||
+              cuMemsetD16Async(d1, 7, n / 2, s) != CUDA_SUCCESS || cudaStreamSynchronize(s) != cudaSuccess ||
+              cuMemcpyDtoD(d1, d0, n) != CUDA_SUCCESS || cuMemsetD8(d0, 9, n) != CUDA_SUCCESS ||
+              cudaStreamSynchronize(nullptr) != cudaSuccess ||  // the memset ran on the legacy stream
+              cuMemcpyPeerAsync(d0, ctx, d1, ctx, n, s) != CUDA_SUCCESS ||
+              cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(words.data()), d0, n, s) != CUDA_SUCCESS ||
+              cudaStreamSynchronize(s) != cudaSuccess) {
+            ++errors;
+          }
+          for (unsigned w : words) {
+            if (w != v) {
+              std::fprintf(stderr, "thread %d round %d: a driver memset or copy was lost\n", t, r);
+              ++errors;
+              break;
+            }
+          }
+        }
         for (int b = 0; b < 2; ++b) fill(mine[b], n, static_cast<std::uint64_t>(t * 10000 + r * 2 + b), s);
         for (int b = 0; b < 2; ++b) {
           const auto bad = mismatches(mine[b], n, static_cast<std::uint64_t>(t * 10000 + r * 2 + b), s);
@@ -235,6 +258,9 @@ int launches() {
       fill(p, std::size_t{6} << 20, ++seed);
       check(cudaFree(p), "cudaFree");
       check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // a quiescent point: promotions
+      // Remaps every millisecond or so: plenty to race with, while the workers still make progress (each
+      // remap holds them at the gate; back to back, the test's length would depend on who wins).
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
   for (auto& th : pool) th.join();
@@ -677,6 +703,63 @@ int null_stream_free() {
   return 0;
 }
 
+// A remap on one device never holds up launches on another (a gate per device): device 0's drain waits
+// for work of device 1 that only runs once another thread's launch on device 1 has gone through (as a
+// collective's kernels wait for their peers'). One gate for the process would deadlock here.
+int device_gates() {
+  const std::size_t device = env_size("TVMM_DEVICE_BUDGET");
+  std::thread watchdog([] {
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    fail("deadlock: a remap on device 0 waited for a launch on device 1 that waited for the remap");
+  });
+  watchdog.detach();
+  static std::atomic<bool> go{false};
+  check(cudaSetDevice(1), "cudaSetDevice");
+  void* one = must_alloc(2 << 20);  // device 1 has a heap: its launches are gated
+  fill(one, 2 << 20, 51);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  cudaStream_t s1 = nullptr;
+  check(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cudaLaunchHostFunc(
+            s1,
+            [](void*) {
+              while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            },
+            nullptr),
+        "cudaLaunchHostFunc");
+  cudaEvent_t e1 = nullptr;
+  check(cudaEventCreate(&e1), "cudaEventCreate");
+  check(cudaEventRecord(e1, s1), "cudaEventRecord");
+  check(cudaSetDevice(0), "cudaSetDevice");
+  std::vector<void*> full;
+  for (std::size_t done = 0; done < device; done += 2 << 20) {
+    full.push_back(must_alloc(2 << 20));
+    fill(full.back(), 2 << 20, 60 + full.size());
+  }
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  cudaStream_t s0 = nullptr;
+  check(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cudaStreamWaitEvent(s0, e1, 0), "cudaStreamWaitEvent");  // device 0's work now waits for device 1's
+  std::thread other([one] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // while device 0 remaps
+    check(cudaSetDevice(1), "cudaSetDevice");
+    fill(one, 2 << 20, 52);  // a launch on device 1
+    go = true;
+  });
+  void* more = must_alloc(2 << 20);  // device 0 is full: demotes, draining device 0 first
+  other.join();
+  fill(more, 2 << 20, 70);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    expect(mismatches(full[i], 2 << 20, 61 + i) == 0, "device 0's allocation " + std::to_string(i) + " changed");
+  }
+  check(cudaSetDevice(1), "cudaSetDevice");
+  expect(mismatches(one, 2 << 20, 52) == 0, "device 1's launch did not run");
+  std::puts("ok");
+  std::fflush(stdout);
+  std::_Exit(0);  // the watchdog thread is still asleep
+}
+
 // The driver's stream-ordered and pitched allocations (a static runtime's cudaMallocAsync and
 // cudaMallocPitch, driver-API programs) are served by tvmm as the runtime's are.
 int driver_allocations() {
@@ -1083,6 +1166,7 @@ int main(int argc, char** argv) {
       {"capture", capture},
       {"runtime", runtime},
       {"null-stream-free", null_stream_free},
+      {"device-gates", device_gates},
       {"driver-allocations", driver_allocations},
       {"foreign-allocations", foreign_allocations},
       {"torch-device", first_call_names_device_1},
