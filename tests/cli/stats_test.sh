@@ -16,7 +16,8 @@ done
 env LD_PRELOAD="$preload" TVMM_DEVICE_BACKEND=sim TVMM_DEVICE_BUDGET=16MiB TVMM_HOST_BUDGET=96MiB TVMM_LOG=off \
   TVMM_STATS="$dir/transparent.json" "$client" oversubscribe >/dev/null
 out=$("$tvmm" stats "$dir/transparent.json")
-for want in "transparent mode (vmm on the sim device)" "budgets: device 16 MiB, host 96 MiB" "pages demoted to the host"; do
+for want in "transparent mode (vmm on the sim device)" "budgets: device 16 MiB, host 96 MiB" "pages demoted to the host" \
+  "placement by use: 0 uses noted" "given back to allocations outside tvmm: 0 B"; do
   grep -qF "$want" <<<"$out" || fail "missing '$want' in the transparent report:" "$out"
 done
 

@@ -1012,55 +1012,39 @@ int placement_model() {
   return 0;
 }
 
-// Buffers allocated once and used at very different rates, the most used allocated first (embedding
-// tables, say): nothing is freed, so only uses can change where pages live.
-int placement_skewed() {
+// Twelve buffers of 4 MiB allocated once and used at very different rates: three of them six times per
+// iteration, the rest once. Nothing is freed, so only uses can change where pages live.
+int buffers_used_unevenly(const char* workload, bool hot_first, std::uint64_t seed) {
   constexpr int kBuffers = 12;
   constexpr std::size_t kSize = 4 << 20;
   Checker chk;
   std::vector<void*> b;
   for (int i = 0; i < kBuffers; ++i) {
     b.push_back(must_alloc(kSize));
-    fill(b.back(), kSize, 400 + i);
+    fill(b.back(), kSize, seed + i);
   }
   Measure m;
   for (int it = 0; it < kIterations; ++it) {
     if (it == kWarmup) m.start();
     for (int i = 0; i < kBuffers; ++i) {
-      for (int k = 0; k < (i < 3 ? 6 : 1); ++k) chk.verify(b[i], kSize, 400 + i);
+      const bool hot = hot_first ? i < 3 : i >= kBuffers - 3;
+      for (int k = 0; k < (hot ? 6 : 1); ++k) chk.verify(b[i], kSize, seed + i);
     }
-    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+    // A stream synchronise or a device synchronise: both are quiescent points.
+    check(hot_first ? cudaStreamSynchronize(nullptr) : cudaDeviceSynchronize(), "synchronising");
   }
-  report(m, "skewed");
+  report(m, workload);
   chk.expect_none("the buffers");
   std::puts("ok");
   return 0;
 }
 
+// The most used allocated first (embedding tables, say), where allocation order keeps them off the device.
+int placement_skewed() { return buffers_used_unevenly("skewed", true, 400); }
+
 // The control: the most used buffers are the newest, where allocation order already puts them. Placing by
 // use must not do worse.
-int placement_recent() {
-  constexpr int kBuffers = 12;
-  constexpr std::size_t kSize = 4 << 20;
-  Checker chk;
-  std::vector<void*> b;
-  for (int i = 0; i < kBuffers; ++i) {
-    b.push_back(must_alloc(kSize));
-    fill(b.back(), kSize, 500 + i);
-  }
-  Measure m;
-  for (int it = 0; it < kIterations; ++it) {
-    if (it == kWarmup) m.start();
-    for (int i = 0; i < kBuffers; ++i) {
-      for (int k = 0; k < (i >= kBuffers - 3 ? 6 : 1); ++k) chk.verify(b[i], kSize, 500 + i);
-    }
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  }
-  report(m, "recent");
-  chk.expect_none("the buffers");
-  std::puts("ok");
-  return 0;
-}
+int placement_recent() { return buffers_used_unevenly("recent", false, 500); }
 
 // TVMM_DISABLE=1: every hook passes through, as if tvmm were not loaded.
 int disabled() {
