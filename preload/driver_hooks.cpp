@@ -102,6 +102,7 @@ enum Slot {
   kMemCreate,
   kMemAllocFromPoolAsync,
   kMemAllocFromPoolAsyncPt,
+  kCtxDestroy,
   kSlots
 };
 constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
@@ -175,7 +176,8 @@ constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
                                             "cuMemAllocPitch_v2",
                                             "cuMemCreate",
                                             "cuMemAllocFromPoolAsync",
-                                            "cuMemAllocFromPoolAsync_ptsz"};
+                                            "cuMemAllocFromPoolAsync_ptsz",
+                                            "cuCtxDestroy_v2"};
 static_assert(kSlotNames[kSlots - 1] != nullptr, "a slot without its exported name");
 // cuGetProcAddress's flag for the per-thread default stream variants (cuda.h).
 constexpr cuuint64_t kPerThreadDefaultStream = 2;
@@ -264,6 +266,7 @@ int slot_of_base(const char* name, int version, cuuint64_t flags) noexcept {
       {"cuMemAllocPitch", 3020, kMemAllocPitch, false},
       {"cuMemCreate", 10020, kMemCreate, false},
       {"cuMemAllocFromPoolAsync", 11020, kMemAllocFromPoolAsync, true},
+      {"cuCtxDestroy", 4000, kCtxDestroy, false},
   };
   if (std::strcmp(name, "cuGetProcAddress") == 0) return version >= 12000 ? kGetProcAddressV2 : kGetProcAddress;
   for (const Base& b : kBases) {
@@ -407,18 +410,35 @@ CUresult cuMemCreate(unsigned long long* handle, std::size_t size, const void* p
 }
 
 // A memory pool's allocation (cudaMallocFromPoolAsync, XLA's and others' pools): the driver's, with room
-// made as for cuMemCreate (on the caller's current device, where the default pools live).
+// made as for cuMemCreate, on the device whose default pool it is (cuDeviceGetDefaultMemPool), else on the
+// caller's current device (a pool the program created: the driver says nothing of its location).
+}  // extern "C"
+namespace {
+int device_of_pool(void* pool) noexcept {
+  using DefaultPool = CUresult (*)(void**, int);
+  static auto* const default_pool = reinterpret_cast<DefaultPool>(loaded_driver_symbol("cuDeviceGetDefaultMemPool"));
+  for (int d = 0; default_pool != nullptr && d < kMaxDevices; ++d) {
+    if (heap_if_created(d) == nullptr) continue;
+    void* p = nullptr;
+    if (default_pool(&p, d) == kSuccess && p == pool) return d;
+  }
+  return -1;
+}
+}  // namespace
+extern "C" {
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* ptr, std::size_t bytes, void* pool, void* stream) {
   using F = CUresult (*)(CUdeviceptr*, std::size_t, void*, void*);
   const auto next = driver<F>(kMemAllocFromPoolAsync);
   if (next == nullptr) return no_driver("cuMemAllocFromPoolAsync");
-  return with_room("cuMemAllocFromPoolAsync", -1, bytes, [&] { return next(ptr, bytes, pool, stream); });
+  return with_room("cuMemAllocFromPoolAsync", device_of_pool(pool), bytes,
+                   [&] { return next(ptr, bytes, pool, stream); });
 }
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* ptr, std::size_t bytes, void* pool, void* stream) {
   using F = CUresult (*)(CUdeviceptr*, std::size_t, void*, void*);
   const auto next = driver<F>(kMemAllocFromPoolAsyncPt);
   if (next == nullptr) return no_driver("cuMemAllocFromPoolAsync_ptsz");
-  return with_room("cuMemAllocFromPoolAsync_ptsz", -1, bytes, [&] { return next(ptr, bytes, pool, stream); });
+  return with_room("cuMemAllocFromPoolAsync_ptsz", device_of_pool(pool), bytes,
+                   [&] { return next(ptr, bytes, pool, stream); });
 }
 
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
@@ -715,11 +735,14 @@ CUresult cuStreamEndCapture_ptsz(void* stream, void** graph) {
 }
 
 // A module or library unloaded: a function handle it held may be reused for another kernel with other
-// parameters, so the parameter layouts learnt so far are forgotten (launch_uses.hpp).
+// parameters, so the parameter layouts learnt so far are forgotten (launch_uses.hpp), before the unload
+// (no launch of a handle about to go reads a stale layout afterwards) and after it (none learnt during it
+// survives).
 CUresult cuModuleUnload(void* module) {
   using F = CUresult (*)(void*);
   const auto next = driver<F>(kModuleUnload);
   if (next == nullptr) return no_driver("cuModuleUnload");
+  forget_layouts();
   const CUresult r = next(module);
   forget_layouts();
   return r;
@@ -729,8 +752,20 @@ CUresult cuLibraryUnload(void* library) {
   using F = CUresult (*)(void*);
   const auto next = driver<F>(kLibraryUnload);
   if (next == nullptr) return no_driver("cuLibraryUnload");
+  forget_layouts();
   const CUresult r = next(library);
   forget_layouts();
+  return r;
+}
+
+// A context destroyed: a new one may get its address on another device, so the per-thread record of
+// which device each context is on is forgotten (gate_of_current_device).
+CUresult cuCtxDestroy_v2(void* ctx) {
+  using F = CUresult (*)(void*);
+  const auto next = driver<F>(kCtxDestroy);
+  if (next == nullptr) return no_driver("cuCtxDestroy_v2");
+  const CUresult r = next(ctx);
+  forget_context_devices();
   return r;
 }
 #undef TVMM_GATED
@@ -855,6 +890,7 @@ void* ours(Slot s) noexcept {
     case kMemCreate: return reinterpret_cast<void*>(&cuMemCreate);
     case kMemAllocFromPoolAsync: return reinterpret_cast<void*>(&cuMemAllocFromPoolAsync);
     case kMemAllocFromPoolAsyncPt: return reinterpret_cast<void*>(&cuMemAllocFromPoolAsync_ptsz);
+    case kCtxDestroy: return reinterpret_cast<void*>(&cuCtxDestroy_v2);
     case kSlots: break;
   }
   return nullptr;

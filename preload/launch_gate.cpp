@@ -23,6 +23,30 @@ void LaunchGate::enter() noexcept {
   }
 }
 
+bool LaunchGate::try_enter() noexcept {
+  if ((t_exclusive >> slot_ & 1) != 0) return true;  // as enter(): the exclusive holder's calls pass
+  if (t_shared[slot_] > 0) {                         // nested
+    ++t_shared[slot_];
+    return true;
+  }
+  std::uint32_t s = state_.load(std::memory_order_acquire);
+  while ((s & kExclusive) == 0) {
+    if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire, std::memory_order_acquire)) {
+      ++t_shared[slot_];
+      return true;
+    }
+  }
+  return false;
+}
+
+void LaunchGate::wait_open() noexcept {
+  std::uint32_t s = state_.load(std::memory_order_acquire);
+  while ((s & kExclusive) != 0) {
+    state_.wait(s, std::memory_order_acquire);
+    s = state_.load(std::memory_order_acquire);
+  }
+}
+
 void LaunchGate::leave() noexcept {
   if ((t_exclusive >> slot_ & 1) != 0 || --t_shared[slot_] > 0) return;
   // The last shared holder out wakes a remap waiting for the gate.
@@ -63,6 +87,23 @@ LaunchGate& launch_gate(int slot) noexcept {
     return g;
   }();
   return gates[slot];
+}
+
+void enter_gates(const int* slots, int n) noexcept {
+  // Never hold one gate while waiting at another: a remap that holds the second may wait (through the
+  // device work its drain waits for) for a launch that needs the first. So take them all without waiting,
+  // or let go of those taken, wait for the closed one to open, and start again.
+  for (;;) {
+    int taken = 0;
+    while (taken < n && launch_gate(slots[taken]).try_enter()) ++taken;
+    if (taken == n) return;
+    for (int i = taken; i-- > 0;) launch_gate(slots[i]).leave();
+    launch_gate(slots[taken]).wait_open();
+  }
+}
+
+void leave_gates(const int* slots, int n) noexcept {
+  for (int i = n; i-- > 0;) launch_gate(slots[i]).leave();
 }
 
 void unlock_gates_held() noexcept {

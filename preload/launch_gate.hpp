@@ -37,6 +37,11 @@ class alignas(64) LaunchGate {  // a cache line each: devices never share one
   //! A shared hold, for the time one call queues device work (reentrant on a thread).
   void enter() noexcept;
   void leave() noexcept;
+  //! enter() if the gate is open (or this thread holds it already); false, holding nothing, if a remap
+  //! holds it or waits for it.
+  bool try_enter() noexcept;
+  //! Waits until no remap holds or waits for the gate (holding nothing meanwhile).
+  void wait_open() noexcept;
   //! Takes the gate exclusively for this thread, unless it already holds it: waits for every shared
   //! holder to leave and keeps new ones out. Called before a drain that precedes a remap.
   void lock_for_remap() noexcept;
@@ -55,6 +60,10 @@ class alignas(64) LaunchGate {  // a cache line each: devices never share one
 
 //! The gate of heap slot `slot` (0 to kMaxGates - 1).
 LaunchGate& launch_gate(int slot) noexcept;
+//! Shared holds of the gates `slots[0..n)` (ascending), for one call: never holding one while waiting at
+//! another (that would bring back the cross-device deadlock a gate per device avoids).
+void enter_gates(const int* slots, int n) noexcept;
+void leave_gates(const int* slots, int n) noexcept;
 //! Releases every gate this thread holds exclusively (the end of a heap operation).
 void unlock_gates_held() noexcept;
 //! In a forked child: every gate open.
@@ -68,20 +77,21 @@ class GateEntry {
     if (bypass) return;
     if (a > b) std::swap(a, b);  // ascending, -1 first
     if (a == b) a = -1;
-    first_ = a;
-    second_ = b;
-    if (first_ >= 0) launch_gate(first_).enter();
-    if (second_ >= 0) launch_gate(second_).enter();
+    if (a >= 0) slots_[n_++] = a;
+    if (b >= 0) slots_[n_++] = b;
+    if (n_ == 1) {
+      launch_gate(slots_[0]).enter();  // one gate: waiting at it holds nothing else
+    } else if (n_ == 2) {
+      enter_gates(slots_, n_);
+    }
   }
-  ~GateEntry() {
-    if (second_ >= 0) launch_gate(second_).leave();
-    if (first_ >= 0) launch_gate(first_).leave();
-  }
+  ~GateEntry() { leave_gates(slots_, n_); }
   GateEntry(const GateEntry&) = delete;
   GateEntry& operator=(const GateEntry&) = delete;
 
  private:
-  int first_ = -1, second_ = -1;
+  int slots_[2] = {-1, -1};
+  int n_ = 0;
 };
 
 //! Shared holds of every gate, in ascending order (a graph capture's begin: a drain of any device during
@@ -89,19 +99,26 @@ class GateEntry {
 class AllGatesEntry {
  public:
   explicit AllGatesEntry(bool bypass) noexcept : held_(!bypass) {
-    if (held_) {
-      for (int i = 0; i < kMaxGates; ++i) launch_gate(i).enter();
-    }
+    if (held_) enter_gates(all().slots, kMaxGates);
   }
   ~AllGatesEntry() {
-    if (held_) {
-      for (int i = kMaxGates; i-- > 0;) launch_gate(i).leave();
-    }
+    if (held_) leave_gates(all().slots, kMaxGates);
   }
   AllGatesEntry(const AllGatesEntry&) = delete;
   AllGatesEntry& operator=(const AllGatesEntry&) = delete;
 
  private:
+  struct Slots {
+    int slots[kMaxGates];
+  };
+  static const Slots& all() noexcept {
+    static const Slots s = [] {
+      Slots r{};
+      for (int i = 0; i < kMaxGates; ++i) r.slots[i] = i;
+      return r;
+    }();
+    return s;
+  }
   bool held_;
 };
 

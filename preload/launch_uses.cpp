@@ -45,25 +45,31 @@ const Queries& queries() noexcept {
   return q;
 }
 
+// cuda.h's CUDA_ERROR_INVALID_HANDLE: not a CUfunction (a CUkernel launched as one, say).
+constexpr int kInvalidHandle = 400;
+
+// The sizes `ask` gives for `function`'s parameters; *first is what it answered for index 0.
+std::vector<std::uint32_t> sizes_from(ParamInfo ask, void* function, int* first) {
+  std::vector<std::uint32_t> sizes;
+  std::size_t offset = 0, size = 0;
+  const Inside inside;  // the driver's own calls, not the program's
+  for (;;) {
+    const int r = sizes.size() < kMaxParams ? ask(function, sizes.size(), &offset, &size) : kInvalidValue;
+    if (sizes.empty()) *first = r;
+    if (r != kSuccess) return sizes;  // past the last parameter (CUDA_ERROR_INVALID_VALUE), or not known
+    sizes.push_back(static_cast<std::uint32_t>(size));
+  }
+}
+
 Layout describe(void* function) {
   Layout l;
   const Queries& q = queries();
-  for (ParamInfo ask : {q.func, q.kernel}) {
-    if (ask == nullptr) continue;
-    std::vector<std::uint32_t> sizes;
-    std::size_t offset = 0, size = 0;
-    {
-      const Inside inside;  // the driver's own call, not the program's
-      while (sizes.size() < kMaxParams && ask(function, sizes.size(), &offset, &size) == kSuccess) {
-        sizes.push_back(static_cast<std::uint32_t>(size));
-      }
-    }
-    if (!sizes.empty()) {
-      l.sizes = std::move(sizes);
-      return l;
-    }
-  }
-  return l;  // no parameters, or none the driver describes
+  int first = kInvalidHandle;
+  if (q.func != nullptr) l.sizes = sizes_from(q.func, function, &first);
+  // Only a handle cuFuncGetParamInfo does not know is asked of cuKernelGetParamInfo.
+  if (l.sizes.empty() && first == kInvalidHandle && q.kernel != nullptr)
+    l.sizes = sizes_from(q.kernel, function, &first);
+  return l;  // empty: no parameters, or none the driver describes (kernelParams are not read)
 }
 
 // Every layout ever made (a thread may still hold one while another forgets them), the current ones by

@@ -660,6 +660,12 @@ int gate_of(std::uint64_t address) noexcept {
   return -1;
 }
 
+namespace {
+std::atomic<std::uint64_t> g_context_generation{1};  // advanced by every context destroyed
+}  // namespace
+
+void forget_context_devices() noexcept { g_context_generation.fetch_add(1, std::memory_order_acq_rel); }
+
 int gate_of_current_device() noexcept {
   if (g_created_count.load(std::memory_order_acquire) == 0) return -1;
   if (!g_per_device.load(std::memory_order_acquire)) return 0;  // one heap, one gate
@@ -671,14 +677,17 @@ int gate_of_current_device() noexcept {
   static auto* const get_device = reinterpret_cast<GetDevice>(loaded_driver_symbol("cuCtxGetDevice"));
   thread_local void* cached_ctx = nullptr;
   thread_local int cached_device = -1;
+  thread_local std::uint64_t cached_generation = 0;
   void* ctx = nullptr;
   int device = -1;
   if (get_current != nullptr && get_current(&ctx) == kSuccess && ctx != nullptr) {
-    if (ctx == cached_ctx) {
+    const std::uint64_t generation = g_context_generation.load(std::memory_order_acquire);
+    if (ctx == cached_ctx && generation == cached_generation) {
       device = cached_device;
     } else if (get_device != nullptr && get_device(&device) == kSuccess) {
       cached_ctx = ctx;
       cached_device = device;
+      cached_generation = generation;
     }
   }
   if (device < 0) device = caller_device();

@@ -68,6 +68,8 @@ inline constexpr int kMaxDevices = 64;
 //! launch from this thread runs on), or -1 when that device has no heap. Lock-free; the device of the
 //! thread's current context is cached per thread.
 int gate_of_current_device() noexcept;
+//! A context was destroyed: every thread's record of its current context's device is stale.
+void forget_context_devices() noexcept;
 //! The launch gate of the heap whose memory `address` may be in, or -1 (memory that is not tvmm's needs
 //! no gate). Lock-free.
 int gate_of(std::uint64_t address) noexcept;

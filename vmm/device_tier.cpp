@@ -12,6 +12,7 @@ DeviceTier::DeviceTier(backend::DeviceBackend& dev, std::size_t page_size, std::
     : dev_(dev), page_size_(page_size), budget_(budget_frames), where_(where) {
   chunks_.reserve(budget_frames);
   free_.reserve(budget_frames);
+  gone_.reserve(budget_frames);  // release_idle (noexcept) never allocates
 }
 
 DeviceTier::~DeviceTier() {

@@ -71,11 +71,10 @@ void TransparentHeap::keep_for_graph(Freeable& b) {
 
 bool TransparentHeap::drain_once(bool& drained) {
   if (drained) return true;
-  if (drain_) drain_();  // the interposer closes its launch gate: no capture can begin from here on
   // A capture may have begun since the caller looked (its BeginCapture held the gate, which is closed
   // now): a device synchronise would invalidate it (cuda.h, cuStreamBeginCapture: "potentially unsafe
   // API calls" in global mode), so the caller goes on without moving or releasing anything.
-  if (capturing()) return false;
+  if (!fence_captures()) return false;
   TVMM_CHECK(dev_->synchronize_device());
   ++counters_.drains;
   drained = true;
@@ -94,9 +93,9 @@ DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t 
   const std::size_t n = (bytes + page_ - 1) / page_;
   const bool capture = capturing();  // no drain, so no move and no release now
   auto free_pages = [&] { return device_pages_ + host_pages_ - used_pages_; };
-  if (n > free_pages() && !capture && (ordered_ != 0 || deferred_ != 0)) ++counters_.alloc_retries;
+  if (n > free_pages() && !capture && (!ordered_.empty() || deferred_ != 0)) ++counters_.alloc_retries;
   // Releasing means unmapping (or freeing managed memory), which a capture forbids as a device synchronise.
-  if (ordered_ != 0 && !capture) release_stream_ordered(lk, n > free_pages());
+  if (!ordered_.empty() && !capture) release_stream_ordered(lk, n > free_pages());
   if (n > free_pages() && deferred_ != 0 && !capture && drain_once(drained)) release_deferred(lk);
   if (n > free_pages()) {
     // In the words of PyTorch's message, with what each tier holds and the setting to raise.
@@ -113,8 +112,9 @@ DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t 
   const DevPtr va = do_reserve(n);
   clear_uses(va, n);  // what was noted on this memory before belongs to its previous allocation
 
-  // 1. Room on the device: a new allocation is the hottest memory there is, so colder pages make way.
-  const std::size_t on_device = std::min(n, device_pages_);
+  // 1. Room on the device: a new allocation is the hottest memory there is, so colder pages make way;
+  //    none while device memory given back to an allocation outside the heap is held back for it.
+  const std::size_t on_device = device_held_back() ? 0 : std::min(n, device_pages_);
   const std::size_t idle = device_pages_ - on_device_;
   Block b;
   b.bytes = bytes;
@@ -149,7 +149,7 @@ DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t 
 void* TransparentHeap::allocate_small(Lock& lk, std::size_t bytes, bool& drained) {
   const std::size_t slot = std::max<std::size_t>(256, std::bit_ceil(bytes));
   // Small allocations freed in stream order whose stream got there give their slots back first.
-  if (ordered_ != 0 && !capturing()) release_stream_ordered(lk, false);
+  if (!ordered_.empty() && !capturing()) release_stream_ordered(lk, false);
   auto& open = open_[slot];
   if (open.empty()) {  // a new slab: one page, as an allocation of the heap's own
     DevPtr va = 0;
@@ -157,6 +157,7 @@ void* TransparentHeap::allocate_small(Lock& lk, std::size_t bytes, bool& drained
       va = allocate_block(lk, page_, bytes, false, drained);
     } catch (const out_of_memory&) {
       if (open.empty()) throw;  // making room released no slot of this size either
+      --counters_.ooms;         // it did: this allocation succeeds after all
     }
     if (va != 0 && !open.empty()) {
       release_block(lk, blocks_.find(va));  // making room freed a slot of this size: no second slab
@@ -203,7 +204,7 @@ void TransparentHeap::release_small(Lock& lk, std::map<DevPtr, Small>::iterator 
   const Small& sm = it->second;
   if (sm.after != nullptr) {
     (void)dev_->destroy_event(sm.after);
-    --ordered_;
+    ordered_.erase(it->first);
   } else if (sm.deferred && !sm.kept) {
     --deferred_;
   }
@@ -263,7 +264,7 @@ void TransparentHeap::free_after(void* ptr, backend::StreamHandle stream) {
         counters_.allocated_bytes -= f->bytes;
         f->deferred = true;
         f->after = e;
-        ++ordered_;
+        ordered_.insert(p);
         ++counters_.frees;
         ++counters_.stream_ordered_frees;
         return;
@@ -275,18 +276,26 @@ void TransparentHeap::free_after(void* ptr, backend::StreamHandle stream) {
 }
 
 void TransparentHeap::release_stream_ordered(Lock& lk, bool wait) {
-  std::vector<std::pair<DevPtr, backend::EventHandle>> pending;
-  for (const auto& [p, b] : blocks_) {
-    if (b.after != nullptr) pending.emplace_back(p, b.after);
-  }
-  for (const auto& [p, sm] : small_) {
-    if (sm.after != nullptr) pending.emplace_back(p, sm.after);
-  }
-  for (const auto& [p, e] : pending) {
+  std::vector<DevPtr> done;
+  for (const DevPtr p : ordered_) {
+    backend::EventHandle e = nullptr;
+    if (auto sm = small_.find(p); sm != small_.end()) {
+      e = sm->second.after;
+    } else if (auto b = blocks_.find(p); b != blocks_.end()) {
+      e = b->second.after;
+    }
     // A failed wait (a device error) releases nothing: the memory stays allocated, never wrongly reused.
-    const bool done = wait ? dev_->synchronize_event(e).ok() : dev_->query_event(e).ok();
-    if (done) release(lk, p);
+    if (e != nullptr && (wait ? dev_->synchronize_event(e).ok() : dev_->query_event(e).ok())) done.push_back(p);
   }
+  // Releasing unmaps (or frees managed memory), which a capture forbids as it does a device synchronise:
+  // also one that another thread began since the caller looked.
+  if (done.empty() || !fence_captures()) return;
+  for (const DevPtr p : done) release(lk, p);
+}
+
+bool TransparentHeap::fence_captures() {
+  if (drain_) drain_();  // the interposer closes its launch gate: no capture can begin from here on
+  return !capturing();
 }
 
 void TransparentHeap::free_deferred(void* ptr) {
@@ -442,7 +451,7 @@ void TransparentHeap::maintain(bool drained) {
   ++counters_.quiescent_points;
   clock_.fetch_add(1, std::memory_order_relaxed);  // uses from here on are more recent than those before
   if (capturing()) return;  // "quiescent" for the caller's stream only: a drain would end a capture
-  if (ordered_ != 0) release_stream_ordered(lk, false);
+  if (!ordered_.empty()) release_stream_ordered(lk, false);
   const bool on_host = used_pages_ > on_device_;
   const bool promotable = on_device_ < device_pages_ && on_host;
   if (deferred_ == 0 && !promotable && !(by_use_ && on_host)) return;
@@ -460,7 +469,7 @@ void TransparentHeap::release_block(Lock&, std::map<DevPtr, Block>::iterator it)
   used_pages_ -= b.where.size();
   if (b.after != nullptr) {
     (void)dev_->destroy_event(b.after);
-    --ordered_;
+    ordered_.erase(it->first);
   } else if (b.deferred && !b.kept) {
     --deferred_;
   }
@@ -519,7 +528,13 @@ std::size_t TransparentHeap::give_back_device_memory(std::size_t bytes) {
     got += do_give_back(want - got, demoted);
   }
   counters_.pages_given_back += got;
+  if (got != 0) held_back_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   return got * page_;
+}
+
+bool TransparentHeap::device_held_back() const noexcept {
+  return held_back_until_ != std::chrono::steady_clock::time_point{} &&
+         std::chrono::steady_clock::now() < held_back_until_;
 }
 
 std::size_t TransparentHeap::device_memory_reachable() const {
@@ -531,7 +546,7 @@ std::size_t TransparentHeap::device_memory_reachable() const {
 }
 
 void TransparentHeap::promote(Lock&, bool& drained) {
-  if (on_device_ >= device_pages_ || used_pages_ == on_device_) return;
+  if (on_device_ >= device_pages_ || used_pages_ == on_device_ || device_held_back()) return;
   for (auto& [va, b] : ranked(true)) {
     for (std::size_t i = 0; i < b->where.size() && on_device_ < device_pages_; ++i) {
       // A GPU short of memory takes no more pages now; the next promotion tries again.
@@ -543,7 +558,7 @@ void TransparentHeap::promote(Lock&, bool& drained) {
 }
 
 void TransparentHeap::rebalance(Lock&, bool& drained) {
-  if (!by_use_ || used_pages_ == on_device_) return;
+  if (!by_use_ || used_pages_ == on_device_ || device_held_back()) return;
   const auto hot = ranked(true);
   const auto cold = ranked(false);
   std::size_t budget = std::max<std::size_t>(2, device_pages_ / 4);

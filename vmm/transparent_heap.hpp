@@ -18,6 +18,7 @@
 // make_transparent_heap picks one. Thread-safe: one mutex.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -38,7 +39,8 @@ class TransparentHeap {
  public:
   //! Called each time the heap is about to drain the device (wait, with the backend's
   //! synchronize_device, for all work queued in the device's context, the program's included) before
-  //! it moves or frees pages. The interposer closes its launch gate there.
+  //! it moves or frees pages, and before it releases memory freed in stream order. The interposer closes
+  //! its launch gate there (until the heap operation ends).
   using Drain = std::function<void()>;
   //! True while some stream of the program captures a graph: then nothing may synchronise the device
   //! (a device synchronise invalidates a capture; CUDA runtime API, "Stream capture").
@@ -232,6 +234,12 @@ class TransparentHeap {
   //! Waits for all device work once per operation (`drained`); false when a graph capture began before
   //! the drain could start (nothing may synchronise then: the caller moves and releases nothing).
   bool drain_once(bool& drained);
+  //! Before the heap synchronises or releases memory: the Drain callback (the interposer closes its launch
+  //! gate, so no capture begins until the heap operation ends), then true unless a capture is under way.
+  bool fence_captures();
+  //! True for a second after device memory was given back (give_back_device_memory): no page goes to the
+  //! device meanwhile, so the allocation outside the heap that needed the memory finds it.
+  [[nodiscard]] bool device_held_back() const noexcept;
   [[nodiscard]] bool capturing() const { return capturing_ && capturing_(); }
   //! A free during a capture: the allocation is no longer the program's, and its memory stays.
   void keep_for_graph(Freeable& b);
@@ -275,8 +283,9 @@ class TransparentHeap {
   std::map<backend::DevPtr, Slab> slabs_;                  // by the slab block's address
   std::map<std::size_t, std::set<backend::DevPtr>> open_;  // slot size -> slabs with a free slot
   std::size_t used_pages_ = 0, on_device_ = 0;
-  std::size_t deferred_ = 0;  // blocks freed with free_deferred, not yet released
-  std::size_t ordered_ = 0;   // blocks freed with free_after, not yet released
+  std::size_t deferred_ = 0;           // blocks freed with free_deferred, not yet released
+  std::set<backend::DevPtr> ordered_;  // freed with free_after (blocks and small ones), not yet released
+  std::chrono::steady_clock::time_point held_back_until_{};  // see device_held_back
   // last_use stamps: advanced (under mu_) by each allocation and quiescent point, read by note_use.
   std::atomic<std::uint64_t> clock_{0};
   Counters counters_;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "backends/device/faulty/faulty_device.hpp"
@@ -31,7 +32,7 @@ Config small_config() {
 
 // One heap of the mechanism the test is instantiated for, counting its drains.
 struct Heap {
-  int drains = 0;
+  int drains = 0;  // calls of the Drain callback (before a drain, or a release in stream order)
   std::unique_ptr<TransparentHeap> owner;
   TransparentHeap& heap;
   explicit Heap(const std::string& memory, Config c = small_config())
@@ -89,9 +90,9 @@ TEST_P(TransparentHeapTest, PromotesHostPagesIntoFramesThatFreesLeaveIdle) {
   }
   // Nothing to do: no drain.
   h.heap.maintain(false);
-  const int drains = h.drains;
+  const auto drains = h.heap.counters().drains;
   h.heap.maintain(false);
-  EXPECT_EQ(h.drains, drains);
+  EXPECT_EQ(h.heap.counters().drains, drains);
 }
 
 TEST_P(TransparentHeapTest, AllocationLargerThanTheDeviceSpillsItsTailToTheHost) {
@@ -167,7 +168,7 @@ TEST_P(TransparentHeapTest, NothingDrainsWhileAGraphIsCaptured) {
     return v;
   }();
   void* kept = h.heap.allocate(page);  // the program's, freed during the capture
-  const int drains = h.drains;
+  const auto drains = h.heap.counters().drains;
   capturing = true;
   if (vmm()) {
     void* p = h.heap.allocate(2 * page);
@@ -180,7 +181,7 @@ TEST_P(TransparentHeapTest, NothingDrainsWhileAGraphIsCaptured) {
   h.heap.free_deferred(kept);
   EXPECT_THROW(h.heap.free(kept), invalid_argument);  // no longer the program's
   h.heap.maintain(false);
-  EXPECT_EQ(h.drains, drains);
+  EXPECT_EQ(h.heap.counters().drains, drains);
   const std::size_t kept_bytes = (vmm() ? 3 : 1) * page;
   EXPECT_EQ(h.heap.usage().used, 4 * page + kept_bytes);
   EXPECT_EQ(h.heap.counters().kept_for_graphs, vmm() ? 2u : 1u);
@@ -244,6 +245,58 @@ TEST_P(TransparentHeapTest, CompletedStreamOrderedFreesWaitForTheCaptureToEnd) {
   ASSERT_TRUE(h.heap.device().destroy_stream(s).ok());
 }
 
+// The same for a capture that begins between the check and the release: the release closes the gate (the
+// Drain callback) first and looks again.
+TEST_P(TransparentHeapTest, AStreamOrderedReleaseLooksForACaptureAfterClosingTheGate) {
+  bool capturing = false;
+  bool begin_at_gate = false;
+  Config c = small_config();
+  c.transparent_memory = GetParam();
+  auto owner = make_transparent_heap(c, [&] { capturing = capturing || begin_at_gate; });
+  TransparentHeap& heap = *owner;
+  heap.set_capture_probe([&] { return capturing; });
+  backend::StreamHandle s = nullptr;
+  ASSERT_TRUE(heap.device().create_stream(&s).ok());
+  void* a = heap.allocate(2 * page);
+  void* b = heap.allocate(page);
+  heap.free_after(a, s);
+  ASSERT_TRUE(heap.device().synchronize_stream(s).ok());
+  begin_at_gate = true;
+  heap.maintain(false);  // would release a: the capture begins as the gate closes
+  EXPECT_EQ(heap.usage().used, 3 * page);
+  capturing = begin_at_gate = false;
+  heap.maintain(false);
+  EXPECT_EQ(heap.usage().used, page);
+  heap.free(b);
+  ASSERT_TRUE(heap.device().destroy_stream(s).ok());
+}
+
+// Device memory given back to an allocation outside the heap: idle frames first, then the coldest pages
+// demoted (bytes kept); for a second no page goes to the device, then pages may again.
+TEST_P(TransparentHeapTest, GivingDeviceMemoryBackDemotesTheColdestAndHoldsTheDeviceBack) {
+  Heap h(GetParam());
+  std::vector<void*> ptrs;
+  for (unsigned i = 0; i < 4; ++i) {
+    ptrs.push_back(h.heap.allocate(page));
+    kernels::fill_pattern(ptrs[i], page, 40 + i);
+  }
+  h.heap.note_use(ptrs[0]);
+  h.heap.note_use(ptrs[1]);
+  h.heap.note_use(ptrs[3]);
+  EXPECT_EQ(h.heap.give_back_device_memory(page + 1), 2 * page);         // whole pages: two
+  EXPECT_EQ(h.heap.location_of(ptrs[2]), backend::ChunkLocation::host);  // the unused one went first
+  EXPECT_EQ(h.heap.usage().on_device, 2 * page);
+  EXPECT_EQ(h.heap.counters().pages_given_back, 2u);
+  void* during = h.heap.allocate(page);
+  EXPECT_EQ(h.heap.location_of(during), backend::ChunkLocation::host);
+  h.heap.maintain(false);
+  EXPECT_EQ(h.heap.usage().on_device, 2 * page);  // no promotion while held back
+  for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, 40 + i), 0u) << i;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  void* after = h.heap.allocate(page);
+  EXPECT_EQ(h.heap.location_of(after), backend::ChunkLocation::device);
+}
+
 // A small allocation whose size class has no free slot first takes back slots of stream-ordered frees that
 // have completed, rather than failing for want of a new slab's page (or making a second slab).
 TEST_P(TransparentHeapTest, ASmallAllocationReusesASlotFreedInStreamOrder) {
@@ -271,7 +324,7 @@ TEST_P(TransparentHeapTest, AStreamOrderedFreeReleasesWhenTheStreamGetsThere) {
   ASSERT_TRUE(h.heap.device().create_stream(&s).ok());
   void* a = h.heap.allocate(16 * page);  // all of the capacity
   ASSERT_TRUE(h.heap.device().launch_busy(s, std::chrono::milliseconds(200)).ok());
-  const int drains = h.drains;
+  const auto drains = h.heap.counters().drains;
   h.heap.free_after(a, s);
   EXPECT_THROW(h.heap.free_after(a, s), invalid_argument);
   EXPECT_EQ(h.heap.usage().used, 16 * page);  // the stream is still busy
@@ -279,7 +332,7 @@ TEST_P(TransparentHeapTest, AStreamOrderedFreeReleasesWhenTheStreamGetsThere) {
   EXPECT_EQ(h.heap.usage().used, 16 * page);
   void* b = h.heap.allocate(page);  // needs a's pages: waits for the stream, not the device
   EXPECT_EQ(h.heap.usage().used, page);
-  EXPECT_EQ(h.drains, drains);
+  EXPECT_EQ(h.heap.counters().drains, drains);
   EXPECT_EQ(h.heap.counters().stream_ordered_frees, 1u);
   h.heap.free(b);
   ASSERT_TRUE(h.heap.device().destroy_stream(s).ok());
@@ -370,10 +423,10 @@ TEST_P(TransparentHeapTest, AQuiescentPointSwapsTheMostUsedHostPagesWithUnusedDe
   EXPECT_EQ(h.heap.usage().on_device, 4 * page);
   for (unsigned i = 0; i < 8; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, 10 + i), 0u) << i;
   // Nothing more to gain: the next quiescent point moves nothing, and drains nothing.
-  const int drains = h.drains;
+  const auto drains = h.heap.counters().drains;
   h.heap.maintain(false);
   EXPECT_EQ(h.heap.counters().pages_swapped, 2u);
-  EXPECT_EQ(h.drains, drains);
+  EXPECT_EQ(h.heap.counters().drains, drains);
 }
 
 TEST_P(TransparentHeapTest, EquallyUsedPagesDoNotChurn) {
