@@ -116,9 +116,17 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
   b.working_pages = w.peak_live(pages_of, o.page_bytes);
   b.frames = static_cast<std::size_t>(std::floor(static_cast<double>(b.working_pages) / ratio));
   if (b.frames < b.kernel_pages) {
-    throw std::invalid_argument(w.name + " at " + std::to_string(ratio) + "x: one kernel pins " +
-                                std::to_string(b.kernel_pages) + " pages but the device holds " +
-                                std::to_string(b.frames) + "; use a lower oversubscription");
+    // The highest oversubscription at which the largest kernel's operands still fit the device.
+    const double most = static_cast<double>(b.working_pages) / static_cast<double>(b.kernel_pages);
+    char at[96];
+    std::snprintf(at, sizeof at, "%.2fx", ratio);
+    char fits[160];
+    std::snprintf(fits, sizeof fits, "it runs at %.2fx or less (--ratios %.2f)", std::floor(most * 100) / 100,
+                  std::floor(most * 100) / 100);
+    throw std::invalid_argument("its largest kernel's operands need " +
+                                std::to_string(b.kernel_pages) + " device pages at once, but at " + at + " the device holds " +
+                                std::to_string(b.frames) + " (of a working set of " + std::to_string(b.working_pages) +
+                                " pages); " + fits);
   }
   if (o.host_fraction <= 0) {
     b.host_pages = b.total_pages + 2;

@@ -21,6 +21,15 @@ check replay:resnet18 "$("$bench" --workload replay --trace "$src/bench/traces/r
 # A replay without --trace is refused with the fix.
 if err=$("$bench" --workload replay 2>&1); then echo "replay without --trace succeeded"; exit 1; fi
 grep -q -- "needs --trace FILE" <<<"$err" || { echo "unclear error: $err"; exit 1; }
+# A workload that no ratio can run (its largest kernel needs more than the device at every ratio asked)
+# fails, and says how many pages the kernel needs and at which ratio it would run.
+if err=$("$bench" --workload train --layers 3 --tensor-mib 2 --ratios 6,8 --iterations 3 --policies lru --peers none \
+  --compute-us 100 2>&1); then
+  echo "a run in which no ratio could run exited 0:"; echo "$err"; exit 1
+fi
+grep -q "no ratio could run" <<<"$err" || { echo "no summary of the refusal: $err"; exit 1; }
+grep -Eq "need [0-9]+ device pages at once.*it runs at [0-9.]+x or less" <<<"$err" ||
+  { echo "the refusal does not say what the kernel needs: $err"; exit 1; }
 # Every byte written and checked through the pager (the CPU pattern kernels on the simulator).
 v=$("$bench" --workload train --layers 2 --tensor-mib 2 --iterations 3 --ratios 2 --policies lru --peers none \
   --compute-us 100 --verify)

@@ -225,8 +225,11 @@ int main(int argc, char** argv) {
                                  : device != "cuda" ? "the simulated GPU does not model Unified Memory's page faults "
                                                       "and migrations: run with --device cuda"
                                                     : "";
+  std::vector<std::string> refused;  // workloads none of whose ratios could run
   for (const auto& job : jobs) {
     const auto& w = job.workload;
+    std::size_t ratios_run = 0;
+    std::string last_refusal;
     std::optional<RunResult> in_memory;
     std::string in_memory_skipped = wants("memory") ? "" : "not asked for (--peers)";
     for (double ratio : job.ratios) {
@@ -247,9 +250,11 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         std::fprintf(stderr, "%stvmm-bench: %s at %.2fx skipped: %s\n", tty ? "\n" : "", w.name.c_str(), ratio,
                      e.what());
+        last_refusal = e.what();
         done += per_ratio;
         continue;
       }
+      ++ratios_run;
       peer_set->unified_memory.skipped = um_skipped;
       peer_set->kernel_memory_limit = (b.frames + b.host_pages) * o.page_bytes;
       auto peer_failed = [&](const char* peer, const std::exception& e) {
@@ -344,10 +349,15 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (ratios_run == 0 && !job.ratios.empty()) {  // nothing of this workload ran: say so, and fail
+      refused.push_back(w.name + ": no ratio could run, so it has no results (" + last_refusal + ")");
+      ++failures;
+    }
   }
   if (tty) std::fprintf(stderr, "\r%80s\r", "");
 
   print_table(records);
+  for (const auto& why : refused) std::fprintf(stderr, "tvmm-bench: %s\n", why.c_str());
   std::uint64_t verified = 0, mismatched = 0;
   for (const auto& r : records) {
     verified += r.result.verified_bytes;
