@@ -15,7 +15,10 @@ build: deps
 	cmake --preset default -DTVMM_WERROR=$(WERROR)
 	cmake --build --preset default -j $(JOBS)
 
-demo: build
+# The demo builds only what it needs (the library and the demo), not the tests.
+demo: deps
+	cmake --preset default -DTVMM_WERROR=$(WERROR)
+	cmake --build --preset default -j $(JOBS) --target tvmm-demo
 	./build/bin/tvmm-demo
 
 test: build

@@ -231,6 +231,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   cfg.keep_recent = policy == "trace" ? o.keep_recent : 0;  // "belady" stays the pure optimum
   cfg.trace_file = o.pin_log;
   cfg.trace_events = o.event_trace;
+  cfg.stats_file = o.stats_file;
   std::unique_ptr<backend::DeviceBackend> dev;
 #if defined(TVMM_HAVE_CUDA)
   backend::CudaDevice* cuda = nullptr;
