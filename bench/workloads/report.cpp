@@ -34,6 +34,7 @@ json peers_json(const Peers& p) {
   json j;
   j["bound"] = {{"step_time_s", number(p.bound_s)},
                 {"window_step_time_s", number(p.window_bound_s)},
+                {"lower_step_time_s", number(p.lower_bound_s)},
                 {"bytes_moved", number(p.belady_bytes)}};
   j["belady"] = {{"bytes_moved", number(p.belady_bytes)}};
   j["naive"] = p.naive ? run_json(*p.naive) : json{{"skipped", p.naive_skipped}};
@@ -87,6 +88,8 @@ json record_json(const Record& rec) {
           {"time_vs_bound", number(r.time_vs_bound)},
           {"window_bound_s", number(r.window_bound_s)},
           {"time_vs_window_bound", number(r.time_vs_window_bound)},
+          {"lower_bound_s", number(r.lower_bound_s)},
+          {"time_vs_lower_bound", number(r.time_vs_lower_bound)},
           {"misses", r.misses},
           {"evictions", r.evictions},
           {"prefetched", r.prefetched},
@@ -113,12 +116,12 @@ std::string file_name(std::string s) {
   return s;
 }
 
-// A CSV row per policy and per peer (the two bounds included: `bound`, `window_bound`): policy,
-// oversubscription,step_time_s,wall_step_time_s,bytes_moved,disk_read_bytes,bytes_vs_belady,time_vs_bound,
-// time_vs_window_bound.
+// A CSV row per policy and per peer (the three bounds included: `bound`, `window_bound`, `lower_bound`):
+// policy,oversubscription,step_time_s,wall_step_time_s,bytes_moved,disk_read_bytes,bytes_vs_belady,
+// time_vs_bound,time_vs_window_bound,time_vs_lower_bound.
 struct Row {
   std::string workload, policy;
-  double ratio, step, wall, bytes, disk, vs_belady, vs_bound, vs_window;
+  double ratio, step, wall, bytes, disk, vs_belady, vs_bound, vs_window, vs_lower;
 };
 
 std::vector<Row> rows_of(const std::vector<Record>& records) {
@@ -128,18 +131,21 @@ std::vector<Row> rows_of(const std::vector<Record>& records) {
   for (const auto& rec : records) {
     const auto& r = rec.result;
     rows.push_back({rec.workload, r.policy, r.ratio, r.step_time_s, r.wall_step_time_s, r.bytes_moved,
-                    r.disk_read_bytes, r.bytes_vs_belady, r.time_vs_bound, r.time_vs_window_bound});
+                    r.disk_read_bytes, r.bytes_vs_belady, r.time_vs_bound, r.time_vs_window_bound,
+                    r.time_vs_lower_bound});
     if (!rec.peers || !seen.insert(rec.peers.get()).second) continue;
     const auto& p = *rec.peers;
     const auto vs = [](double step, double bound) { return bound > 0 ? step / bound : NAN; };
     rows.push_back({rec.workload, "bound", r.ratio, p.bound_s, nan, p.belady_bytes, nan, 1.0, 1.0,
-                    vs(p.bound_s, p.window_bound_s)});
+                    vs(p.bound_s, p.window_bound_s), vs(p.bound_s, p.lower_bound_s)});
     rows.push_back({rec.workload, "window_bound", r.ratio, p.window_bound_s, nan, nan, nan, nan,
-                    vs(p.window_bound_s, p.bound_s), 1.0});
+                    vs(p.window_bound_s, p.bound_s), 1.0, vs(p.window_bound_s, p.lower_bound_s)});
+    rows.push_back({rec.workload, "lower_bound", r.ratio, p.lower_bound_s, nan, nan, nan, nan,
+                    vs(p.lower_bound_s, p.bound_s), vs(p.lower_bound_s, p.window_bound_s), 1.0});
     auto peer_row = [&](const std::string& name, double step, double wall, double bytes, double disk) {
       rows.push_back({rec.workload, name, r.ratio, step, wall, bytes, disk,
                       p.belady_bytes > 0 && std::isfinite(bytes) ? bytes / p.belady_bytes : nan, vs(step, p.bound_s),
-                      vs(step, p.window_bound_s)});
+                      vs(step, p.window_bound_s), vs(step, p.lower_bound_s)});
     };
     for (const auto& [name, q] : {std::pair{"naive", &p.naive}, std::pair{"all_in_memory", &p.all_in_memory}}) {
       if (*q) peer_row(name, (*q)->step_time_s, (*q)->wall_step_time_s, (*q)->bytes_moved, (*q)->disk_read_bytes);
@@ -166,12 +172,12 @@ std::string csv_number(double d) {
 std::string csv_of(const std::vector<Row>& rows, const std::string& workload) {
   std::string out =
       "workload,policy,oversubscription,step_time_s,wall_step_time_s,bytes_moved,disk_read_bytes,bytes_vs_belady,"
-      "time_vs_bound,time_vs_window_bound\n";
+      "time_vs_bound,time_vs_window_bound,time_vs_lower_bound\n";
   for (const auto& r : rows) {
     if (!workload.empty() && r.workload != workload) continue;
     out += r.workload + "," + r.policy + "," + csv_number(r.ratio) + "," + csv_number(r.step) + "," +
            csv_number(r.wall) + "," + csv_number(r.bytes) + "," + csv_number(r.disk) + "," + csv_number(r.vs_belady) +
-           "," + csv_number(r.vs_bound) + "," + csv_number(r.vs_window) + "\n";
+           "," + csv_number(r.vs_bound) + "," + csv_number(r.vs_window) + "," + csv_number(r.vs_lower) + "\n";
   }
   return out;
 }
@@ -201,7 +207,7 @@ std::string gnuplot_script(const std::vector<std::string>& workloads, const std:
       std::string s;
       for (const auto& p : policies) {
         const bool wall = p == "kernel" || p == "tvmm_wall";
-        const bool bound = p == "bound" || p == "window_bound";
+        const bool bound = p == "bound" || p == "window_bound" || p == "lower_bound";
         if ((skip_wall && wall) || (only_measured && (bound || wall))) continue;
         if (!only.empty() && std::find(only.begin(), only.end(), p) == only.end()) continue;
         if (!s.empty()) s += ", \\\n     ";
@@ -274,6 +280,8 @@ const std::vector<std::string>& summary_fields() {
                                                   "time_vs_bound",
                                                   "window_bound_s",
                                                   "time_vs_window_bound",
+                                                  "lower_bound_s",
+                                                  "time_vs_lower_bound",
                                                   "misses",
                                                   "evictions",
                                                   "prefetched",
@@ -298,15 +306,15 @@ void print_table(const std::vector<Record>& records) {
       std::printf("\nworkload %s: %.1f MiB in %s pages, compute %.2f ms per iteration\n", rec.workload.c_str(),
                   static_cast<double>(rec.working_set_bytes) / MiB, format_bytes(rec.page_bytes).c_str(),
                   r.compute_s * 1e3);
-      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s\n", "policy", "ratio", "step ms", "MiB moved", "disk MiB",
-                  "vs Belady", "vs bound", "vs window", "prefetch");
+      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s %9s\n", "policy", "ratio", "step ms", "MiB moved",
+                  "disk MiB", "vs Belady", "vs bound", "vs window", "vs lower", "prefetch");
       last_workload = rec.workload;
     }
     if (rec.peers.get() != last && rec.peers) {
       last = rec.peers.get();
       const auto& p = *rec.peers;
-      std::printf("  at %.2fx: bound %.2f ms, window bound %.2f ms, Belady %.1f MiB", r.ratio, p.bound_s * 1e3,
-                  p.window_bound_s * 1e3, p.belady_bytes / MiB);
+      std::printf("  at %.2fx: bound %.2f ms, window bound %.2f ms, lower bound %.2f ms, Belady %.1f MiB", r.ratio,
+                  p.bound_s * 1e3, p.window_bound_s * 1e3, p.lower_bound_s * 1e3, p.belady_bytes / MiB);
       if (p.all_in_memory) std::printf("; all in memory %.2f ms", p.all_in_memory->step_time_s * 1e3);
       if (p.naive) std::printf("; naive %.2f ms", p.naive->step_time_s * 1e3);
       if (p.unified_memory.ran) std::printf("; Unified Memory %.2f ms", p.unified_memory.step_time_s * 1e3);
@@ -327,9 +335,9 @@ void print_table(const std::vector<Record>& records) {
         std::printf("  Unified Memory skipped: %s\n", um.c_str());
       }
     }
-    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9llu\n", r.policy.c_str(), r.ratio,
+    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9llu\n", r.policy.c_str(), r.ratio,
                 r.step_time_s * 1e3, r.bytes_moved / MiB, r.disk_read_bytes / MiB, r.bytes_vs_belady, r.time_vs_bound,
-                r.time_vs_window_bound, static_cast<unsigned long long>(r.prefetched));
+                r.time_vs_window_bound, r.time_vs_lower_bound, static_cast<unsigned long long>(r.prefetched));
   }
 }
 

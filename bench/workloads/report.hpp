@@ -19,6 +19,7 @@ namespace tvmm::bench {
 struct Peers {
   double bound_s = 0;         //!< max(compute, Belady's busier bus direction / bus bandwidth)
   double window_bound_s = 0;  //!< the bound with the device's capacity (window_bound_s() in runner.hpp)
+  double lower_bound_s = 0;   //!< the lower bound with write-backs too (Reference::lower_bound_s)
   double belady_bytes = 0;    //!< Belady's bytes moved per iteration
   std::optional<RunResult> naive;
   std::string naive_skipped;

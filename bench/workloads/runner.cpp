@@ -123,8 +123,8 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
     char fits[160];
     std::snprintf(fits, sizeof fits, "it runs at %.2fx or less (--ratios %.2f)", std::floor(most * 100) / 100,
                   std::floor(most * 100) / 100);
-    throw std::invalid_argument("its largest kernel's operands need " +
-                                std::to_string(b.kernel_pages) + " device pages at once, but at " + at + " the device holds " +
+    throw std::invalid_argument("its largest kernel's operands need " + std::to_string(b.kernel_pages) +
+                                " device pages at once, but at " + at + " the device holds " +
                                 std::to_string(b.frames) + " (of a working set of " + std::to_string(b.working_pages) +
                                 " pages); " + fits);
   }
@@ -166,7 +166,80 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   ref.belady_bytes = cost.pages_per_iteration() * static_cast<double>(page_bytes);
   ref.bound_s = std::max(w.compute_us() * 1e-6, busier / (o.bus_gbs * 1e9));
   ref.window_bound_s = std::max(ref.bound_s, window_bound_s(w, b.frames, page_bytes, o.bus_gbs * 1e9));
+  // Belady's page-ins are the fewest any pager makes with these frames (prefetching changes when pages
+  // move, never how many must); its write-backs bound nothing (keeping dirty pages and dropping clean
+  // ones instead can write back less), so only the window program counts those.
+  const double loads_s = static_cast<double>(cost.loads) * per_iteration / (o.bus_gbs * 1e9);
+  ref.lower_bound_s =
+      std::max({w.compute_us() * 1e-6, loads_s, lower_bound_s(w, b.frames, page_bytes, o.bus_gbs * 1e9)});
   return ref;
+}
+
+double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
+                     int repeat) {
+  if (repeat < 1 || bus_bytes_per_s <= 0) throw std::invalid_argument("lower_bound_s: repeat >= 1, bus > 0");
+  const std::size_t n = w.step.size();
+  if (n == 0) return 0;
+  const std::size_t tensors = w.tensor_bytes.size();
+  const std::size_t total = n * static_cast<std::size_t>(repeat);
+  const double page_s = static_cast<double>(page_bytes) / bus_bytes_per_s;
+  std::vector<std::int64_t> pages(tensors);
+  for (std::size_t t = 0; t < tensors; ++t)
+    pages[t] = static_cast<std::int64_t>(pages_of(w.tensor_bytes[t], page_bytes));
+  // read_next[k * tensors + t]: after kernel k (its pins, then its discards), tensor t's next event, in
+  // the cycle of iterations, is a pin that reads its contents. Built backwards over two cycles.
+  std::vector<std::uint8_t> read_next(n * tensors, 0);
+  {
+    std::vector<std::uint8_t> next(tensors, 0);  // the next event from here on reads
+    for (std::size_t step = 2 * n; step-- > 0;) {
+      const Kernel& k = w.step[step % n];
+      if (step < n)
+        std::copy(next.begin(), next.end(), read_next.begin() + static_cast<std::ptrdiff_t>(step * tensors));
+      for (const auto t : k.discards) next[t] = 0;
+      for (auto p = k.pins.rbegin(); p != k.pins.rend(); ++p) next[p->tensor] = p->access != Access::write ? 1 : 0;
+    }
+  }
+  enum : std::uint8_t { absent, needs, no_data };
+  enum : std::uint8_t { unknown, produced, not_produced };
+  std::vector<std::uint8_t> first(tensors), last(tensors);
+  std::vector<double> f(total + 1, 0.0);
+  for (std::size_t j = 1; j <= total; ++j) {
+    std::fill(first.begin(), first.end(), absent);
+    std::fill(last.begin(), last.end(), unknown);
+    const std::uint8_t* reads_after = read_next.data() + ((j - 1) % n) * tensors;
+    std::int64_t need = 0, out = 0;
+    double compute = 0, best = 0;
+    auto set_first = [&](std::uint32_t t, std::uint8_t how) {
+      if (first[t] == needs) need -= pages[t];
+      first[t] = how;
+      if (how == needs) need += pages[t];
+    };
+    // The run's last write-or-discard of t decides whether the run leaves live data of t on the device:
+    // growing leftwards, the first one seen.
+    auto set_last = [&](std::uint32_t t, bool wrote) {
+      if (last[t] != unknown) return;
+      last[t] = wrote && reads_after[t] != 0 ? produced : not_produced;
+      if (last[t] == produced) out += pages[t];
+    };
+    for (std::size_t i = j; i >= 1 && j - i < n; --i) {
+      const Kernel& k = w.step[(i - 1) % n];
+      compute += k.compute_us * 1e-6;
+      for (const auto t : k.discards) {
+        set_first(t, no_data);
+        set_last(t, false);
+      }
+      for (auto p = k.pins.rbegin(); p != k.pins.rend(); ++p) {
+        set_first(p->tensor, p->access == Access::write ? no_data : needs);
+        if (p->access != Access::read) set_last(p->tensor, true);
+      }
+      const auto excess = [&](std::int64_t x) {
+        return static_cast<double>(std::max<std::int64_t>(0, x - static_cast<std::int64_t>(frames)));
+      };
+      best = std::max(best, f[i - 1] + std::max({compute, excess(need) * page_s, excess(out) * page_s}));
+    }
+    f[j] = best;
+  }
+  return f[total] / repeat;
 }
 
 double window_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
@@ -336,9 +409,11 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.compute_s = w.compute_us() * 1e-6;
   r.bound_s = ref.bound_s;
   r.window_bound_s = ref.window_bound_s;
+  r.lower_bound_s = ref.lower_bound_s;
   r.bytes_vs_belady = r.belady_bytes > 0 ? r.bytes_moved / r.belady_bytes : (r.bytes_moved == 0 ? 1.0 : INFINITY);
   r.time_vs_bound = r.bound_s > 0 ? r.step_time_s / r.bound_s : 1.0;
   r.time_vs_window_bound = r.window_bound_s > 0 ? r.step_time_s / r.window_bound_s : 1.0;
+  r.time_vs_lower_bound = r.lower_bound_s > 0 ? r.step_time_s / r.lower_bound_s : 1.0;
   r.misses = after.misses - before.misses;
   r.evictions = after.evictions - before.evictions;
   r.prefetched = after.prefetched - before.prefetched;

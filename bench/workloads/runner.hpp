@@ -58,9 +58,11 @@ struct RunResult {
   double compute_s = 0;
   double bound_s = 0;         // max(compute, Belady's busier direction / bus)
   double window_bound_s = 0;  // the bound with the device's capacity: see window_bound_s()
+  double lower_bound_s = 0;   // the lower bound with write-backs too: see Reference::lower_bound_s
   double bytes_vs_belady = 0;
   double time_vs_bound = 0;
   double time_vs_window_bound = 0;
+  double time_vs_lower_bound = 0;
   std::uint64_t misses = 0, evictions = 0, prefetched = 0;
   std::uint64_t verified_bytes = 0, mismatched_bytes = 0;
 };
@@ -83,6 +85,9 @@ struct Reference {
   double belady_bytes = 0;
   double bound_s = 0;
   double window_bound_s = 0;  // max(bound_s, window_bound_s(...))
+  //! A true lower bound on any pager's step time: max(compute, Belady's page-ins / bus,
+  //! lower_bound_s(...)), which counts the write-backs too (docs/benchmarks.md, "The lower bound").
+  double lower_bound_s = 0;
 };
 [[nodiscard]] Reference reference(const Workload& w, const RunOptions& o, const Budgets& b);
 
@@ -98,5 +103,18 @@ struct Reference {
 //! below it. Ignores per-copy latency, as the ideal bound does.
 [[nodiscard]] double window_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes,
                                     double bus_bytes_per_s, int repeat = 4);
+
+//! window_bound_s with both directions of the bus: a lower bound on any pager's time per iteration that
+//! counts the write-backs too. For a run of kernels [i, j] let D be as above, and W the pages written
+//! in the run (a pin that may write, not followed in the run by a discard) whose contents the program
+//! reads again after the run (the tensor's next event after kernel j, in the steady state's cycle, is a
+//! pin that reads). When kernel j ends, at most `frames` pages are resident or being written back, so
+//! at least |W| - frames pages of W were copied out whole between their last write in the run and its
+//! end. The two directions have a bus each and run at once: the run takes at least max(its compute,
+//! (|D| - frames) x page / bus, (|W| - frames) x page / bus). The best split into disjoint runs, as
+//! window_bound_s. It is never below window_bound_s, and above it where a phase produces more live data
+//! than the device holds (activations a forward pass keeps for the backward pass).
+[[nodiscard]] double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes,
+                                   double bus_bytes_per_s, int repeat = 4);
 
 }  // namespace tvmm::bench

@@ -26,8 +26,8 @@ struct Options {
   std::size_t tensor_mib = 8;
   double ratio = 3;
   int iterations = 4;
-  double bus_gbs = 25;       // a PCIe 4.0 x16 link, per direction
-  double compute_us = 600;   // a forward kernel; backward takes twice, the update half
+  double bus_gbs = 25;      // a PCIe 4.0 x16 link, per direction
+  double compute_us = 600;  // a forward kernel; backward takes twice, the update half
 };
 
 [[noreturn]] void usage(int code) {
@@ -122,12 +122,14 @@ int main(int argc, char** argv) {
   try {
     const auto b = tvmm::bench::budgets_for(w, o, opt.ratio);
     const std::size_t total = w.working_set_bytes();
-    std::printf("tvmm demo: a training loop of %zu layers (weights, activations, gradients, optimizer state of %s "
-                "each: %s)\n",
-                opt.layers, tvmm::format_bytes(opt.tensor_mib * tvmm::MiB).c_str(), tvmm::format_bytes(total).c_str());
-    std::printf("on a simulated GPU with %s of memory (%.1fx oversubscribed) and a %.0f GB/s bus each way; host "
-                "memory holds the rest\n\n",
-                tvmm::format_bytes(b.frames * o.page_bytes).c_str(), opt.ratio, opt.bus_gbs);
+    std::printf(
+        "tvmm demo: a training loop of %zu layers (weights, activations, gradients, optimizer state of %s "
+        "each: %s)\n",
+        opt.layers, tvmm::format_bytes(opt.tensor_mib * tvmm::MiB).c_str(), tvmm::format_bytes(total).c_str());
+    std::printf(
+        "on a simulated GPU with %s of memory (%.1fx oversubscribed) and a %.0f GB/s bus each way; host "
+        "memory holds the rest\n\n",
+        tvmm::format_bytes(b.frames * o.page_bytes).c_str(), opt.ratio, opt.bus_gbs);
     std::printf("%-38s %10s %18s %16s\n", "", "step time", "vs all in memory", "moved per step");
     double bound = 0;
     for (const Way& way : ways) {
@@ -143,8 +145,9 @@ int main(int argc, char** argv) {
       std::printf("%-38s %7.2f ms %17.2fx %16s\n", way.label, r.step_time_s * 1e3, r.step_time_s / bound,
                   tvmm::format_bytes(static_cast<std::size_t>(r.bytes_moved)).c_str());
     }
-    std::printf("(step time: the simulator's model of the device; the first iteration, which records the trace, "
-                "is not measured)\n\n");
+    std::printf(
+        "(step time: the simulator's model of the device; the first iteration, which records the trace, "
+        "is not measured)\n\n");
     // Again, every byte written with a pattern and checked when read back, in every configuration.
     std::uint64_t verified = 0, wrong = 0;
     for (const Way& way : ways) {
