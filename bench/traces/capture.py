@@ -8,6 +8,10 @@ measured time. Weights are randomly initialised; nothing is downloaded.
 
     python3 bench/traces/capture.py resnet18 bench/traces/resnet18.trace.gz
     python3 bench/traces/capture.py gpt2 bench/traces/gpt2.trace.gz
+    (also mobilenet_v2, widefc, encoder, lstm: capture.py --help)
+
+Each op also gets its floating-point operations and the bytes of the tensors it read and wrote, so that
+replay can model its time on a GPU (trace format version 2).
 
 Needs Debian's python3-torch and python3-torchvision (tools/setup/install-deps.sh traces).
 """
@@ -42,6 +46,45 @@ def storage_of(t):
     return None if ptr == 0 or nbytes == 0 else (ptr, nbytes)
 
 
+def tensor_bytes(t):
+    """Bytes of a tensor's own elements (a slice: its part), 0 for tensors without memory."""
+    if t.layout != torch.strided or t.is_meta:
+        return 0
+    return t.numel() * t.element_size()
+
+
+def shape_of(value):
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else None
+
+
+def op_flops(func, args, kwargs, outs):
+    """Floating-point operations of one aten op: 2 per multiply-add for matrix products and
+    convolutions (forward and backward), one per element of the largest tensor otherwise."""
+    name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+    arg = lambda i: args[i] if i < len(args) else None
+    if name in ("mm", "addmm", "bmm", "baddbmm", "addbmm"):
+        a, b = (arg(0), arg(1)) if name in ("mm", "bmm") else (arg(1), arg(2))
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() >= 2 and b.dim() >= 2:
+            batch = a.shape[0] if a.dim() == 3 else 1
+            return 2 * batch * a.shape[-2] * a.shape[-1] * b.shape[-1]
+    if name in ("convolution", "_convolution", "convolution_backward"):
+        # convolution(input, weight, bias, stride, padding, dilation, transposed, ...);
+        # convolution_backward(grad_output, input, weight, ..., transposed, output_padding, groups, output_mask)
+        backward = name == "convolution_backward"
+        x, wt = (arg(1), arg(2)) if backward else (arg(0), arg(1))
+        y = arg(0) if backward else (outs[0] if outs else None)
+        transposed = bool(arg(7) if backward else arg(6))
+        if isinstance(x, torch.Tensor) and isinstance(wt, torch.Tensor) and isinstance(y, torch.Tensor):
+            src = x if transposed else y  # each of its positions takes the whole kernel once per image
+            per_pass = 2 * src.shape[0] * math.prod(src.shape[2:]) * wt.numel()
+            if not backward:
+                return per_pass
+            mask = arg(10) if arg(10) is not None else (True, True, True)
+            return per_pass * (int(bool(mask[0])) + int(bool(mask[1])))
+    sizes = [t.numel() for t in tensors_in(args) + tensors_in(kwargs) + tensors_in(outs)]
+    return max(sizes) if sizes else 0
+
+
 class Recorder(TorchDispatchMode):
     """Records each aten op's storages and time. Storages are keyed by data pointer; a fresh output
     (a return with no alias annotation) is a new storage even if its pointer was used before."""
@@ -51,7 +94,7 @@ class Recorder(TorchDispatchMode):
         self.known = known  # data_ptr -> (kind, name) of storages that existed before the step
         self.ids = {}       # data_ptr -> storage id
         self.storages = []  # (bytes, kind, name)
-        self.ops = []       # (time_us, name, reads, writes)
+        self.ops = []       # (time_us, name, reads, writes, flops, bytes)
 
     def _id(self, t, kind=None, name=None, fresh=False):
         st = storage_of(t)
@@ -70,10 +113,15 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         schema = func._schema
         reads, writes = [], []
+        read_bytes = written_bytes = 0
         for i, arg in enumerate(schema.arguments):
             value = args[i] if i < len(args) else kwargs.get(arg.name)
             written = arg.alias_info is not None and arg.alias_info.is_write
             for t in tensors_in(value):
+                if not (written and arg.kwarg_only):
+                    read_bytes += tensor_bytes(t)
+                if written:
+                    written_bytes += tensor_bytes(t)
                 sid = self._id(t)
                 if sid is None:
                     continue
@@ -86,10 +134,13 @@ class Recorder(TorchDispatchMode):
         elapsed_us = (time.perf_counter() - start) * 1e6
         outs = out if isinstance(out, (tuple, list)) else (out,)
         name = str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func)
+        fresh_any = False
         for ret, value in zip(schema.returns, outs):
             fresh = ret.alias_info is None
             for t in tensors_in(value):
                 if fresh:
+                    fresh_any = True
+                    written_bytes += tensor_bytes(t)
                     sid = self._id(t, "temp", "aten::" + name, fresh=True)
                     if sid is not None:
                         writes.append(sid)
@@ -98,7 +149,12 @@ class Recorder(TorchDispatchMode):
                     if sid is not None and sid not in writes:
                         writes.append(sid)
         dedup = lambda ids: list(dict.fromkeys(ids))
-        self.ops.append((elapsed_us, "aten::" + str(func).split("aten.")[-1], dedup(reads), dedup(writes)))
+        # A view or another op that makes no data and writes none (detach, t, expand...) launches no kernel.
+        makes_data = fresh_any or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+        flops = op_flops(func, args, kwargs, list(outs)) if makes_data else 0
+        nbytes = read_bytes + written_bytes if makes_data else 0
+        self.ops.append((elapsed_us, "aten::" + str(func).split("aten.")[-1], dedup(reads), dedup(writes), flops,
+                         nbytes))
         return out
 
 
@@ -137,8 +193,82 @@ class GPT(nn.Module):
         return self.ln(x) @ self.tok.weight.t()
 
 
+class Encoder(nn.Module):
+    """A BERT-style encoder: token and position embeddings, post-norm blocks with bidirectional attention,
+    a masked-language-model head."""
+
+    def __init__(self, vocab, seq, d, layers, heads):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        return self.head(self.encoder(self.tok(idx) + self.pos(torch.arange(idx.shape[1]))))
+
+
+class RecurrentLM(nn.Module):
+    """A recurrent language model: embedding, a stacked LSTM, a linear decoder."""
+
+    def __init__(self, vocab, d, hidden, layers):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, hidden, layers, batch_first=True)
+        self.dec = nn.Linear(hidden, vocab)
+
+    def forward(self, idx):
+        return self.dec(self.lstm(self.tok(idx))[0])
+
+
+class WideFC(nn.Module):
+    """A CNN whose classifier holds most of its memory, as VGG's and AlexNet's do: four small conv blocks
+    that halve the image each, then fully connected layers of `fc` units on the flattened 64x4x4 map."""
+
+    def __init__(self, classes, fc):
+        super().__init__()
+        chans = [3, 32, 64, 64, 64]
+        blocks = []
+        for a, b in zip(chans, chans[1:]):
+            blocks += [nn.Conv2d(a, b, 3, padding=1), nn.BatchNorm2d(b), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+        self.features = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(4))
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * 4 * 4, fc), nn.ReLU(inplace=True),
+                                        nn.Linear(fc, fc), nn.ReLU(inplace=True), nn.Linear(fc, classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
 def build(model, args):
     torch.manual_seed(0)
+    if model in ("mobilenet_v2", "widefc"):
+        import torchvision
+        net = (torchvision.models.mobilenet_v2(num_classes=100) if model == "mobilenet_v2"
+               else WideFC(100, args.width))
+        x = torch.randn(args.batch, 3, args.image, args.image)
+        y = torch.randint(0, 100, (args.batch,))
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = lambda: F.cross_entropy(net(x), y)
+        meta = {"batch": args.batch, "image": args.image, "optimizer": "SGD(momentum=0.9)"}
+        if model == "widefc":
+            meta["fc"] = args.width
+        return net, opt, loss_fn, (x, y), meta
+    if model in ("encoder", "lstm"):
+        x = torch.randint(0, args.vocab, (args.batch, args.seq))
+        if model == "encoder":
+            net = Encoder(args.vocab, args.seq, args.width, args.layers, args.heads)
+            y = torch.randint(0, args.vocab, (args.batch, args.seq))
+            opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+            meta = {"batch": args.batch, "seq": args.seq, "vocab": args.vocab, "width": args.width,
+                    "layers": args.layers, "heads": args.heads, "optimizer": "AdamW"}
+        else:
+            net = RecurrentLM(args.vocab, args.width, args.hidden, args.layers)
+            y = torch.randint(0, args.vocab, (args.batch, args.seq))
+            opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+            meta = {"batch": args.batch, "seq": args.seq, "vocab": args.vocab, "embedding": args.width,
+                    "hidden": args.hidden, "layers": args.layers, "optimizer": "SGD(momentum=0.9)"}
+        loss_fn = lambda: F.cross_entropy(net(x).flatten(0, 1), y.flatten())
+        return net, opt, loss_fn, (x, y), meta
     if model == "resnet18":
         import torchvision
         net = torchvision.models.resnet18(num_classes=100)
@@ -160,18 +290,31 @@ def build(model, args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", choices=["resnet18", "gpt2"])
+    models = ["resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm"]
+    p.add_argument("model", choices=models)
     p.add_argument("out", help="trace file to write (.gz: gzip-compressed)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (resnet18: 16, gpt2: 4)")
-    p.add_argument("--image", type=int, default=128, help="resnet18: image side in pixels")
-    p.add_argument("--seq", type=int, default=128, help="gpt2: sequence length")
-    p.add_argument("--vocab", type=int, default=8192, help="gpt2: vocabulary size")
-    p.add_argument("--width", type=int, default=512, help="gpt2: embedding width")
-    p.add_argument("--layers", type=int, default=6, help="gpt2: blocks")
-    p.add_argument("--heads", type=int, default=8, help="gpt2: attention heads")
+    p.add_argument("--batch", type=int, default=None,
+                   help="batch size (resnet18, widefc: 16; mobilenet_v2, lstm: 8; gpt2, encoder: 4)")
+    p.add_argument("--image", type=int, default=None,
+                   help="resnet18, mobilenet_v2: image side in pixels (128); widefc: (64)")
+    p.add_argument("--seq", type=int, default=None, help="gpt2, encoder: sequence length (128); lstm: 32")
+    p.add_argument("--vocab", type=int, default=None, help="gpt2, encoder, lstm: vocabulary size (8192)")
+    p.add_argument("--width", type=int, default=None,
+                   help="gpt2, encoder: embedding width (512); lstm: embedding (256); widefc: fully connected "
+                        "units (4096)")
+    p.add_argument("--hidden", type=int, default=512, help="lstm: hidden units")
+    p.add_argument("--layers", type=int, default=None, help="gpt2: blocks (6); encoder: blocks (4); lstm: layers (2)")
+    p.add_argument("--heads", type=int, default=8, help="gpt2, encoder: attention heads")
     args = p.parse_args()
-    if args.batch is None:
-        args.batch = 16 if args.model == "resnet18" else 4
+    defaults = {"batch": {"gpt2": 4, "encoder": 4, "mobilenet_v2": 8, "lstm": 8}.get(args.model, 16),
+                "seq": 32 if args.model == "lstm" else 128,
+                "vocab": 8192,
+                "width": {"widefc": 4096, "lstm": 256}.get(args.model, 512),
+                "image": 64 if args.model == "widefc" else 128,
+                "layers": {"lstm": 2, "encoder": 4}.get(args.model, 6)}
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     torch.set_num_threads(max(1, torch.get_num_threads()))
 
     net, opt, loss_fn, inputs, meta = build(args.model, args)
@@ -200,14 +343,14 @@ def main():
         loss.backward()
         opt.step()
 
-    lines = ["tvmm-trace 1", f"meta model {args.model}", f"meta torch {torch.__version__}",
+    lines = ["tvmm-trace 2", f"meta model {args.model}", f"meta torch {torch.__version__}",
              f"meta loss {loss.item():.6f}"]
     lines += [f"meta {k} {v}" for k, v in sorted(meta.items())]
     for i, (nbytes, kind, name) in enumerate(rec.storages):
         lines.append(f"storage {i} {nbytes} {kind} {name}")
     fmt = lambda ids: ",".join(map(str, ids)) if ids else "-"
-    for us, name, r, w in rec.ops:
-        lines.append(f"op {us:.3f} {name} {fmt(r)} {fmt(w)}")
+    for us, name, r, w, flops, nbytes in rec.ops:
+        lines.append(f"op {us:.3f} {name} {fmt(r)} {fmt(w)} flops={flops} bytes={nbytes}")
     text = "\n".join(lines) + "\n"
     opener = gzip.open if args.out.endswith(".gz") else open
     with opener(args.out, "wt") as f:

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <fstream>
@@ -86,13 +87,21 @@ Trace parse_trace(const std::string& text, const std::string& source) {
   std::string line;
   std::size_t n = 0;
   bool header = false;
+  int version = 0;
   while (std::getline(in, line)) {
     ++n;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line[0] == '#') continue;
     if (!header) {
-      if (line != "tvmm-trace 1")
-        fail(source, n, "not a tvmm trace: the first line must be \"tvmm-trace 1\" (see docs/trace-format.md)");
+      if (line == "tvmm-trace 1") {
+        version = 1;
+      } else if (line == "tvmm-trace 2") {
+        version = 2;
+      } else {
+        fail(source, n,
+             "not a tvmm trace: the first line must be \"tvmm-trace 2\" (or 1, without op costs; see "
+             "docs/trace-format.md)");
+      }
       header = true;
       continue;
     }
@@ -115,25 +124,41 @@ Trace parse_trace(const std::string& text, const std::string& source) {
       s.name = f[4];
       t.storages.push_back(std::move(s));
     } else if (kind == "op") {
-      auto f = split_ws(line, 6);
-      if (f.size() != 5) fail(source, n, "op needs: op <time_us> <name> <read ids|-> <written ids|->");
+      auto f = split_ws(line, 16);
+      if (f.size() < 5 || (version == 1 && f.size() != 5)) {
+        fail(source, n,
+             version == 1 ? "op needs: op <time_us> <name> <read ids|-> <written ids|->"
+                          : "op needs: op <time_us> <name> <read ids|-> <written ids|-> [flops=<n>] [bytes=<n>]");
+      }
       TraceOp op;
       if (!parse_number(f[1], op.time_us) || !(op.time_us >= 0))
         fail(source, n, "op time \"" + f[1] + "\" is not a non-negative number of microseconds");
       op.name = f[2];
       op.reads = parse_ids(f[3], t.storages.size(), source, n);
       op.writes = parse_ids(f[4], t.storages.size(), source, n);
+      for (std::size_t i = 5; i < f.size(); ++i) {  // version 2: the op's costs
+        const auto eq = f[i].find('=');
+        const std::string key = f[i].substr(0, eq), value = eq == std::string::npos ? "" : f[i].substr(eq + 1);
+        double* field = key == "flops" ? &op.flops : key == "bytes" ? &op.bytes : nullptr;
+        if (field == nullptr || eq == std::string::npos) {
+          fail(source, n, "op field \"" + f[i] + "\": expected flops=<n> or bytes=<n>");
+        }
+        if (*field >= 0) fail(source, n, "op field " + key + " given twice");
+        if (!parse_number(value, *field) || !(*field >= 0))
+          fail(source, n, "op " + key + " \"" + value + "\" is not a non-negative number");
+      }
       t.ops.push_back(std::move(op));
     } else {
       fail(source, n, "unknown record \"" + kind + "\": expected meta, storage or op");
     }
   }
-  if (!header) fail(source, n, "empty trace: no \"tvmm-trace 1\" header");
+  if (!header) fail(source, n, "empty trace: no \"tvmm-trace 2\" (or 1) header");
   return t;
 }
 
 std::string format_trace(const Trace& t) {
-  std::string out = "tvmm-trace 1\n";
+  const bool costs = std::any_of(t.ops.begin(), t.ops.end(), [](const TraceOp& op) { return op.flops >= 0 || op.bytes >= 0; });
+  std::string out = costs ? "tvmm-trace 2\n" : "tvmm-trace 1\n";
   for (const auto& [k, v] : t.meta) {
     if (has_space(k)) throw std::runtime_error("trace meta key \"" + k + "\" is empty or has spaces");
     out += "meta " + k + " " + v + "\n";
@@ -147,7 +172,10 @@ std::string format_trace(const Trace& t) {
   for (const auto& op : t.ops) {
     if (has_space(op.name)) throw std::runtime_error("op name \"" + op.name + "\" is empty or has spaces");
     out += "op " + format_double(op.time_us) + " " + op.name + " " + format_ids(op.reads) + " " +
-           format_ids(op.writes) + "\n";
+           format_ids(op.writes);
+    if (op.flops >= 0) out += " flops=" + format_double(op.flops);
+    if (op.bytes >= 0) out += " bytes=" + format_double(op.bytes);
+    out += "\n";
   }
   return out;
 }

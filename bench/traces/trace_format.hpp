@@ -4,11 +4,13 @@
 // format; bench/traces/capture.py writes it from a PyTorch model.
 //
 // Text, one record per line, optionally gzip-compressed (read_trace tells by the magic bytes):
-//   tvmm-trace 1
+//   tvmm-trace 2                (or 1: traces without op costs, still read)
 //   meta <key> <value...>
 //   storage <id> <bytes> <kind> <name>
-//   op <time_us> <name> <read ids|-> <written ids|->
-// Ids are 0, 1, 2... in order of their storage lines; id lists are comma-separated.
+//   op <time_us> <name> <read ids|-> <written ids|-> [flops=<n>] [bytes=<n>]
+// Ids are 0, 1, 2... in order of their storage lines; id lists are comma-separated. flops= and bytes=
+// (version 2) are what the operator computed and the bytes of its tensors it read and wrote, for
+// modelling its time on a GPU (gpu_profile.hpp).
 
 #include <cstdint>
 #include <map>
@@ -31,6 +33,8 @@ struct TraceOp {
   double time_us = 0;
   std::vector<std::uint32_t> reads;
   std::vector<std::uint32_t> writes;
+  double flops = -1;  //!< floating-point operations it computed; < 0: not recorded (a version 1 trace)
+  double bytes = -1;  //!< bytes of its tensors it read and wrote (views: 0); < 0: not recorded
   bool operator==(const TraceOp&) const = default;
 };
 
@@ -48,7 +52,8 @@ struct Trace {
 //! Parses trace text; `source` names it in error messages.
 [[nodiscard]] Trace parse_trace(const std::string& text, const std::string& source);
 
-//! The trace as text (what read_trace reads back to an equal Trace; times keep 0.001 us).
+//! The trace as text (what read_trace reads back to an equal Trace; times keep 0.001 us): version 2 when
+//! an op has its costs recorded, else version 1.
 [[nodiscard]] std::string format_trace(const Trace& trace);
 
 //! Writes the trace to `path`, gzip-compressed when `path` ends in ".gz". Throws std::runtime_error.

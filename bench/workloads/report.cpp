@@ -68,6 +68,7 @@ json record_json(const Record& rec) {
   const auto& r = rec.result;
   const auto page = static_cast<double>(rec.page_bytes);
   return {{"workload", rec.workload},
+          {"op_time", rec.op_time},
           {"backend", rec.backend},
           {"policy", r.policy},
           {"oversubscription", number(r.ratio)},
@@ -260,6 +261,7 @@ bool write_text(const std::string& path, const std::string& text) {
 
 const std::vector<std::string>& summary_fields() {
   static const std::vector<std::string> fields = {"workload",
+                                                  "op_time",
                                                   "backend",
                                                   "policy",
                                                   "oversubscription",

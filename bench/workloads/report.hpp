@@ -37,6 +37,7 @@ struct Peers {
 struct Record {
   std::string workload;
   std::string backend;
+  std::string op_time;  //!< Workload::op_time
   std::size_t working_set_bytes = 0;
   Budgets budgets;
   std::size_t page_bytes = 0;

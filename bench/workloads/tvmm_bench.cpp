@@ -41,8 +41,9 @@ struct Sizes {
   std::size_t accesses = 128;
   double zipf = 0;
   double compute_us = 2000;
-  double compute_scale = 0.02;  // replay: recorded CPU op time x this (a GPU is ~50x faster)
+  double compute_scale = 0.02;  // replay with op_time "cpu": recorded CPU op time x this
   std::size_t min_mib = 1;      // replay: storages below are left out (tvmm's small-object arena)
+  std::string op_time = "h100-pcie";  // replay: a GPU profile (gpu_profile.hpp), or "cpu"
 };
 
 tvmm::bench::Workload build(const std::string& kind, const Sizes& s, const std::string& trace_path) {
@@ -55,14 +56,19 @@ tvmm::bench::Workload build(const std::string& kind, const Sizes& s, const std::
   const auto trace = read_trace(trace_path);
   const auto model =
       trace.meta.count("model") ? trace.meta.at("model") : std::filesystem::path(trace_path).filename().string();
-  return make_replay(trace, "replay:" + model, s.compute_scale, s.min_mib * mib);
+  OpTime time{s.compute_scale, s.op_time == "cpu" ? nullptr : &gpu_profile(s.op_time)};
+  return make_replay(trace, "replay:" + model, time, s.min_mib * mib);
 }
 
 struct Job {
   tvmm::bench::Workload workload;
   std::vector<double> ratios;
   bool timeline = false;  // sample residency (the trace policy at 2x, or the first ratio)
+  double bus_gbs = 0;     // the bus of this job's GPU profile (replay), unless --bus-gbs says; 0: --bus-gbs
 };
+
+// A replay job on a GPU profile runs over that GPU's host link.
+double profile_bus_gbs(const Sizes& s) { return s.op_time == "cpu" ? 0 : gpu_profile(s.op_time).bus_bytes_per_s / 1e9; }
 
 // The trace files shipped in bench/traces, found next to the source tree or the binary.
 std::string shipped_trace(const std::string& name) {
@@ -87,9 +93,10 @@ std::vector<Job> suite_jobs(const std::string& suite) {
   jobs.push_back({build("random", random, ""), ratios});
   Sizes scan{.tensor_mib = 2, .tensors = full ? 96u : 48u, .compute_us = 100};
   jobs.push_back({build("scan", scan, ""), ratios});
-  Sizes replay;
-  for (const char* t : {"resnet18.trace.gz", "gpt2.trace.gz"})
-    jobs.push_back({build("replay", replay, shipped_trace(t)), ratios, true});
+  Sizes replay;  // on the headline GPU profile (Sizes::op_time) and its bus
+  for (const char* t : {"resnet18.trace.gz", "gpt2.trace.gz", "mobilenet_v2.trace.gz", "widefc.trace.gz",
+                        "encoder.trace.gz", "lstm.trace.gz"})
+    jobs.push_back({build("replay", replay, shipped_trace(t)), ratios, true, profile_bus_gbs(replay)});
   return jobs;
 }
 
@@ -127,8 +134,16 @@ int main(int argc, char** argv) {
   app.add_option("--zipf", sizes.zipf, "random: Zipf skew s (0 = uniform)")->check(CLI::Range(0.0, 10.0));
   app.add_option("--trace", traces, "replay: trace file(s) (bench/traces/*.trace.gz; docs/trace-format.md)")
       ->check(CLI::ExistingFile);
-  app.add_option("--compute-scale", sizes.compute_scale, "replay: modelled compute = recorded op time x this")
+  app.add_option("--compute-scale", sizes.compute_scale,
+                 "replay with --op-time cpu: modelled compute = recorded op time x this")
       ->check(CLI::Range(0.0, 1000.0));
+  std::vector<std::string> op_times = {"cpu"};
+  for (const auto& p : gpu_profiles()) op_times.push_back(p.name);
+  app.add_option("--op-time", sizes.op_time,
+                 "replay: each op's time on this GPU (a roofline of its flops and bytes; the bus follows the GPU "
+                 "unless --bus-gbs is given: h100-sxm, h100-pcie (default), a100-sxm, a100-pcie), or cpu (the "
+                 "trace's CPU time x --compute-scale)")
+      ->check(CLI::IsMember(op_times));
   app.add_option("--min-mib", sizes.min_mib, "replay: leave out storages smaller than this (MiB)")
       ->check(CLI::Range(0, 4096));
   app.add_option("--iterations", o.iterations, "Iterations (the first 2 are warm-up)")->check(CLI::Range(3, 1000));
@@ -150,7 +165,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--disk-dir", o.disk_dir, "Directory for the NVMe tier and the kernel peer's file (not tmpfs)")
       ->check(CLI::ExistingDirectory);
-  app.add_option("--bus-gbs", o.bus_gbs, "Modelled bus bandwidth per direction, GB/s")->check(CLI::Range(0.1, 1000.0));
+  auto* bus_option =
+      app.add_option("--bus-gbs", o.bus_gbs, "Modelled bus bandwidth per direction, GB/s (default 25; replay on a GPU "
+                                             "profile: that GPU's)")
+          ->check(CLI::Range(0.1, 1000.0));
   app.add_option("--latency-us", o.latency_us, "Modelled cost per copy, microseconds")->check(CLI::Range(0.0, 1e6));
   app.add_option("--compute-us", sizes.compute_us, "Modelled compute per kernel (train: per forward kernel), us")
       ->check(CLI::Range(0.0, 1e7));
@@ -199,7 +217,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "tvmm-bench: --workload replay needs --trace FILE (e.g. bench/traces/gpt2.trace.gz)\n");
         return 2;
       }
-      for (const auto& t : traces) jobs.push_back({build("replay", sizes, t), ratios, true});
+      for (const auto& t : traces) jobs.push_back({build("replay", sizes, t), ratios, true, profile_bus_gbs(sizes)});
     } else {
       if (quick) {
         sizes.layers = 6;
@@ -228,6 +246,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> refused;  // workloads none of whose ratios could run
   for (const auto& job : jobs) {
     const auto& w = job.workload;
+    RunOptions jo = o;  // this job's options: a replay on a GPU profile crosses that GPU's bus
+    if (job.bus_gbs > 0 && bus_option->count() == 0) jo.bus_gbs = job.bus_gbs;
     std::size_t ratios_run = 0;
     std::string last_refusal;
     std::optional<RunResult> in_memory;
@@ -242,8 +262,8 @@ int main(int argc, char** argv) {
       Budgets b;
       auto peer_set = std::make_shared<Peers>();
       try {
-        b = budgets_for(w, o, ratio);
-        const auto ref = reference(w, o, b);
+        b = budgets_for(w, jo, ratio);
+        const auto ref = reference(w, jo, b);
         peer_set->belady_bytes = ref.belady_bytes;
         peer_set->bound_s = ref.bound_s;
         peer_set->window_bound_s = ref.window_bound_s;
@@ -257,7 +277,7 @@ int main(int argc, char** argv) {
       }
       ++ratios_run;
       peer_set->unified_memory.skipped = um_skipped;
-      peer_set->kernel_memory_limit = (b.frames + b.host_pages) * o.page_bytes;
+      peer_set->kernel_memory_limit = (b.frames + b.host_pages) * jo.page_bytes;
       auto peer_failed = [&](const char* peer, const std::exception& e) {
         std::fprintf(stderr, "%stvmm-bench: %s: the %s peer at %.2fx failed: %s\n", tty ? "\n" : "", w.name.c_str(),
                      peer, ratio, e.what());
@@ -266,7 +286,7 @@ int main(int argc, char** argv) {
       };
       if (wants("memory") && !in_memory && in_memory_skipped.rfind("failed", 0) != 0) {
         try {  // once per workload: the same at every ratio
-          auto mo = o;
+          auto mo = jo;
           mo.progress = label("all-in-memory");
           mo.host_fraction = 0;
           in_memory = run_pager(w, mo, "lru", 1.0);
@@ -278,7 +298,7 @@ int main(int argc, char** argv) {
       }
       if (wants("naive")) {
         try {
-          auto no = o;
+          auto no = jo;
           no.progress = label("naive");
           peer_set->naive = run_pager(w, no, "naive", ratio);
         } catch (const std::exception& e) {
@@ -293,15 +313,15 @@ int main(int argc, char** argv) {
         if (tty) std::fprintf(stderr, "\r%s   ", label("kernel").c_str());
         KernelPagerOptions ko;
         ko.memory_limit = peer_set->kernel_memory_limit;
-        ko.disk_dir = o.disk_dir;
-        ko.iterations = o.iterations;
-        ko.warmup = o.warmup;
+        ko.disk_dir = jo.disk_dir;
+        ko.iterations = jo.iterations;
+        ko.warmup = jo.warmup;
         peer_set->kernel = run_kernel_pager(w, ko);
         // tvmm's best policy on the wall clock, disk I/O included: what the kernel peer is compared with.
         const auto best =
             std::find(policies.begin(), policies.end(), "trace") != policies.end() ? "trace" : policies.front();
         try {
-          auto wo = o;
+          auto wo = jo;
           wo.timing = "wall";
           wo.progress = label(best + " (wall clock)");
           peer_set->tvmm_wall = run_pager(w, wo, best, ratio);
@@ -315,10 +335,10 @@ int main(int argc, char** argv) {
       if (um_skipped.empty()) {
         if (tty) std::fprintf(stderr, "\r%s   ", label("unified memory").c_str());
         UnifiedMemoryOptions uo;
-        uo.device_budget = b.frames * o.page_bytes;
+        uo.device_budget = b.frames * jo.page_bytes;
         uo.ordinal = tvmm::Config{}.cuda_device;  // the GPU the pager's runs use
-        uo.iterations = o.iterations;
-        uo.warmup = o.warmup;
+        uo.iterations = jo.iterations;
+        uo.warmup = jo.warmup;
         try {
           peer_set->unified_memory = run_unified_memory(w, uo);
           if (peer_set->unified_memory.mismatched_bytes != 0) {
@@ -334,14 +354,14 @@ int main(int argc, char** argv) {
         ++done;
       }
       for (const auto& policy : policies) {
-        auto po = o;
+        auto po = jo;
         po.progress = label(policy);
         Timeline tl{w.name, policy, ratio, {}};
         const bool sample = job.timeline && policy == "trace" && (ratio == 2.0 || job.ratios.size() == 1);
         try {
           auto r = run_pager(w, po, policy, ratio, sample ? &tl.residency : nullptr);
           if (r.mismatched_bytes != 0) ++failures;
-          records.push_back({w.name, device, w.working_set_bytes(), b, o.page_bytes, r, peer_set});
+          records.push_back({w.name, device, w.op_time, w.working_set_bytes(), b, jo.page_bytes, r, peer_set});
           if (sample) timelines.push_back(std::move(tl));
         } catch (const std::exception& e) {
           std::fprintf(stderr, "%stvmm-bench: %s %s at %.2fx failed: %s\n", tty ? "\n" : "", w.name.c_str(),

@@ -1,6 +1,7 @@
 #include "bench/workloads/workload.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -115,8 +116,19 @@ Workload make_scan(std::size_t tensors, std::size_t tensor_bytes, double compute
 }
 
 Workload make_replay(const Trace& trace, const std::string& name, double compute_scale, std::size_t min_bytes) {
+  return make_replay(trace, name, OpTime{compute_scale, nullptr}, min_bytes);
+}
+
+Workload make_replay(const Trace& trace, const std::string& name, const OpTime& time, std::size_t min_bytes) {
   Workload w;
   w.name = name;
+  if (time.gpu != nullptr) {
+    w.op_time = time.gpu->name;
+  } else {
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "cpu x%g", time.cpu_scale);
+    w.op_time = scale;
+  }
   constexpr auto none = static_cast<std::uint32_t>(-1);
   std::vector<std::uint32_t> tensor_of(trace.storages.size(), none);
   for (std::size_t s = 0; s < trace.storages.size(); ++s) {
@@ -127,7 +139,7 @@ Workload make_replay(const Trace& trace, const std::string& name, double compute
   double carried_us = 0;  // time of ops that touched no kept storage, added to the next kernel
   for (const auto& op : trace.ops) {
     Kernel k;
-    k.compute_us = carried_us + op.time_us * compute_scale;
+    k.compute_us = carried_us + (time.gpu != nullptr ? op_time_us(op, trace, *time.gpu) : op.time_us * time.cpu_scale);
     auto add = [&](std::uint32_t storage, Access a) {
       const auto t = tensor_of[storage];
       if (t == none) return;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/traces/trace_format.hpp"
+#include "bench/workloads/gpu_profile.hpp"
 #include "tvmm/tvmm.hpp"
 
 namespace tvmm::bench {
@@ -28,6 +29,9 @@ struct Kernel {
 
 struct Workload {
   std::string name;                       //!< "train", "infer", "random-uniform", "replay:resnet18", ...
+  //! Where its kernels' times come from: "set" (the synthetic workloads' parameters), "cpu x0.02" (a
+  //! trace's CPU times, scaled) or a GPU profile's name (a trace's ops' roofline times on that GPU).
+  std::string op_time = "set";
   std::vector<std::size_t> tensor_bytes;  //!< allocated once, before the first iteration
   std::vector<Kernel> step;               //!< one iteration, run again every iteration
   [[nodiscard]] std::size_t total_bytes() const;
@@ -61,11 +65,20 @@ Workload make_random(std::size_t tensors, std::size_t tensor_bytes, std::size_t 
 Workload make_scan(std::size_t tensors, std::size_t tensor_bytes, double compute_us);
 
 //! A model trace: one tensor per storage, one kernel per op that touches storages (read, write, or
-//! read_write when it does both), modelled compute = the recorded time x `compute_scale`. Storages
+//! read_write when it does both), modelled compute = the recorded time x `compute_scale` (or, below, the
+//! op's time on a GPU). Storages
 //! smaller than `min_bytes` are dropped (tvmm keeps such tensors resident in its small-object arena;
 //! their time still counts). Ops with no storages left add their time to the next kernel. A storage
 //! whose first access in the step is a pure write (an activation, a temporary) is discarded after the
 //! last kernel that uses it, as the program frees it then.
 Workload make_replay(const Trace& trace, const std::string& name, double compute_scale, std::size_t min_bytes);
+
+//! How replay models an operator's time: the trace's CPU time x `cpu_scale`, or with `gpu` set its
+//! roofline time on that GPU (op_time_us in gpu_profile.hpp).
+struct OpTime {
+  double cpu_scale = 0.02;
+  const GpuProfile* gpu = nullptr;
+};
+Workload make_replay(const Trace& trace, const std::string& name, const OpTime& time, std::size_t min_bytes);
 
 }  // namespace tvmm::bench

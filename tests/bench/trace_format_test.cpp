@@ -50,11 +50,11 @@ TEST(TraceFormat, RoundTripsAsTextPlainFileAndGzip) {
 }
 
 TEST(TraceFormat, ShippedTracesAreRealTrainingSteps) {
-  for (const char* name : {"resnet18", "gpt2"}) {
+  for (const char* name : {"resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm"}) {
     const auto t = read_trace(std::string(TVMM_SOURCE_DIR) + "/bench/traces/" + name + ".trace.gz");
     SCOPED_TRACE(name);
     EXPECT_EQ(t.meta.at("model"), name);
-    EXPECT_GT(t.ops.size(), 200u);
+    EXPECT_GT(t.ops.size(), 150u);
     std::map<std::string, std::size_t> kinds;
     for (const auto& s : t.storages) ++kinds[s.kind];
     // Parameters, their gradients and optimizer state existed before the step; the ops made temporaries.
@@ -66,6 +66,16 @@ TEST(TraceFormat, ShippedTracesAreRealTrainingSteps) {
     }
     EXPECT_TRUE(backward) << "the backward pass was not recorded";
     EXPECT_TRUE(optimizer_writes_params) << "the optimizer step was not recorded";
+    // Version 2: every op has its costs, and the matrix products do most of the flops.
+    double flops = 0, matrix = 0;
+    for (const auto& op : t.ops) {
+      ASSERT_GE(op.flops, 0) << op.name;
+      ASSERT_GE(op.bytes, 0) << op.name;
+      flops += op.flops;
+      if (op.name.find("mm") != std::string::npos || op.name.find("convolution") != std::string::npos)
+        matrix += op.flops;
+    }
+    EXPECT_GT(matrix, 0.5 * flops);
   }
 }
 
@@ -95,6 +105,29 @@ TEST(TraceFormat, BadInputSaysWhereAndWhat) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("cut.trace.gz"), std::string::npos) << e.what();
   }
+}
+
+// Version 2: each op may carry its flops and bytes; a trace without them is still written (and read) as
+// version 1, and version 1 traces keep their exact form.
+TEST(TraceFormat, OpCostsRoundTripAndVersionOneStaysReadable) {
+  auto t = sample();
+  EXPECT_EQ(format_trace(t).rfind("tvmm-trace 1\n", 0), 0u);
+  t.ops[0].flops = 2.5e9;
+  t.ops[0].bytes = 12582912;
+  t.ops[1].bytes = 0;
+  const auto text = format_trace(t);
+  EXPECT_EQ(text.rfind("tvmm-trace 2\n", 0), 0u);
+  EXPECT_NE(text.find("op 12.345 aten::mm.default 0 1 flops=2.5e+09 bytes=12582912\n"), std::string::npos) << text;
+  EXPECT_EQ(parse_trace(text, "mem"), t);
+  const auto back = parse_trace(text, "mem");
+  EXPECT_LT(back.ops[2].flops, 0);  // not recorded for this op
+  const std::string head = "tvmm-trace 2\nstorage 0 64 temp x\n";
+  EXPECT_NE(expect_error(head + "op 1 f 0 - watts=3\n").find("expected flops=<n> or bytes=<n>"), std::string::npos);
+  EXPECT_NE(expect_error(head + "op 1 f 0 - flops=1 flops=2\n").find("given twice"), std::string::npos);
+  EXPECT_NE(expect_error(head + "op 1 f 0 - bytes=-4\n").find("not a non-negative number"), std::string::npos);
+  EXPECT_NE(expect_error("tvmm-trace 1\nstorage 0 64 temp x\nop 1 f 0 - flops=1\n").find("op needs"),
+            std::string::npos);
+  EXPECT_NE(expect_error("tvmm-trace 3\n").find("must be \"tvmm-trace 2\""), std::string::npos);
 }
 
 TEST(TraceFormat, WritingRefusesNamesThatWouldNotReadBack) {
