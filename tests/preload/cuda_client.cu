@@ -41,6 +41,18 @@ void* must_alloc(std::size_t n) {
   return p;
 }
 
+// The PyTorch allocator entry points the preloaded library exports (tvmm/tvmm.h).
+struct TorchEntryPoints {
+  void* (*malloc)(ssize_t, int, void*);
+  void (*free)(void*, ssize_t, int, void*);
+};
+TorchEntryPoints torch_entry_points() {
+  TorchEntryPoints e{reinterpret_cast<void* (*)(ssize_t, int, void*)>(::dlsym(RTLD_DEFAULT, "tvmm_malloc")),
+                     reinterpret_cast<void (*)(void*, ssize_t, int, void*)>(::dlsym(RTLD_DEFAULT, "tvmm_free"))};
+  expect(e.malloc != nullptr && e.free != nullptr, "tvmm_malloc is not there (not under LD_PRELOAD?)");
+  return e;
+}
+
 void fill(void* p, std::size_t n, std::uint64_t seed, cudaStream_t stream = nullptr) {
   tvmm_fill<<<64, 256, 0, stream>>>(static_cast<unsigned char*>(p), n, seed);
   check(cudaGetLastError(), "launching tvmm_fill");
@@ -455,11 +467,7 @@ int devices() {
            "allocation " + std::to_string(i) + " on device " + std::to_string(blocks[i].second) + " has wrong bytes");
   }
   // The PyTorch entry point names its device.
-  using Malloc = void* (*)(ssize_t, int, void*);
-  using Free = void (*)(void*, ssize_t, int, void*);
-  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
-  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
-  expect(tvmm_malloc != nullptr && tvmm_free != nullptr, "tvmm_malloc is not there (not under LD_PRELOAD?)");
+  const auto [tvmm_malloc, tvmm_free] = torch_entry_points();
   check(cudaSetDevice(0), "cudaSetDevice");
   void* t = tvmm_malloc(2 << 20, 1, nullptr);
   expect(t != nullptr, "tvmm_malloc(device 1) failed");
@@ -507,11 +515,7 @@ int fork_child() {
 // every tensor) and cudaFreeAsync return while the freeing stream still runs, and the memory comes back
 // once the stream gets there (an allocation that needs it waits for that, not for the device).
 int stream_ordered() {
-  using Malloc = void* (*)(ssize_t, int, void*);
-  using Free = void (*)(void*, ssize_t, int, void*);
-  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
-  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
-  expect(tvmm_malloc != nullptr && tvmm_free != nullptr, "tvmm_malloc is not there (not under LD_PRELOAD?)");
+  const auto [tvmm_malloc, tvmm_free] = torch_entry_points();
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   std::size_t free0 = 0, total = 0;
@@ -658,11 +662,7 @@ int stats() {
 // The null stream is the legacy default stream: tvmm_free(p, ..., stream 0) (PyTorch's default stream
 // under the pluggable allocator) and cudaFreeAsync(p, 0) free in its order, without draining the device.
 int null_stream_free() {
-  using Malloc = void* (*)(ssize_t, int, void*);
-  using Free = void (*)(void*, ssize_t, int, void*);
-  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
-  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
-  expect(tvmm_malloc != nullptr && tvmm_free != nullptr, "tvmm_malloc is not there (not under LD_PRELOAD?)");
+  const auto [tvmm_malloc, tvmm_free] = torch_entry_points();
   std::size_t free0 = 0, total = 0;
   check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
   const std::size_t big = total - (std::size_t{8} << 20);
@@ -849,11 +849,7 @@ int foreign_allocations() {
 // A process whose first call to tvmm is tvmm_malloc naming device 1 (a torchrun rank after
 // torch.cuda.set_device(1)) gets device 1's memory, usable by device 1's kernels.
 int first_call_names_device_1() {
-  using Malloc = void* (*)(ssize_t, int, void*);
-  using Free = void (*)(void*, ssize_t, int, void*);
-  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
-  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
-  expect(tvmm_malloc != nullptr && tvmm_free != nullptr, "tvmm_malloc is not there (not under LD_PRELOAD?)");
+  const auto [tvmm_malloc, tvmm_free] = torch_entry_points();
   check(cudaSetDevice(1), "cudaSetDevice");
   void* t = tvmm_malloc(2 << 20, 1, nullptr);
   expect(t != nullptr, "tvmm_malloc(device 1) failed");
@@ -1056,10 +1052,7 @@ int disabled() {
   fill(p, 4 << 20, 8);
   expect(mismatches(p, 4 << 20, 8) == 0, "the runtime's memory has wrong bytes");
   check(cudaFree(p), "cudaFree");
-  using Malloc = void* (*)(ssize_t, int, void*);
-  using Free = void (*)(void*, ssize_t, int, void*);
-  auto* tvmm_malloc = reinterpret_cast<Malloc>(::dlsym(RTLD_DEFAULT, "tvmm_malloc"));
-  auto* tvmm_free = reinterpret_cast<Free>(::dlsym(RTLD_DEFAULT, "tvmm_free"));
+  const auto [tvmm_malloc, tvmm_free] = torch_entry_points();
   void* t = tvmm_malloc(1 << 20, 0, nullptr);
   expect(t != nullptr, "tvmm_malloc failed while tvmm is disabled");
   fill(t, 1 << 20, 9);
