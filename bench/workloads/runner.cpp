@@ -175,9 +175,13 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   return ref;
 }
 
-double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
-                     int repeat) {
-  if (repeat < 1 || bus_bytes_per_s <= 0) throw std::invalid_argument("lower_bound_s: repeat >= 1, bus > 0");
+namespace {
+// The window program of window_bound_s and lower_bound_s (runner.hpp): the best split of `repeat`
+// iterations into runs, each costing max(its compute, its loads beyond `frames`, and with `write_backs`
+// its write-backs beyond `frames`), per iteration.
+double window_program_s(const char* name, const Workload& w, std::size_t frames, std::size_t page_bytes,
+                        double bus_bytes_per_s, int repeat, bool write_backs) {
+  if (repeat < 1 || bus_bytes_per_s <= 0) throw std::invalid_argument(std::string(name) + ": repeat >= 1, bus > 0");
   const std::size_t n = w.step.size();
   if (n == 0) return 0;
   const std::size_t tensors = w.tensor_bytes.size();
@@ -186,10 +190,11 @@ double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_byt
   std::vector<std::int64_t> pages(tensors);
   for (std::size_t t = 0; t < tensors; ++t)
     pages[t] = static_cast<std::int64_t>(pages_of(w.tensor_bytes[t], page_bytes));
-  // read_next[k * tensors + t]: after kernel k (its pins, then its discards), tensor t's next event, in
-  // the cycle of iterations, is a pin that reads its contents. Built backwards over two cycles.
-  std::vector<std::uint8_t> read_next(n * tensors, 0);
-  {
+  // read_next[k * tensors + t] (write-backs only): after kernel k (its pins, then its discards), tensor t's
+  // next event, in the cycle of iterations, is a pin that reads its contents. Built backwards over two
+  // cycles.
+  std::vector<std::uint8_t> read_next(write_backs ? n * tensors : 0, 0);
+  if (write_backs) {
     std::vector<std::uint8_t> next(tensors, 0);  // the next event from here on reads
     for (std::size_t step = 2 * n; step-- > 0;) {
       const Kernel& k = w.step[step % n];
@@ -199,14 +204,16 @@ double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_byt
       for (auto p = k.pins.rbegin(); p != k.pins.rend(); ++p) next[p->tensor] = p->access != Access::write ? 1 : 0;
     }
   }
+  // first[t]: how the run's first event on tensor t treats its contents; last[t]: whether the run leaves
+  // data of t that is read later (its last write-or-discard of t was a write).
   enum : std::uint8_t { absent, needs, no_data };
   enum : std::uint8_t { unknown, produced, not_produced };
   std::vector<std::uint8_t> first(tensors), last(tensors);
-  std::vector<double> f(total + 1, 0.0);
+  std::vector<double> f(total + 1, 0.0);  // f[j]: the bound for the first j kernels
   for (std::size_t j = 1; j <= total; ++j) {
     std::fill(first.begin(), first.end(), absent);
     std::fill(last.begin(), last.end(), unknown);
-    const std::uint8_t* reads_after = read_next.data() + ((j - 1) % n) * tensors;
+    const std::uint8_t* reads_after = write_backs ? read_next.data() + ((j - 1) % n) * tensors : nullptr;
     std::int64_t need = 0, out = 0;
     double compute = 0, best = 0;
     auto set_first = [&](std::uint32_t t, std::uint8_t how) {
@@ -217,10 +224,15 @@ double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_byt
     // The run's last write-or-discard of t decides whether the run leaves live data of t on the device:
     // growing leftwards, the first one seen.
     auto set_last = [&](std::uint32_t t, bool wrote) {
-      if (last[t] != unknown) return;
+      if (!write_backs || last[t] != unknown) return;
       last[t] = wrote && reads_after[t] != 0 ? produced : not_produced;
       if (last[t] == produced) out += pages[t];
     };
+    const auto excess = [&](std::int64_t x) {
+      return static_cast<double>(std::max<std::int64_t>(0, x - static_cast<std::int64_t>(frames)));
+    };
+    // Grow the run [i, j] leftwards: kernel i's events become the run's first (its pins, then its
+    // discards, so set the discards first and let the pins override them).
     for (std::size_t i = j; i >= 1 && j - i < n; --i) {
       const Kernel& k = w.step[(i - 1) % n];
       compute += k.compute_us * 1e-6;
@@ -232,53 +244,22 @@ double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_byt
         set_first(p->tensor, p->access == Access::write ? no_data : needs);
         if (p->access != Access::read) set_last(p->tensor, true);
       }
-      const auto excess = [&](std::int64_t x) {
-        return static_cast<double>(std::max<std::int64_t>(0, x - static_cast<std::int64_t>(frames)));
-      };
       best = std::max(best, f[i - 1] + std::max({compute, excess(need) * page_s, excess(out) * page_s}));
     }
     f[j] = best;
   }
   return f[total] / repeat;
 }
+}  // namespace
+
+double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
+                     int repeat) {
+  return window_program_s("lower_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, true);
+}
 
 double window_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
                       int repeat) {
-  if (repeat < 1 || bus_bytes_per_s <= 0) throw std::invalid_argument("window_bound_s: repeat >= 1, bus > 0");
-  const std::size_t n = w.step.size();
-  if (n == 0) return 0;
-  const std::size_t total = n * static_cast<std::size_t>(repeat);
-  const double page_s = static_cast<double>(page_bytes) / bus_bytes_per_s;
-  std::vector<std::int64_t> pages(w.tensor_bytes.size());
-  for (std::size_t t = 0; t < pages.size(); ++t)
-    pages[t] = static_cast<std::int64_t>(pages_of(w.tensor_bytes[t], page_bytes));
-  // first[t]: how the run's first event on tensor t treats its contents.
-  enum : std::uint8_t { absent, needs, no_data };
-  std::vector<std::uint8_t> first(pages.size());
-  std::vector<double> f(total + 1, 0.0);  // f[j]: the bound for the first j kernels
-  for (std::size_t j = 1; j <= total; ++j) {
-    std::fill(first.begin(), first.end(), absent);
-    std::int64_t need = 0;
-    double compute = 0, best = 0;
-    auto set = [&](std::uint32_t t, std::uint8_t how) {
-      if (first[t] == needs) need -= pages[t];
-      first[t] = how;
-      if (how == needs) need += pages[t];
-    };
-    // Grow the run [i, j] leftwards: kernel i's events become the run's first (its pins, then its
-    // discards, so set the discards first and let the pins override them).
-    for (std::size_t i = j; i >= 1 && j - i < n; --i) {
-      const Kernel& k = w.step[(i - 1) % n];
-      compute += k.compute_us * 1e-6;
-      for (const auto t : k.discards) set(t, no_data);
-      for (auto p = k.pins.rbegin(); p != k.pins.rend(); ++p)
-        set(p->tensor, p->access == Access::write ? no_data : needs);
-      const double loads = static_cast<double>(std::max<std::int64_t>(0, need - static_cast<std::int64_t>(frames)));
-      best = std::max(best, f[i - 1] + std::max(compute, loads * page_s));
-    }
-    f[j] = best;
-  }
-  return f[total] / repeat;
+  return window_program_s("window_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, false);
 }
 
 RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& policy, double ratio,
