@@ -48,7 +48,7 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
   if (!free_.empty()) {
     f = free_.back();
     free_.pop_back();
-  } else if (created() < budget_ && (created() == 0 || Clock::now() >= retry_at_)) {
+  } else if (may_create()) {
     backend::ChunkHandle c;
     const backend::Status st = dev_.create_chunk(page_size_, &c, where_);
     if (st.code == backend::Errc::out_of_memory) {

@@ -31,7 +31,7 @@ class DeviceTier {
   //! Whether try_acquire would give a frame or try to create one now (false: all in use and none may be
   //! created, or the device is short and the next try is not due), without doing either.
   [[nodiscard]] bool may_acquire() const noexcept {
-    return !free_.empty() || (created() < budget_ && (created() == 0 || Clock::now() >= retry_at_));
+    return !free_.empty() || may_create();
   }
   //! Gives up to `frames` idle frames' memory back to the device (release_chunk), for allocations made
   //! outside tvmm; returns how many. The tier then counts as short: it creates no frame for a second (so
@@ -65,6 +65,11 @@ class DeviceTier {
   std::vector<std::uint32_t> free_;           // created and idle
   std::vector<std::uint32_t> gone_;           // frame numbers whose memory was given back (release_idle)
   using Clock = std::chrono::steady_clock;
+  //! A new frame may be tried: within the budget, and the device is not short (or the next try is due;
+  //! a tier with no frame at all always tries).
+  [[nodiscard]] bool may_create() const noexcept {
+    return created() < budget_ && (created() == 0 || Clock::now() >= retry_at_);
+  }
   bool short_ = false;          // the device had no memory for the last new frame
   Clock::time_point retry_at_;  // while short: no new frame is tried before then
 };

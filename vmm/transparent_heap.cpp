@@ -429,7 +429,7 @@ void TransparentHeap::collect_uses() {
   }
 }
 
-std::vector<std::pair<DevPtr, TransparentHeap::Block*>> TransparentHeap::ranked(bool hottest_first) {
+TransparentHeap::Ranking TransparentHeap::ranked(bool hottest_first) {
   // Heat first, then recency (all the heat is 0 when placing by allocation, or before any use is noted).
   using Key = std::pair<double, std::uint64_t>;
   std::vector<std::pair<Key, std::pair<DevPtr, Block*>>> keyed;
@@ -440,7 +440,7 @@ std::vector<std::pair<DevPtr, TransparentHeap::Block*>> TransparentHeap::ranked(
   std::stable_sort(keyed.begin(), keyed.end(), [hottest_first](const auto& x, const auto& y) {
     return hottest_first ? x.first > y.first : x.first < y.first;
   });
-  std::vector<std::pair<DevPtr, Block*>> order;
+  Ranking order;
   order.reserve(keyed.size());
   for (const auto& k : keyed) order.push_back(k.second);
   return order;
@@ -457,8 +457,10 @@ void TransparentHeap::maintain(bool drained) {
   if (deferred_ == 0 && !promotable && !(by_use_ && on_host)) return;
   if (deferred_ != 0 && drain_once(drained)) release_deferred(lk);
   collect_uses();
-  promote(lk, drained);
-  rebalance(lk, drained);
+  if (used_pages_ == on_device_ || device_held_back()) return;  // nothing goes to the device now
+  const Ranking hot = ranked(true);  // moves change no block's rank: one ranking serves both
+  promote(lk, hot, drained);
+  rebalance(lk, hot, drained);
 }
 
 void TransparentHeap::release_block(Lock&, std::map<DevPtr, Block>::iterator it) {
@@ -545,9 +547,9 @@ std::size_t TransparentHeap::device_memory_reachable() const {
   return free + (idle_device_pages() + std::min(on_device_, host_free)) * page_;
 }
 
-void TransparentHeap::promote(Lock&, bool& drained) {
-  if (on_device_ >= device_pages_ || used_pages_ == on_device_ || device_held_back()) return;
-  for (auto& [va, b] : ranked(true)) {
+void TransparentHeap::promote(Lock&, const Ranking& hot, bool& drained) {
+  if (on_device_ >= device_pages_) return;
+  for (const auto& [va, b] : hot) {
     for (std::size_t i = 0; i < b->where.size() && on_device_ < device_pages_; ++i) {
       // A GPU short of memory takes no more pages now; the next promotion tries again.
       if (b->where[i] == ChunkLocation::host && !move(va + i * page_, b->where[i], ChunkLocation::device, drained)) {
@@ -557,10 +559,9 @@ void TransparentHeap::promote(Lock&, bool& drained) {
   }
 }
 
-void TransparentHeap::rebalance(Lock&, bool& drained) {
-  if (!by_use_ || used_pages_ == on_device_ || device_held_back()) return;
-  const auto hot = ranked(true);
-  const auto cold = ranked(false);
+void TransparentHeap::rebalance(Lock&, const Ranking& hot, bool& drained) {
+  if (!by_use_ || used_pages_ == on_device_) return;
+  const Ranking cold = ranked(false);
   std::size_t budget = std::max<std::size_t>(2, device_pages_ / 4);
   // Host pages from the hottest block down, device pages from the coldest block up (each from its end).
   std::size_t h = 0, c = 0;

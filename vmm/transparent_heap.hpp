@@ -249,19 +249,22 @@ class TransparentHeap {
   void release_stream_ordered(Lock& lk, bool wait);
   //! Moves up to `pages` of the coldest device pages to the host; returns how many moved.
   std::size_t demote(Lock& lk, std::size_t pages, bool& drained);
-  void promote(Lock& lk, bool& drained);
+  //! The live blocks (and those kept for a graph) in rank order (ranked()).
+  using Ranking = std::vector<std::pair<backend::DevPtr, Block*>>;
+  //! Moves host pages into idle device frames, from the hottest block of `hot` (ranked(true)) down.
+  void promote(Lock& lk, const Ranking& hot, bool& drained);
   //! Placing by use: moves the uses noted since the last collection from the slots into the blocks.
   void collect_uses();
   //! Placing by use: swaps host pages of the most used blocks with device pages of clearly less used ones
   //! (a quarter more heat and one use more), at most a quarter of the device budget per call.
-  void rebalance(Lock& lk, bool& drained);
+  void rebalance(Lock& lk, const Ranking& hot, bool& drained);
   //! A block's score decayed to the present use clock.
   [[nodiscard]] double heat(const Block& b) const noexcept;
   //! Uses after which a use counts half: twice the live blocks (about an iteration of a program that
   //! names each of its allocations once or twice per iteration), at least 64.
   [[nodiscard]] double half_life() const noexcept;
   //! The live blocks (and those kept for a graph) in rank order: coldest first, or hottest first.
-  std::vector<std::pair<backend::DevPtr, Block*>> ranked(bool hottest_first);
+  Ranking ranked(bool hottest_first);
   UseSlot& use_slot(backend::DevPtr p) noexcept { return uses_[(p / page_) & use_mask_]; }
   std::uint64_t use_clock_ = 0;  // uses collected so far (under mu_)
   //! Forgets the uses noted on [va, va + pages) (the memory was freed or is new).
