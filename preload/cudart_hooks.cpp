@@ -30,6 +30,46 @@ int synchronize_without_runtime(const char* call, bool whole_device, cudaStream_
   return kNotInitialized;
 }
 
+using MallocAsyncFn = cudaError_t (*)(void**, std::size_t, cudaStream_t);
+using FreeAsyncFn = cudaError_t (*)(void*, cudaStream_t);
+using StreamSynchronizeFn = cudaError_t (*)(cudaStream_t);
+
+// A program compiled with --default-stream per-thread calls the _ptsz forms (cuda_runtime_api.h), in which
+// the null stream is the calling thread's default stream: `null_stream` is what a null stream names in
+// `call` (null: the legacy stream, which free_if_ours and the driver take it for; or kPerThreadStream).
+
+// Served by tvmm, usable in stream order at once: tvmm's memory is mapped before this returns.
+cudaError_t malloc_async(Real<MallocAsyncFn>& real, const char* call, void** ptr, std::size_t bytes,
+                         cudaStream_t stream) {
+  if (pass_through()) {
+    const auto next = real.get();
+    return next != nullptr ? next(ptr, bytes, stream) : no_runtime(call);
+  }
+  return allocate(call, ptr, bytes);
+}
+
+cudaError_t free_async(Real<FreeAsyncFn>& real, const char* call, void* ptr, cudaStream_t stream,
+                       cudaStream_t null_stream) {
+  const auto next = real.get();
+  int code = kSuccess;
+  if (ptr != nullptr && !pass_through() &&
+      free_if_ours(call, ptr, FreeKind::stream_ordered, stream != nullptr ? stream : null_stream, &code)) {
+    return code;
+  }
+  if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime(call);
+  return next(ptr, stream);
+}
+
+cudaError_t stream_synchronize(Real<StreamSynchronizeFn>& real, const char* call, cudaStream_t stream,
+                               cudaStream_t null_stream) {
+  const auto next = real.get();
+  const cudaError_t r =
+      next != nullptr ? next(stream)
+                      : synchronize_without_runtime(call, false, stream != nullptr ? stream : null_stream);
+  if (r == kSuccess && !pass_through()) quiescent();
+  return r;
+}
+
 }  // namespace
 
 extern "C" {
@@ -45,26 +85,13 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 }
 
 cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) {
-  using F = cudaError_t (*)(void**, std::size_t, cudaStream_t);
-  if (pass_through()) {
-    static Real<F> real_fn("cudaMallocAsync");
-    const auto next = real_fn.get();
-    return next != nullptr ? next(ptr, bytes, stream) : no_runtime("cudaMallocAsync");
-  }
-  // Usable in stream order at once: tvmm's memory is mapped before this returns.
-  return allocate("cudaMallocAsync", ptr, bytes);
+  static Real<MallocAsyncFn> real_fn("cudaMallocAsync");
+  return malloc_async(real_fn, "cudaMallocAsync", ptr, bytes, stream);
 }
 
-// A program compiled with --default-stream per-thread calls the _ptsz forms (cuda_runtime_api.h), in which
-// the null stream is the calling thread's default stream.
 cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t bytes, cudaStream_t stream) {
-  using F = cudaError_t (*)(void**, std::size_t, cudaStream_t);
-  if (pass_through()) {
-    static Real<F> real_fn("cudaMallocAsync_ptsz");
-    const auto next = real_fn.get();
-    return next != nullptr ? next(ptr, bytes, stream) : no_runtime("cudaMallocAsync_ptsz");
-  }
-  return allocate("cudaMallocAsync_ptsz", ptr, bytes);
+  static Real<MallocAsyncFn> real_fn("cudaMallocAsync_ptsz");
+  return malloc_async(real_fn, "cudaMallocAsync_ptsz", ptr, bytes, stream);
 }
 
 struct PitchedPtr {  // cudaPitchedPtr (driver_types.h)
@@ -118,28 +145,13 @@ cudaError_t cudaFree(void* ptr) {
 }
 
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
-  using F = cudaError_t (*)(void*, cudaStream_t);
-  static Real<F> real_fn("cudaFreeAsync");
-  const auto next = real_fn.get();
-  int code = kSuccess;
-  if (ptr != nullptr && !pass_through() && free_if_ours("cudaFreeAsync", ptr, FreeKind::stream_ordered, stream, &code))
-    return code;
-  if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFreeAsync");
-  return next(ptr, stream);
+  static Real<FreeAsyncFn> real_fn("cudaFreeAsync");
+  return free_async(real_fn, "cudaFreeAsync", ptr, stream, nullptr);
 }
 
 cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream) {
-  using F = cudaError_t (*)(void*, cudaStream_t);
-  static Real<F> real_fn("cudaFreeAsync_ptsz");
-  const auto next = real_fn.get();
-  int code = kSuccess;
-  if (ptr != nullptr && !pass_through() &&
-      free_if_ours("cudaFreeAsync_ptsz", ptr, FreeKind::stream_ordered, stream != nullptr ? stream : kPerThreadStream,
-                   &code)) {
-    return code;
-  }
-  if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFreeAsync_ptsz");
-  return next(ptr, stream);
+  static Real<FreeAsyncFn> real_fn("cudaFreeAsync_ptsz");
+  return free_async(real_fn, "cudaFreeAsync_ptsz", ptr, stream, kPerThreadStream);
 }
 
 cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
@@ -162,24 +174,13 @@ cudaError_t cudaDeviceSynchronize(void) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  using F = cudaError_t (*)(cudaStream_t);
-  static Real<F> real_fn("cudaStreamSynchronize");
-  const auto next = real_fn.get();
-  const cudaError_t r =
-      next != nullptr ? next(stream) : synchronize_without_runtime("cudaStreamSynchronize", false, stream);
-  if (r == kSuccess && !pass_through()) quiescent();
-  return r;
+  static Real<StreamSynchronizeFn> real_fn("cudaStreamSynchronize");
+  return stream_synchronize(real_fn, "cudaStreamSynchronize", stream, nullptr);
 }
 
 cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream) {
-  using F = cudaError_t (*)(cudaStream_t);
-  static Real<F> real_fn("cudaStreamSynchronize_ptsz");
-  const auto next = real_fn.get();
-  const cudaError_t r = next != nullptr ? next(stream)
-                                        : synchronize_without_runtime("cudaStreamSynchronize_ptsz", false,
-                                                                      stream != nullptr ? stream : kPerThreadStream);
-  if (r == kSuccess && !pass_through()) quiescent();
-  return r;
+  static Real<StreamSynchronizeFn> real_fn("cudaStreamSynchronize_ptsz");
+  return stream_synchronize(real_fn, "cudaStreamSynchronize_ptsz", stream, kPerThreadStream);
 }
 
 // cudaPointerGetAttributes: for tvmm's memory, device memory of its heap's device (the pages move between

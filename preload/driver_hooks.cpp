@@ -8,6 +8,17 @@
 // wrapped in the launch gate (launch_gate.hpp). Every CUDA runtime, dynamic or static, takes its
 // driver entry points from cuGetProcAddress, so this one place sees every launch and copy a program
 // makes, `kernel<<<...>>>` included.
+//
+// The file, in order (each part starts with a "// ---" line):
+//   slots             the hooked entry points: their names, the ABI versions cuGetProcAddress resolves to
+//                     them, and the driver's own functions behind them
+//   allocation        cuMemAlloc/Free, their stream-ordered and pitched forms, room made for cuMemCreate and
+//                     pool allocations, cuMemGetInfo, and cuGetProcAddress itself
+//   pointer queries   cuPointerGetAttribute(s), cuMemGetAddressRange for tvmm's memory
+//   device work       launches, copies and memsets, inside the launch gates and noting their uses
+//   graph capture     capture begin and end, which tvmm counts
+//   lifetimes         module and library unloads, context destruction (caches forgotten)
+//   dlsym             the interposed dlsym and its trampoline, and the table of this file's hooks
 #include <dlfcn.h>
 
 #include <atomic>
@@ -24,6 +35,8 @@ using namespace tvmm::preload;
 using CUresult = int;
 using CUdeviceptr = unsigned long long;
 using cuuint64_t = std::uint64_t;
+
+// --- slots ---------------------------------------------------------------------------------------------
 
 // The driver's own functions, learnt when a lookup is intercepted (or found with RTLD_NEXT when the
 // program linked libcuda directly and its calls bind to this library's definitions).
@@ -288,6 +301,8 @@ void substitute(const char* symbol, int version, cuuint64_t flags, void** pfn) n
 
 extern "C" {
 
+// --- allocation ----------------------------------------------------------------------------------------
+
 CUresult cuMemAlloc_v2(CUdeviceptr* ptr, std::size_t bytes) {
   using F = CUresult (*)(CUdeviceptr*, std::size_t);
   if (pass_through()) {
@@ -424,21 +439,20 @@ int device_of_pool(void* pool) noexcept {
   }
   return -1;
 }
+
+CUresult alloc_from_pool(Slot s, const char* call, CUdeviceptr* ptr, std::size_t bytes, void* pool, void* stream) {
+  using F = CUresult (*)(CUdeviceptr*, std::size_t, void*, void*);
+  const auto next = driver<F>(s);
+  if (next == nullptr) return no_driver(call);
+  return with_room(call, device_of_pool(pool), bytes, [&] { return next(ptr, bytes, pool, stream); });
+}
 }  // namespace
 extern "C" {
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* ptr, std::size_t bytes, void* pool, void* stream) {
-  using F = CUresult (*)(CUdeviceptr*, std::size_t, void*, void*);
-  const auto next = driver<F>(kMemAllocFromPoolAsync);
-  if (next == nullptr) return no_driver("cuMemAllocFromPoolAsync");
-  return with_room("cuMemAllocFromPoolAsync", device_of_pool(pool), bytes,
-                   [&] { return next(ptr, bytes, pool, stream); });
+  return alloc_from_pool(kMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", ptr, bytes, pool, stream);
 }
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* ptr, std::size_t bytes, void* pool, void* stream) {
-  using F = CUresult (*)(CUdeviceptr*, std::size_t, void*, void*);
-  const auto next = driver<F>(kMemAllocFromPoolAsyncPt);
-  if (next == nullptr) return no_driver("cuMemAllocFromPoolAsync_ptsz");
-  return with_room("cuMemAllocFromPoolAsync_ptsz", device_of_pool(pool), bytes,
-                   [&] { return next(ptr, bytes, pool, stream); });
+  return alloc_from_pool(kMemAllocFromPoolAsyncPt, "cuMemAllocFromPoolAsync_ptsz", ptr, bytes, pool, stream);
 }
 
 CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
@@ -467,6 +481,8 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_
   if (r == kSuccess) substitute(symbol, version, flags, pfn);
   return r;
 }
+
+// --- pointer queries -----------------------------------------------------------------------------------
 
 // Pointer queries. A tvmm page lives on a device frame or a host-located chunk and moves between them,
 // so the driver would describe one page (its mapping) and, for a page on the host, host memory. For a
@@ -540,6 +556,8 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, std::size_t* size, CUdevicep
   const auto next = driver<F>(kMemGetAddressRange);
   return next != nullptr ? next(base, size, ptr) : no_driver("cuMemGetAddressRange_v2");
 }
+
+// --- device work ---------------------------------------------------------------------------------------
 
 // The calls that queue device work: the driver's function, inside a shared hold of the launch gate,
 // after noting the tvmm memory they name (placement by use, launch_uses.hpp). Handles and structures
@@ -664,6 +682,8 @@ TVMM_GATED_NOTING(kMemsetD32Async, cuMemsetD32Async, (CUdeviceptr d, unsigned v,
 TVMM_GATED_NOTING(kMemsetD32AsyncPt, cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned v, std::size_t n, void* st),
                   (d, v, n, st), TVMM_GATE_D, TVMM_NOTE_D)
 
+// --- graph capture -------------------------------------------------------------------------------------
+
 // Graph capture. While any stream captures, tvmm serves allocations without moving pages, keeps freed
 // memory for the graph's replays and never synchronises (a device synchronise would invalidate the
 // capture). Every CUDA runtime begins and ends captures through these entry points (cuGetProcAddress),
@@ -734,29 +754,28 @@ CUresult cuStreamEndCapture_ptsz(void* stream, void** graph) {
   return end_capture(kStreamEndCapturePt, "cuStreamEndCapture_ptsz", stream, graph, true);
 }
 
+}  // extern "C"
+
+// --- lifetimes -----------------------------------------------------------------------------------------
+
 // A module or library unloaded: a function handle it held may be reused for another kernel with other
 // parameters, so the parameter layouts learnt so far are forgotten (launch_uses.hpp), before the unload
 // (no launch of a handle about to go reads a stale layout afterwards) and after it (none learnt during it
 // survives).
-CUresult cuModuleUnload(void* module) {
+namespace {
+CUresult unload(Slot s, const char* call, void* handle) {
   using F = CUresult (*)(void*);
-  const auto next = driver<F>(kModuleUnload);
-  if (next == nullptr) return no_driver("cuModuleUnload");
+  const auto next = driver<F>(s);
+  if (next == nullptr) return no_driver(call);
   forget_layouts();
-  const CUresult r = next(module);
+  const CUresult r = next(handle);
   forget_layouts();
   return r;
 }
-
-CUresult cuLibraryUnload(void* library) {
-  using F = CUresult (*)(void*);
-  const auto next = driver<F>(kLibraryUnload);
-  if (next == nullptr) return no_driver("cuLibraryUnload");
-  forget_layouts();
-  const CUresult r = next(library);
-  forget_layouts();
-  return r;
-}
+}  // namespace
+extern "C" {
+CUresult cuModuleUnload(void* module) { return unload(kModuleUnload, "cuModuleUnload", module); }
+CUresult cuLibraryUnload(void* library) { return unload(kLibraryUnload, "cuLibraryUnload", library); }
 
 // A context destroyed: a new one may get its address on another device, so the per-thread record of
 // which device each context is on is forgotten (gate_of_current_device).
@@ -783,6 +802,8 @@ CUresult cuCtxDestroy_v2(void* ctx) {
 #undef TVMM_GATE_D
 #undef TVMM_GATE_S
 #undef TVMM_GATE_DS
+
+// --- dlsym ---------------------------------------------------------------------------------------------
 
 // glibc's dlsym, where the trampoline below jumps.
 __attribute__((visibility("hidden"))) void* tvmm_glibc_dlsym = nullptr;

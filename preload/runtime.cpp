@@ -46,10 +46,9 @@ Level parse_level(const char* v) noexcept {
 // "auto" on the CUDA backend: the caller's current device; else one heap, in slot 0).
 pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 std::atomic<detail::TransparentHeap*> g_heaps[kMaxDevices];
-// The heaps that place by use, in creation order (note_use asks each): a compact list, so a launch
-// hook's check of an argument word costs one load when there are none and a range test per heap.
-std::atomic<detail::TransparentHeap*> g_use_heaps[kMaxDevices];
-std::atomic<int> g_use_heap_count{0};
+// Whether the heaps place by use (all or none: they share one configuration), so a launch hook's check of
+// its argument words costs one load when they do not.
+std::atomic<bool> g_by_use{false};
 // The heap that remaps under the program's threads (vmm on the simulator): the fault handler's.
 std::atomic<detail::RemapHeap*> g_remap_heap{nullptr};
 bool g_failed[kMaxDevices] = {};  // under g_init_mu
@@ -74,7 +73,8 @@ __attribute__((tls_model("initial-exec"))) thread_local const void* t_fault_addr
 __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t t_fault_epoch = 0;
 
 static_assert(kMaxGates == kMaxDevices, "a launch gate per heap slot");
-// The compact list of the heaps created, for gate_of: a launch hook's lookup reads only these.
+// The compact list of the heaps created, with their slots, for gate_of and note_use: a launch hook's
+// lookup reads only these.
 std::atomic<detail::TransparentHeap*> g_created[kMaxDevices];
 std::atomic<int> g_created_slot[kMaxDevices];
 std::atomic<int> g_created_count{0};
@@ -205,8 +205,7 @@ void after_fork_child() {
   reset_captures_after_fork();
   reset_gates_after_fork();
   g_created_count.store(0);
-  g_use_heap_count.store(0);
-  for (auto& u : g_use_heaps) u.store(nullptr);
+  g_by_use.store(false);
   for (bool& f : g_failed) f = false;
   g_init_error.clear();
   if (cuda) {
@@ -251,8 +250,7 @@ detail::TransparentHeap* create_heap(int device) {
   // the program's runtime queues its work) to move or free pages: from here to the end of the heap
   // operation no other thread queues device work that may touch this heap's memory (launch_gate.hpp).
   // The drain itself never touches the calling thread's current context, which stays the program's.
-  const int slot = g_per_device.load(std::memory_order_acquire) ? device : 0;
-  auto before_drain = [slot] { launch_gate(slot).lock_for_remap(); };
+  auto before_drain = [device] { launch_gate(device).lock_for_remap(); };  // `device` is the heap's slot
   detail::TransparentHeap* h = detail::make_transparent_heap(cfg, before_drain, &why).release();
   h->set_capture_probe(capture_under_way);
   // Falling back to managed memory is a choice the user should see; the rest is at info level.
@@ -452,14 +450,9 @@ detail::TransparentHeap* heap(int device) noexcept {
       g_heaps[device].store(h, std::memory_order_release);
       const int created = g_created_count.load(std::memory_order_relaxed);
       g_created[created].store(h, std::memory_order_release);
-      g_created_slot[created].store(g_per_device.load(std::memory_order_acquire) ? device : 0,
-                                    std::memory_order_release);
+      g_created_slot[created].store(device, std::memory_order_release);
       g_created_count.store(created + 1, std::memory_order_release);
-      if (h->places_by_use()) {
-        const int n = g_use_heap_count.load(std::memory_order_relaxed);
-        g_use_heaps[n].store(h, std::memory_order_release);
-        g_use_heap_count.store(n + 1, std::memory_order_release);
-      }
+      if (h->places_by_use()) g_by_use.store(true, std::memory_order_release);
       if (!g_exit_registered) g_exit_registered = std::atexit(write_stats_at_exit) == 0;
     } catch (const std::exception& e) {
       g_failed[device] = true;
@@ -695,13 +688,13 @@ int gate_of_current_device() noexcept {
                                                                                                            : -1;
 }
 
-bool any_heap_places_by_use() noexcept { return g_use_heap_count.load(std::memory_order_acquire) > 0; }
+bool any_heap_places_by_use() noexcept { return g_by_use.load(std::memory_order_acquire); }
 
 void note_use(std::uint64_t address) noexcept {
-  const int n = g_use_heap_count.load(std::memory_order_acquire);
+  const int n = g_created_count.load(std::memory_order_acquire);
   const auto* p = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address));
   for (int i = 0; i < n; ++i) {
-    detail::TransparentHeap* h = g_use_heaps[i].load(std::memory_order_acquire);
+    detail::TransparentHeap* h = g_created[i].load(std::memory_order_acquire);
     if (h != nullptr && h->may_contain(p)) {
       h->note_use(p);
       return;
