@@ -514,6 +514,21 @@ CUresult alloc_device(Driver& d, Context* ctx, Device* dev, std::size_t bytes, C
   return CUDA_SUCCESS;
 }
 
+// Frees the classic allocation at `dptr`, unmapping it and its reservation (the driver mutex held); false
+// when `dptr` is not the start of one.
+bool free_device(Driver& d, CUdeviceptr dptr) {
+  auto it = d.allocs.find(dptr);
+  if (it == d.allocs.end()) return false;
+  Chunk* c = it->second;
+  d.allocs.erase(it);
+  c->released = true;
+  d.unmap(dptr, c->size);  // frees the chunk
+  auto r = d.reservations.find(dptr);
+  ::munmap(as_ptr(dptr), r->second.size);
+  d.reservations.erase(r);
+  return true;
+}
+
 CUresult MemAlloc(CUdeviceptr* dptr, std::size_t bytes) {
   CUEMU_ENTER_CTX(ctx);
   // cuda.h (cuMemAlloc): "If bytesize is 0, cuMemAlloc() returns CUDA_ERROR_INVALID_VALUE."
@@ -612,15 +627,7 @@ CUresult MemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   return enqueue(s, [dptr] {
     Driver& dr = Driver::get();
     std::lock_guard lk(dr.mu);
-    auto it = dr.allocs.find(dptr);
-    if (it == dr.allocs.end()) return CUDA_SUCCESS;  // freed meanwhile by cuMemFree (the program's bug)
-    Chunk* c = it->second;
-    dr.allocs.erase(it);
-    c->released = true;
-    dr.unmap(dptr, c->size);
-    auto r = dr.reservations.find(dptr);
-    ::munmap(as_ptr(dptr), r->second.size);
-    dr.reservations.erase(r);
+    (void)free_device(dr, dptr);  // false: freed meanwhile by cuMemFree (the program's bug)
     return CUDA_SUCCESS;
   });
 }
@@ -634,16 +641,7 @@ CUresult MemFree(CUdeviceptr dptr) {
   Driver& d = Driver::get();
   std::lock_guard lk(d.mu);
   if (dptr == 0) return CUDA_SUCCESS;
-  if (auto it = d.allocs.find(dptr); it != d.allocs.end()) {
-    Chunk* c = it->second;
-    d.allocs.erase(it);
-    c->released = true;
-    d.unmap(dptr, c->size);  // frees the chunk
-    auto r = d.reservations.find(dptr);
-    ::munmap(as_ptr(dptr), r->second.size);
-    d.reservations.erase(r);
-    return CUDA_SUCCESS;
-  }
+  if (free_device(d, dptr)) return CUDA_SUCCESS;
   if (auto it = d.host.find(static_cast<std::uintptr_t>(dptr));
       it != d.host.end() && it->second.kind == HostKind::managed) {
     return free_managed(d, it->first);

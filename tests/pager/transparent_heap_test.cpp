@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -33,10 +34,16 @@ Config small_config() {
 // One heap of the mechanism the test is instantiated for, counting its drains.
 struct Heap {
   int drains = 0;  // calls of the Drain callback (before a drain, or a release in stream order)
+  std::function<void()> on_drain;  // run at each call too (where the interposer closes its launch gate)
   std::unique_ptr<TransparentHeap> owner;
   TransparentHeap& heap;
   explicit Heap(const std::string& memory, Config c = small_config())
-      : owner(make_transparent_heap((c.transparent_memory = memory, c), [this] { ++drains; })), heap(*owner) {}
+      : owner(make_transparent_heap((c.transparent_memory = memory, c),
+                                    [this] {
+                                      ++drains;
+                                      if (on_drain) on_drain();
+                                    })),
+        heap(*owner) {}
 };
 
 class TransparentHeapTest : public ::testing::TestWithParam<std::string> {
@@ -198,10 +205,9 @@ TEST_P(TransparentHeapTest, NothingDrainsWhileAGraphIsCaptured) {
 TEST_P(TransparentHeapTest, ACaptureThatBeginsJustBeforeTheDrainIsNotInvalidated) {
   bool capturing = false;
   bool begin_at_drain = false;
-  Config c = small_config();
-  c.transparent_memory = GetParam();
-  auto owner = make_transparent_heap(c, [&] { capturing = capturing || begin_at_drain; });
-  TransparentHeap& heap = *owner;
+  Heap h(GetParam());
+  h.on_drain = [&] { capturing = capturing || begin_at_drain; };
+  TransparentHeap& heap = h.heap;
   heap.set_capture_probe([&] { return capturing; });
   std::vector<void*> full;
   for (unsigned i = 0; i < 4; ++i) full.push_back(heap.allocate(page));  // the whole device
@@ -250,10 +256,9 @@ TEST_P(TransparentHeapTest, CompletedStreamOrderedFreesWaitForTheCaptureToEnd) {
 TEST_P(TransparentHeapTest, AStreamOrderedReleaseLooksForACaptureAfterClosingTheGate) {
   bool capturing = false;
   bool begin_at_gate = false;
-  Config c = small_config();
-  c.transparent_memory = GetParam();
-  auto owner = make_transparent_heap(c, [&] { capturing = capturing || begin_at_gate; });
-  TransparentHeap& heap = *owner;
+  Heap h(GetParam());
+  h.on_drain = [&] { capturing = capturing || begin_at_gate; };
+  TransparentHeap& heap = h.heap;
   heap.set_capture_probe([&] { return capturing; });
   backend::StreamHandle s = nullptr;
   ASSERT_TRUE(heap.device().create_stream(&s).ok());

@@ -53,6 +53,26 @@ TorchEntryPoints torch_entry_points() {
   return e;
 }
 
+// A stream-ordered allocation and free on `s`, through PyTorch's allocator entry points or the runtime's
+// cudaMallocAsync and cudaFreeAsync.
+void* malloc_async(bool pytorch, std::size_t n, cudaStream_t s) {
+  void* p = nullptr;
+  if (pytorch) {
+    p = torch_entry_points().malloc(static_cast<ssize_t>(n), 0, s);
+    expect(p != nullptr, "tvmm_malloc failed");
+  } else {
+    check(cudaMallocAsync(&p, n, s), "cudaMallocAsync");
+  }
+  return p;
+}
+void free_async(bool pytorch, void* p, std::size_t n, cudaStream_t s) {
+  if (pytorch) {
+    torch_entry_points().free(p, static_cast<ssize_t>(n), 0, s);
+  } else {
+    check(cudaFreeAsync(p, s), "cudaFreeAsync");
+  }
+}
+
 void fill(void* p, std::size_t n, std::uint64_t seed, cudaStream_t stream = nullptr) {
   tvmm_fill<<<64, 256, 0, stream>>>(static_cast<unsigned char*>(p), n, seed);
   check(cudaGetLastError(), "launching tvmm_fill");
@@ -515,7 +535,6 @@ int fork_child() {
 // every tensor) and cudaFreeAsync return while the freeing stream still runs, and the memory comes back
 // once the stream gets there (an allocation that needs it waits for that, not for the device).
 int stream_ordered() {
-  const auto [tvmm_malloc, tvmm_free] = torch_entry_points();
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   std::size_t free0 = 0, total = 0;
@@ -523,13 +542,7 @@ int stream_ordered() {
   const std::size_t big = total - (std::size_t{8} << 20);  // most of the capacity
   constexpr std::uint64_t kBusyNs = 300'000'000;
   for (const bool pytorch : {true, false}) {
-    void* p = nullptr;
-    if (pytorch) {
-      p = tvmm_malloc(static_cast<ssize_t>(big), 0, s);
-      expect(p != nullptr, "tvmm_malloc failed");
-    } else {
-      check(cudaMallocAsync(&p, big, s), "cudaMallocAsync");
-    }
+    void* p = malloc_async(pytorch, big, s);
     fill(p, big, 3, s);
     tvmm_busy<<<1, 1, 0, s>>>(kBusyNs);  // the stream is busy well after the free returns
     check(cudaGetLastError(), "launching tvmm_busy");
@@ -538,11 +551,7 @@ int stream_ordered() {
     check(cudaLaunchHostFunc(
               s, [](void*) { reached = true; }, nullptr),
           "cudaLaunchHostFunc");
-    if (pytorch) {
-      tvmm_free(p, static_cast<ssize_t>(big), 0, s);
-    } else {
-      check(cudaFreeAsync(p, s), "cudaFreeAsync");
-    }
+    free_async(pytorch, p, big, s);
     expect(cudaStreamQuery(s) == cudaErrorNotReady,
            std::string(pytorch ? "tvmm_free" : "cudaFreeAsync") + " waited for the device (a drain)");
     // The memory comes back when the stream gets there: an allocation that needs it waits for that.
@@ -662,18 +671,11 @@ int stats() {
 // The null stream is the legacy default stream: tvmm_free(p, ..., stream 0) (PyTorch's default stream
 // under the pluggable allocator) and cudaFreeAsync(p, 0) free in its order, without draining the device.
 int null_stream_free() {
-  const auto [tvmm_malloc, tvmm_free] = torch_entry_points();
   std::size_t free0 = 0, total = 0;
   check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
   const std::size_t big = total - (std::size_t{8} << 20);
   for (const bool pytorch : {true, false}) {
-    void* p = nullptr;
-    if (pytorch) {
-      p = tvmm_malloc(static_cast<ssize_t>(big), 0, nullptr);
-      expect(p != nullptr, "tvmm_malloc failed");
-    } else {
-      check(cudaMallocAsync(&p, big, nullptr), "cudaMallocAsync");
-    }
+    void* p = malloc_async(pytorch, big, nullptr);
     fill(p, big, 3);
     tvmm_busy<<<1, 1>>>(300'000'000);  // the null stream is busy well after the free returns
     check(cudaGetLastError(), "launching tvmm_busy");
@@ -683,11 +685,7 @@ int null_stream_free() {
               nullptr, [](void*) { reached = true; }, nullptr),
           "cudaLaunchHostFunc");
     const std::string before = memory_stats(-1);
-    if (pytorch) {
-      tvmm_free(p, static_cast<ssize_t>(big), 0, nullptr);
-    } else {
-      check(cudaFreeAsync(p, nullptr), "cudaFreeAsync");
-    }
+    free_async(pytorch, p, big, nullptr);
     const std::string after = memory_stats(-1);
     const char* what = pytorch ? "tvmm_free on the null stream" : "cudaFreeAsync on the null stream";
     expect(json_number(after, "drains") == json_number(before, "drains"), std::string(what) + " drained the device");
