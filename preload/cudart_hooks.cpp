@@ -63,9 +63,9 @@ cudaError_t free_async(Real<FreeAsyncFn>& real, const char* call, void* ptr, cud
 cudaError_t stream_synchronize(Real<StreamSynchronizeFn>& real, const char* call, cudaStream_t stream,
                                cudaStream_t null_stream) {
   const auto next = real.get();
-  const cudaError_t r =
-      next != nullptr ? next(stream)
-                      : synchronize_without_runtime(call, false, stream != nullptr ? stream : null_stream);
+  const cudaError_t r = next != nullptr
+                            ? next(stream)
+                            : synchronize_without_runtime(call, false, stream != nullptr ? stream : null_stream);
   if (r == kSuccess && !pass_through()) quiescent();
   return r;
 }

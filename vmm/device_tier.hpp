@@ -30,9 +30,7 @@ class DeviceTier {
   void release(std::uint32_t frame) noexcept;
   //! Whether try_acquire would give a frame or try to create one now (false: all in use and none may be
   //! created, or the device is short and the next try is not due), without doing either.
-  [[nodiscard]] bool may_acquire() const noexcept {
-    return !free_.empty() || may_create();
-  }
+  [[nodiscard]] bool may_acquire() const noexcept { return !free_.empty() || may_create(); }
   //! Gives up to `frames` idle frames' memory back to the device (release_chunk), for allocations made
   //! outside tvmm; returns how many. The tier then counts as short: it creates no frame for a second (so
   //! the memory is there for the allocation that needed it), then tries again as after any shortage.

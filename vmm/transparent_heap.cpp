@@ -458,7 +458,7 @@ void TransparentHeap::maintain(bool drained) {
   if (deferred_ != 0 && drain_once(drained)) release_deferred(lk);
   collect_uses();
   if (used_pages_ == on_device_ || device_held_back()) return;  // nothing goes to the device now
-  const Ranking hot = ranked(true);  // moves change no block's rank: one ranking serves both
+  const Ranking hot = ranked(true);                             // moves change no block's rank: one ranking serves both
   promote(lk, hot, drained);
   rebalance(lk, hot, drained);
 }

@@ -157,7 +157,8 @@ Trace parse_trace(const std::string& text, const std::string& source) {
 }
 
 std::string format_trace(const Trace& t) {
-  const bool costs = std::any_of(t.ops.begin(), t.ops.end(), [](const TraceOp& op) { return op.flops >= 0 || op.bytes >= 0; });
+  const bool costs =
+      std::any_of(t.ops.begin(), t.ops.end(), [](const TraceOp& op) { return op.flops >= 0 || op.bytes >= 0; });
   std::string out = costs ? "tvmm-trace 2\n" : "tvmm-trace 1\n";
   for (const auto& [k, v] : t.meta) {
     if (has_space(k)) throw std::runtime_error("trace meta key \"" + k + "\" is empty or has spaces");
@@ -171,8 +172,7 @@ std::string format_trace(const Trace& t) {
   }
   for (const auto& op : t.ops) {
     if (has_space(op.name)) throw std::runtime_error("op name \"" + op.name + "\" is empty or has spaces");
-    out += "op " + format_double(op.time_us) + " " + op.name + " " + format_ids(op.reads) + " " +
-           format_ids(op.writes);
+    out += "op " + format_double(op.time_us) + " " + op.name + " " + format_ids(op.reads) + " " + format_ids(op.writes);
     if (op.flops >= 0) out += " flops=" + format_double(op.flops);
     if (op.bytes >= 0) out += " bytes=" + format_double(op.bytes);
     out += "\n";

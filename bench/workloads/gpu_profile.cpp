@@ -32,9 +32,19 @@ namespace {
 bool matrix_op(const std::string& name) {
   const auto op = name.substr(name.rfind(':') + 1);
   const auto base = op.substr(0, op.find('.'));
-  static const char* const kMatrix[] = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm",
-                                        "convolution", "convolution_backward", "_convolution", "cudnn_convolution",
-                                        "mkldnn_convolution", "_scaled_dot_product_attention"};
+  static const char* const kMatrix[] = {"mm",
+                                        "addmm",
+                                        "bmm",
+                                        "baddbmm",
+                                        "matmul",
+                                        "linear",
+                                        "addbmm",
+                                        "convolution",
+                                        "convolution_backward",
+                                        "_convolution",
+                                        "cudnn_convolution",
+                                        "mkldnn_convolution",
+                                        "_scaled_dot_product_attention"};
   return std::any_of(std::begin(kMatrix), std::end(kMatrix), [&](const char* m) { return base == m; });
 }
 }  // namespace

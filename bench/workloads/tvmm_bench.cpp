@@ -41,8 +41,8 @@ struct Sizes {
   std::size_t accesses = 128;
   double zipf = 0;
   double compute_us = 2000;
-  double compute_scale = 0.02;  // replay with op_time "cpu": recorded CPU op time x this
-  std::size_t min_mib = 1;      // replay: storages below are left out (tvmm's small-object arena)
+  double compute_scale = 0.02;        // replay with op_time "cpu": recorded CPU op time x this
+  std::size_t min_mib = 1;            // replay: storages below are left out (tvmm's small-object arena)
   std::string op_time = "h100-pcie";  // replay: a GPU profile (gpu_profile.hpp), or "cpu"
 };
 
@@ -165,10 +165,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--disk-dir", o.disk_dir, "Directory for the NVMe tier and the kernel peer's file (not tmpfs)")
       ->check(CLI::ExistingDirectory);
-  auto* bus_option =
-      app.add_option("--bus-gbs", o.bus_gbs, "Modelled bus bandwidth per direction, GB/s (default 25; replay on a GPU "
-                                             "profile: that GPU's)")
-          ->check(CLI::Range(0.1, 1000.0));
+  auto* bus_option = app.add_option("--bus-gbs", o.bus_gbs,
+                                    "Modelled bus bandwidth per direction, GB/s (default 25; replay on a GPU "
+                                    "profile: that GPU's)")
+                         ->check(CLI::Range(0.1, 1000.0));
   app.add_option("--latency-us", o.latency_us, "Modelled cost per copy, microseconds")->check(CLI::Range(0.0, 1e6));
   app.add_option("--compute-us", sizes.compute_us, "Modelled compute per kernel (train: per forward kernel), us")
       ->check(CLI::Range(0.0, 1e7));

@@ -1,8 +1,8 @@
 #include "bench/workloads/workload.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <stdexcept>

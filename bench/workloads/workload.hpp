@@ -28,7 +28,7 @@ struct Kernel {
 };
 
 struct Workload {
-  std::string name;                       //!< "train", "infer", "random-uniform", "replay:resnet18", ...
+  std::string name;  //!< "train", "infer", "random-uniform", "replay:resnet18", ...
   //! Where its kernels' times come from: "set" (the synthetic workloads' parameters), "cpu x0.02" (a
   //! trace's CPU times, scaled) or a GPU profile's name (a trace's ops' roofline times on that GPU).
   std::string op_time = "set";

@@ -33,7 +33,7 @@ Config small_config() {
 
 // One heap of the mechanism the test is instantiated for, counting its drains.
 struct Heap {
-  int drains = 0;  // calls of the Drain callback (before a drain, or a release in stream order)
+  int drains = 0;                  // calls of the Drain callback (before a drain, or a release in stream order)
   std::function<void()> on_drain;  // run at each call too (where the interposer closes its launch gate)
   std::unique_ptr<TransparentHeap> owner;
   TransparentHeap& heap;

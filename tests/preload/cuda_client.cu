@@ -808,8 +808,8 @@ int foreign_allocations() {
     std::size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     expect(total == device + env_size("TVMM_HOST_BUDGET"), "cudaMemGetInfo's total is not the capacity");
-    expect(free <= gpu && free >= gpu - device,
-           "cudaMemGetInfo says " + std::to_string(free) + " bytes free: more than the GPU could give, or not what it can");
+    expect(free <= gpu && free >= gpu - device, "cudaMemGetInfo says " + std::to_string(free) +
+                                                    " bytes free: more than the GPU could give, or not what it can");
     const std::size_t want = free / g * g;
     if (pool) {
       CUmemoryPool p = nullptr;
@@ -961,9 +961,7 @@ struct Checker {
 
 constexpr int kIterations = 12, kWarmup = 4;
 
-void report(const Measure& m, const char* workload) {
-  std::printf("%s: device share %.3f\n", workload, m.share());
-}
+void report(const Measure& m, const char* workload) { std::printf("%s: device share %.3f\n", workload, m.share()); }
 
 // A training step: weights allocated first, then large buffers used once (a dataset cache), then per
 // iteration activations allocated in the forward pass and freed in the backward pass; each weight is

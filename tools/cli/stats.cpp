@@ -100,11 +100,11 @@ std::string transparent_report(const json& j, const std::string& source) {
   if (const auto placement = j.find("placement"); placement != j.end() && placement->is_string()) {
     const std::uint64_t used = num(j, "used_bytes");
     const std::string share =
-        used == 0 ? std::string("no use noted")
-                  : std::to_string(static_cast<int>(100.0 * static_cast<double>(num(j, "used_bytes_on_device")) /
-                                                    static_cast<double>(used) +
-                                                0.5)) +
-                        "% of the bytes they named on the device";
+        used == 0
+            ? std::string("no use noted")
+            : std::to_string(static_cast<int>(
+                  100.0 * static_cast<double>(num(j, "used_bytes_on_device")) / static_cast<double>(used) + 0.5)) +
+                  "% of the bytes they named on the device";
     line(o, "placement by %s: %llu uses noted in launches, copies and memsets (%s); %llu pages swapped",
          placement->get<std::string>().c_str(), static_cast<unsigned long long>(num(j, "uses_noted")), share.c_str(),
          static_cast<unsigned long long>(num(j, "pages_swapped")));
