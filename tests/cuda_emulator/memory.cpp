@@ -566,6 +566,10 @@ CUEMU_EXPORT("cuMemAllocPitch", 3020, MemAllocPitch);
 // exists from the call on (earlier than stream order requires, which no correct program can tell); a free
 // happens when its stream gets there. Inside a capture both are refused (the emulator has no memory
 // nodes: stricter than the driver, which records them in the graph).
+// cuda.h 13300-13340: cuMemAllocAsync "Inserts an allocation operation into hStream. A pointer to the
+// allocated memory is returned immediately ... The allocation comes from the memory pool current to the
+// stream's device"; cuMemFreeAsync "Inserts a free operation into hStream. The allocation must not be
+// accessed after stream execution reaches the free."
 
 Device* pool_device(Driver& d, CUmemoryPool pool) {
   const auto id = reinterpret_cast<std::uintptr_t>(pool);
