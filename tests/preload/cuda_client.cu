@@ -4,6 +4,10 @@
 // cudaMemcpy, and every kernel's access goes through the emulator's page table. The tests run it under
 // LD_PRELOAD=libtvmm_preload.so with TVMM_DEVICE_BACKEND=cuda. Each subcommand prints "ok" on success
 // and exits 1 with the reason otherwise.
+//
+// Layout: shared helpers first, then one function per subcommand (each with a comment saying what it
+// proves), the placement-by-use workloads in a part of their own, and main()'s table of subcommands
+// (the names tests/preload/CMakeLists.txt runs) at the end.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
