@@ -191,6 +191,27 @@ ConfigKey bool_key(std::string_view section, std::string_view key, const char* m
                    }};
 }
 
+// A duration key in microseconds (a number >= 0, at most 1000 s).
+using MicrosField = std::chrono::nanoseconds& (*)(Config&);
+ConfigKey micros_key(std::string_view section, std::string_view key, const char* meaning, MicrosField field) {
+  return ConfigKey{section,
+                   key,
+                   KeyType::number,
+                   "a number of microseconds >= 0",
+                   meaning,
+                   false,
+                   0.0,
+                   {},
+                   [field](Config& c, const KeyValue& v) {
+                     if (!(v.number <= 1e9)) throw config_error("");  // at most 1000 s
+                     field(c) = std::chrono::nanoseconds(static_cast<std::int64_t>(v.number * 1e3));
+                   },
+                   [field](const Config& c) {
+                     Config copy = c;  // the accessor gives a mutable reference; printing is rare
+                     return toml_number(static_cast<double>(field(copy).count()) / 1e3);
+                   }};
+}
+
 std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> keys;
   keys.push_back({"device",
@@ -250,19 +271,19 @@ std::vector<ConfigKey> make_keys() {
                   {},
                   [](Config& c, const KeyValue& v) { c.sim.bandwidth_bytes_per_s = v.number * 1e9; },
                   [](const Config& c) { return toml_number(c.sim.bandwidth_bytes_per_s / 1e9); }});
-  keys.push_back({"device.sim",
-                  "copy_latency_us",
-                  KeyType::number,
-                  "a number of microseconds >= 0",
-                  "modelled fixed cost of every copy, in microseconds",
-                  false,
-                  0.0,
-                  {},
-                  [](Config& c, const KeyValue& v) {
-                    if (!(v.number <= 1e9)) throw config_error("");  // at most 1000 s
-                    c.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(v.number * 1e3));
-                  },
-                  [](const Config& c) { return toml_number(static_cast<double>(c.sim.copy_latency.count()) / 1e3); }});
+  keys.push_back(micros_key("device.sim", "copy_latency_us", "modelled fixed cost of every copy, in microseconds",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.copy_latency; }));
+  keys.push_back(micros_key("device.sim", "map_us",
+                            "modelled host time of one cuMemMap call, spent by the calling thread (0 = free)",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.map; }));
+  keys.push_back(micros_key("device.sim", "set_access_us",
+                            "modelled host time of one cuMemSetAccess call, whatever its length (0 = free)",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.set_access; }));
+  keys.push_back(micros_key("device.sim", "unmap_us", "modelled host time of one cuMemUnmap call (0 = free)",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.unmap; }));
+  keys.push_back(micros_key("device.sim", "create_us",
+                            "modelled host time of cuMemCreate per granule of memory created (0 = free)",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.create; }));
   keys.push_back({"device.sim",
                   "pci_bus_id",
                   KeyType::text,

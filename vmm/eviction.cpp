@@ -155,14 +155,12 @@ bool PagerImpl::reap(Lock& /*lk*/) {
   // Write-backs page by page (their events complete in the order they were recorded).
   while (!evictions_.empty()) {
     EvictionBatch& b = evictions_.front();
-    for (; b.retired < b.pages.size() && events_.is_done(b.done[b.retired].get()); ++b.retired) {
+    std::size_t done = b.retired;
+    while (done < b.pages.size() && events_.is_done(b.done[done].get())) ++done;
+    // Sorted in place: the events of these pages are all complete, so they are not looked at again.
+    unmap_victims(std::span(b.pages).subspan(b.retired, done - b.retired));
+    for (; b.retired < done; ++b.retired) {
       PageEntry& v = table_[b.pages[b.retired]];
-      if (!dev_->unmap(va_of(v), page_size_).ok()) {
-        // The data is safe on the host; the next load of this page unmaps before mapping again.
-        if (!dev_->lost()) std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
-                     hex(va_of(v)).c_str());
-        v.stale_mapping = true;
-      }
       retired = true;
       v.word.fetch_and(~word::kHostCopy, std::memory_order_acq_rel);  // off the device: its slot is the data
       if (word::discarded(v.word.load(std::memory_order_acquire))) {
@@ -185,6 +183,31 @@ bool PagerImpl::reap(Lock& /*lk*/) {
   }
   if (retired) cv_.notify_all();
   return retired;
+}
+
+// One cuMemUnmap per run of adjacent addresses (it takes several whole mappings at once: cuda.h,
+// cuMemUnmap, "The range must be the entire contiguous address range that was mapped to"; see
+// docs/cuda-emulator.md), since on a GPU each call costs tens of microseconds whatever its length.
+void PagerImpl::unmap_victims(std::span<std::uint32_t> order) noexcept {
+  std::sort(order.begin(), order.end());
+  auto unmap_one = [&](std::uint32_t idx) {
+    if (dev_->unmap(va_.addr(idx), page_size_).ok()) return;
+    // The data is safe on the host; the next load of this page unmaps before mapping again.
+    if (!dev_->lost())
+      std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
+                   hex(va_.addr(idx)).c_str());
+    table_[idx].stale_mapping = true;
+  };
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i + 1;
+    while (j < order.size() && order[j] == order[j - 1] + 1) ++j;
+    const auto n = static_cast<std::uint32_t>(j - i);
+    // A run that fails as a whole is retried page by page, so only the pages that fail are marked.
+    if (n == 1 || !dev_->unmap(va_.addr(order[i]), n * page_size_).ok()) {
+      for (std::size_t k = i; k < j; ++k) unmap_one(order[k]);
+    }
+    i = j;
+  }
 }
 
 namespace {

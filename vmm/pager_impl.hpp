@@ -202,6 +202,10 @@ class PagerImpl {
   // While set (under mu_, by prefetch_ahead), select_victims skips pages for which it returns true.
   const FunctionRef<bool(const PageEntry&)>* protect_ = nullptr;
   void evict(std::vector<PageEntry*>& victims, Frames& got);
+  //! Unmaps the old addresses of retired victims (page numbers, sorted in place), a call per run of
+  //! adjacent pages; a page whose unmap fails keeps a stale mapping (unmapped again before its next
+  //! page-in).
+  void unmap_victims(std::span<std::uint32_t> victims) noexcept;
   // Retires completed page-ins and write-backs; true if it retired any.
   bool reap(Lock& lk);
   void reclaim(Allocation* a) noexcept;

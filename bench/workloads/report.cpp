@@ -69,6 +69,7 @@ json record_json(const Record& rec) {
   const auto page = static_cast<double>(rec.page_bytes);
   return {{"workload", rec.workload},
           {"op_time", rec.op_time},
+          {"vmm_costs", r.vmm_costs},
           {"backend", rec.backend},
           {"policy", r.policy},
           {"oversubscription", number(r.ratio)},
@@ -262,6 +263,7 @@ bool write_text(const std::string& path, const std::string& text) {
 const std::vector<std::string>& summary_fields() {
   static const std::vector<std::string> fields = {"workload",
                                                   "op_time",
+                                                  "vmm_costs",
                                                   "backend",
                                                   "policy",
                                                   "oversubscription",

@@ -27,6 +27,9 @@ struct RunOptions {
   //! free of this host's noise, but blind to disk I/O) or "wall" (host work, NVMe I/O included,
   //! delays what it enqueues, as on a real GPU).
   std::string timing = "model";
+  //! The simulator charges each VMM call the host time of SimDeviceConfig::VmmCosts::published()
+  //! (false: the calls are free, as in unit tests).
+  bool vmm_costs = false;
   std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
   bool verify = false;         // write and check every tensor's bytes (always on with --device cuda)
   std::string pin_log;         // the pager's trace.file (tests read the pins it saw)
@@ -50,6 +53,7 @@ struct RunResult {
   std::string policy;  // lru, fifo, clock, trace, belady, naive
   double ratio = 0;
   double step_time_s = 0;       // device time (on the simulator, its model)
+  std::string vmm_costs;        // "modelled" or "free" (the simulator), "real" (--device cuda)
   double wall_step_time_s = 0;  // wall clock, host and NVMe I/O included
   double bytes_moved = 0;       // host<->device, per iteration
   double disk_read_bytes = 0;   // from the NVMe tier, per iteration

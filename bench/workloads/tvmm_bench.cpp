@@ -180,12 +180,18 @@ int main(int argc, char** argv) {
                  "The simulator's clock: model (host work and disk I/O take no device time; steady figures) or "
                  "wall (they delay what they enqueue, as on a GPU; the suites use wall)")
       ->check(CLI::IsMember({"model", "wall"}));
+  std::string vmm_costs = "on";
+  app.add_option("--vmm-costs", vmm_costs,
+                 "The simulator charges cuMemMap, cuMemSetAccess, cuMemUnmap and cuMemCreate the host time a GPU's "
+                 "driver takes (on, the default; docs/benchmarks.md \"VMM call costs\"), or nothing (off)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--json", json, "Also write the records (as in summary.json) to this file");
   app.add_flag("--verify", o.verify,
                "Write and check every tensor's bytes with the pattern kernels (always on with --device cuda; on "
                "the simulator the CPU kernels add real time to the modelled step)");
   CLI11_PARSE(app, argc, argv);
   o.device = device;
+  o.vmm_costs = vmm_costs == "on";
 
   if (workload == "vmm" && suite.empty()) {
     tvmm::bench::VmmOptions vo;

@@ -37,6 +37,27 @@ struct SimDeviceConfig {
   //! policies this way, free of the machine's memcpy speed and scheduling noise. Either way the
   //! simulation's own lateness (threads woken late, copies slower than the modelled bus) never counts.
   std::string timing = "wall";
+  //! Host-side time of the VMM calls, spent by the calling thread: with timing "model" its host time
+  //! advances by the cost (work it queues afterwards starts that much later), with "wall" it sleeps.
+  //! A real driver takes tens of microseconds per cuMemMap / cuMemSetAccess / cuMemUnmap and about
+  //! 200 us per 2 MiB cuMemCreate, the order of copying the page (docs/benchmarks.md, "VMM call
+  //! costs"). All 0 = free, the default (unit tests); VmmCosts::published() gives those figures.
+  struct VmmCosts {
+    std::chrono::nanoseconds map{0};         //!< per cuMemMap call
+    std::chrono::nanoseconds set_access{0};  //!< per cuMemSetAccess call, whatever its length
+    std::chrono::nanoseconds unmap{0};       //!< per cuMemUnmap call
+    std::chrono::nanoseconds create{0};      //!< per granule of a cuMemCreate
+    //! The modelled figures tvmm-bench uses (--vmm-costs on): map 20 us, set_access 30 us, unmap
+    //! 30 us, create 200 us per 2 MiB granule.
+    [[nodiscard]] static VmmCosts published() noexcept {
+      using std::chrono::microseconds;
+      return {microseconds(20), microseconds(30), microseconds(30), microseconds(200)};
+    }
+    [[nodiscard]] bool any() const noexcept {
+      return map.count() != 0 || set_access.count() != 0 || unmap.count() != 0 || create.count() != 0;
+    }
+  };
+  VmmCosts vmm_costs;
   //! The PCI bus id the simulated GPU claims ("0000:65:00.0"), so that `host_numa = "auto"` places the
   //! host tier on the node the topology shows it on. "" = none (auto then picks the lowest node).
   std::string pci_bus_id;

@@ -471,6 +471,46 @@ TEST(SimDevice, ThrottledCopyTakesAtLeastTheModelledTime) {
   EXPECT_TRUE(dev.free_host(b, MiB).ok());
 }
 
+// SimDeviceConfig::vmm_costs with model timing: each VMM call advances the calling thread's host time by
+// its cost, so work queued after the calls starts that much later in device time; free calls move nothing.
+TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
+  using std::chrono::microseconds;
+  auto measure = [](const SimDeviceConfig::VmmCosts& costs) {
+    SimDeviceConfig c;
+    c.granularity = 64 * KiB;
+    c.timing = "model";
+    c.vmm_costs = costs;
+    SimDevice dev(c, 4 * 64 * KiB);
+    StreamHandle s = nullptr;
+    EventHandle start = nullptr, end = nullptr;
+    EXPECT_TRUE(dev.create_stream(&s).ok());
+    EXPECT_TRUE(dev.create_event(&start, EventKind::timing).ok());
+    EXPECT_TRUE(dev.create_event(&end, EventKind::timing).ok());
+    EXPECT_TRUE(dev.record_event(start, s).ok());
+    EXPECT_TRUE(dev.synchronize_stream(s).ok());  // host time now = the start event's time
+    DevPtr va = 0;
+    ChunkHandle chunk;
+    EXPECT_TRUE(dev.reserve(2 * 64 * KiB, &va).ok());
+    EXPECT_TRUE(dev.create_chunk(2 * 64 * KiB, &chunk).ok());  // 2 granules
+    EXPECT_TRUE(dev.map(va, 2 * 64 * KiB, chunk).ok());
+    EXPECT_TRUE(dev.set_access(va, 2 * 64 * KiB).ok());
+    EXPECT_TRUE(dev.unmap(va, 2 * 64 * KiB).ok());
+    EXPECT_TRUE(dev.record_event(end, s).ok());
+    EXPECT_TRUE(dev.synchronize_stream(s).ok());
+    std::chrono::nanoseconds took{};
+    EXPECT_TRUE(dev.event_elapsed(start, end, &took).ok());
+    EXPECT_TRUE(dev.release_chunk(chunk).ok());
+    EXPECT_TRUE(dev.release_reservation(va, 2 * 64 * KiB).ok());
+    EXPECT_TRUE(dev.destroy_event(start).ok());
+    EXPECT_TRUE(dev.destroy_event(end).ok());
+    EXPECT_TRUE(dev.destroy_stream(s).ok());
+    return took;
+  };
+  EXPECT_EQ(measure({}), std::chrono::nanoseconds(0));
+  const SimDeviceConfig::VmmCosts costs{microseconds(100), microseconds(200), microseconds(400), microseconds(1000)};
+  EXPECT_EQ(measure(costs), microseconds(100 + 200 + 400 + 2 * 1000));  // create is per granule
+}
+
 // The test adaptor's hold: copies of one direction run only as released, in order; the other direction
 // and the stream's later work follow them.
 TEST(FaultyDevice, HeldCopiesRunOnlyOnceReleasedInOrder) {

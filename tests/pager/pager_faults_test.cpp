@@ -154,6 +154,60 @@ TEST_F(PagerFaults, UnmapFailsWhenRetiringAnEviction) {
   expect_intact();
 }
 
+// Four adjacent victims, evicted together by a pin of four pages: `b` holds pattern 5, `c` is pinned next.
+class PagerUnmapRuns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pager_ = std::make_unique<Pager>(make_faulty_pager(test::small_config(4, 16), dev_));
+    b_ = pager_->allocate(4 * 64 * KiB, {"b"});
+    c_ = pager_->allocate(4 * 64 * KiB, {"c"});
+    auto pin = b_.pin(Access::write);
+    test::fill(pin.data(), b_.size(), 5);
+  }
+  // Evicts all of b for c; the write-backs are retired (and b's addresses unmapped) by the next call.
+  void evict_b() {
+    { auto pin = c_.pin(Access::write); }
+    ASSERT_EQ(b_.tier(), Tier::host);  // tier() retires finished transfers
+  }
+  void expect_b_intact() {
+    dev_->clear();
+    pager_->check_invariants();
+    auto pin = b_.pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), b_.size(), 5), 0u);
+  }
+  backend::FaultyDevice* dev_ = nullptr;
+  std::unique_ptr<Pager> pager_;
+  Tensor b_, c_;
+};
+
+// A GPU's cuMemUnmap costs tens of microseconds whatever its length: adjacent victims go in one call.
+TEST_F(PagerUnmapRuns, AdjacentVictimsAreUnmappedInOneCall) {
+  const auto before = dev_->calls(Op::unmap);
+  evict_b();
+  EXPECT_EQ(dev_->calls(Op::unmap) - before, 1u);
+  expect_b_intact();
+}
+
+// A run whose unmap fails is unmapped page by page, so only pages that fail again keep a stale mapping
+// (unmapped before their next page-in), and nothing is lost either way.
+TEST_F(PagerUnmapRuns, AFailedRunIsUnmappedPageByPage) {
+  dev_->fail_once(Op::unmap, Errc::invalid_value);
+  const auto before = dev_->calls(Op::unmap);
+  evict_b();
+  EXPECT_EQ(dev_->calls(Op::unmap) - before, 1u + 4u);
+  EXPECT_EQ(dev_->injected(), 1u);
+  expect_b_intact();
+}
+
+TEST_F(PagerUnmapRuns, PagesWhoseUnmapFailsAreUnmappedAtTheirNextPageIn) {
+  dev_->fail_always(Op::unmap, Errc::invalid_value);
+  const auto before = dev_->calls(Op::unmap);
+  evict_b();
+  EXPECT_EQ(dev_->calls(Op::unmap) - before, 1u + 4u);
+  EXPECT_EQ(dev_->injected(), 5u);
+  expect_b_intact();  // c is evicted for b, and b's stale addresses are unmapped before they are mapped
+}
+
 TEST_F(PagerFaults, FramesAreRecycledNotCreatedOnTheHotPath) {
   dev_->fail_always(Op::create_chunk, Errc::out_of_memory);
   auto fresh = pager_->allocate(64 * KiB);

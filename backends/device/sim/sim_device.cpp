@@ -85,6 +85,7 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
     throw;
   }
   timing_ = config.timing == "model" ? sim::Timing::model : sim::Timing::wall;
+  costs_ = config.vmm_costs;
   h2d_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
   d2h_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
 }
@@ -125,13 +126,15 @@ Status SimDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
 }
 
 Status SimDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   Memory& mem = where == ChunkLocation::host ? host_mem_ : device_mem_;
   const auto off = mem.granules.allocate(bytes);
   if (!off) return Status::fail(Errc::out_of_memory);
   const std::uint64_t handle = (*off + 1) | (where == ChunkLocation::host ? host_bit : 0);  // never 0
   book_.add_chunk(handle, bytes);
   out->value = handle;
+  lk.unlock();  // the modelled cost is spent outside the simulator's lock
+  sim::spend_host_time(timing_, costs_.create * static_cast<std::int64_t>(bytes / properties().granularity));
   return Status::success();
 }
 
@@ -149,7 +152,7 @@ Status SimDevice::do_release_chunk(ChunkHandle chunk) {
 }
 
 Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   if (auto s = book_.check_map(va, bytes, chunk.value); !s.ok()) return s;
   // MAP_POPULATE builds the page-table entries now, as a real map does, instead of taking one minor
   // fault per 4 KiB on the first copy into the page. Then no access until set_access, as in CUDA
@@ -162,21 +165,27 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
     return failed;
   }
   book_.add_mapping(va, bytes, chunk.value);
+  lk.unlock();  // the modelled cost is spent outside the simulator's lock
+  sim::spend_host_time(timing_, costs_.map);
   return Status::success();
 }
 
 Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   if (auto s = book_.check_whole_mappings(va, bytes); !s.ok()) return s;
   if (::mprotect(as_ptr(va), bytes, PROT_READ | PROT_WRITE) != 0) return sys_fail();
+  lk.unlock();  // the modelled cost is spent outside the simulator's lock
+  sim::spend_host_time(timing_, costs_.set_access);
   return Status::success();
 }
 
 Status SimDevice::do_unmap(DevPtr va, std::size_t bytes) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   if (auto s = book_.check_whole_mappings(va, bytes); !s.ok()) return s;
   if (!make_inaccessible(va, bytes)) return sys_fail();
   book_.remove_mappings(va, bytes);
+  lk.unlock();  // the modelled cost is spent outside the simulator's lock
+  sim::spend_host_time(timing_, costs_.unmap);
   return Status::success();
 }
 

@@ -28,6 +28,15 @@ void observe(Timing timing, DeviceClock::time_point at, DeviceClock::time_point 
 }
 }  // namespace
 
+void spend_host_time(Timing timing, DeviceClock::duration d) {
+  if (d <= DeviceClock::duration::zero()) return;
+  if (timing == Timing::model) {
+    t_seen += d;
+    return;
+  }
+  std::this_thread::sleep_for(d);
+}
+
 std::uint64_t SimEvent::begin_record() {
   std::lock_guard lk(mu_);
   return ++recorded_;

@@ -44,6 +44,10 @@ enum class Timing : std::uint8_t {
   model,  // host time is the latest device time the thread observed: host work takes none
 };
 
+// The calling thread spends `d` of host time in a driver call (SimDeviceConfig::vmm_costs): with
+// Timing::model its host time advances by `d`, with Timing::wall it sleeps for `d`.
+void spend_host_time(Timing timing, DeviceClock::duration d);
+
 class SimEvent {
  public:
   SimEvent(Timing timing, bool timed) : timing_(timing), timed_(timed) {}
