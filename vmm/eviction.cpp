@@ -187,7 +187,8 @@ bool PagerImpl::reap(Lock& /*lk*/) {
 
 // One cuMemUnmap per run of adjacent addresses (it takes several whole mappings at once: cuda.h,
 // cuMemUnmap, "The range must be the entire contiguous address range that was mapped to"; see
-// docs/cuda-emulator.md), since on a GPU each call costs tens of microseconds whatever its length.
+// docs/cuda-emulator.md): fewer driver calls, though the driver's time still grows with the number of
+// mappings a range covers.
 void PagerImpl::unmap_victims(std::span<std::uint32_t> order) noexcept {
   std::sort(order.begin(), order.end());
   auto unmap_one = [&](std::uint32_t idx) {

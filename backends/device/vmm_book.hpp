@@ -72,13 +72,16 @@ class VmmBook {
     mappings_.emplace(va, Mapping{bytes, handle});
     ++chunk_maps_[handle];
   }
-  //! ok if [va, va+bytes) is tiled by whole mappings (not_mapped or invalid_value otherwise).
-  [[nodiscard]] Status check_whole_mappings(DevPtr va, std::size_t bytes) const {
+  //! ok if [va, va+bytes) is tiled by whole mappings (not_mapped or invalid_value otherwise); with
+  //! `count`, sets it to the number of those mappings.
+  [[nodiscard]] Status check_whole_mappings(DevPtr va, std::size_t bytes, std::size_t* count = nullptr) const {
     DevPtr at = va;
-    for (auto m = mappings_.find(va); at < va + bytes; ++m) {
+    std::size_t n = 0;
+    for (auto m = mappings_.find(va); at < va + bytes; ++m, ++n) {
       if (m == mappings_.end() || m->first != at) return Status::fail(Errc::not_mapped);
       at += m->second.bytes;
     }
+    if (count != nullptr) *count = n;
     return at == va + bytes ? Status::success() : Status::fail(Errc::invalid_value);
   }
   //! Forgets the mappings tiling [va, va+bytes) (checked with check_whole_mappings first).

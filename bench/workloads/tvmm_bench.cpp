@@ -169,6 +169,11 @@ int main(int argc, char** argv) {
                                     "Modelled bus bandwidth per direction, GB/s (default 25; replay on a GPU "
                                     "profile: that GPU's)")
                          ->check(CLI::Range(0.1, 1000.0));
+  std::size_t page_mib = 2;
+  app.add_option("--page-mib", page_mib,
+                 "Page size in MiB (a multiple of the 2 MiB granularity): each page is one allocation, mapped with "
+                 "one call")
+      ->check(CLI::Range(2, 1024));
   app.add_option("--latency-us", o.latency_us, "Modelled cost per copy, microseconds")->check(CLI::Range(0.0, 1e6));
   app.add_option("--compute-us", sizes.compute_us, "Modelled compute per kernel (train: per forward kernel), us")
       ->check(CLI::Range(0.0, 1e7));
@@ -192,6 +197,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.device = device;
   o.vmm_costs = vmm_costs == "on";
+  if (page_mib % 2 != 0) {
+    std::fprintf(stderr, "tvmm-bench: --page-mib %zu is not a multiple of the 2 MiB granularity\n", page_mib);
+    return 2;
+  }
+  o.page_bytes = page_mib * tvmm::MiB;
 
   if (workload == "vmm" && suite.empty()) {
     tvmm::bench::VmmOptions vo;

@@ -39,13 +39,15 @@ struct SimDeviceConfig {
   std::string timing = "wall";
   //! Host-side time of the VMM calls, spent by the calling thread: with timing "model" its host time
   //! advances by the cost (work it queues afterwards starts that much later), with "wall" it sleeps.
-  //! A real driver takes tens of microseconds per cuMemMap / cuMemSetAccess / cuMemUnmap and about
-  //! 200 us per 2 MiB cuMemCreate, the order of copying the page (docs/benchmarks.md, "VMM call
-  //! costs"). All 0 = free, the default (unit tests); VmmCosts::published() gives those figures.
+  //! A real driver takes tens of microseconds per mapping for cuMemMap / cuMemSetAccess / cuMemUnmap
+  //! (the time grows with the number of separately created allocations the range covers, not with a
+  //! call's count) and about 200 us per 2 MiB cuMemCreate, the order of copying the page
+  //! (docs/benchmarks.md, "VMM call costs"). All 0 = free, the default (unit tests);
+  //! VmmCosts::published() gives those figures.
   struct VmmCosts {
-    std::chrono::nanoseconds map{0};         //!< per cuMemMap call
-    std::chrono::nanoseconds set_access{0};  //!< per cuMemSetAccess call, whatever its length
-    std::chrono::nanoseconds unmap{0};       //!< per cuMemUnmap call
+    std::chrono::nanoseconds map{0};         //!< per cuMemMap call (it maps one allocation)
+    std::chrono::nanoseconds set_access{0};  //!< per mapping a cuMemSetAccess range covers
+    std::chrono::nanoseconds unmap{0};       //!< per mapping a cuMemUnmap range covers
     std::chrono::nanoseconds create{0};      //!< per granule of a cuMemCreate
     //! The modelled figures tvmm-bench uses (--vmm-costs on): map 20 us, set_access 30 us, unmap
     //! 30 us, create 200 us per 2 MiB granule.

@@ -472,15 +472,17 @@ TEST(SimDevice, ThrottledCopyTakesAtLeastTheModelledTime) {
 }
 
 // SimDeviceConfig::vmm_costs with model timing: each VMM call advances the calling thread's host time by
-// its cost, so work queued after the calls starts that much later in device time; free calls move nothing.
+// its cost (set_access and unmap per mapping their range covers, create per granule), so work queued
+// after the calls starts that much later in device time; free calls move nothing.
 TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
   using std::chrono::microseconds;
+  constexpr std::size_t g = 64 * KiB;
   auto measure = [](const SimDeviceConfig::VmmCosts& costs) {
     SimDeviceConfig c;
-    c.granularity = 64 * KiB;
+    c.granularity = g;
     c.timing = "model";
     c.vmm_costs = costs;
-    SimDevice dev(c, 4 * 64 * KiB);
+    SimDevice dev(c, 4 * g);
     StreamHandle s = nullptr;
     EventHandle start = nullptr, end = nullptr;
     EXPECT_TRUE(dev.create_stream(&s).ok());
@@ -489,18 +491,21 @@ TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
     EXPECT_TRUE(dev.record_event(start, s).ok());
     EXPECT_TRUE(dev.synchronize_stream(s).ok());  // host time now = the start event's time
     DevPtr va = 0;
-    ChunkHandle chunk;
-    EXPECT_TRUE(dev.reserve(2 * 64 * KiB, &va).ok());
-    EXPECT_TRUE(dev.create_chunk(2 * 64 * KiB, &chunk).ok());  // 2 granules
-    EXPECT_TRUE(dev.map(va, 2 * 64 * KiB, chunk).ok());
-    EXPECT_TRUE(dev.set_access(va, 2 * 64 * KiB).ok());
-    EXPECT_TRUE(dev.unmap(va, 2 * 64 * KiB).ok());
+    ChunkHandle one, two;
+    EXPECT_TRUE(dev.reserve(3 * g, &va).ok());
+    EXPECT_TRUE(dev.create_chunk(g, &one).ok());
+    EXPECT_TRUE(dev.create_chunk(2 * g, &two).ok());  // two granules
+    EXPECT_TRUE(dev.map(va, g, one).ok());
+    EXPECT_TRUE(dev.map(va + g, 2 * g, two).ok());
+    EXPECT_TRUE(dev.set_access(va, 3 * g).ok());  // two mappings
+    EXPECT_TRUE(dev.unmap(va, 3 * g).ok());       // two mappings
     EXPECT_TRUE(dev.record_event(end, s).ok());
     EXPECT_TRUE(dev.synchronize_stream(s).ok());
     std::chrono::nanoseconds took{};
     EXPECT_TRUE(dev.event_elapsed(start, end, &took).ok());
-    EXPECT_TRUE(dev.release_chunk(chunk).ok());
-    EXPECT_TRUE(dev.release_reservation(va, 2 * 64 * KiB).ok());
+    EXPECT_TRUE(dev.release_chunk(one).ok());
+    EXPECT_TRUE(dev.release_chunk(two).ok());
+    EXPECT_TRUE(dev.release_reservation(va, 3 * g).ok());
     EXPECT_TRUE(dev.destroy_event(start).ok());
     EXPECT_TRUE(dev.destroy_event(end).ok());
     EXPECT_TRUE(dev.destroy_stream(s).ok());
@@ -508,7 +513,7 @@ TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
   };
   EXPECT_EQ(measure({}), std::chrono::nanoseconds(0));
   const SimDeviceConfig::VmmCosts costs{microseconds(100), microseconds(200), microseconds(400), microseconds(1000)};
-  EXPECT_EQ(measure(costs), microseconds(100 + 200 + 400 + 2 * 1000));  // create is per granule
+  EXPECT_EQ(measure(costs), microseconds(2 * 100 + 2 * 200 + 2 * 400 + 3 * 1000));
 }
 
 // The test adaptor's hold: copies of one direction run only as released, in order; the other direction

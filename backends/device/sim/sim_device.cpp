@@ -172,20 +172,22 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
 
 Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
   std::unique_lock lk(mu_);
-  if (auto s = book_.check_whole_mappings(va, bytes); !s.ok()) return s;
+  std::size_t mappings = 0;
+  if (auto s = book_.check_whole_mappings(va, bytes, &mappings); !s.ok()) return s;
   if (::mprotect(as_ptr(va), bytes, PROT_READ | PROT_WRITE) != 0) return sys_fail();
   lk.unlock();  // the modelled cost is spent outside the simulator's lock
-  sim::spend_host_time(timing_, costs_.set_access);
+  sim::spend_host_time(timing_, costs_.set_access * static_cast<std::int64_t>(mappings));
   return Status::success();
 }
 
 Status SimDevice::do_unmap(DevPtr va, std::size_t bytes) {
   std::unique_lock lk(mu_);
-  if (auto s = book_.check_whole_mappings(va, bytes); !s.ok()) return s;
+  std::size_t mappings = 0;
+  if (auto s = book_.check_whole_mappings(va, bytes, &mappings); !s.ok()) return s;
   if (!make_inaccessible(va, bytes)) return sys_fail();
   book_.remove_mappings(va, bytes);
   lk.unlock();  // the modelled cost is spent outside the simulator's lock
-  sim::spend_host_time(timing_, costs_.unmap);
+  sim::spend_host_time(timing_, costs_.unmap * static_cast<std::int64_t>(mappings));
   return Status::success();
 }
 
