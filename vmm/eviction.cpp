@@ -93,12 +93,15 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       }
       // No copy for a page whose contents are dead or whose host slot already holds them.
       const auto vw = v->word.load(std::memory_order_acquire);
-      if (v->host_slot != kNoSlot && !word::discarded(vw) && !word::host_copy(vw)) {
+      const bool copy = v->host_slot != kNoSlot && !word::discarded(vw) && !word::host_copy(vw);
+      if (copy) {
         xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
       } else {
         ++dropped;
       }
-      per_page.push_back(xfer_->record_out());
+      // A page dropped with nothing pending hands its frame over at once (a null event): an event on
+      // the copy stream would make the frame's next user wait for every write-back queued before it.
+      per_page.push_back(copy || !after.empty() ? xfer_->record_out() : EventRef());
     }
   } catch (...) {
     // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
@@ -156,7 +159,7 @@ bool PagerImpl::reap(Lock& /*lk*/) {
   while (!evictions_.empty()) {
     EvictionBatch& b = evictions_.front();
     std::size_t done = b.retired;
-    while (done < b.pages.size() && events_.is_done(b.done[done].get())) ++done;
+    while (done < b.pages.size() && (!b.done[done] || events_.is_done(b.done[done].get()))) ++done;
     // Sorted in place: the events of these pages are all complete, so they are not looked at again.
     unmap_victims(std::span(b.pages).subspan(b.retired, done - b.retired));
     for (; b.retired < done; ++b.retired) {

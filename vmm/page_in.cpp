@@ -118,10 +118,15 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
       any = true;
     }
     // One event for the chunk, after the latest write-back (which implies the others), so pages that
-    // were not copied (fresh, or Access::write) are usable once it completes.
-    Event* const latest = got.latest_after();
-    follow(latest);
-    if (any || latest != nullptr) done = xfer_->record_in();
+    // were not copied (fresh, or Access::write) are usable once it completes. A chunk with no copy
+    // uses that write-back's own event: making the page-in stream wait for it would hold back every
+    // later page-in, into free frames too, behind a write-back they do not need.
+    if (any) {
+      follow(got.latest_after());
+      done = xfer_->record_in();
+    } else if (const EventRef* latest = got.latest_after_ref()) {
+      done = *latest;
+    }
   } catch (...) {
     abort_chunk(pages, got);  // the host copies were not touched: the pages stay readable where they were
     throw;

@@ -107,7 +107,9 @@ class PagerImpl {
   };
   struct EvictionBatch {  // write-backs whose victims are still mapped at their old addresses
     std::vector<std::uint32_t> pages;
-    std::vector<EventRef> done;  // per page: its write-back (and every earlier one) has completed
+    //! Per page: its write-back (and every earlier one) has completed; null for a page dropped with
+    //! nothing pending (its frame was free at once).
+    std::vector<EventRef> done;
     std::size_t retired = 0;     // pages [0, retired) are retired (events complete in order)
   };
   // Frames for a chunk. after[i] is the write-back of frames[i]'s previous page (null for a frame that
@@ -118,8 +120,12 @@ class PagerImpl {
     std::vector<EventRef> after;
     //! The latest write-back any frame follows (it implies the others), or null.
     [[nodiscard]] Event* latest_after() const noexcept {
+      const EventRef* e = latest_after_ref();
+      return e != nullptr ? e->get() : nullptr;
+    }
+    [[nodiscard]] const EventRef* latest_after_ref() const noexcept {
       for (auto e = after.rbegin(); e != after.rend(); ++e) {
-        if (*e) return e->get();
+        if (*e) return &*e;
       }
       return nullptr;
     }

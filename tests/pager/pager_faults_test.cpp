@@ -3,6 +3,7 @@
 // must keep working once the device behaves again.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -206,6 +207,39 @@ TEST_F(PagerUnmapRuns, PagesWhoseUnmapFailsAreUnmappedAtTheirNextPageIn) {
   EXPECT_EQ(dev_->calls(Op::unmap) - before, 1u + 4u);
   EXPECT_EQ(dev_->injected(), 5u);
   expect_b_intact();  // c is evicted for b, and b's stale addresses are unmapped before they are mapped
+}
+
+// A victim dropped without a copy (its contents discarded) hands its frame over at once: the new page
+// does not wait behind a write-back queued earlier for another victim.
+TEST(PagerDroppedVictims, DoNotWaitForEarlierWriteBacks) {
+  backend::FaultyDevice* dev = nullptr;
+  Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
+  auto s = pager.create_stream();
+  auto a = pager.allocate(64 * KiB), b = pager.allocate(64 * KiB);
+  auto c1 = pager.allocate(64 * KiB), c2 = pager.allocate(64 * KiB);
+  for (Tensor* t : {&a, &b}) {
+    auto pin = t->pin(Access::write);
+    test::fill(pin.data(), t->size(), 7);
+  }
+  dev->hold(Op::copy_out);
+  auto pin1 = c1.pin(s, Access::write);  // evicts a (least recently used): its write-back is held
+  ASSERT_EQ(dev->held(Op::copy_out), 1u);
+  b.discard();
+  auto s2 = pager.create_stream();        // s waits for c1's frame
+  auto pin2 = c2.pin(s2, Access::write);  // evicts b: dropped, nothing to copy
+  std::atomic<bool> ran{false};
+  s2.launch([&ran] { ran = true; });  // ordered after c2's frame is usable
+  for (int i = 0; i < 400 && !ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(ran) << "the dropped victim's frame waited for a's held write-back";
+  EXPECT_EQ(dev->held(Op::copy_out), 1u);
+  dev->release_all();
+  s.synchronize();
+  s2.synchronize();
+  pin1 = Pin();
+  pin2 = Pin();
+  pager.check_invariants();
+  auto back = a.pin(Access::read);
+  EXPECT_EQ(test::mismatches(back.data(), a.size(), 7), 0u);
 }
 
 TEST_F(PagerFaults, FramesAreRecycledNotCreatedOnTheHotPath) {
