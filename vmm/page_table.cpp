@@ -26,13 +26,14 @@ void PageEntry::set_state(PageState s, bool pend) noexcept {
 void compact_lazy(std::deque<std::uint32_t>& q, std::size_t valid_max, const PageTable& table,
                   bool (*valid)(const PageEntry&)) {
   if (q.size() <= 4 * valid_max + 64) return;
+  // A page queued twice keeps its latest place: it entered the queue again since the first.
   std::vector<std::uint32_t> keep;
   std::vector<bool> seen(table.size(), false);
-  for (auto idx : q) {
-    if (!seen[idx] && valid(table[idx])) keep.push_back(idx);
-    seen[idx] = true;
+  for (auto it = q.rbegin(); it != q.rend(); ++it) {
+    if (!seen[*it] && valid(table[*it])) keep.push_back(*it);
+    seen[*it] = true;
   }
-  q.assign(keep.begin(), keep.end());
+  q.assign(keep.rbegin(), keep.rend());
 }
 
 }  // namespace tvmm::detail

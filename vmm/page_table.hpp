@@ -123,7 +123,8 @@ class PageTable {
 };
 
 //! The pager's lazy queues hold page indices that may have gone stale: drops the stale ones (those
-//! `valid` rejects) and duplicates once `q` grows well past `valid_max`, the most that can be valid.
+//! `valid` rejects) and duplicates (a page keeps its latest place) once `q` grows well past `valid_max`,
+//! the most that can be valid.
 void compact_lazy(std::deque<std::uint32_t>& q, std::size_t valid_max, const PageTable& table,
                   bool (*valid)(const PageEntry&));
 

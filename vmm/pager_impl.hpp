@@ -235,13 +235,13 @@ class PagerImpl {
   [[nodiscard]] static bool droppable(const PageEntry& p, std::uint64_t w) noexcept {
     return word::discarded(w) || clean_on_host(p, w) || clean_on_nvme(p, w);
   }
-  //! Records that `p` entered the host tier (candidates for spilling, oldest first).
+  //! Records that `p` entered the host tier (candidates for spilling, newest first).
   void note_host(const PageEntry& p) noexcept;
   //! Records that `p` keeps an NVMe slot while it lives elsewhere (a slot that may be taken back).
   void note_slot_kept(const PageEntry& p) noexcept;
-  //! Frees up to `want` host slots by moving the oldest host pages to NVMe (clean ones without a
-  //! write), then pages still on their way from the device, each written once its own write-back has
-  //! completed. Pages of host-only allocations are skipped. Returns the number freed (a page on its
+  //! Frees up to `want` host slots by moving pages to NVMe, newest first (the page a loop needs last):
+  //! pages still on their way from the device, each written once its own write-back has completed,
+  //! then host pages (clean ones without a write). Pages of host-only allocations are skipped. Returns the number freed (a page on its
   //! way counts once its slot is free); throws io_error / out_of_memory (ENOSPC) if a write failed,
   //! after putting every page back where it was.
   std::size_t spill(Lock& lk, std::size_t want);
@@ -297,7 +297,7 @@ class PagerImpl {
   std::unordered_map<backend::StreamHandle, std::uint32_t> stream_numbers_;  // for the trace's lanes
   std::uint32_t streams_numbered_ = 0;
   std::unique_ptr<NvmeTier> nvme_;          // null without an NVMe budget
-  std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, oldest first (lazy: checked on use)
+  std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, in order (lazy: checked on use)
   std::deque<std::uint32_t> slot_keepers_;  // pages keeping an NVMe slot elsewhere (lazy: checked on use)
   std::deque<std::uint32_t> discarded_;     // resident pages whose contents were discarded: first victims (lazy)
   std::deque<std::uint32_t> host_copies_;   // resident pages keeping a host copy, oldest first (lazy)

@@ -2,6 +2,8 @@
 // on uring and posix, over one and several directories), every injected storage fault surfacing
 // without losing data, the automatic posix fallback, and no trace of the tier's files on disk.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -142,7 +144,7 @@ TEST(NvmeTier, CapacityCountsTheNvmeBudgetAndUnmodifiedPagesAreNotWrittenAgain) 
     auto pin = ts[i].pin(Access::write);
     test::fill(pin.data(), kPage, 100 + i);
   }
-  EXPECT_EQ(ts[0].tier(), Tier::nvme);
+  EXPECT_GT(std::count_if(ts.begin(), ts.end(), [](const Tensor& t) { return t.tier() == Tier::nvme; }), 0);
   // Read-only passes: every pass moves every page through NVMe, but each is written at most once.
   for (int round = 0; round < 3; ++round) {
     for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -166,14 +168,17 @@ TEST(NvmeTier, ADiscardedTensorLetsItsSlotsGoAndIsNotReadBack) {
     auto pin = ts.back().pin(Access::write);
     test::fill(pin.data(), kPage, 200 + i);
   }
-  ASSERT_EQ(ts[0].tier(), Tier::nvme);
+  const auto v = static_cast<std::size_t>(
+      std::find_if(ts.begin(), ts.end(), [](const Tensor& t) { return t.tier() == Tier::nvme; }) - ts.begin());
+  ASSERT_LT(v, ts.size()) << "no tensor went to NVMe";
   const auto before = p.stats();
-  ts[0].discard();
-  EXPECT_EQ(ts[0].tier(), Tier::none);
+  ts[v].discard();
+  EXPECT_EQ(ts[v].tier(), Tier::none);
   EXPECT_EQ(p.stats().nvme_used_bytes, before.nvme_used_bytes - kPage);
-  { auto pin = ts[0].pin(Access::read); }  // nothing to read back
+  { auto pin = ts[v].pin(Access::read); }  // nothing to read back
   EXPECT_EQ(p.stats().nvme_to_host.pages, before.nvme_to_host.pages);
-  for (std::size_t i = 1; i < ts.size(); ++i) {
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    if (i == v) continue;
     auto pin = ts[i].pin(Access::read);
     ASSERT_EQ(test::mismatches(pin.data(), kPage, 200 + i), 0u) << "tensor " << i;
   }
@@ -218,6 +223,68 @@ TEST(NvmeTier, AllocationsBelowTheNvmeThresholdStayOffNvmeUnderPressure) {
   // Freeing a small tensor makes room for another.
   small.pop_back();
   EXPECT_NO_THROW((void)p.allocate(kPage));
+}
+
+// Without a trace the host tier spills its newest pages: a loop uses its pages again in the order it
+// used them, so the page that left the device first is the one it needs first and stays on the host.
+TEST(NvmeSpill, WithoutATraceTheNewestHostPagesGoFirst) {
+  test::TempDir dir;
+  Pager p(nvme_config(1, 4, 16, {dir.path()}));
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 8; ++i) {
+    ts.push_back(p.allocate(kPage));
+    auto pin = ts.back().pin(Access::write);
+    test::fill(pin.data(), kPage, 300 + i);
+  }
+  ASSERT_GT(p.stats().host_to_nvme.pages, 0u);
+  EXPECT_EQ(ts[0].tier(), Tier::host) << "the oldest page, which a loop needs next, was spilled";
+  EXPECT_EQ(ts[1].tier(), Tier::host);
+  EXPECT_EQ(ts[5].tier(), Tier::nvme);
+  // A second pass in the same order reads the spilled pages only.
+  const auto before = p.stats().nvme_to_host.pages;
+  std::size_t on_nvme = 0;
+  for (auto& t : ts) on_nvme += t.tier() == Tier::nvme ? 1 : 0;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    auto pin = ts[i].pin(Access::read);
+    ASSERT_EQ(test::mismatches(pin.data(), kPage, 300 + i), 0u) << "tensor " << i;
+  }
+  EXPECT_LE(p.stats().nvme_to_host.pages - before, on_nvme + 1);  // oldest first read all 7 again
+  p.check_invariants();
+}
+
+// With a trace (eviction "belady", replaying), the host pages whose next use is farthest go first.
+// One device frame, so the device's choice is forced and only the spill order differs; each iteration
+// pins six tensors once in order, then again in an order where recency does not predict the next use.
+std::uint64_t nvme_reads_per_iteration(const char* eviction) {
+  test::TempDir dir;
+  Config c = nvme_config(1, 4, 16, {dir.path()});
+  c.eviction = eviction;
+  Pager p(c);
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 6; ++i) ts.push_back(p.allocate(kPage));
+  std::vector<std::uint64_t> seed(ts.size(), 0);
+  std::uint64_t before = 0;
+  for (int it = 0; it < 5; ++it) {
+    if (it == 4) before = p.stats().nvme_to_host.pages;
+    p.mark_iteration();
+    for (int k : {0, 1, 2, 3, 4, 5, 2, 3, 0, 1, 4, 5}) {
+      const auto i = static_cast<std::size_t>(k);
+      auto pin = ts[i].pin(Access::read_write);
+      if (seed[i] != 0) {
+        EXPECT_EQ(test::mismatches(pin.data(), kPage, seed[i]), 0u) << "tensor " << k;
+      }
+      seed[i] = static_cast<std::uint64_t>(it * 100 + k + 1);
+      test::fill(pin.data(), kPage, seed[i]);
+    }
+  }
+  p.check_invariants();
+  return p.stats().nvme_to_host.pages - before;
+}
+
+TEST(NvmeSpill, WithATraceTheFarthestNextUseGoesFirst) {
+  const auto by_recency = nvme_reads_per_iteration("lru");     // 8 reads per iteration
+  const auto by_next_use = nvme_reads_per_iteration("belady");  // 4
+  EXPECT_LT(by_next_use, by_recency);
 }
 
 TEST(NvmeTier, ChecksumIsMixedWithTheSlot) {
@@ -395,8 +462,8 @@ TEST_F(NvmePipeline, EachPageReadFromNvmeIsCopiedToTheDeviceAsSoonAsItIsVerified
 
 // --- injected faults ------------------------------------------------------------------------------------
 
-// 2 device pages, 2 host pages, 16 NVMe pages; six one-page tensors written in order leave t0, t1 on
-// NVMe, t2, t3 on the host and t4, t5 on the device.
+// 2 device pages, 2 host pages, 16 NVMe pages; six one-page tensors written in order leave t1, t2 on
+// NVMe (the host tier spills its newest pages), t0, t3 on the host and t4, t5 on the device.
 class NvmeFaults : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -411,9 +478,10 @@ class NvmeFaults : public ::testing::TestWithParam<const char*> {
       seeds_.push_back(10 + static_cast<std::uint64_t>(i));
       test::fill(pin.data(), kPage, seeds_.back());
     }
-    ASSERT_EQ(ts_[0].tier(), Tier::nvme);
+    ASSERT_EQ(ts_[0].tier(), Tier::host);
     ASSERT_EQ(ts_[1].tier(), Tier::nvme);
-    ASSERT_EQ(ts_[2].tier(), Tier::host);
+    ASSERT_EQ(ts_[2].tier(), Tier::nvme);
+    ASSERT_EQ(ts_[3].tier(), Tier::host);
     ASSERT_EQ(ts_[5].tier(), Tier::device);
   }
   // With the faults cleared, every tensor reads back whole (twice, so every tier is crossed again).
@@ -428,16 +496,17 @@ class NvmeFaults : public ::testing::TestWithParam<const char*> {
     }
     pager_->check_invariants();
   }
-  // Pins t0 (on NVMe) and returns what it threw.
-  std::string pin_t0() {
-    return test::message_of([&] { auto pin = ts_[0].pin(Access::read); });
+  // Pins t1 (on NVMe) and returns what it threw.
+  std::string pin_t1() {
+    return test::message_of([&] { auto pin = ts_[1].pin(Access::read); });
   }
-  // Pins t4, t5 for writing then a new tensor: the host tier is full, so t2 must spill to NVMe.
+  // Pins a new tensor for writing, then t1: the host tier is full, so a page must spill to NVMe (the
+  // newest on the host: t3).
   std::string force_spill() {
     return test::message_of([&] {
       auto extra = pager_->allocate(kPage);
       auto pin = extra.pin(Access::write);
-      auto pin2 = ts_[1].pin(Access::write);  // needs a frame: a device page goes to the host, t2 to NVMe
+      auto pin2 = ts_[1].pin(Access::write);  // needs a frame: a device page goes to the host, t3 to NVMe
       test::fill(pin2.data(), kPage, seeds_[1]);
     });
   }
@@ -453,7 +522,7 @@ TEST_P(NvmeFaults, EioOnWriteKeepsThePageOnTheHostAndReachesTheCaller) {
   const std::string msg = force_spill();
   EXPECT_NE(msg.find("to NVMe slot"), std::string::npos) << msg;
   EXPECT_NE(msg.find("stays on the host tier"), std::string::npos) << msg;
-  EXPECT_EQ(ts_[2].tier(), Tier::host);
+  EXPECT_EQ(ts_[3].tier(), Tier::host);
   EXPECT_GE(pager_->stats().nvme_write_errors, 1u);
   expect_intact();
 }
@@ -474,7 +543,7 @@ TEST_P(NvmeFaults, EnospcOnWriteIsOutOfMemoryForTheTier) {
 TEST_P(NvmeFaults, EioOnReadNamesThePageAndSlotAndLosesNothing) {
   faulty_->set_rules({FaultRule::of(FaultRule::Kind::eio).on(IoOp::read)});
   try {
-    auto pin = ts_[0].pin(Access::read);
+    auto pin = ts_[1].pin(Access::read);
     FAIL() << "EIO must reach the caller";
   } catch (const io_error& e) {
     const std::string m = e.what();
@@ -482,23 +551,23 @@ TEST_P(NvmeFaults, EioOnReadNamesThePageAndSlotAndLosesNothing) {
     EXPECT_NE(m.find("page 0"), std::string::npos) << m;
     EXPECT_NE(m.find("NVMe slot"), std::string::npos) << m;
   }
-  EXPECT_EQ(ts_[0].tier(), Tier::nvme);
+  EXPECT_EQ(ts_[1].tier(), Tier::nvme);
   EXPECT_GE(pager_->stats().nvme_read_errors, 1u);
   expect_intact();
 }
 
 TEST_P(NvmeFaults, ShortReadIsAnErrorAndLosesNothing) {
   faulty_->set_rules({FaultRule::of(FaultRule::Kind::short_io).on(IoOp::read)});
-  const std::string msg = pin_t0();
+  const std::string msg = pin_t1();
   EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
-  EXPECT_EQ(ts_[0].tier(), Tier::nvme);
+  EXPECT_EQ(ts_[1].tier(), Tier::nvme);
   expect_intact();
 }
 
 TEST_P(NvmeFaults, BitFlipOnReadIsDetectedEveryTime) {
   faulty_->set_rules({FaultRule::of(FaultRule::Kind::bit_flip).on(IoOp::read)});
   for (int i = 0; i < 10; ++i) {
-    const std::string msg = pin_t0();
+    const std::string msg = pin_t1();
     ASSERT_NE(msg.find("fails its checksum"), std::string::npos) << "attempt " << i << ": " << msg;
   }
   EXPECT_EQ(pager_->stats().nvme_corrupt_reads, 10u);
