@@ -18,7 +18,7 @@ struct RunOptions {
   double bus_gbs = 25.0;
   double latency_us = 5.0;
   std::size_t distance = 1;     // trace prefetch distance, in pins
-  std::size_t keep_recent = 6;  // the trace policy's next-use eviction spares the last 6 pins' tensors
+  std::size_t keep_recent = 0;  // the trace policy's next-use eviction spares the last N pins' tensors
   //! Host tier = this x the device budget; 0 = room for the whole workload. When device + host cannot
   //! hold the workload, the rest goes to an NVMe tier in `disk_dir`.
   double host_fraction = 0;
