@@ -114,7 +114,8 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
     b.kernel_pages = std::max(b.kernel_pages, pages);
   }
   b.working_pages = w.peak_live(pages_of, o.page_bytes);
-  b.frames = static_cast<std::size_t>(std::floor(static_cast<double>(b.working_pages) / ratio));
+  b.frames = o.whole_workload ? b.total_pages
+                              : static_cast<std::size_t>(std::floor(static_cast<double>(b.working_pages) / ratio));
   if (b.frames < b.kernel_pages) {
     // The highest oversubscription at which the largest kernel's operands still fit the device.
     const double most = static_cast<double>(b.working_pages) / static_cast<double>(b.kernel_pages);

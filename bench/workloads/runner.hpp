@@ -30,6 +30,9 @@ struct RunOptions {
   //! The simulator charges each VMM call the host time of SimDeviceConfig::VmmCosts::published()
   //! (false: the calls are free, as in unit tests).
   bool vmm_costs = false;
+  //! A frame for every page of every tensor, whatever the ratio: nothing is ever evicted or mapped
+  //! again (the all-in-memory peer: the program run with enough memory).
+  bool whole_workload = false;
   std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
   bool verify = false;         // write and check every tensor's bytes (always on with --device cuda)
   std::string pin_log;         // the pager's trace.file (tests read the pins it saw)

@@ -305,6 +305,7 @@ int main(int argc, char** argv) {
           auto mo = jo;
           mo.progress = label("all-in-memory");
           mo.host_fraction = 0;
+          mo.whole_workload = true;  // not the peak live set: dead pages' frames would move between tensors
           in_memory = run_pager(w, mo, "lru", 1.0);
         } catch (const std::exception& e) {
           in_memory_skipped = peer_failed("all-in-memory", e);
