@@ -101,6 +101,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     PageEntry* page;
     const EventRef* arrives;  // its write-back from the device; null: on the host
     std::size_t arrival;      // write-backs complete in the order queued: this one's place (0: on the host)
+    std::size_t next = 0;     // with a trace: pins until its tensor's next use
   };
   const bool by_next_use = tracing_ && trace_.state() == AccessTrace::State::replaying;
   std::vector<Candidate> order;
@@ -122,16 +123,9 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   for (auto it = host_fifo_.rbegin(); it != host_fifo_.rend() && (by_next_use || order.size() < 2 * want); ++it) {
     if (on_host(table_[*it])) order.push_back({&table_[*it], nullptr, 0});
   }
-  if (by_next_use) {
-    std::vector<std::size_t> next(order.size());
-    for (std::size_t i = 0; i < order.size(); ++i) next[i] = trace_.next_use(order[i].page->owner->id);
-    std::vector<std::size_t> idx(order.size());
-    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return next[a] > next[b]; });
-    std::vector<Candidate> sorted;
-    sorted.reserve(order.size());
-    for (auto i : idx) sorted.push_back(order[i]);
-    order.swap(sorted);
+  if (by_next_use) {  // every host page is ranked: O(host pages) per spill, with a trace only
+    for (Candidate& c : order) c.next = trace_.next_use(c.page->owner->id);
+    std::stable_sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) { return a.next > b.next; });
   }
   // 1. Claim them (a host page queued twice is claimed once: the second time it is in transit), then
   //    write them in the order they can go: host pages at once, pages on their way as their

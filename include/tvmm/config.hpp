@@ -55,9 +55,6 @@ struct SimDeviceConfig {
       using std::chrono::microseconds;
       return {microseconds(20), microseconds(30), microseconds(30), microseconds(200)};
     }
-    [[nodiscard]] bool any() const noexcept {
-      return map.count() != 0 || set_access.count() != 0 || unmap.count() != 0 || create.count() != 0;
-    }
   };
   VmmCosts vmm_costs;
   //! The PCI bus id the simulated GPU claims ("0000:65:00.0"), so that `host_numa = "auto"` places the
