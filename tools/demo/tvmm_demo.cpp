@@ -134,7 +134,10 @@ int main(int argc, char** argv) {
     double bound = 0;
     for (const Way& way : ways) {
       auto run = o;
-      if (way.ratio == 1.0) run.host_fraction = 0;
+      if (way.ratio == 1.0) {
+        run.host_fraction = 0;
+        run.whole_workload = true;  // a frame for every page: nothing ever moves
+      }
       if (std::strcmp(way.policy, "lru") == 0 && way.ratio != 1.0) {
         run.stats_file = env.stats_file;
         run.event_trace = env.trace_events;
