@@ -279,7 +279,8 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back(micros_key("device.sim", "set_access_us",
                             "modelled host time of cuMemSetAccess per mapping its range covers (0 = free)",
                             [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.set_access; }));
-  keys.push_back(micros_key("device.sim", "unmap_us", "modelled host time of cuMemUnmap per mapping its range covers (0 = free)",
+  keys.push_back(micros_key("device.sim", "unmap_us",
+                            "modelled host time of cuMemUnmap per mapping its range covers (0 = free)",
                             [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.unmap; }));
   keys.push_back(micros_key("device.sim", "create_us",
                             "modelled host time of cuMemCreate per granule of memory created (0 = free)",

@@ -125,7 +125,8 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   }
   if (by_next_use) {  // every host page is ranked: O(host pages) per spill, with a trace only
     for (Candidate& c : order) c.next = trace_.next_use(c.page->owner->id);
-    std::stable_sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) { return a.next > b.next; });
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.next > b.next; });
   }
   // 1. Claim them (a host page queued twice is claimed once: the second time it is in transit), then
   //    write them in the order they can go: host pages at once, pages on their way as their

@@ -68,7 +68,8 @@ constexpr std::uint32_t version(std::uint64_t w) noexcept { return static_cast<s
 //! `w` with a new state and pending flag, the same pins, dirty, discarded, host-copy and frozen bits,
 //! and the version advanced.
 constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = false) noexcept {
-  return ((w & (kPinMask | kDirty | kDiscarded | kHostCopy | kFrozen)) | static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
+  return ((w & (kPinMask | kDirty | kDiscarded | kHostCopy | kFrozen)) | static_cast<std::uint64_t>(s) |
+          (pend ? kPending : 0)) +
          ((w >> kVersionShift) + 1) * kVersionOne;
 }
 }  // namespace word

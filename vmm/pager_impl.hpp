@@ -110,7 +110,7 @@ class PagerImpl {
     //! Per page: its write-back (and every earlier one) has completed; null for a page dropped with
     //! nothing pending (its frame was free at once).
     std::vector<EventRef> done;
-    std::size_t retired = 0;     // pages [0, retired) are retired (events complete in order)
+    std::size_t retired = 0;  // pages [0, retired) are retired (events complete in order)
   };
   // Frames for a chunk. after[i] is the write-back of frames[i]'s previous page (null for a frame that
   // was free): every use of the frame must follow it. All write-backs are recorded on one copy stream,
@@ -241,8 +241,8 @@ class PagerImpl {
   void note_slot_kept(const PageEntry& p) noexcept;
   //! Frees up to `want` host slots by moving pages to NVMe, newest first (the page a loop needs last):
   //! pages still on their way from the device, each written once its own write-back has completed,
-  //! then host pages (clean ones without a write). Pages of host-only allocations are skipped. Returns the number freed (a page on its
-  //! way counts once its slot is free); throws io_error / out_of_memory (ENOSPC) if a write failed,
+  //! then host pages (clean ones without a write). Pages of host-only allocations are skipped. Returns the number freed
+  //! (a page on its way counts once its slot is free); throws io_error / out_of_memory (ENOSPC) if a write failed,
   //! after putting every page back where it was.
   std::size_t spill(Lock& lk, std::size_t want);
   //! Loads up to a queue depth of `a`'s NVMe pages onto the device: reads each into a host slot,
@@ -309,10 +309,10 @@ class PagerImpl {
   std::atomic<std::uint32_t> waiters_{0};
   // Pages with pins > 0; ahead of the truth while a lock-free pin or unpin is between its steps (pin.cpp).
   std::atomic<std::uint64_t> pinned_pages_{0};
-  std::uint32_t frames_in_hand_ = 0;  // taken from the pool by a thread that let go of mu_; guarded by mu_
-  std::uint64_t allocated_pages_ = 0;           // guarded by mu_
-  std::uint64_t host_only_pages_ = 0;           // pages of allocations kept off NVMe; guarded by mu_
-  std::uint64_t capacity_spare_ = 0;  // pages beyond the device tier's frames that allocations may use
+  std::uint32_t frames_in_hand_ = 0;   // taken from the pool by a thread that let go of mu_; guarded by mu_
+  std::uint64_t allocated_pages_ = 0;  // guarded by mu_
+  std::uint64_t host_only_pages_ = 0;  // pages of allocations kept off NVMe; guarded by mu_
+  std::uint64_t capacity_spare_ = 0;   // pages beyond the device tier's frames that allocations may use
   std::unordered_map<backend::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
   std::deque<LoadBatch> loads_;                             // page-ins not yet retired
   std::deque<EvictionBatch> evictions_;                     // write-backs not yet retired

@@ -3,7 +3,6 @@
 // without losing data, the automatic posix fallback, and no trace of the tier's files on disk.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -11,6 +10,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cerrno>
 #include <cstddef>
@@ -282,7 +282,7 @@ std::uint64_t nvme_reads_per_iteration(const char* eviction) {
 }
 
 TEST(NvmeSpill, WithATraceTheFarthestNextUseGoesFirst) {
-  const auto by_recency = nvme_reads_per_iteration("lru");     // 8 reads per iteration
+  const auto by_recency = nvme_reads_per_iteration("lru");      // 8 reads per iteration
   const auto by_next_use = nvme_reads_per_iteration("belady");  // 4
   EXPECT_LT(by_next_use, by_recency);
 }

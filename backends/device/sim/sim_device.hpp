@@ -79,9 +79,9 @@ class SimDevice final : public DeviceBackend {
   std::unique_ptr<sim::CopyEngine> h2d_;
   std::unique_ptr<sim::CopyEngine> d2h_;
   sim::Timing timing_ = sim::Timing::wall;
-  SimDeviceConfig::VmmCosts costs_;  // host time each VMM call spends (charged after it succeeds)
-  std::map<std::uintptr_t, std::size_t> registered_;                           // register_host ranges (under mu_)
-  std::map<std::uintptr_t, std::size_t> managed_;                              // alloc_managed ranges (under mu_)
+  SimDeviceConfig::VmmCosts costs_;                   // host time each VMM call spends (charged after it succeeds)
+  std::map<std::uintptr_t, std::size_t> registered_;  // register_host ranges (under mu_)
+  std::map<std::uintptr_t, std::size_t> managed_;     // alloc_managed ranges (under mu_)
   [[nodiscard]] bool managed_range(const void* ptr, std::size_t bytes) const;  // under mu_
   std::mutex streams_mu_;                                                      // guards streams_ and worker_cpus_
   std::set<sim::SimStream*> streams_;
