@@ -312,5 +312,56 @@ TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
   }
 }
 
+// With RunOptions::vmm_costs the simulator charges every map, set_access and unmap to the thread that
+// calls it. On a fast bus (the copies cost little, so the host's calls are what the step waits for) a
+// run that moves pages takes longer than the same run with free calls, by at least the modelled map
+// time of the pages it made resident; each run says which it was. (On a slow bus the device is the
+// bottleneck and the host's calls can hide behind it.)
+TEST(Workloads, VmmCostsSlowARunThatMovesPagesAndAreRecorded) {
+  RunOptions o;
+  o.iterations = 3;
+  o.warmup = 1;
+  o.bus_gbs = 1000;
+  const auto w = make_train(4, 4 * MiB, 1);  // kernels too short to hide anything behind
+  const auto free_calls = run_pager(w, o, "lru", 2.0);
+  o.vmm_costs = true;
+  const auto costly = run_pager(w, o, "lru", 2.0);
+  EXPECT_EQ(free_calls.vmm_costs, "free");
+  EXPECT_EQ(costly.vmm_costs, "modelled");
+  ASSERT_GT(costly.misses, 0u);
+  const double map_s = 1e-6 * static_cast<double>(SimDeviceConfig::VmmCosts::published().map.count()) / 1e3;
+  EXPECT_GE(costly.step_time_s, free_calls.step_time_s + static_cast<double>(costly.misses) / 2 * map_s)
+      << "free " << free_calls.step_time_s << " s, costly " << costly.step_time_s << " s";
+}
+
+// The all-in-memory peer (whole_workload) has a frame for every page of every tensor, where tensors
+// dead between their uses make the peak live set smaller: with only the peak's frames, a dead tensor's
+// frames move to the next one every step (free without VMM costs, not with them); with every tensor's,
+// nothing is evicted or mapped again.
+TEST(Workloads, TheWholeWorkloadBudgetHoldsEveryTensor) {
+  Workload w;  // two 8 MiB tensors, each written, read and dead in turn: one live at a time
+  w.name = "one-live-at-a-time";
+  w.tensor_bytes.assign(2, 8 * MiB);
+  for (std::uint32_t t = 0; t < 2; ++t) {
+    w.step.push_back({{{t, Access::write}}, 100, {}});
+    w.step.push_back({{{t, Access::read}}, 100, {t}});
+  }
+  RunOptions o;
+  o.iterations = 3;
+  o.warmup = 1;
+  o.vmm_costs = true;
+  const auto peak = budgets_for(w, o, 1.0);
+  const auto peak_run = run_pager(w, o, "lru", 1.0);
+  o.whole_workload = true;
+  const auto whole = budgets_for(w, o, 1.0);
+  const auto whole_run = run_pager(w, o, "lru", 1.0);
+  EXPECT_EQ(peak.frames, 4u);   // 8 MiB in 2 MiB pages
+  EXPECT_EQ(whole.frames, 8u);  // both tensors
+  EXPECT_GT(peak_run.evictions, 0u);
+  EXPECT_GT(peak_run.step_time_s, peak_run.compute_s + 1e-4) << "frames moving between tensors cost VMM calls";
+  EXPECT_EQ(whole_run.evictions, 0u);
+  EXPECT_NEAR(whole_run.step_time_s, whole_run.compute_s, 1e-6) << "the steady state makes no VMM call";
+}
+
 }  // namespace
 }  // namespace tvmm::bench
