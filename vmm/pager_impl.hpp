@@ -239,11 +239,12 @@ class PagerImpl {
   void note_host(const PageEntry& p) noexcept;
   //! Records that `p` keeps an NVMe slot while it lives elsewhere (a slot that may be taken back).
   void note_slot_kept(const PageEntry& p) noexcept;
-  //! Frees up to `want` host slots by moving pages to NVMe, newest first (the page a loop needs last):
-  //! pages still on their way from the device, each written once its own write-back has completed,
-  //! then host pages (clean ones without a write). Pages of host-only allocations are skipped. Returns the number freed
-  //! (a page on its way counts once its slot is free); throws io_error / out_of_memory (ENOSPC) if a write failed,
-  //! after putting every page back where it was.
+  //! Frees up to `want` host slots by moving to NVMe the pages needed last: with a trace, the farthest
+  //! next use; without, newest first (pages still on their way from the device, each written once its
+  //! own write-back has completed, then host pages; clean ones without a write). Pages of host-only
+  //! allocations are skipped. Returns the number freed (a page on its way counts once its slot is
+  //! free); throws io_error / out_of_memory (ENOSPC) if a write failed, after putting every page back
+  //! where it was.
   std::size_t spill(Lock& lk, std::size_t want);
   //! Loads up to a queue depth of `a`'s NVMe pages onto the device: reads each into a host slot,
   //! verifies its checksum and queues its page-in at once, while later reads are still running. The

@@ -1,5 +1,6 @@
 // The NVMe tier in the pager: three-tier integrity (device -> host -> NVMe and back, every byte checked,
-// on uring and posix, over one and several directories), every injected storage fault surfacing
+// on uring and posix, over one and several directories), which pages a full host tier spills, page-by-
+// page pipelining of device copies and NVMe I/O, every injected storage fault surfacing
 // without losing data, the automatic posix fallback, and no trace of the tier's files on disk.
 #include <gtest/gtest.h>
 
@@ -225,6 +226,42 @@ TEST(NvmeTier, AllocationsBelowTheNvmeThresholdStayOffNvmeUnderPressure) {
   EXPECT_NO_THROW((void)p.allocate(kPage));
 }
 
+TEST(NvmeTier, ChecksumIsMixedWithTheSlot) {
+  test::TempDir dir;
+  storage::StorageOptions o{{dir.path()}, kPage, 4, 4, true, true};
+  detail::NvmeTier tier(std::make_unique<storage::PosixStorage>(o), kPage, 4);
+  test::AlignedBuffer a(kPage), b(kPage);
+  test::fill(a.data, kPage, 5);
+  test::fill(b.data, kPage, 5);
+  EXPECT_EQ(tier.checksum(a.data, 1), tier.checksum(b.data, 1));
+  EXPECT_NE(tier.checksum(a.data, 1), tier.checksum(a.data, 2)) << "a misdirected read must fail the check";
+  // A page written to slot 1 and read from slot 2 (holding the same bytes) is caught.
+  std::vector<detail::NvmeTier::Io> w{{IoOp::write, 1, a.data, 0, 0}, {IoOp::write, 2, a.data, 0, 0}};
+  tier.run(w);
+  ASSERT_EQ(w[0].error, 0);
+  std::vector<detail::NvmeTier::Io> r{{IoOp::read, 2, b.data, w[0].checksum, 0}};
+  tier.run(r);
+  EXPECT_EQ(r[0].error, detail::NvmeTier::kCorrupt);
+}
+
+TEST(NvmeTier, BadSettingsAreRefusedWithTheFix) {
+  test::TempDir dir;
+  auto c = nvme_config(2, 2, 8, {});
+  EXPECT_NE(test::message_of([&] { Pager p(c); }).find("nvme.paths"), std::string::npos);
+  c = nvme_config(2, 2, 8, {dir.path() + "/nope"});
+  EXPECT_NE(test::message_of([&] { Pager p(c); }).find("nope"), std::string::npos);
+  c = nvme_config(2, 2, 8, {dir.path()}, "spdk");
+  EXPECT_THROW(Pager p(c), config_error);
+  c = nvme_config(2, 2, 8, {dir.path()});
+  c.nvme.budget = 1000;
+  EXPECT_NE(test::message_of([&] { Pager p(c); }).find("smaller than one page"), std::string::npos);
+  c.nvme.budget = std::size_t{1} << 46;  // 64 TiB: more than the disk; reported at start-up
+  EXPECT_THROW(Pager p(c), out_of_memory);
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+// --- spill order: which host pages go to NVMe when the host tier is full ------------------------------
+
 // Without a trace the host tier spills its newest pages: a loop uses its pages again in the order it
 // used them, so the page that left the device first is the one it needs first and stays on the host.
 TEST(NvmeSpill, WithoutATraceTheNewestHostPagesGoFirst) {
@@ -285,40 +322,6 @@ TEST(NvmeSpill, WithATraceTheFarthestNextUseGoesFirst) {
   const auto by_recency = nvme_reads_per_iteration("lru");      // 8 reads per iteration
   const auto by_next_use = nvme_reads_per_iteration("belady");  // 4
   EXPECT_LT(by_next_use, by_recency);
-}
-
-TEST(NvmeTier, ChecksumIsMixedWithTheSlot) {
-  test::TempDir dir;
-  storage::StorageOptions o{{dir.path()}, kPage, 4, 4, true, true};
-  detail::NvmeTier tier(std::make_unique<storage::PosixStorage>(o), kPage, 4);
-  test::AlignedBuffer a(kPage), b(kPage);
-  test::fill(a.data, kPage, 5);
-  test::fill(b.data, kPage, 5);
-  EXPECT_EQ(tier.checksum(a.data, 1), tier.checksum(b.data, 1));
-  EXPECT_NE(tier.checksum(a.data, 1), tier.checksum(a.data, 2)) << "a misdirected read must fail the check";
-  // A page written to slot 1 and read from slot 2 (holding the same bytes) is caught.
-  std::vector<detail::NvmeTier::Io> w{{IoOp::write, 1, a.data, 0, 0}, {IoOp::write, 2, a.data, 0, 0}};
-  tier.run(w);
-  ASSERT_EQ(w[0].error, 0);
-  std::vector<detail::NvmeTier::Io> r{{IoOp::read, 2, b.data, w[0].checksum, 0}};
-  tier.run(r);
-  EXPECT_EQ(r[0].error, detail::NvmeTier::kCorrupt);
-}
-
-TEST(NvmeTier, BadSettingsAreRefusedWithTheFix) {
-  test::TempDir dir;
-  auto c = nvme_config(2, 2, 8, {});
-  EXPECT_NE(test::message_of([&] { Pager p(c); }).find("nvme.paths"), std::string::npos);
-  c = nvme_config(2, 2, 8, {dir.path() + "/nope"});
-  EXPECT_NE(test::message_of([&] { Pager p(c); }).find("nope"), std::string::npos);
-  c = nvme_config(2, 2, 8, {dir.path()}, "spdk");
-  EXPECT_THROW(Pager p(c), config_error);
-  c = nvme_config(2, 2, 8, {dir.path()});
-  c.nvme.budget = 1000;
-  EXPECT_NE(test::message_of([&] { Pager p(c); }).find("smaller than one page"), std::string::npos);
-  c.nvme.budget = std::size_t{1} << 46;  // 64 TiB: more than the disk; reported at start-up
-  EXPECT_THROW(Pager p(c), out_of_memory);
-  EXPECT_TRUE(dir.entries().empty());
 }
 
 // --- page-by-page pipelining ----------------------------------------------------------------------------

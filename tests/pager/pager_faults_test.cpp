@@ -181,7 +181,7 @@ class PagerUnmapRuns : public ::testing::Test {
   Tensor b_, c_;
 };
 
-// A GPU's cuMemUnmap costs tens of microseconds whatever its length: adjacent victims go in one call.
+// Adjacent victims are unmapped with one cuMemUnmap call (fewer driver calls).
 TEST_F(PagerUnmapRuns, AdjacentVictimsAreUnmappedInOneCall) {
   const auto before = dev_->calls(Op::unmap);
   evict_b();
