@@ -14,26 +14,40 @@ std::size_t BeladyPolicy::select(std::size_t max, detail::FunctionRef<bool(detai
   std::lock_guard lk(mu_);
   struct Rank {
     bool old;          // not pinned in the last keep_recent_ pins: goes first
+    bool just_used;    // released by the work queued last: deferred when another candidate can go
     std::size_t next;  // then the farthest next use first
     detail::PageEntry* page;
   };
   std::vector<Rank> ranked;
   ranked.reserve(list_.size());
+  const std::uint64_t latest = latest_release_.load(std::memory_order_relaxed);
   // Owners are valid: the pager holds its lock while selecting, and pages in the policy belong to live
   // allocations.
   for (auto& p : list_) {
     const bool old = keep_recent_ == 0 || trace_.since_last_use(p.owner->id) >= keep_recent_;
-    ranked.push_back({old, trace_.next_use(p.owner->id), &p});
+    const bool just_used = latest != 0 && p.owner->released_at.load(std::memory_order_relaxed) == latest;
+    ranked.push_back({old, just_used, trace_.next_use(p.owner->id), &p});
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Rank& a, const Rank& b) { return a.old != b.old ? a.old : a.next > b.next; });
   std::size_t taken = 0;
-  for (auto& [old, next, page] : ranked) {
-    if (taken == max) break;
-    if (claim(*page)) {
-      list_.erase(list_.iterator_to(*page));
-      ++taken;
-    }
+  std::vector<bool> tried(ranked.size(), false);
+  auto take = [&](std::size_t i) {
+    tried[i] = true;
+    if (!claim(*ranked[i].page)) return;
+    list_.erase(list_.iterator_to(*ranked[i].page));
+    ++taken;
+  };
+  // 1. Within the window, skip the just-used pages while the others are, like them, not pinned again in
+  //    this iteration; a candidate needed sooner ends the pass (there the order decides the bytes).
+  const std::size_t left = trace_.pins_left_in_iteration();
+  const std::size_t window = max >= ranked.size() / kDeferWindow ? ranked.size() : kDeferWindow * max;
+  for (std::size_t i = 0; i < window && taken < max && ranked[i].next >= left; ++i) {
+    if (!ranked[i].just_used) take(i);
+  }
+  // 2. The rest in rank order, the deferred pages included.
+  for (std::size_t i = 0; i < ranked.size() && taken < max; ++i) {
+    if (!tried[i]) take(i);
   }
   return taken;
 }

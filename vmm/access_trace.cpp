@@ -112,6 +112,11 @@ std::size_t AccessTrace::since_last_use(std::uint64_t tensor) const {
   return cursor_ + trace_.size() - 1 - pos.back();  // last pinned in the previous iteration
 }
 
+std::size_t AccessTrace::pins_left_in_iteration() const {
+  std::lock_guard lk(mu_);
+  return state_ == State::replaying ? trace_.size() - cursor_ : kNever;
+}
+
 std::size_t AccessTrace::next_use(std::uint64_t tensor) const {
   std::lock_guard lk(mu_);
   return next_use_locked(tensor);

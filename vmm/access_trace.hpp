@@ -42,6 +42,9 @@ class AccessTrace {
   [[nodiscard]] std::size_t prefetch_horizon(std::size_t distance) const;
   //! Pins since `tensor` was last pinned (0 = it was the latest pin), or kNever. Replaying only.
   [[nodiscard]] std::size_t since_last_use(std::uint64_t tensor) const;
+  //! Pins left in the current iteration (a next use at least this far away falls in the next one),
+  //! or kNever when not replaying.
+  [[nodiscard]] std::size_t pins_left_in_iteration() const;
 
   [[nodiscard]] State state() const;
   [[nodiscard]] std::vector<policies::TraceAccess> recorded() const;

@@ -57,6 +57,10 @@ struct Allocation {
   std::vector<Use> uses;
   //! uses.size(), readable without uses_mu: a host pin skips the lock when nothing is outstanding.
   std::atomic<std::uint32_t> use_count{0};
+  //! The pager's pin count at this tensor's latest stream unpin (0: none yet). Tensors released with
+  //! the pager's latest mark (PagerImpl::latest_release_) were used by the work queued last on a
+  //! stream: next-use eviction defers them (policies/belady_policy.hpp).
+  std::atomic<std::uint64_t> released_at{0};
 };
 
 }  // namespace tvmm::detail

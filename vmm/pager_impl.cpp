@@ -145,8 +145,9 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
     bind_io_threads(*storage);
     nvme_ = std::make_unique<NvmeTier>(std::move(storage), page_size_, cfg_.nvme.queue_depth);
   }
-  policy_ = cfg_.eviction == "belady" ? std::make_unique<policies::BeladyPolicy>(trace_, cfg_.keep_recent)
-                                      : policies::make_eviction_policy(cfg_.eviction);
+  policy_ = cfg_.eviction == "belady"
+                ? std::make_unique<policies::BeladyPolicy>(trace_, cfg_.keep_recent, latest_release_)
+                : policies::make_eviction_policy(cfg_.eviction);
   trace_prefetch_ = cfg_.prefetch == "trace";
   sequential_prefetch_ = cfg_.prefetch == "sequential";
   if (!cfg_.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(cfg_.stats_file, "stats.file");

@@ -280,6 +280,9 @@ class PagerImpl {
   EventPool events_;
   SmallArena arena_;  // guarded by mu_
   AccessTrace trace_;
+  // The pin count at the latest stream unpin (Allocation::released_at): which tensors the work queued
+  // last used. Written by unpin without the lock (a hint; a race only changes a preference).
+  std::atomic<std::uint64_t> latest_release_{0};
   bool tracing_ = false;                                  // trace prefetch or Belady: pins are recorded and replayed
   bool trace_prefetch_ = false;                           // prefetch == "trace"
   bool sequential_prefetch_ = false;                      // prefetch == "sequential"

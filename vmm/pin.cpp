@@ -435,6 +435,10 @@ void PagerImpl::unpin(Allocation* a, PageSpan span, backend::StreamHandle stream
         a->uses.push_back({stream, std::move(e)});
         a->use_count.store(static_cast<std::uint32_t>(a->uses.size()), std::memory_order_release);
       }
+      // No pin since this mark: released together with the tensors unpinned since the latest pin.
+      const std::uint64_t mark = counters_.pins.load(std::memory_order_relaxed);
+      a->released_at.store(mark, std::memory_order_relaxed);
+      latest_release_.store(mark, std::memory_order_relaxed);
     } catch (const std::exception& ex) {
       // Without an event the only safe release point is now: wait for the stream.
       if (!dev_->lost())

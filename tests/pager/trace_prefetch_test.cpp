@@ -108,3 +108,26 @@ TEST(BeladyPolicy, WithTracePrefetchStaysCorrect) {
   const auto r = run("trace", "belady", 6, true);
   EXPECT_EQ(r.bad, 0u);
 }
+
+TEST(BeladyPolicy, DefersThePageTheLastQueuedWorkUsed) {
+  // X, C, A, B (one page each) over 3 frames, pinned in that order on a stream every iteration. In the
+  // replayed iteration B's pin evicts one of X, C, A, all pinned next in the next iteration: Belady's
+  // choice is A (farthest), but A was released by the work queued last (its write-back and the page-in
+  // into its frame would wait for that work), so C goes instead.
+  Config c = test::small_config(3, 16);
+  c.eviction = "belady";
+  Pager p(c);
+  auto s = p.create_stream();
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 4; ++i) ts.push_back(p.allocate(64 * KiB));
+  enum { X, C, A, B };
+  for (int it = 0; it < 2; ++it) {
+    p.mark_iteration();  // the first records the order, the second replays it
+    for (int k : {X, C, A, B}) (void)ts[static_cast<std::size_t>(k)].pin(s, Access::read_write);
+  }
+  EXPECT_EQ(ts[A].tier(0), Tier::device);
+  EXPECT_EQ(ts[B].tier(0), Tier::device);
+  EXPECT_NE(ts[C].tier(0), Tier::device);
+  s.synchronize();
+  p.check_invariants();
+}
