@@ -134,8 +134,9 @@ struct Config {
   //! only when no other page can be. A stream's pins run ahead of its kernels, so such a page's
   //! write-back waits for the kernel that just used it, and the page-in that needs its frame waits
   //! behind: evicting older pages instead lets both copies overlap the kernels in between, at the cost
-  //! of sometimes not taking the farthest next use. 0 = pure farthest next use (the offline optimum in
-  //! bytes moved).
+  //! of sometimes not taking the farthest next use. 0 = farthest next use, except that the tensors of
+  //! the latest stream release are always deferred among pages not needed again in this iteration
+  //! (docs/architecture.md, "Access trace, trace prefetch and Belady").
   std::size_t keep_recent = 0;
   //! Prefetch policy: "none" (only explicit Tensor::prefetch); "trace": record the pins of one
   //! iteration (between the first two Pager::mark_iteration calls), then in later iterations start the
