@@ -65,9 +65,16 @@ std::uint64_t SimEvent::latest() const {
 }
 
 bool SimEvent::is_complete() const {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
+  if (timing_ == Timing::model) {
+    // The answer must not depend on how far the simulator's threads have got in wall time: wait until
+    // the recorded work has run (its device time is then known), then compare. The wait moves no
+    // modelled host time.
+    const auto target = recorded_;
+    cv_.wait(lk, [&] { return completed_ >= target; });
+    return at_ <= t_seen;
+  }
   if (completed_ < recorded_) return false;
-  if (timing_ == Timing::model) return at_ <= t_seen;  // a query moves no modelled host time
   observe(timing_, at_, host_now(timing_));
   return true;
 }
