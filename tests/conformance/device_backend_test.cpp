@@ -443,6 +443,47 @@ TEST(SimDevice, AModelledQueryDoesNotDependOnTheSimulatorsProgress) {
   EXPECT_TRUE(dev.free_host(d, bytes).ok());
 }
 
+// A stream's wait ends when the record it waits for completes (cuStreamWaitEvent: the most recent
+// record before the call), even if by the time the simulator gets to the wait the event has been
+// recorded again and that later record has completed too.
+TEST(SimDevice, AStreamWaitEndsAtTheRecordItWaitsFor) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  c.timing = "model";
+  c.bandwidth_bytes_per_s = 1e12;  // 128 MiB in 134 us of device time; the memcpy takes milliseconds
+  SimDevice dev(c, 4 * 64 * KiB);
+  constexpr std::size_t bytes = 128 * MiB;
+  void* h = nullptr;
+  void* d = nullptr;
+  ASSERT_TRUE(dev.alloc_host(bytes, &h).ok());
+  ASSERT_TRUE(dev.alloc_host(bytes, &d).ok());
+  StreamHandle s = nullptr, t = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  ASSERT_TRUE(dev.create_stream(&t).ok());
+  EventHandle start = nullptr, e = nullptr, after = nullptr;
+  for (EventHandle* x : {&start, &e, &after}) ASSERT_TRUE(dev.create_event(x, EventKind::timing).ok());
+  ASSERT_TRUE(dev.record_event(start, s).ok());
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(1)).ok());
+  ASSERT_TRUE(dev.record_event(e, s).ok());  // the first record: 1 ms in
+  // t gets to its wait only once the copy's memcpy is done, long after the second record below.
+  ASSERT_TRUE(dev.memcpy_async(d, h, bytes, CopyKind::host_to_device, t).ok());
+  ASSERT_TRUE(dev.stream_wait_event(t, e).ok());
+  ASSERT_TRUE(dev.record_event(after, t).ok());
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(2)).ok());
+  ASSERT_TRUE(dev.record_event(e, s).ok());  // the second record: 3 ms in
+  ASSERT_TRUE(dev.synchronize_stream(t).ok());
+  ASSERT_TRUE(dev.synchronize_stream(s).ok());
+  std::chrono::nanoseconds waited{0};
+  ASSERT_TRUE(dev.event_elapsed(start, after, &waited).ok());
+  EXPECT_GE(waited, std::chrono::milliseconds(1));
+  EXPECT_LT(waited, std::chrono::milliseconds(2));  // not the second record's 3 ms
+  for (EventHandle x : {start, e, after}) EXPECT_TRUE(dev.destroy_event(x).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+  EXPECT_TRUE(dev.destroy_stream(t).ok());
+  EXPECT_TRUE(dev.free_host(h, bytes).ok());
+  EXPECT_TRUE(dev.free_host(d, bytes).ok());
+}
+
 TEST(SimDevice, ElapsedTimeIsNotReadyUntilBothEventsComplete) {
   SimDeviceConfig c;
   c.granularity = 64 * KiB;

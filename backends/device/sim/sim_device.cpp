@@ -375,7 +375,7 @@ Status SimDevice::do_record_event(EventHandle event, StreamHandle stream) {
   sim::SimOp op;
   op.kind = sim::SimOp::Kind::record;
   op.event = as_event(event);
-  op.generation = op.event->begin_record();
+  op.generation = op.event->begin_record(as_stream(stream)->progress());
   as_stream(stream)->enqueue(op);
   return Status::success();
 }

@@ -37,14 +37,29 @@ void spend_host_time(Timing timing, DeviceClock::duration d) {
   std::this_thread::sleep_for(d);
 }
 
-std::uint64_t SimEvent::begin_record() {
+void StreamProgress::advance(DeviceClock::time_point floor) noexcept {
+  floor_.store(floor.time_since_epoch().count(), std::memory_order_release);
+  ticks_.fetch_add(1, std::memory_order_acq_rel);
+  ticks_.notify_all();
+}
+
+void StreamProgress::close() noexcept { advance(DeviceClock::time_point::max()); }
+
+DeviceClock::time_point StreamProgress::floor() const noexcept {
+  return DeviceClock::time_point(DeviceClock::duration(floor_.load(std::memory_order_acquire)));
+}
+
+std::uint64_t SimEvent::begin_record(std::shared_ptr<const StreamProgress> on) {
   std::lock_guard lk(mu_);
+  progress_ = std::move(on);
   return ++recorded_;
 }
 
 void SimEvent::complete(std::uint64_t generation, DeviceClock::time_point at) {
   // Notify while holding the lock: a waiter that sees the completion may destroy the event at once.
   std::lock_guard lk(mu_);
+  Completion& slot = kept_[generation % kept_.size()];
+  if (generation > slot.generation) slot = {generation, at};
   if (generation > completed_) {
     completed_ = generation;
     at_ = at;
@@ -65,15 +80,31 @@ std::uint64_t SimEvent::latest() const {
 }
 
 bool SimEvent::is_complete() const {
-  std::unique_lock lk(mu_);
   if (timing_ == Timing::model) {
-    // The answer must not depend on how far the simulator's threads have got in wall time: wait until
-    // the recorded work has run (its device time is then known), then compare. The wait moves no
-    // modelled host time.
-    const auto target = recorded_;
-    cv_.wait(lk, [&] { return completed_ >= target; });
-    return at_ <= t_seen;
+    // The answer must not depend on how far the simulator's threads have got in wall time: wait (in
+    // wall time; no modelled host time passes) until either the record has run, so its device time is
+    // known, or everything left on its stream ends after this thread's host time.
+    for (;;) {
+      std::shared_ptr<const StreamProgress> on;
+      {
+        std::lock_guard lk(mu_);
+        if (completed_ >= recorded_) return at_ <= t_seen;
+        on = progress_;
+      }
+      // Read before looking again: if the record is still pending after the floor was read, it ends at
+      // or after that floor (read after it, the floor could be a later operation's). If it completed
+      // before the tick was read, the tick would not change again.
+      const std::uint64_t tick = on->ticks();
+      const auto floor = on->floor();
+      {
+        std::lock_guard lk(mu_);
+        if (completed_ >= recorded_) return at_ <= t_seen;
+      }
+      if (floor > t_seen) return false;
+      on->wait_for_tick(tick);
+    }
   }
+  std::lock_guard lk(mu_);
   if (completed_ < recorded_) return false;
   observe(timing_, at_, host_now(timing_));
   return true;
@@ -81,7 +112,12 @@ bool SimEvent::is_complete() const {
 
 DeviceClock::time_point SimEvent::wait(std::uint64_t generation) const {
   std::unique_lock lk(mu_);
-  cv_.wait(lk, [&] { return completed_ >= generation; });
+  // That record's own completion: the event may have been recorded again, and that record completed,
+  // by the time a stream gets to this wait (cuStreamWaitEvent waits for the record before the call).
+  if (generation == 0) return DeviceClock::time_point{};  // never recorded: nothing to wait for
+  const Completion& slot = kept_[generation % kept_.size()];
+  cv_.wait(lk, [&] { return slot.generation >= generation; });
+  if (slot.generation == generation) return slot.at;
   return at_;
 }
 
@@ -95,6 +131,7 @@ void SimEvent::wait_latest() const {
 
 SimStream::SimStream(CopyEngine* h2d, CopyEngine* d2h, Timing timing)
     : h2d_(h2d), d2h_(d2h), timing_(timing), clock_(DeviceClock::now()) {
+  progress_->advance(clock_);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -105,6 +142,7 @@ SimStream::~SimStream() {
   }
   work_cv_.notify_all();
   thread_.join();
+  progress_->close();  // a query still holding it: its event has completed (the queue was drained)
 }
 
 void SimStream::enqueue(SimOp op) {
@@ -144,7 +182,9 @@ void SimStream::run() {
     const SimOp op = queue_.front();
     queue_.pop_front();
     lk.unlock();
+    progress_->advance(std::max(clock_, op.queued));  // this operation starts then, the rest later
     execute(op);
+    progress_->advance(clock_);
     lk.lock();
     ++completed_;
     done_at_ = clock_;

@@ -12,8 +12,9 @@
 // D it waited for: host work takes no device time, and a query reports work complete only if it
 // completed by the thread's host time (work the simulator has run but that ends later in device
 // time is not ready). To know that, a query waits in wall time until the simulator has run the
-// recorded work, so what a thread sees does not depend on how fast the simulator runs against the
-// host, and a run's modelled figures repeat exactly. (A stream's host function must therefore not
+// recorded work or has got past the thread's host time on that stream (StreamProgress), so what a
+// thread sees does not depend on how fast the simulator runs against the host, and a run's modelled
+// figures repeat exactly. (A stream's host function must therefore not
 // wait for a thread that queries an event recorded after it; CUDA forbids API calls from host
 // functions anyway: cuLaunchHostFunc.) A copy takes its slot on the direction's bus (CopyEngine), a busy kernel its
 // duration, a host callable its real run time, and a wait ends at the modelled completion time of the event it waits
@@ -23,10 +24,13 @@
 // (event_elapsed) measures the model: a benchmark's result does not depend on the host machine's timer noise or memcpy
 // speed. Host work between waits counts at wall-clock speed.
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -50,13 +54,30 @@ enum class Timing : std::uint8_t {
 // Timing::model its host time advances by `d`, with Timing::wall it sleeps for `d`.
 void spend_host_time(Timing timing, DeviceClock::duration d);
 
+// How far a stream's worker has got, shared with the events recorded on it (a query may outlive the
+// stream). Every operation of the stream not yet completed ends at or after device time `floor`;
+// `ticks` changes (and waiters wake) whenever the worker starts or ends an operation.
+class StreamProgress {
+ public:
+  void advance(DeviceClock::time_point floor) noexcept;
+  void close() noexcept;  // the stream is gone: nothing of it remains to end
+  [[nodiscard]] DeviceClock::time_point floor() const noexcept;
+  [[nodiscard]] std::uint64_t ticks() const noexcept { return ticks_.load(std::memory_order_acquire); }
+  void wait_for_tick(std::uint64_t seen) const noexcept { ticks_.wait(seen, std::memory_order_acquire); }
+
+ private:
+  std::atomic<DeviceClock::rep> floor_{0};
+  std::atomic<std::uint64_t> ticks_{0};
+};
+
 class SimEvent {
  public:
   SimEvent(Timing timing, bool timed) : timing_(timing), timed_(timed) {}
   //! Created for timing (EventKind::timing): event_elapsed accepts it.
   [[nodiscard]] bool timed() const noexcept { return timed_; }
-  // Starts a new record; returns its generation (the stream completes it later).
-  std::uint64_t begin_record();
+  // Starts a new record on the stream whose progress is `on`; returns its generation (the stream
+  // completes it later).
+  std::uint64_t begin_record(std::shared_ptr<const StreamProgress> on);
   // Completes `generation` at device time `at`.
   void complete(std::uint64_t generation, DeviceClock::time_point at);
   [[nodiscard]] std::uint64_t latest() const;
@@ -75,6 +96,14 @@ class SimEvent {
   std::uint64_t recorded_ = 0;
   std::uint64_t completed_ = 0;
   DeviceClock::time_point at_{};
+  std::shared_ptr<const StreamProgress> progress_;  // of the stream of the latest record
+  // The completions of the latest records, by generation modulo their number: a stream's wait ends
+  // at the device time of the record it waits for, not a later one's.
+  struct Completion {
+    std::uint64_t generation = 0;
+    DeviceClock::time_point at{};
+  };
+  std::array<Completion, 16> kept_{};
 };
 
 struct SimOp {
@@ -103,6 +132,7 @@ class SimStream {
 
   void enqueue(SimOp op);
   void synchronize();
+  [[nodiscard]] const std::shared_ptr<StreamProgress>& progress() const noexcept { return progress_; }
   // Restricts the worker thread to `cpus`; false if the OS refuses.
   bool bind(const std::vector<unsigned>& cpus);
 
@@ -123,6 +153,7 @@ class SimStream {
   bool stop_ = false;
   DeviceClock::time_point clock_;      // device time: when the last operation ended (worker thread only)
   DeviceClock::time_point done_at_{};  // clock_ after the last completed operation (under mu_)
+  std::shared_ptr<StreamProgress> progress_ = std::make_shared<StreamProgress>();
   std::thread thread_;
 };
 
