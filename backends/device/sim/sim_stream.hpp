@@ -14,15 +14,16 @@
 // time is not ready). To know that, a query waits in wall time until the simulator has run the
 // recorded work or has got past the thread's host time on that stream (StreamProgress), so what a
 // thread sees does not depend on how fast the simulator runs against the host, and a run's modelled
-// figures repeat exactly. (A stream's host function must therefore not
-// wait for a thread that queries an event recorded after it; CUDA forbids API calls from host
-// functions anyway: cuLaunchHostFunc.) A copy takes its slot on the direction's bus (CopyEngine), a busy kernel its
-// duration, a host callable its real run time, and a wait ends at the modelled completion time of the event it waits
-// for. The worker then sleeps until the wall clock reaches the operation's modelled end, so work never completes early;
-// when it completes late (the OS woke the thread late, or a memcpy ran slower than the modelled bus), the lateness does
-// not carry into later modelled times. Events carry the device time of their completion, so elapsed device time
-// (event_elapsed) measures the model: a benchmark's result does not depend on the host machine's timer noise or memcpy
-// speed. Host work between waits counts at wall-clock speed.
+// figures repeat exactly. (A stream's host function must therefore not wait for a thread that
+// queries an event recorded after it; CUDA forbids API calls from host functions anyway:
+// cuLaunchHostFunc.) A copy takes its slot on the direction's bus (CopyEngine), a busy kernel its
+// duration, a host callable its real run time, and a wait ends at the modelled completion time of the
+// record it waits for. The worker then sleeps until the wall clock reaches the operation's modelled
+// end, so work never completes early; when it completes late (the OS woke the thread late, or a
+// memcpy ran slower than the modelled bus), the lateness does not carry into later modelled times.
+// Events carry the device time of their completion, so elapsed device time (event_elapsed) measures
+// the model: a benchmark's result does not depend on the host machine's timer noise or memcpy speed.
+// Host work between waits counts at wall-clock speed.
 
 #include <array>
 #include <atomic>
