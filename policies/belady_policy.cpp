@@ -39,10 +39,11 @@ std::size_t BeladyPolicy::select(std::size_t max, detail::FunctionRef<bool(detai
     ++taken;
   };
   // 1. Within the window, skip the just-used pages while the others are, like them, not pinned again in
-  //    this iteration; a candidate needed sooner ends the pass (there the order decides the bytes).
+  //    this iteration; a candidate needed sooner ends the pass (there the order decides the bytes), and
+  //    so does the first recently pinned one (keep_recent: those go only when nothing else can).
   const std::size_t left = trace_.pins_left_in_iteration();
   const std::size_t window = max >= ranked.size() / kDeferWindow ? ranked.size() : kDeferWindow * max;
-  for (std::size_t i = 0; i < window && taken < max && ranked[i].next >= left; ++i) {
+  for (std::size_t i = 0; i < window && taken < max && ranked[i].next >= left && ranked[i].old == ranked[0].old; ++i) {
     if (!ranked[i].just_used) take(i);
   }
   // 2. The rest in rank order, the deferred pages included.

@@ -135,8 +135,9 @@ struct Config {
   //! write-back waits for the kernel that just used it, and the page-in that needs its frame waits
   //! behind: evicting older pages instead lets both copies overlap the kernels in between, at the cost
   //! of sometimes not taking the farthest next use. 0 = farthest next use, except that the tensors of
-  //! the latest stream release are always deferred among pages not needed again in this iteration
-  //! (docs/architecture.md, "Access trace, trace prefetch and Belady").
+  //! the latest stream release are deferred for another of the farthest candidates (within a window)
+  //! when both are not needed again in this iteration (docs/architecture.md, "Access trace, trace
+  //! prefetch and Belady").
   std::size_t keep_recent = 0;
   //! Prefetch policy: "none" (only explicit Tensor::prefetch); "trace": record the pins of one
   //! iteration (between the first two Pager::mark_iteration calls), then in later iterations start the

@@ -214,3 +214,15 @@ TEST(Belady, DefersOnlyWithinAWindowOfItsOwnChoice) {
   EXPECT_EQ(victims(1), (std::vector<std::size_t>{6}));     // tensor 7: nothing else within 4
   EXPECT_EQ(victims(2), (std::vector<std::size_t>{2, 1}));  // a window of 8: tensors 3 and 2
 }
+
+TEST(Belady, DefersNoPageInFavourOfOnePinnedRecentlyWhenAskedToSpareThose) {
+  // After pins 1, 2, 3 of 5; only tensors 1, 2, 3 resident, all pinned next in the next iteration.
+  // keep_recent 2 spares tensors 3 and 2 (the last two pins); tensor 1, the only other one, was
+  // released last. Sparing wins: 1 goes, deferred or not.
+  Replay r(5, 3);
+  r.released_last({1}, 7);
+  const std::atomic<std::uint64_t> latest{7};
+  BeladyPolicy policy(r.trace, 2, latest);
+  for (std::size_t i : {0, 1, 2}) policy.insert(r.pages[i]);
+  EXPECT_EQ(take(policy, r.pages.data(), 1), (std::vector<std::size_t>{0}));
+}

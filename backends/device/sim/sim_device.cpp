@@ -375,7 +375,7 @@ Status SimDevice::do_record_event(EventHandle event, StreamHandle stream) {
   sim::SimOp op;
   op.kind = sim::SimOp::Kind::record;
   op.event = as_event(event);
-  op.generation = op.event->begin_record(as_stream(stream)->progress());
+  op.record = op.event->begin_record(as_stream(stream)->progress());
   as_stream(stream)->enqueue(op);
   return Status::success();
 }
@@ -384,7 +384,7 @@ Status SimDevice::do_stream_wait_event(StreamHandle stream, EventHandle event) {
   sim::SimOp op;
   op.kind = sim::SimOp::Kind::wait;
   op.event = as_event(event);
-  op.generation = op.event->latest();
+  op.until = op.event->latest_record();
   as_stream(stream)->enqueue(op);
   return Status::success();
 }

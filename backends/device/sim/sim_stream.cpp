@@ -49,19 +49,27 @@ DeviceClock::time_point StreamProgress::floor() const noexcept {
   return DeviceClock::time_point(DeviceClock::duration(floor_.load(std::memory_order_acquire)));
 }
 
-std::uint64_t SimEvent::begin_record(std::shared_ptr<const StreamProgress> on) {
+std::shared_ptr<SimEvent::Record> SimEvent::begin_record(std::shared_ptr<const StreamProgress> on) {
+  auto record = std::make_shared<Record>();
   std::lock_guard lk(mu_);
   progress_ = std::move(on);
-  return ++recorded_;
+  record->generation = ++recorded_;
+  latest_ = record;
+  return record;
 }
 
-void SimEvent::complete(std::uint64_t generation, DeviceClock::time_point at) {
+std::shared_ptr<const SimEvent::Record> SimEvent::latest_record() const {
+  std::lock_guard lk(mu_);
+  return latest_;
+}
+
+void SimEvent::complete(Record& record, DeviceClock::time_point at) {
   // Notify while holding the lock: a waiter that sees the completion may destroy the event at once.
   std::lock_guard lk(mu_);
-  Completion& slot = kept_[generation % kept_.size()];
-  if (generation > slot.generation) slot = {generation, at};
-  if (generation > completed_) {
-    completed_ = generation;
+  record.done = true;
+  record.at = at;
+  if (record.generation > completed_) {
+    completed_ = record.generation;
     at_ = at;
   }
   cv_.notify_all();
@@ -86,10 +94,12 @@ bool SimEvent::is_complete() const {
     // known, or everything left on its stream ends after this thread's host time.
     for (;;) {
       std::shared_ptr<const StreamProgress> on;
+      std::uint64_t pending = 0;
       {
         std::lock_guard lk(mu_);
         if (completed_ >= recorded_) return at_ <= t_seen;
         on = progress_;
+        pending = recorded_;
       }
       // Read before looking again: if the record is still pending after the floor was read, it ends at
       // or after that floor (read after it, the floor could be a later operation's). If it completed
@@ -99,6 +109,7 @@ bool SimEvent::is_complete() const {
       {
         std::lock_guard lk(mu_);
         if (completed_ >= recorded_) return at_ <= t_seen;
+        if (recorded_ != pending) continue;  // recorded again meanwhile, perhaps on another stream
       }
       if (floor > t_seen) return false;
       on->wait_for_tick(tick);
@@ -110,15 +121,13 @@ bool SimEvent::is_complete() const {
   return true;
 }
 
-DeviceClock::time_point SimEvent::wait(std::uint64_t generation) const {
-  std::unique_lock lk(mu_);
+DeviceClock::time_point SimEvent::wait(const Record* record) const {
   // That record's own completion: the event may have been recorded again, and that record completed,
   // by the time a stream gets to this wait (cuStreamWaitEvent waits for the record before the call).
-  if (generation == 0) return DeviceClock::time_point{};  // never recorded: nothing to wait for
-  const Completion& slot = kept_[generation % kept_.size()];
-  cv_.wait(lk, [&] { return slot.generation >= generation; });
-  if (slot.generation == generation) return slot.at;
-  return at_;
+  if (record == nullptr) return DeviceClock::time_point{};  // never recorded: nothing to wait for
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return record->done; });
+  return record->at;
 }
 
 void SimEvent::wait_latest() const {
@@ -212,9 +221,9 @@ void SimStream::execute(const SimOp& op) {
       break;
     case SimOp::Kind::record:
       clock_ = start;
-      op.event->complete(op.generation, clock_);
+      op.event->complete(*op.record, clock_);
       break;
-    case SimOp::Kind::wait: clock_ = std::max(start, op.event->wait(op.generation)); break;
+    case SimOp::Kind::wait: clock_ = std::max(start, op.event->wait(op.until.get())); break;
   }
 }
 

@@ -16,16 +16,17 @@
 // thread sees does not depend on how fast the simulator runs against the host, and a run's modelled
 // figures repeat exactly. (A stream's host function must therefore not wait for a thread that
 // queries an event recorded after it; CUDA forbids API calls from host functions anyway:
-// cuLaunchHostFunc.) A copy takes its slot on the direction's bus (CopyEngine), a busy kernel its
-// duration, a host callable its real run time, and a wait ends at the modelled completion time of the
-// record it waits for. The worker then sleeps until the wall clock reaches the operation's modelled
-// end, so work never completes early; when it completes late (the OS woke the thread late, or a
-// memcpy ran slower than the modelled bus), the lateness does not carry into later modelled times.
-// Events carry the device time of their completion, so elapsed device time (event_elapsed) measures
-// the model: a benchmark's result does not depend on the host machine's timer noise or memcpy speed.
-// Host work between waits counts at wall-clock speed.
+// cuLaunchHostFunc. The same holds for FaultyDevice's gates, which block a stream in a host step
+// until a test releases them: tests that use them keep wall timing.) A copy takes its slot on the
+// direction's bus (CopyEngine), a busy kernel its duration, a host callable its real run time, and a
+// wait ends at the modelled completion time of the record it waits for. The worker then sleeps until
+// the wall clock reaches the operation's modelled end, so work never completes early; when it
+// completes late (the OS woke the thread late, or a memcpy ran slower than the modelled bus), the
+// lateness does not carry into later modelled times. Events carry the device time of their
+// completion, so elapsed device time (event_elapsed) measures the model: a benchmark's result does
+// not depend on the host machine's timer noise or memcpy speed. Host work between waits counts at
+// wall-clock speed.
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -76,15 +77,26 @@ class SimEvent {
   SimEvent(Timing timing, bool timed) : timing_(timing), timed_(timed) {}
   //! Created for timing (EventKind::timing): event_elapsed accepts it.
   [[nodiscard]] bool timed() const noexcept { return timed_; }
-  // Starts a new record on the stream whose progress is `on`; returns its generation (the stream
-  // completes it later).
-  std::uint64_t begin_record(std::shared_ptr<const StreamProgress> on);
-  // Completes `generation` at device time `at`.
-  void complete(std::uint64_t generation, DeviceClock::time_point at);
+  // One record's completion, shared by the record operation and the waits queued on it (under the
+  // event's lock).
+  struct Record {
+    std::uint64_t generation = 0;
+    bool done = false;
+    DeviceClock::time_point at{};
+  };
+  // Starts a new record on the stream whose progress is `on`; returns it (the stream completes it
+  // later).
+  std::shared_ptr<Record> begin_record(std::shared_ptr<const StreamProgress> on);
+  // The latest record (null if none), for a stream wait queued now: cuStreamWaitEvent waits for the
+  // record before the call, not for one made later.
+  [[nodiscard]] std::shared_ptr<const Record> latest_record() const;
+  // Completes `record` at device time `at`.
+  void complete(Record& record, DeviceClock::time_point at);
   [[nodiscard]] std::uint64_t latest() const;
   [[nodiscard]] bool is_complete() const;
-  // Waits for `generation`; returns the device time of the latest completion (not earlier than it).
-  DeviceClock::time_point wait(std::uint64_t generation) const;
+  // Waits for `record` (null: never recorded, nothing to wait for); returns the device time at which
+  // it completed.
+  DeviceClock::time_point wait(const Record* record) const;
   void wait_latest() const;
   // The device time of the latest completion, if every record has completed and there was one.
   [[nodiscard]] bool completed_at(DeviceClock::time_point* out) const;
@@ -98,13 +110,7 @@ class SimEvent {
   std::uint64_t completed_ = 0;
   DeviceClock::time_point at_{};
   std::shared_ptr<const StreamProgress> progress_;  // of the stream of the latest record
-  // The completions of the latest records, by generation modulo their number: a stream's wait ends
-  // at the device time of the record it waits for, not a later one's.
-  struct Completion {
-    std::uint64_t generation = 0;
-    DeviceClock::time_point at{};
-  };
-  std::array<Completion, 16> kept_{};
+  std::shared_ptr<Record> latest_;                  // the latest record
 };
 
 struct SimOp {
@@ -118,9 +124,10 @@ struct SimOp {
   HostFn fn = nullptr;
   void* user = nullptr;
   SimEvent* event = nullptr;
-  std::uint64_t generation = 0;
-  std::chrono::nanoseconds duration{0};  // busy
-  DeviceClock::time_point queued{};      // the queuing thread's host time
+  std::shared_ptr<SimEvent::Record> record;       // record: the one it completes
+  std::shared_ptr<const SimEvent::Record> until;  // wait: the one it waits for (null: none)
+  std::chrono::nanoseconds duration{0};           // busy
+  DeviceClock::time_point queued{};               // the queuing thread's host time
 };
 
 class SimStream {
