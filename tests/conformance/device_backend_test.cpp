@@ -2,6 +2,9 @@
 // tvmm_tests for the simulator, and again into tvmm_gpu_tests (TVMM_CONFORMANCE_CUDA, ctest label
 // "gpu") for the CUDA backend, where every test skips with the reason when there is no driver or GPU.
 // Each test checks a contract in backends/device/device_backend.hpp.
+// Sections: the typed conformance suite (every backend); the simulator's own tests (modelled device
+// time, model-timing queries and waits, faults on unmapped memory, throttling, VMM call costs) and the
+// FaultyDevice adaptor's; the CUDA backend's kernels (TVMM_CONFORMANCE_CUDA only).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -408,84 +411,86 @@ TEST(SimDevice, AModelledQueryAnswersAtTheThreadsHostTime) {
   EXPECT_TRUE(dev.destroy_stream(s).ok());
 }
 
+// A simulated device on model timing with two streams and a copy that takes 134 us of device time but
+// milliseconds of wall time (128 MiB at a modelled 1 TB/s): the tests below use that gap.
+struct SlowCopyDevice {
+  static constexpr std::size_t bytes = 128 * MiB;
+  static SimDeviceConfig config() {
+    SimDeviceConfig c;
+    c.granularity = 64 * KiB;
+    c.timing = "model";
+    c.bandwidth_bytes_per_s = 1e12;
+    return c;
+  }
+  SimDevice dev{config(), 4 * 64 * KiB};
+  void* h = nullptr;
+  void* d = nullptr;
+  StreamHandle s = nullptr, t = nullptr;
+  SlowCopyDevice() {
+    if (!dev.alloc_host(bytes, &h).ok() || !dev.alloc_host(bytes, &d).ok() || !dev.create_stream(&s).ok() ||
+        !dev.create_stream(&t).ok()) {
+      throw std::runtime_error("SlowCopyDevice: the simulator refused its setup");
+    }
+  }
+  ~SlowCopyDevice() {  // runs only after a complete setup (the constructor throws otherwise)
+    EXPECT_TRUE(dev.destroy_stream(s).ok());
+    EXPECT_TRUE(dev.destroy_stream(t).ok());
+    EXPECT_TRUE(dev.free_host(h, bytes).ok());
+    EXPECT_TRUE(dev.free_host(d, bytes).ok());
+  }
+  SlowCopyDevice(const SlowCopyDevice&) = delete;
+  SlowCopyDevice& operator=(const SlowCopyDevice&) = delete;
+  Status copy_on(StreamHandle stream) { return dev.memcpy_async(d, h, bytes, CopyKind::host_to_device, stream); }
+};
+
 // ... and it does not depend on how far the simulator's threads have got: work that completes by the
 // thread's host time in the model is complete even while the simulator is still running it (here a
 // copy whose memcpy takes far longer than its modelled bus slot). Otherwise a run's decisions, and so
 // its modelled figures, would change from run to run.
 TEST(SimDevice, AModelledQueryDoesNotDependOnTheSimulatorsProgress) {
-  SimDeviceConfig c;
-  c.granularity = 64 * KiB;
-  c.timing = "model";
-  c.bandwidth_bytes_per_s = 1e12;  // 128 MiB in 134 us of device time; the memcpy takes milliseconds
-  SimDevice dev(c, 4 * 64 * KiB);
-  constexpr std::size_t bytes = 128 * MiB;
-  void* h = nullptr;
-  void* d = nullptr;
-  ASSERT_TRUE(dev.alloc_host(bytes, &h).ok());
-  ASSERT_TRUE(dev.alloc_host(bytes, &d).ok());
-  StreamHandle s = nullptr, t = nullptr;
-  ASSERT_TRUE(dev.create_stream(&s).ok());
-  ASSERT_TRUE(dev.create_stream(&t).ok());
+  SlowCopyDevice x;
+  SimDevice& dev = x.dev;
   EventHandle copied = nullptr, ticked = nullptr;
   ASSERT_TRUE(dev.create_event(&copied, EventKind::sync).ok());
   ASSERT_TRUE(dev.create_event(&ticked, EventKind::sync).ok());
-  ASSERT_TRUE(dev.memcpy_async(d, h, bytes, CopyKind::host_to_device, s).ok());
-  ASSERT_TRUE(dev.record_event(copied, s).ok());
-  ASSERT_TRUE(dev.launch_busy(t, std::chrono::milliseconds(2)).ok());
-  ASSERT_TRUE(dev.record_event(ticked, t).ok());
+  ASSERT_TRUE(x.copy_on(x.s).ok());
+  ASSERT_TRUE(dev.record_event(copied, x.s).ok());
+  ASSERT_TRUE(dev.launch_busy(x.t, std::chrono::milliseconds(2)).ok());
+  ASSERT_TRUE(dev.record_event(ticked, x.t).ok());
   ASSERT_TRUE(dev.synchronize_event(ticked).ok());  // this thread's host time: 2 ms in
   EXPECT_TRUE(dev.query_event(copied).ok());        // the copy ended 134 us in
   EXPECT_TRUE(dev.destroy_event(copied).ok());
   EXPECT_TRUE(dev.destroy_event(ticked).ok());
-  EXPECT_TRUE(dev.destroy_stream(s).ok());
-  EXPECT_TRUE(dev.destroy_stream(t).ok());
-  EXPECT_TRUE(dev.free_host(h, bytes).ok());
-  EXPECT_TRUE(dev.free_host(d, bytes).ok());
 }
 
 // A stream's wait ends when the record it waits for completes (cuStreamWaitEvent: the most recent
 // record before the call), even if by the time the simulator gets to the wait the event has been
 // recorded again and that later record has completed too.
 TEST(SimDevice, AStreamWaitEndsAtTheRecordItWaitsFor) {
-  SimDeviceConfig c;
-  c.granularity = 64 * KiB;
-  c.timing = "model";
-  c.bandwidth_bytes_per_s = 1e12;  // 128 MiB in 134 us of device time; the memcpy takes milliseconds
-  SimDevice dev(c, 4 * 64 * KiB);
-  constexpr std::size_t bytes = 128 * MiB;
-  void* h = nullptr;
-  void* d = nullptr;
-  ASSERT_TRUE(dev.alloc_host(bytes, &h).ok());
-  ASSERT_TRUE(dev.alloc_host(bytes, &d).ok());
-  StreamHandle s = nullptr, t = nullptr;
-  ASSERT_TRUE(dev.create_stream(&s).ok());
-  ASSERT_TRUE(dev.create_stream(&t).ok());
+  SlowCopyDevice x;
+  SimDevice& dev = x.dev;
   EventHandle start = nullptr, e = nullptr, after = nullptr;
-  for (EventHandle* x : {&start, &e, &after}) ASSERT_TRUE(dev.create_event(x, EventKind::timing).ok());
-  ASSERT_TRUE(dev.record_event(start, s).ok());
-  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(1)).ok());
-  ASSERT_TRUE(dev.record_event(e, s).ok());  // the first record: 1 ms in
-  // t gets to its wait only once the copy's memcpy is done, long after the second record below.
-  ASSERT_TRUE(dev.memcpy_async(d, h, bytes, CopyKind::host_to_device, t).ok());
-  ASSERT_TRUE(dev.stream_wait_event(t, e).ok());
-  ASSERT_TRUE(dev.record_event(after, t).ok());
+  for (EventHandle* ev : {&start, &e, &after}) ASSERT_TRUE(dev.create_event(ev, EventKind::timing).ok());
+  ASSERT_TRUE(dev.record_event(start, x.s).ok());
+  ASSERT_TRUE(dev.launch_busy(x.s, std::chrono::milliseconds(1)).ok());
+  ASSERT_TRUE(dev.record_event(e, x.s).ok());  // the first record: 1 ms in
+  // t gets to its wait only once the copy's memcpy is done, long after the later records below.
+  ASSERT_TRUE(x.copy_on(x.t).ok());
+  ASSERT_TRUE(dev.stream_wait_event(x.t, e).ok());
+  ASSERT_TRUE(dev.record_event(after, x.t).ok());
   // Recorded again, many times (more than a small table of recent records would keep): 3 ms in and later.
-  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(2)).ok());
+  ASSERT_TRUE(dev.launch_busy(x.s, std::chrono::milliseconds(2)).ok());
   for (int i = 0; i < 40; ++i) {
-    ASSERT_TRUE(dev.record_event(e, s).ok());
-    ASSERT_TRUE(dev.launch_busy(s, std::chrono::microseconds(10)).ok());
+    ASSERT_TRUE(dev.record_event(e, x.s).ok());
+    ASSERT_TRUE(dev.launch_busy(x.s, std::chrono::microseconds(10)).ok());
   }
-  ASSERT_TRUE(dev.synchronize_stream(t).ok());
-  ASSERT_TRUE(dev.synchronize_stream(s).ok());
+  ASSERT_TRUE(dev.synchronize_stream(x.t).ok());
+  ASSERT_TRUE(dev.synchronize_stream(x.s).ok());
   std::chrono::nanoseconds waited{0};
   ASSERT_TRUE(dev.event_elapsed(start, after, &waited).ok());
   EXPECT_GE(waited, std::chrono::milliseconds(1));
   EXPECT_LT(waited, std::chrono::milliseconds(2));  // not a later record's 3 ms or more
-  for (EventHandle x : {start, e, after}) EXPECT_TRUE(dev.destroy_event(x).ok());
-  EXPECT_TRUE(dev.destroy_stream(s).ok());
-  EXPECT_TRUE(dev.destroy_stream(t).ok());
-  EXPECT_TRUE(dev.free_host(h, bytes).ok());
-  EXPECT_TRUE(dev.free_host(d, bytes).ok());
+  for (EventHandle ev : {start, e, after}) EXPECT_TRUE(dev.destroy_event(ev).ok());
 }
 
 TEST(SimDevice, ElapsedTimeIsNotReadyUntilBothEventsComplete) {

@@ -124,30 +124,6 @@ TEST(Policies, FactoryKnowsTheNamesAndRejectsOthers) {
   }
 }
 
-TEST(Belady, FarthestNextUseFirstAndRecentPinsLastWhenAsked) {
-  // Tensors 1..4 pinned in that order each iteration; replaying, after pins 1, 2, 3. Next uses:
-  // 4 -> 0, 1 -> 1, 2 -> 2, 3 -> 3; pins since the last use: 3 -> 0, 2 -> 1, 1 -> 2, 4 -> 3.
-  AccessTrace trace;
-  (void)trace.on_iteration(1);
-  for (std::uint64_t t : {1, 2, 3, 4}) (void)trace.on_pin({t, 1, false}, 1);
-  (void)trace.on_iteration(1);
-  for (std::uint64_t t : {1, 2, 3}) (void)trace.on_pin({t, 1, false}, 1);
-  std::vector<Allocation> owners(4);
-  std::vector<PageEntry> pages(4);
-  for (std::size_t i = 0; i < 4; ++i) {
-    owners[i].id = i + 1;
-    pages[i].owner = &owners[i];
-  }
-  const std::atomic<std::uint64_t> no_release{0};
-  BeladyPolicy pure(trace, 0, no_release);
-  for (auto& p : pages) pure.insert(p);
-  EXPECT_EQ(take(pure, pages.data(), 4), (std::vector<std::size_t>{2, 1, 0, 3}));  // tensors 3, 2, 1, 4
-  // Sparing the last 2 pins (tensors 3 and 2): 1 and 4 go first, by next use, then 3 and 2.
-  BeladyPolicy spare(trace, 2, no_release);
-  for (auto& p : pages) spare.insert(p);
-  EXPECT_EQ(take(spare, pages.data(), 4), (std::vector<std::size_t>{0, 3, 2, 1}));
-}
-
 namespace {
 // A replayed iteration of `n` one-page tensors 1..n pinned in order, now after its first `done` pins.
 struct Replay {
@@ -167,52 +143,59 @@ struct Replay {
   void released_last(std::initializer_list<std::size_t> tensors, std::uint64_t mark) {
     for (auto t : tensors) owners[t - 1].released_at = mark;
   }
+  // The first `max` victims (page indices) of a BeladyPolicy holding the pages of tensors `resident`
+  // (all of them if empty), the latest release carrying `latest` (0: none). The policy is gone on
+  // return, so no page stays in its list.
+  std::vector<std::size_t> victims(std::size_t max, std::uint64_t latest, std::size_t keep_recent = 0,
+                                   std::initializer_list<std::size_t> resident = {}) {
+    const std::atomic<std::uint64_t> latest_release{latest};
+    BeladyPolicy policy(trace, keep_recent, latest_release);
+    if (resident.size() == 0) {
+      for (auto& p : pages) policy.insert(p);
+    } else {
+      for (auto t : resident) policy.insert(pages[t - 1]);
+    }
+    return take(policy, pages.data(), max);
+  }
 };
 }  // namespace
 
-// Each policy below gets its own Replay: a page's hook belongs to one policy's list at a time.
+TEST(Belady, FarthestNextUseFirstAndRecentPinsLastWhenAsked) {
+  // Tensors 1..4 pinned in that order each iteration; replaying, after pins 1, 2, 3. Next uses:
+  // 4 -> 0, 1 -> 1, 2 -> 2, 3 -> 3; pins since the last use: 3 -> 0, 2 -> 1, 1 -> 2, 4 -> 3.
+  Replay r(4, 3);
+  EXPECT_EQ(r.victims(4, 0), (std::vector<std::size_t>{2, 1, 0, 3}));  // tensors 3, 2, 1, 4
+  // Sparing the last 2 pins (tensors 3 and 2): 1 and 4 go first, by next use, then 3 and 2.
+  EXPECT_EQ(r.victims(4, 0, 2), (std::vector<std::size_t>{0, 3, 2, 1}));
+}
+
 TEST(Belady, DefersThePagesOfTheLastQueuedWorkForOnesAlsoNotNeededThisIteration) {
   // 5 tensors, after pins 1, 2, 3: 2 pins left. Next uses: 3 -> 4, 2 -> 3, 1 -> 2 (all in the next
   // iteration), 5 -> 1, 4 -> 0. Tensor 3 was released by the work queued last (mark 7).
-  auto victims = [](std::uint64_t latest_mark, std::size_t max) {
-    Replay r(5, 3);
-    r.released_last({3}, 7);
-    const std::atomic<std::uint64_t> latest{latest_mark};
-    BeladyPolicy policy(r.trace, 0, latest);
-    for (auto& p : r.pages) policy.insert(p);
-    return take(policy, r.pages.data(), max);
-  };
-  EXPECT_EQ(victims(7, 1), (std::vector<std::size_t>{1}));  // tensor 2, not 3
+  Replay r(5, 3);
+  r.released_last({3}, 7);
+  EXPECT_EQ(r.victims(1, 7), (std::vector<std::size_t>{1}));  // tensor 2, not 3
   // All of them: 2 and 1 first; 5 is needed in this iteration, so from there on the order is Belady's.
-  EXPECT_EQ(victims(7, 5), (std::vector<std::size_t>{1, 0, 2, 4, 3}));
+  EXPECT_EQ(r.victims(5, 7), (std::vector<std::size_t>{1, 0, 2, 4, 3}));
   // Released before the latest release: not deferred, farthest next use first.
-  EXPECT_EQ(victims(8, 1), (std::vector<std::size_t>{2}));
+  EXPECT_EQ(r.victims(1, 8), (std::vector<std::size_t>{2}));
 }
 
 TEST(Belady, KeepsItsChoiceWhenTheOnlyOthersAreNeededThisIteration) {
   // Only tensors 3 (next iteration, released last), 5 and 4 (both pinned again in this one) resident.
   Replay r(5, 3);
   r.released_last({3}, 7);
-  const std::atomic<std::uint64_t> latest{7};
-  BeladyPolicy policy(r.trace, 0, latest);
-  for (std::size_t i : {2, 3, 4}) policy.insert(r.pages[i]);
-  EXPECT_EQ(take(policy, r.pages.data(), 1), (std::vector<std::size_t>{2}));  // 3: taking 5 would reload it
+  EXPECT_EQ(r.victims(1, 7, 0, {3, 4, 5}), (std::vector<std::size_t>{2}));  // 3: taking 5 would reload it
 }
 
 TEST(Belady, DefersOnlyWithinAWindowOfItsOwnChoice) {
   // 8 tensors, after pins 1..7: next uses 7 -> 7, 6 -> 6, ..., 1 -> 1 (next iteration), 8 -> 0.
   // Tensors 7, 6, 5, 4 were released last: for one victim the 4 farthest are all deferred ones.
   static_assert(BeladyPolicy::kDeferWindow == 4);
-  auto victims = [](std::size_t max) {
-    Replay r(8, 7);
-    r.released_last({7, 6, 5, 4}, 9);
-    const std::atomic<std::uint64_t> latest{9};
-    BeladyPolicy policy(r.trace, 0, latest);
-    for (auto& p : r.pages) policy.insert(p);
-    return take(policy, r.pages.data(), max);
-  };
-  EXPECT_EQ(victims(1), (std::vector<std::size_t>{6}));     // tensor 7: nothing else within 4
-  EXPECT_EQ(victims(2), (std::vector<std::size_t>{2, 1}));  // a window of 8: tensors 3 and 2
+  Replay r(8, 7);
+  r.released_last({7, 6, 5, 4}, 9);
+  EXPECT_EQ(r.victims(1, 9), (std::vector<std::size_t>{6}));     // tensor 7: nothing else within 4
+  EXPECT_EQ(r.victims(2, 9), (std::vector<std::size_t>{2, 1}));  // a window of 8: tensors 3 and 2
 }
 
 TEST(Belady, DefersNoPageInFavourOfOnePinnedRecentlyWhenAskedToSpareThose) {
@@ -221,8 +204,5 @@ TEST(Belady, DefersNoPageInFavourOfOnePinnedRecentlyWhenAskedToSpareThose) {
   // released last. Sparing wins: 1 goes, deferred or not.
   Replay r(5, 3);
   r.released_last({1}, 7);
-  const std::atomic<std::uint64_t> latest{7};
-  BeladyPolicy policy(r.trace, 2, latest);
-  for (std::size_t i : {0, 1, 2}) policy.insert(r.pages[i]);
-  EXPECT_EQ(take(policy, r.pages.data(), 1), (std::vector<std::size_t>{0}));
+  EXPECT_EQ(r.victims(1, 7, 2, {1, 2, 3}), (std::vector<std::size_t>{0}));
 }
