@@ -125,6 +125,11 @@ Status SimDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
   return Status::success();
 }
 
+void SimDevice::charge(std::unique_lock<std::mutex>& lk, std::chrono::nanoseconds cost) {
+  lk.unlock();  // the modelled cost is spent outside the simulator's lock
+  sim::spend_host_time(timing_, cost);
+}
+
 Status SimDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) {
   std::unique_lock lk(mu_);
   Memory& mem = where == ChunkLocation::host ? host_mem_ : device_mem_;
@@ -133,8 +138,7 @@ Status SimDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkH
   const std::uint64_t handle = (*off + 1) | (where == ChunkLocation::host ? host_bit : 0);  // never 0
   book_.add_chunk(handle, bytes);
   out->value = handle;
-  lk.unlock();  // the modelled cost is spent outside the simulator's lock
-  sim::spend_host_time(timing_, costs_.create * static_cast<std::int64_t>(bytes / properties().granularity));
+  charge(lk, costs_.create * static_cast<std::int64_t>(bytes / properties().granularity));
   return Status::success();
 }
 
@@ -165,8 +169,7 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
     return failed;
   }
   book_.add_mapping(va, bytes, chunk.value);
-  lk.unlock();  // the modelled cost is spent outside the simulator's lock
-  sim::spend_host_time(timing_, costs_.map);
+  charge(lk, costs_.map);
   return Status::success();
 }
 
@@ -175,8 +178,7 @@ Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
   std::size_t mappings = 0;
   if (auto s = book_.check_whole_mappings(va, bytes, &mappings); !s.ok()) return s;
   if (::mprotect(as_ptr(va), bytes, PROT_READ | PROT_WRITE) != 0) return sys_fail();
-  lk.unlock();  // the modelled cost is spent outside the simulator's lock
-  sim::spend_host_time(timing_, costs_.set_access * static_cast<std::int64_t>(mappings));
+  charge(lk, costs_.set_access * static_cast<std::int64_t>(mappings));
   return Status::success();
 }
 
@@ -186,8 +188,7 @@ Status SimDevice::do_unmap(DevPtr va, std::size_t bytes) {
   if (auto s = book_.check_whole_mappings(va, bytes, &mappings); !s.ok()) return s;
   if (!make_inaccessible(va, bytes)) return sys_fail();
   book_.remove_mappings(va, bytes);
-  lk.unlock();  // the modelled cost is spent outside the simulator's lock
-  sim::spend_host_time(timing_, costs_.unmap * static_cast<std::int64_t>(mappings));
+  charge(lk, costs_.unmap * static_cast<std::int64_t>(mappings));
   return Status::success();
 }
 

@@ -5,6 +5,7 @@
 // read-write, unmap puts PROT_NONE anonymous memory back. Device addresses are host addresses, so host
 // callables launched on a stream act as kernels.
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -83,7 +84,9 @@ class SimDevice final : public DeviceBackend {
   std::map<std::uintptr_t, std::size_t> registered_;  // register_host ranges (under mu_)
   std::map<std::uintptr_t, std::size_t> managed_;     // alloc_managed ranges (under mu_)
   [[nodiscard]] bool managed_range(const void* ptr, std::size_t bytes) const;  // under mu_
-  std::mutex streams_mu_;                                                      // guards streams_ and worker_cpus_
+  // A VMM call succeeded: releases mu_ (held by `lk`), then spends the call's modelled host time.
+  void charge(std::unique_lock<std::mutex>& lk, std::chrono::nanoseconds cost);
+  std::mutex streams_mu_;  // guards streams_ and worker_cpus_
   std::set<sim::SimStream*> streams_;
   std::vector<unsigned> worker_cpus_;  // empty: unbound
 };
