@@ -47,7 +47,40 @@ CUresult entry() noexcept {
   // cuda.h 2833 (CUDA_ERROR_ILLEGAL_ADDRESS): "This leaves the process in an inconsistent state and any
   // further CUDA work will return the same error. To continue using CUDA, the process must be
   // terminated and relaunched."
-  return Driver::get().sticky.load(std::memory_order_acquire);
+  return Driver::get().sticky_error();
+}
+
+bool Driver::begin_work() {
+  std::lock_guard lk(work_mu);
+  if (sticky.load() != CUDA_SUCCESS) return false;
+  ++working;
+  return true;
+}
+
+void Driver::fail(CUresult r) {
+  std::lock_guard lk(work_mu);
+  if (sticky.load() == CUDA_SUCCESS) sticky.store(r);
+}
+
+void Driver::end_work() {
+  {
+    std::lock_guard lk(work_mu);
+    --working;
+  }
+  work_cv.notify_all();
+}
+
+void Driver::reenter_work() {
+  std::lock_guard lk(work_mu);
+  ++working;
+}
+
+CUresult Driver::sticky_error() {
+  const CUresult r = sticky.load(std::memory_order_acquire);
+  if (r == CUDA_SUCCESS) return r;
+  std::unique_lock lk(work_mu);
+  work_cv.wait(lk, [&] { return working == 0; });
+  return r;
 }
 
 CUresult entry_ctx(Context** out) noexcept {
@@ -476,7 +509,7 @@ CUresult CtxSynchronize() {
   }
   wait_idle(ctx->legacy.get());
   for (Stream* s : all) wait_idle(s);
-  return Driver::get().sticky.load();
+  return Driver::get().sticky_error();
 }
 CUEMU_EXPORT("cuCtxSynchronize", 2000, CtxSynchronize);
 

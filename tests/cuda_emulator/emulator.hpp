@@ -198,9 +198,27 @@ class Driver {
   std::set<Graph*> graphs;
   std::set<GraphExec*> execs;
   std::uint64_t next_capture = 1;
+  std::mutex work_mu;  //!< guards working, and the sticky error's first setting
+  std::condition_variable work_cv;
+  int working = 0;  //!< device work running on stream workers now
   //! The first error that leaves the process "in an inconsistent state" (an illegal address in
   //! asynchronous work): cuda.h 2833 "any further CUDA work will return the same error".
   std::atomic<CUresult> sticky{CUDA_SUCCESS};
+
+  //! A stream operation starts only while no sticky error is set (false once one is), and is device
+  //! work until end_work, called once its stream counts it completed.
+  bool begin_work();
+  void end_work();
+  //! Makes `r` the sticky error, unless one is set already.
+  void fail(CUresult r);
+  //! A host function's operation steps out of device work while the program's function runs, and back
+  //! in after: host code does not hold up a report of the sticky error.
+  void leave_work() { end_work(); }
+  void reenter_work();
+  //! The sticky error, or CUDA_SUCCESS. Once one is set, the answer waits until no device work runs, so
+  //! every operation that began has completed: a program told of the error may free the memory that
+  //! work touched, as after a real GPU's fault, where the context is dead and no copy still lands.
+  CUresult sticky_error();
 
   //! cuInit's work: reads Settings, makes the devices.
   CUresult init(unsigned flags);

@@ -46,19 +46,19 @@ void run(Stream* s) {
     }
     // After an illegal address no work runs any more (cuda.h 2833), host functions included (cuda.h
     // 18101: "the function will not be called in the event of an error in the CUDA context"); the ops
-    // still complete, so that waiters wake up and learn of the error.
-    std::atomic<CUresult>& sticky = Driver::get().sticky;
-    if (sticky.load() == CUDA_SUCCESS && op.run) {
-      if (const CUresult r = op.run(); r != CUDA_SUCCESS) {
-        CUresult expected = CUDA_SUCCESS;
-        sticky.compare_exchange_strong(expected, r);
-      }
+    // still complete, so that waiters wake up and learn of the error. Device work is counted, so that
+    // a call answering with the sticky error waits until none runs (Driver::sticky_error).
+    Driver& d = Driver::get();
+    const bool began = op.run && d.begin_work();
+    if (began) {
+      if (const CUresult r = op.run(); r != CUDA_SUCCESS) d.fail(r);
     }
     {
       std::lock_guard lk(s->mu);
       ++s->completed;
     }
     s->cv.notify_all();
+    if (began) d.end_work();
   }
 }
 
@@ -258,7 +258,7 @@ CUresult StreamSynchronize(CUstream stream) {
     if (const CUresult r = unsafe_during_capture(ctx); r != CUDA_SUCCESS) return r;
   }
   wait_idle(s);
-  return Driver::get().sticky.load();  // \notefnerr: errors of earlier asynchronous work
+  return Driver::get().sticky_error();  // \notefnerr: errors of earlier asynchronous work
 }
 CUEMU_EXPORT("cuStreamSynchronize", 2000, StreamSynchronize);
 
@@ -267,8 +267,11 @@ CUresult StreamQuery(CUstream stream) {
   Stream* s = resolve_stream(stream, ctx);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (const CUresult r = capturing_refusal(s); r != CUDA_SUCCESS) return r;
-  std::lock_guard lk(s->mu);
-  return s->completed == s->enqueued ? Driver::get().sticky.load() : CUDA_ERROR_NOT_READY;
+  {
+    std::lock_guard lk(s->mu);
+    if (s->completed != s->enqueued) return CUDA_ERROR_NOT_READY;
+  }
+  return Driver::get().sticky_error();  // not under the lock: it may wait for device work to end
 }
 CUEMU_EXPORT("cuStreamQuery", 2000, StreamQuery);
 
@@ -395,11 +398,14 @@ CUresult EventQuery(CUevent event) {
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   // cuda.h 16040-16071: "CUDA_SUCCESS if all captured work has been completed, or CUDA_ERROR_NOT_READY
   // if any captured work is incomplete"; a never-recorded event "represents an empty set of work".
-  std::lock_guard lk(e->mu);
-  // cuda.h 3112 (CUDA_ERROR_CAPTURED_EVENT): "the operation is not permitted on an event which was last
-  // recorded in a capturing stream".
-  if (e->captured) return CUDA_ERROR_CAPTURED_EVENT;
-  return e->completed >= e->recorded ? Driver::get().sticky.load() : CUDA_ERROR_NOT_READY;
+  {
+    std::lock_guard lk(e->mu);
+    // cuda.h 3112 (CUDA_ERROR_CAPTURED_EVENT): "the operation is not permitted on an event which was
+    // last recorded in a capturing stream".
+    if (e->captured) return CUDA_ERROR_CAPTURED_EVENT;
+    if (e->completed < e->recorded) return CUDA_ERROR_NOT_READY;
+  }
+  return Driver::get().sticky_error();  // not under the lock: it may wait for device work to end
 }
 CUEMU_EXPORT("cuEventQuery", 2000, EventQuery);
 
@@ -428,7 +434,7 @@ CUresult EventSynchronize(CUevent event) {
       std::this_thread::yield();
     }
   }
-  return Driver::get().sticky.load();
+  return Driver::get().sticky_error();
 }
 CUEMU_EXPORT("cuEventSynchronize", 2000, EventSynchronize);
 
@@ -592,7 +598,7 @@ CUresult copy_sync(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes)
   if (const CUresult r = unsafe_during_capture(ctx); r != CUDA_SUCCESS) return r;
   if (const CUresult r = copy_async(dir, dst, src, bytes, nullptr); r != CUDA_SUCCESS) return r;
   wait_idle(ctx->legacy.get());
-  return Driver::get().sticky.load();
+  return Driver::get().sticky_error();
 }
 CUresult MemcpyHtoD(CUdeviceptr dst, const void* src, std::size_t bytes) {
   return copy_sync(Dir::h2d, dst, reinterpret_cast<CUdeviceptr>(src), bytes);
@@ -658,7 +664,7 @@ CUresult peer_copy(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontex
   }
   if (!sync) return CUDA_SUCCESS;
   wait_idle(ctx->legacy.get());
-  return Driver::get().sticky.load();
+  return Driver::get().sticky_error();
 }
 CUresult MemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, std::size_t bytes) {
   return peer_copy(dst, dst_ctx, src, src_ctx, bytes, nullptr, true);
@@ -680,9 +686,11 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* user) {
   // cuda.h 18060-18095 (cuLaunchHostFunc): runs after the stream's earlier work and blocks its later
   // work; it runs on a driver thread (here the stream's worker), where every driver call is refused.
   return enqueue(s, [fn, user] {
+    Driver::get().leave_work();
     in_host_callback() = true;
     fn(user);
     in_host_callback() = false;
+    Driver::get().reenter_work();
     return CUDA_SUCCESS;
   });
 }
