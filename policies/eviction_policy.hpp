@@ -37,8 +37,10 @@ class EvictionPolicy {
   [[nodiscard]] virtual std::size_t size() const = 0;
 };
 
-//! Creates the list policy named `name` ("lru", "fifo", "clock"; Belady is built by the pager); throws
-//! tvmm::config_error otherwise.
-std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name);
+struct PolicyContext;
+
+//! Creates the registered policy named `name` (policies/registry.hpp) for the pages and trace in `ctx`;
+//! throws tvmm::config_error for a name not registered, or a policy that needs what `ctx` lacks.
+std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name, const PolicyContext& ctx);
 
 }  // namespace tvmm::policies

@@ -7,6 +7,7 @@ namespace tvmm::policies {
 ListPolicy::~ListPolicy() { list_.clear(); }
 
 void ListPolicy::insert(detail::PageEntry& page) {
+  on_insert(page);
   std::lock_guard lk(mu_);
   list_.push_back(page);
 }

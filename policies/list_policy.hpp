@@ -1,8 +1,8 @@
 #pragma once
-// The one mechanism under the list-based eviction policies (LRU, FIFO, CLOCK): a Boost.Intrusive list
-// threaded through the page entries, under a spin lock. Victims are offered from the front; a policy
-// may give a candidate a second chance (CLOCK), which moves it to the back instead. The policies
-// differ only in touch() and second_chance().
+// The one mechanism under the eviction policies: a Boost.Intrusive list of the resident pages threaded
+// through the page entries, under a spin lock. Victims are offered from the front; a policy may give a
+// candidate a second chance (CLOCK), which moves it to the back instead. LRU, FIFO and CLOCK differ only
+// in touch() and second_chance(); LFU and Belady keep the list and rank it in their own select().
 
 #include <boost/intrusive/list.hpp>
 
@@ -27,6 +27,8 @@ class ListPolicy : public EvictionPolicy {
 
   //! Called with the lock held for each candidate; true skips it this sweep and moves it to the back.
   virtual bool second_chance(detail::PageEntry& /*page*/) { return false; }
+  //! Called by insert before the page joins the list (without the lock): resets per-page state.
+  virtual void on_insert(detail::PageEntry& /*page*/) {}
   //! Moves the linked pages among `pages[0, n)` to the back (most recently used); takes the lock.
   void move_to_back(detail::PageEntry* pages, std::size_t n);
 

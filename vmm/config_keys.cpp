@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "policies/registry.hpp"
 #include "tvmm/errors.hpp"
 
 namespace tvmm::detail {
@@ -210,6 +211,23 @@ ConfigKey micros_key(std::string_view section, std::string_view key, const char*
                      Config copy = c;  // the accessor gives a mutable reference; printing is rare
                      return toml_number(static_cast<double>(field(copy).count()) / 1e3);
                    }};
+}
+
+// policy.eviction.name reads the policy registry: its choices, and a help text naming each policy.
+std::vector<std::string> eviction_policy_choices() {
+  std::vector<std::string> names;
+  for (const auto& p : policies::eviction_policies()) names.emplace_back(p.name);
+  return names;
+}
+const char* eviction_policy_help() {
+  static const std::string help = [] {
+    std::string h = "eviction policy:";
+    for (const auto& p : policies::eviction_policies()) {
+      h += (h.back() == ':' ? " " : ", ") + std::string(p.name) + " (" + std::string(p.summary) + ")";
+    }
+    return h;
+  }();
+  return help.c_str();
 }
 
 std::vector<ConfigKey> make_keys() {
@@ -423,18 +441,11 @@ std::vector<ConfigKey> make_keys() {
                           "allocations smaller than this never go to the NVMe tier (they stay on the device "
                           "or the host); 0 = any may",
                           false, [](Config& c) -> std::size_t& { return c.nvme_min_bytes; }));
-  keys.push_back(
-      {"policy.eviction",
-       "name",
-       KeyType::text,
-       "",  // "one of: ...", generated from the choices below
-       "eviction policy: lru (least recently used), fifo, clock (second chance), belady (farthest next use in the "
-       "recorded trace)",
-       false,
-       0.0,
-       {"lru", "fifo", "clock", "belady"},
-       [](Config& c, const KeyValue& v) { c.eviction = v.text; },
-       [](const Config& c) { return "\"" + c.eviction + "\""; }});
+  keys.push_back({"policy.eviction", "name", KeyType::text,
+                  "",  // "one of: ...", generated from the choices below
+                  eviction_policy_help(), false, 0.0, eviction_policy_choices(),
+                  [](Config& c, const KeyValue& v) { c.eviction = v.text; },
+                  [](const Config& c) { return "\"" + c.eviction + "\""; }});
   keys.push_back({"policy.eviction",
                   "keep_recent",
                   KeyType::number,

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "backends/storage/slot_files.hpp"
-#include "policies/belady_policy.hpp"
+#include "policies/registry.hpp"
 #include "vmm/detail/check.hpp"
 #include "vmm/detail/labels.hpp"
 #include "vmm/detail/scope_guard.hpp"
@@ -145,9 +145,14 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
     bind_io_threads(*storage);
     nvme_ = std::make_unique<NvmeTier>(std::move(storage), page_size_, cfg_.nvme.queue_depth);
   }
-  policy_ = cfg_.eviction == "belady"
-                ? std::make_unique<policies::BeladyPolicy>(trace_, cfg_.keep_recent, latest_release_)
-                : policies::make_eviction_policy(cfg_.eviction);
+  policies::PolicyContext policy_ctx;
+  policy_ctx.pages = &table_[0];
+  policy_ctx.page_count = table_.size();
+  policy_ctx.trace = &trace_;
+  policy_ctx.keep_recent = cfg_.keep_recent;
+  policy_ctx.latest_release = &latest_release_;
+  policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);
+  const policies::EvictionPolicyInfo* policy_info = policies::find_eviction_policy(cfg_.eviction);
   trace_prefetch_ = cfg_.prefetch == "trace";
   sequential_prefetch_ = cfg_.prefetch == "sequential";
   if (!cfg_.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(cfg_.stats_file, "stats.file");
@@ -156,7 +161,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
     events_trace_ = std::make_unique<EventTrace>(cfg_.trace_events);
     xfer_->set_trace(events_trace_.get());
   }
-  tracing_ = trace_prefetch_ || cfg_.eviction == "belady";
+  tracing_ = trace_prefetch_ || policy_info->needs_trace;
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe
   // slot too (a page read from NVMe is staged in a host slot that a spill to NVMe may have to free).

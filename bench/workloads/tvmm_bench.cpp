@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -28,6 +29,7 @@
 #include "bench/workloads/host_bandwidth.hpp"
 #include "bench/workloads/report.hpp"
 #include "bench/workloads/vmm_costs.hpp"
+#include "policies/registry.hpp"
 
 namespace {
 
@@ -109,7 +111,17 @@ int main(int argc, char** argv) {
   std::string workload = "train", suite, out, json, device = "sim";
   std::vector<std::string> traces;
   std::vector<double> ratios = {1.5, 2.0, 4.0};
-  std::vector<std::string> policies = {"lru", "fifo", "clock", "trace", "belady"};
+  // The registered eviction policies (policies/registry.cpp) that tvmm-bench runs by default, and
+  // "trace": trace prefetch with the trace-reading eviction, listed before that policy.
+  std::vector<std::string> policies, policy_choices;
+  for (const auto& p : tvmm::policies::eviction_policies()) {
+    if (p.needs_trace && std::find(policy_choices.begin(), policy_choices.end(), "trace") == policy_choices.end()) {
+      policy_choices.emplace_back("trace");
+      policies.emplace_back("trace");
+    }
+    policy_choices.emplace_back(p.name);
+    if (p.benchmarked) policies.emplace_back(p.name);
+  }
   std::vector<std::string> peers = {"naive", "memory", "kernel", "um"};
   bool quick = false;
   app.add_option("--workload", workload,
@@ -150,10 +162,14 @@ int main(int argc, char** argv) {
   app.add_option("--ratios", ratios, "Oversubscription ratios (working set / device budget)")
       ->delimiter(',')
       ->check(CLI::Range(1.0, 64.0));
-  app.add_option("--policies", policies,
-                 "Policies: lru, fifo, clock, trace (trace prefetch + next-use eviction), belady")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"lru", "fifo", "clock", "trace", "belady"}));
+  std::string policy_help = "Policies (default: every one marked *):";
+  for (const auto& name : policy_choices) {
+    const auto* p = tvmm::policies::find_eviction_policy(name);
+    policy_help +=
+        " " + name + (std::find(policies.begin(), policies.end(), name) != policies.end() ? "*" : "") +
+        (p != nullptr ? " (" + std::string(p->summary) + ")" : " (trace prefetch + the trace-reading eviction)");
+  }
+  app.add_option("--policies", policies, policy_help)->delimiter(',')->check(CLI::IsMember(policy_choices));
   app.add_option("--peers", peers,
                  "Peers: naive (synchronous swapping), memory (all in device memory), kernel (the kernel as pager "
                  "under a memory cgroup), um (CUDA Unified Memory under the device budget; --device cuda), none")

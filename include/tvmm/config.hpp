@@ -126,9 +126,10 @@ struct Config {
   //! (they live on the device or the host tier), so small, latency-sensitive tensors never wait for a
   //! drive. Together they must fit in the host tier less two pages. 0 = any allocation may go to NVMe.
   std::size_t nvme_min_bytes = 0;
-  //! Eviction policy: "lru" (least recently used), "fifo" (first in, first out), "clock" (second
-  //! chance; lock-free touch) or "belady" (farthest next use in the recorded trace; LRU until one is
-  //! recorded; for studies). Checked when the Pager is built.
+  //! Eviction policy: one of the registered policies (docs/configuration.md, `policy.eviction.name`,
+  //! lists them), e.g. "lru" (least recently used), "fifo", "clock" (second chance), "lfu" (least
+  //! frequently used) or "belady" (farthest next use in the recorded trace; for studies). Checked when
+  //! the Pager is built.
   std::string eviction = "lru";
   //! With `eviction = "belady"`: pages of tensors pinned in the last `keep_recent` pins are evicted
   //! only when no other page can be. A stream's pins run ahead of its kernels, so such a page's

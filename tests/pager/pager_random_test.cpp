@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "device_bytes.hpp"
+#include "policies/registry.hpp"
 #include "test_support.hpp"
 
 using namespace tvmm;
@@ -91,12 +93,20 @@ TEST(PagerRandom, StreamPinsAt4xOversubscription) {
 
 TEST(PagerRandom, DeviceOfThreePagesWithThreePageTensors) { run_random(7, 3, true); }
 
-// The same integrity run under every eviction policy.
-class PagerRandomPolicy : public ::testing::TestWithParam<const char*> {};
+// The same integrity run under every registered eviction policy (policies/registry.cpp).
+class PagerRandomPolicy : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PagerRandomPolicy, StreamPinsAt4xOversubscription) {
-  for (std::uint32_t seed : {11u, 12u}) run_random(seed, 6, true, GetParam());
+  for (std::uint32_t seed : {11u, 12u}) run_random(seed, 6, true, GetParam().c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, PagerRandomPolicy, ::testing::Values("lru", "fifo", "clock"),
-                         [](const auto& param_info) { return std::string(param_info.param); });
+namespace {
+std::vector<std::string> registered_policies() {
+  std::vector<std::string> names;
+  for (const auto& p : tvmm::policies::eviction_policies()) names.emplace_back(p.name);
+  return names;
+}
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Policies, PagerRandomPolicy, ::testing::ValuesIn(registered_policies()),
+                         [](const auto& param_info) { return param_info.param; });

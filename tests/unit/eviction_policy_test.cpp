@@ -4,14 +4,19 @@
 
 #include <atomic>
 #include <initializer_list>
+#include <memory>
 #include <set>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "policies/belady_policy.hpp"
 #include "policies/clock.hpp"
 #include "policies/eviction_policy.hpp"
 #include "policies/fifo.hpp"
+#include "policies/lfu.hpp"
 #include "policies/lru.hpp"
+#include "policies/registry.hpp"
 #include "tvmm/errors.hpp"
 #include "vmm/allocation.hpp"
 
@@ -29,48 +34,77 @@ std::vector<std::size_t> take(EvictionPolicy& p, PageEntry* base, std::size_t ma
   return order;
 }
 
-template <class P>
-class PolicyConformance : public ::testing::Test {};
-using Policies = ::testing::Types<LruPolicy, FifoPolicy, ClockPolicy>;
-TYPED_TEST_SUITE(PolicyConformance, Policies);
+// Every registered policy (policies/registry.cpp), built by its registry entry over the test's pages:
+// a new policy joins this suite by its registry line. The trace-reading ones get an empty trace (no
+// iteration recorded), under which they must still keep the contract.
+class PolicyConformance : public ::testing::TestWithParam<std::string_view> {
+ protected:
+  std::unique_ptr<EvictionPolicy> make(std::vector<PageEntry>& pages) {
+    PolicyContext ctx;
+    ctx.pages = pages.data();
+    ctx.page_count = static_cast<std::uint32_t>(pages.size());
+    ctx.trace = &trace_;
+    return make_eviction_policy(GetParam(), ctx);
+  }
 
-TYPED_TEST(PolicyConformance, EveryInsertedPageIsOfferedOnceThenGone) {
+ private:
+  AccessTrace trace_;
+};
+
+std::vector<std::string_view> registered() {
+  std::vector<std::string_view> names;
+  for (const auto& p : eviction_policies()) names.push_back(p.name);
+  return names;
+}
+INSTANTIATE_TEST_SUITE_P(Registered, PolicyConformance, ::testing::ValuesIn(registered()),
+                         [](const auto& param_info) { return std::string(param_info.param); });
+
+TEST_P(PolicyConformance, EveryInsertedPageIsOfferedOnceThenGone) {
   std::vector<PageEntry> pages(16);
-  TypeParam policy;
-  for (auto& p : pages) policy.insert(p);
-  policy.touch(&pages[3], 4);
-  EXPECT_EQ(policy.size(), 16u);
-  const auto order = take(policy, pages.data(), 100);
+  auto policy = make(pages);
+  EXPECT_STREQ(policy->name(), std::string(GetParam()).c_str());
+  for (auto& p : pages) policy->insert(p);
+  policy->touch(&pages[3], 4);
+  EXPECT_EQ(policy->size(), 16u);
+  const auto order = take(*policy, pages.data(), 100);
   EXPECT_EQ(order.size(), 16u);
   EXPECT_EQ(std::set<std::size_t>(order.begin(), order.end()).size(), 16u);
-  EXPECT_EQ(policy.size(), 0u);
-  EXPECT_TRUE(take(policy, pages.data(), 1).empty());
+  EXPECT_EQ(policy->size(), 0u);
+  EXPECT_TRUE(take(*policy, pages.data(), 1).empty());
 }
 
-TYPED_TEST(PolicyConformance, DeclinedPagesStayAndRemovedPagesAreNeverOffered) {
+TEST_P(PolicyConformance, DeclinedPagesStayAndRemovedPagesAreNeverOffered) {
   std::vector<PageEntry> pages(6);
-  TypeParam policy;
-  for (auto& p : pages) policy.insert(p);
-  policy.remove(pages[2]);
-  policy.remove(pages[2]);  // removing twice is a no-op
+  auto policy = make(pages);
+  for (auto& p : pages) policy->insert(p);
+  policy->remove(pages[2]);
+  policy->remove(pages[2]);  // removing twice is a no-op
   std::set<std::size_t> offered;
-  const auto n = policy.select(10, [&](PageEntry& e) {
+  const auto n = policy->select(10, [&](PageEntry& e) {
     const auto i = static_cast<std::size_t>(&e - pages.data());
     offered.insert(i);
     return i % 2 == 1;  // decline even pages (as if pinned)
   });
   EXPECT_EQ(n, 3u);  // 1, 3, 5
   EXPECT_EQ(offered.count(2), 0u);
-  EXPECT_EQ(policy.size(), 2u);  // 0 and 4 stay
-  EXPECT_EQ(take(policy, pages.data(), 10).size(), 2u);
+  EXPECT_EQ(policy->size(), 2u);  // 0 and 4 stay
+  EXPECT_EQ(take(*policy, pages.data(), 10).size(), 2u);
 }
 
-TYPED_TEST(PolicyConformance, TouchOfPagesNotInThePolicyIsIgnored) {
+TEST_P(PolicyConformance, TouchOfPagesNotInThePolicyIsIgnored) {
   std::vector<PageEntry> pages(2);
-  TypeParam policy;
-  policy.insert(pages[0]);
-  policy.touch(&pages[1], 1);
-  EXPECT_EQ(take(policy, pages.data(), 5), (std::vector<std::size_t>{0}));
+  auto policy = make(pages);
+  policy->insert(pages[0]);
+  policy->touch(&pages[1], 1);
+  EXPECT_EQ(take(*policy, pages.data(), 5), (std::vector<std::size_t>{0}));
+}
+
+TEST_P(PolicyConformance, SelectStopsAtTheNumberAskedFor) {
+  std::vector<PageEntry> pages(8);
+  auto policy = make(pages);
+  for (auto& p : pages) policy->insert(p);
+  EXPECT_EQ(take(*policy, pages.data(), 3).size(), 3u);
+  EXPECT_EQ(policy->size(), 5u);
 }
 
 }  // namespace
@@ -113,15 +147,56 @@ TEST(Clock, AllReferencedStillYieldsVictims) {
   EXPECT_EQ(take(clock, pages.data(), 1), (std::vector<std::size_t>{0}));  // a full sweep clears all bits
 }
 
-TEST(Policies, FactoryKnowsTheNamesAndRejectsOthers) {
-  for (const char* n : {"lru", "fifo", "clock"}) EXPECT_STREQ(make_eviction_policy(n)->name(), n);
+TEST(Lfu, VictimsInOrderOfFewestUsesThenArrival) {
+  std::vector<PageEntry> pages(5);
+  PolicyContext ctx;
+  ctx.pages = pages.data();
+  ctx.page_count = 5;
+  LfuPolicy lfu(ctx);
+  for (auto& p : pages) lfu.insert(p);
+  lfu.touch(&pages[0], 2);  // 0, 1: once
+  lfu.touch(&pages[0], 1);  // 0: twice
+  lfu.touch(&pages[4], 1);  // 4: once
+  EXPECT_EQ(take(lfu, pages.data(), 5), (std::vector<std::size_t>{2, 3, 1, 4, 0}));
+}
+
+TEST(Lfu, APageCountsItsUsesAfreshEachTimeItBecomesResident) {
+  std::vector<PageEntry> pages(2);
+  PolicyContext ctx;
+  ctx.pages = pages.data();
+  ctx.page_count = 2;
+  LfuPolicy lfu(ctx);
+  lfu.insert(pages[0]);
+  lfu.insert(pages[1]);
+  lfu.touch(&pages[0], 1);
+  lfu.touch(&pages[0], 1);
+  lfu.touch(&pages[1], 1);
+  lfu.remove(pages[0]);  // evicted with 2 uses, then back
+  lfu.insert(pages[0]);
+  EXPECT_EQ(take(lfu, pages.data(), 1), (std::vector<std::size_t>{0}));  // 0 uses now, against 1
+}
+
+TEST(Policies, TheRegistryBuildsEachNameAndRejectsOthers) {
+  tvmm::detail::AccessTrace trace;
+  std::vector<PageEntry> pages(1);
+  PolicyContext ctx;
+  ctx.pages = pages.data();
+  ctx.page_count = 1;
+  ctx.trace = &trace;
+  for (const auto& p : eviction_policies()) {
+    EXPECT_EQ(find_eviction_policy(p.name), &p);
+    EXPECT_EQ(std::string_view(make_eviction_policy(p.name, ctx)->name()), p.name);
+  }
+  EXPECT_EQ(find_eviction_policy("random"), nullptr);
   try {
-    (void)make_eviction_policy("lfu");
+    (void)make_eviction_policy("random", ctx);
     FAIL() << "expected config_error";
   } catch (const tvmm::config_error& e) {
-    EXPECT_NE(std::string(e.what()).find("\"lfu\""), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("\"clock\""), std::string::npos);  // lists the valid ones
+    EXPECT_NE(std::string(e.what()).find("\"random\""), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("\"lfu\""), std::string::npos);  // lists the valid ones
   }
+  ctx.trace = nullptr;  // a policy that reads the trace cannot be built without one
+  EXPECT_THROW((void)make_eviction_policy("belady", ctx), tvmm::config_error);
 }
 
 namespace {

@@ -1,0 +1,32 @@
+#pragma once
+// Least frequently used: the victim is the resident page used the fewest times since it became
+// resident; ties go to the page resident longest. Counts live in the policy's own array, one atomic
+// per page of the page table, so a touch is one relaxed increment without the lock. Selection sorts
+// the resident pages by count (O(n log n) per eviction batch), which suits studies more than
+// production paging. With no notion of recency, it keeps pages that were hot once and are not any
+// more: the classic weakness that LRU and CLOCK do not have.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "policies/list_policy.hpp"
+#include "policies/registry.hpp"
+
+namespace tvmm::policies {
+
+class LfuPolicy final : public ListPolicy {
+ public:
+  explicit LfuPolicy(const PolicyContext& ctx);
+  [[nodiscard]] const char* name() const noexcept override { return "lfu"; }
+  void touch(detail::PageEntry* pages, std::size_t n) override;
+  std::size_t select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) override;
+
+ private:
+  void on_insert(detail::PageEntry& page) override;
+
+  PolicyContext ctx_;
+  std::unique_ptr<std::atomic<std::uint32_t>[]> uses_;  //!< per page: uses since it became resident
+};
+
+}  // namespace tvmm::policies
