@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "backends/storage/registry.hpp"
 #include "policies/registry.hpp"
 #include "tvmm/errors.hpp"
 
@@ -230,6 +231,20 @@ const char* eviction_policy_help() {
   return help.c_str();
 }
 
+// nvme.backend reads the storage registry likewise.
+const char* storage_backend_help() {
+  static const std::string help = [] {
+    std::string h = "storage backend: auto (the first of";
+    std::string list;
+    for (const auto& b : storage::storage_backends()) {
+      h += " " + std::string(b.name);
+      list += ", " + std::string(b.name) + " (" + std::string(b.summary) + ")";
+    }
+    return h + " that starts here)" + list;
+  }();
+  return help.c_str();
+}
+
 std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> keys;
   keys.push_back({"device",
@@ -373,15 +388,9 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back(size_key("nvme", "budget",
                           "storage the NVMe tier may use for pages, reserved at start; 0 = no NVMe tier", false,
                           [](Config& c) -> std::size_t& { return c.nvme.budget; }));
-  keys.push_back({"nvme",
-                  "backend",
-                  KeyType::text,
+  keys.push_back({"nvme", "backend", KeyType::text,
                   "",  // "one of: ...", generated from the choices below
-                  "storage backend: auto (io_uring, or posix where io_uring is unavailable), uring, posix "
-                  "(pread/pwrite threads)",
-                  false,
-                  0.0,
-                  {"auto", "uring", "posix"},
+                  storage_backend_help(), false, 0.0, storage::storage_backend_choices(),
                   [](Config& c, const KeyValue& v) { c.nvme.backend = v.text; },
                   [](const Config& c) { return "\"" + c.nvme.backend + "\""; }});
   keys.push_back(

@@ -4,27 +4,42 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "backends/storage/posix/posix_storage.hpp"
-#include "backends/storage/uring/uring_storage.hpp"
+#include "backends/storage/registry.hpp"
 #include "tvmm/errors.hpp"
 
 namespace tvmm::storage {
 
 std::unique_ptr<StorageBackend> make_storage_backend(const std::string& name, const StorageOptions& options) {
-  if (name == "posix") return std::make_unique<PosixStorage>(options);
-  if (name != "uring" && name != "auto") {
-    throw config_error("nvme.backend = \"" + name +
-                       "\" is not a storage backend; use \"auto\", \"uring\" or \"posix\"");
+  const auto backends = storage_backends();
+  if (name != "auto") {
+    const StorageBackendInfo* b = find_storage_backend(name);
+    if (b == nullptr) {
+      std::string valid;
+      for (const auto& choice : storage_backend_choices()) valid += (valid.empty() ? "\"" : ", \"") + choice + "\"";
+      throw config_error("nvme.backend = \"" + name + "\" is not a storage backend; use " + valid);
+    }
+    int err = 0;
+    if (auto made = b->make(options, &err)) return made;
+    std::string others;
+    for (const auto& o : backends) others += o.name == name ? "" : "\"" + std::string(o.name) + "\" or ";
+    throw config_error("nvme.backend = \"" + name + "\": " + std::string(b->summary) + " cannot start here (" +
+                       errno_text(-err) + (b->unavailable_hint.empty() ? "" : "; " + std::string(b->unavailable_hint)) +
+                       "); use " + others + "\"auto\"");
   }
-  int err = 0;
-  if (auto ring = UringStorage::create(options, &err)) return ring;
-  if (name == "uring") {
-    throw config_error("nvme.backend = \"uring\": io_uring cannot start here (" + errno_text(-err) +
-                       "; seccomp or kernel.io_uring_disabled may block it); use \"posix\" or \"auto\"");
+  // "auto": the first that starts, saying why each one before it did not.
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    int err = 0;
+    if (auto made = backends[i].make(options, &err)) return made;
+    if (i + 1 < backends.size()) {
+      std::fprintf(stderr, "tvmm: %.*s is unavailable (%s); the NVMe tier uses the %.*s backend\n",
+                   static_cast<int>(backends[i].summary.size()), backends[i].summary.data(), errno_text(-err).c_str(),
+                   static_cast<int>(backends[i + 1].name.size()), backends[i + 1].name.data());
+    } else {
+      throw config_error("nvme.backend = \"auto\": no storage backend can start here (the last, \"" +
+                         std::string(backends[i].name) + "\": " + errno_text(-err) + ")");
+    }
   }
-  std::fprintf(stderr, "tvmm: io_uring is unavailable (%s); the NVMe tier uses the posix backend\n",
-               errno_text(-err).c_str());
-  return std::make_unique<PosixStorage>(options);
+  throw config_error("nvme.backend = \"auto\": no storage backend is registered");
 }
 
 int validate_requests(std::span<const IoRequest> reqs, std::uint32_t slots) noexcept {

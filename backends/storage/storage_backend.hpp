@@ -77,10 +77,12 @@ class StorageBackend {
   [[nodiscard]] virtual std::size_t outstanding() const noexcept = 0;
 };
 
-//! Creates a backend: "uring", "posix", or "auto" (uring, or posix when io_uring is unavailable, e.g.
-//! blocked by seccomp or kernel.io_uring_disabled). Throws tvmm::config_error for an unknown name or an
-//! explicit "uring" that cannot start, tvmm::out_of_memory when the directories lack space for the
-//! slots, tvmm::io_error for other file errors.
+//! Creates the backend registered as `name` (backends/storage/registry.cpp: "uring", "posix"), or for
+//! "auto" the first registered one that starts here (uring, or posix when io_uring is unavailable,
+//! e.g. blocked by seccomp or kernel.io_uring_disabled), saying on stderr why the ones before did not.
+//! Throws tvmm::config_error for an unknown name or a named backend that cannot start,
+//! tvmm::out_of_memory when the directories lack space for the slots, tvmm::io_error for other file
+//! errors.
 std::unique_ptr<StorageBackend> make_storage_backend(const std::string& name, const StorageOptions& options);
 
 //! 0 if every request names a slot below `slots` and an aligned, non-null buffer; else -EINVAL.

@@ -1,5 +1,5 @@
-// The storage-backend conformance suite: one typed suite run against uring, posix and faulty-wrapped
-// backends (with no rule set, a faulty backend must behave exactly like the one it wraps). Each test
+// The storage-backend conformance suite: one suite run against every registered backend, plain and
+// faulty-wrapped (with no rule set, a faulty backend must behave exactly like the one it wraps). Each test
 // checks a clause of backends/storage/storage_backend.hpp.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -8,10 +8,14 @@
 #include <cerrno>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "backends/storage/faulty/faulty_storage.hpp"
 #include "backends/storage/posix/posix_storage.hpp"
+#include "backends/storage/registry.hpp"
 #include "backends/storage/uring/uring_storage.hpp"
 #include "test_support.hpp"
 
@@ -24,31 +28,24 @@ namespace {
 
 constexpr std::size_t kSlot = 64 * KiB;
 
-std::unique_ptr<StorageBackend> make_uring(const StorageOptions& o) {
-  int err = 0;
-  auto b = UringStorage::create(o, &err);
-  if (!b) throw std::runtime_error("io_uring unavailable: " + errno_text(-err));
-  return b;
-}
-struct Uring {
-  static std::unique_ptr<StorageBackend> make(const StorageOptions& o) { return make_uring(o); }
+// Every registered backend (backends/storage/registry.cpp), plain and wrapped in the faulty adaptor:
+// a new backend joins the suite by its registry line.
+struct Backend {
+  std::string name;
+  bool faulty = false;
 };
-struct Posix {
-  static std::unique_ptr<StorageBackend> make(const StorageOptions& o) { return std::make_unique<PosixStorage>(o); }
-};
-struct FaultyUring {
-  static std::unique_ptr<StorageBackend> make(const StorageOptions& o) {
-    return std::make_unique<FaultyStorage>(make_uring(o));
-  }
-};
-struct FaultyPosix {
-  static std::unique_ptr<StorageBackend> make(const StorageOptions& o) {
-    return std::make_unique<FaultyStorage>(std::make_unique<PosixStorage>(o));
-  }
-};
+void PrintTo(const Backend& b, std::ostream* os) { *os << (b.faulty ? "faulty " : "") << b.name; }
 
-template <class Factory>
-class StorageConformance : public ::testing::Test {
+std::vector<Backend> registered() {
+  std::vector<Backend> all;
+  for (const auto& b : storage_backends()) {
+    all.push_back({std::string(b.name), false});
+    all.push_back({std::string(b.name), true});
+  }
+  return all;
+}
+
+class StorageConformance : public ::testing::TestWithParam<Backend> {
  protected:
   StorageOptions options(std::uint32_t slots, unsigned depth = 4) {
     StorageOptions o;
@@ -58,17 +55,25 @@ class StorageConformance : public ::testing::Test {
     o.queue_depth = depth;
     return o;
   }
+  std::unique_ptr<StorageBackend> make(const StorageOptions& o) {
+    int err = 0;
+    auto b = find_storage_backend(GetParam().name)->make(o, &err);
+    if (!b) throw std::runtime_error(GetParam().name + " cannot start here: " + errno_text(-err));
+    if (GetParam().faulty) return std::make_unique<FaultyStorage>(std::move(b));
+    return b;
+  }
   TempDir dir_a_, dir_b_;
 };
 
-using Backends = ::testing::Types<Uring, Posix, FaultyUring, FaultyPosix>;
-TYPED_TEST_SUITE(StorageConformance, Backends);
+INSTANTIATE_TEST_SUITE_P(Registered, StorageConformance, ::testing::ValuesIn(registered()), [](const auto& param_info) {
+  return (param_info.param.faulty ? "faulty_" : "") + param_info.param.name;
+});
 
 // More requests than the queue depth, striped over two directories: every slot reads back what was
 // written to it, and every completion carries its request's tag once.
-TYPED_TEST(StorageConformance, EverySlotReadsBackWhatWasWritten) {
+TEST_P(StorageConformance, EverySlotReadsBackWhatWasWritten) {
   const std::uint32_t slots = 37;
-  auto b = TypeParam::make(this->options(slots, 4));
+  auto b = this->make(this->options(slots, 4));
   EXPECT_EQ(b->slots(), slots);
   EXPECT_EQ(b->slot_size(), kSlot);
   AlignedBuffer out(slots * kSlot), in(slots * kSlot);
@@ -97,8 +102,8 @@ TYPED_TEST(StorageConformance, EverySlotReadsBackWhatWasWritten) {
   for (std::uint32_t s = 0; s < slots; ++s) EXPECT_EQ(test::mismatches(in.at(s, kSlot), kSlot, 1000 + s), 0u) << s;
 }
 
-TYPED_TEST(StorageConformance, ReapWaitsForAtLeastMin) {
-  auto b = TypeParam::make(this->options(8, 8));
+TEST_P(StorageConformance, ReapWaitsForAtLeastMin) {
+  auto b = this->make(this->options(8, 8));
   AlignedBuffer buf(8 * kSlot);
   std::vector<IoRequest> reqs;
   for (std::uint32_t s = 0; s < 8; ++s) reqs.push_back({IoOp::write, s, buf.at(s, kSlot), s});
@@ -111,8 +116,8 @@ TYPED_TEST(StorageConformance, ReapWaitsForAtLeastMin) {
   EXPECT_EQ(b->reap(done, 1), 0u) << "nothing outstanding: reap returns at once";
 }
 
-TYPED_TEST(StorageConformance, BadRequestsAreRefusedWholeAndChangeNothing) {
-  auto b = TypeParam::make(this->options(4));
+TEST_P(StorageConformance, BadRequestsAreRefusedWholeAndChangeNothing) {
+  auto b = this->make(this->options(4));
   AlignedBuffer buf(2 * kSlot);
   const IoRequest good{IoOp::write, 0, buf.data, 1};
   const IoRequest out_of_range{IoOp::write, 4, buf.data, 2};
@@ -123,8 +128,8 @@ TYPED_TEST(StorageConformance, BadRequestsAreRefusedWholeAndChangeNothing) {
   EXPECT_EQ(b->outstanding(), 0u);
 }
 
-TYPED_TEST(StorageConformance, NoFileOfOursIsVisibleWhileRunning) {
-  auto b = TypeParam::make(this->options(6));
+TEST_P(StorageConformance, NoFileOfOursIsVisibleWhileRunning) {
+  auto b = this->make(this->options(6));
   AlignedBuffer buf(kSlot);
   std::vector<std::int64_t> r(1);
   ASSERT_EQ(run_batch(*b, std::vector{IoRequest{IoOp::write, 5, buf.data, 0}}, r), 0);
@@ -133,18 +138,18 @@ TYPED_TEST(StorageConformance, NoFileOfOursIsVisibleWhileRunning) {
   // The fallback for filesystems without O_TMPFILE: a private name, unlinked before use.
   auto o = this->options(6);
   o.use_tmpfile = false;
-  auto fallback = TypeParam::make(o);
+  auto fallback = this->make(o);
   ASSERT_EQ(run_batch(*fallback, std::vector{IoRequest{IoOp::write, 5, buf.data, 0}}, r), 0);
   EXPECT_EQ(r[0], static_cast<std::int64_t>(kSlot));
   EXPECT_TRUE(this->dir_a_.entries().empty());
   EXPECT_TRUE(this->dir_b_.entries().empty());
 }
 
-TYPED_TEST(StorageConformance, StartUpErrorsSayWhatAndHowToFix) {
+TEST_P(StorageConformance, StartUpErrorsSayWhatAndHowToFix) {
   auto o = this->options(4);
   o.paths = {this->dir_a_.path() + "/missing"};
   try {
-    (void)TypeParam::make(o);
+    (void)this->make(o);
     FAIL() << "a missing directory must be refused";
   } catch (const config_error& e) {
     EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
@@ -155,7 +160,7 @@ TYPED_TEST(StorageConformance, StartUpErrorsSayWhatAndHowToFix) {
   o.slots = UINT32_MAX;
   o.slot_size = 1 * MiB;  // 4 PiB
   try {
-    (void)TypeParam::make(o);
+    (void)this->make(o);
     FAIL() << "a budget beyond the free space must be refused";
   } catch (const out_of_memory& e) {
     EXPECT_NE(std::string(e.what()).find("nvme.budget"), std::string::npos) << e.what();
@@ -163,7 +168,7 @@ TYPED_TEST(StorageConformance, StartUpErrorsSayWhatAndHowToFix) {
   EXPECT_TRUE(this->dir_a_.entries().empty());
   o.slots = 4;
   o.slot_size = 1000;  // not a multiple of 4096
-  EXPECT_THROW((void)TypeParam::make(o), config_error);
+  EXPECT_THROW((void)this->make(o), config_error);
 }
 
 // --- backend-specific ------------------------------------------------------------------------------------
