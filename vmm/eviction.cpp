@@ -195,7 +195,7 @@ bool PagerImpl::reap(Lock& /*lk*/) {
 void PagerImpl::unmap_victims(std::span<std::uint32_t> order) noexcept {
   std::sort(order.begin(), order.end());
   auto unmap_one = [&](std::uint32_t idx) {
-    if (dev_->unmap(va_.addr(idx), page_size_).ok()) return;
+    if (xfer_->try_unmap(va_.addr(idx))) return;
     // The data is safe on the host; the next load of this page unmaps before mapping again.
     if (!dev_->lost())
       std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
@@ -207,7 +207,7 @@ void PagerImpl::unmap_victims(std::span<std::uint32_t> order) noexcept {
     while (j < order.size() && order[j] == order[j - 1] + 1) ++j;
     const auto n = static_cast<std::uint32_t>(j - i);
     // A run that fails as a whole is retried page by page, so only the pages that fail are marked.
-    if (n == 1 || !dev_->unmap(va_.addr(order[i]), n * page_size_).ok()) {
+    if (n == 1 || !xfer_->try_unmap(va_.addr(order[i]), n)) {
       for (std::size_t k = i; k < j; ++k) unmap_one(order[k]);
     }
     i = j;

@@ -334,7 +334,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
       arrived_frames.after.push_back(got.after[i]);
       continue;
     }
-    if (!dev_->unmap(va_of(*batch[i]), page_size_).ok()) batch[i]->stale_mapping = true;
+    if (!xfer_->try_unmap(va_of(*batch[i]))) batch[i]->stale_mapping = true;
     unused.frames.push_back(got.frames[i]);
     unused.after.push_back(got.after[i]);
     put_back(*batch[i]);

@@ -44,7 +44,7 @@ void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) 
   // ordered after `got.after`.
   for (PageEntry* p : pages) {
     if (p->stale_mapping) {  // an earlier eviction could not unmap this address: try again first
-      (void)dev_->unmap(va_of(*p), page_size_);
+      (void)xfer_->try_unmap(va_of(*p));
       p->stale_mapping = false;
     }
   }
@@ -56,7 +56,7 @@ void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) 
 void PagerImpl::abort_chunk(std::span<PageEntry* const> pages, Frames& got) noexcept {
   // Copies already queued may still run: drain them before unmapping and reusing the frames.
   if (xfer_->drain()) {
-    for (PageEntry* p : pages) (void)dev_->unmap(va_of(*p), page_size_);
+    for (PageEntry* p : pages) (void)xfer_->try_unmap(va_of(*p));
   } else {
     // The device cannot tell when its copies end: keep the frames mapped and out of the pool rather
     // than let a copy land in reused memory.

@@ -424,8 +424,7 @@ void PagerImpl::unpin(Allocation* a, PageSpan span, backend::StreamHandle stream
     // The release point: the stream's work queued so far. Recorded before the pin counts drop, so an
     // evictor that sees zero pins also sees this event.
     try {
-      EventRef e = events_.acquire();
-      TVMM_CHECK(dev_->record_event(e.get()->handle, stream));
+      EventRef e = xfer_->record_on(stream);
       std::lock_guard ul(a->uses_mu);
       auto same =
           std::find_if(a->uses.begin(), a->uses.end(), [&](const Allocation::Use& u) { return u.stream == stream; });

@@ -48,6 +48,10 @@ void TransferEngine::map(std::span<const MapRequest> reqs) {
 
 void TransferEngine::unmap(backend::DevPtr va) { TVMM_CHECK(dev_.unmap(va, page_size_)); }
 
+bool TransferEngine::try_unmap(backend::DevPtr va, std::size_t pages) noexcept {
+  return dev_.unmap(va, pages * page_size_).ok();
+}
+
 namespace {
 
 // A traced copy: queued at `queued`; the host callback queued behind it records its span.
@@ -91,17 +95,15 @@ void TransferEngine::order_copy_out_after(Event* e) { TVMM_CHECK(dev_.stream_wai
 
 void TransferEngine::order_copy_in_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(in_, e->handle)); }
 
-EventRef TransferEngine::record_in() {
+EventRef TransferEngine::record_on(backend::StreamHandle stream) {
   EventRef e = events_.acquire();
-  TVMM_CHECK(dev_.record_event(e.get()->handle, in_));
+  TVMM_CHECK(dev_.record_event(e.get()->handle, stream));
   return e;
 }
 
-EventRef TransferEngine::record_out() {
-  EventRef e = events_.acquire();
-  TVMM_CHECK(dev_.record_event(e.get()->handle, out_));
-  return e;
-}
+EventRef TransferEngine::record_in() { return record_on(in_); }
+
+EventRef TransferEngine::record_out() { return record_on(out_); }
 
 bool TransferEngine::drain() noexcept {
   const bool in_ok = dev_.synchronize_stream(in_).ok();

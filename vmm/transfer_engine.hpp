@@ -1,6 +1,8 @@
 #pragma once
-// The transfer engine owns every map/unmap call and the two copy streams (one per direction, so both
-// copy engines work at once). Page moves are queued asynchronously; completion is tracked by events.
+// The transfer engine owns the pager's every map/unmap call, every event it records, and the two copy
+// streams (one per direction, so both copy engines work at once). Page moves are queued
+// asynchronously; completion is tracked by events. (Transparent mode's remap heap is a mechanism of
+// its own: vmm/remap_heap.*.)
 
 #include <atomic>
 #include <cstdint>
@@ -29,6 +31,10 @@ class TransferEngine {
   void map(std::span<const MapRequest> reqs);
   //! Unmaps one page. Not stream-ordered: callers wait for every use of the page first.
   void unmap(backend::DevPtr va);
+  //! Unmaps the `pages` adjacent pages from `va`, each mapped on its own, with one call (cuMemUnmap
+  //! takes whole mappings: docs/cuda-emulator.md); false if the device refuses (never throws), and
+  //! then the caller retries page by page or keeps the address marked stale.
+  [[nodiscard]] bool try_unmap(backend::DevPtr va, std::size_t pages = 1) noexcept;
 
   //! Records every copy as a span on the trace's copy-engine lanes, from queued to completed (a host
   //! callback after each copy marks its completion). Null: no tracing (the default).
@@ -45,6 +51,9 @@ class TransferEngine {
   EventRef record_in();
   //! An event that completes when the write-backs queued so far have completed.
   EventRef record_out();
+  //! An event that completes when the work queued on `stream` (a program's stream) so far has
+  //! completed: a release point.
+  EventRef record_on(backend::StreamHandle stream);
   //! Waits for every queued copy in both directions; false if the device cannot say (never throws).
   bool drain() noexcept;
   //! Makes `stream` wait for `e` without blocking the calling thread.
