@@ -23,22 +23,27 @@ struct tvmm_pin {
   tvmm::Pin pin;
 };
 
-namespace tvmm::detail {
-
-namespace {
-thread_local std::string t_last_error;
+// The calling thread's last-error text. Both libtvmm.so and libtvmm_preload.so contain the C API, and a
+// program may load both (tvmm_c_api_client does): the slot is reached through this exported function,
+// called through the dynamic linker (default visibility, no -Bsymbolic), so that every caller in the
+// process binds to its first definition and they share one slot. Not in tvmm.h: not for programs.
+extern "C" TVMM_API std::string* tvmm_internal_error_slot() noexcept {
+  thread_local std::string slot;
+  return &slot;
 }
+
+namespace tvmm::detail {
 
 void set_last_error(std::string text) noexcept {
   try {
-    t_last_error = std::move(text);
+    *tvmm_internal_error_slot() = std::move(text);
   } catch (...) {  // keep the previous text rather than fail
   }
 }
 
 void set_last_error_text(const char* text) noexcept {
   try {
-    t_last_error = text;
+    *tvmm_internal_error_slot() = text;
   } catch (...) {  // keep the previous text rather than fail
   }
 }
@@ -118,7 +123,7 @@ tvmm::Access to_access(const tvmm_access& a) {
 
 extern "C" {
 
-const char* tvmm_last_error(void) { return tvmm::detail::t_last_error.c_str(); }
+const char* tvmm_last_error(void) { return tvmm_internal_error_slot()->c_str(); }
 
 const char* tvmm_status_name(tvmm_status status) {
   switch (status) {

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tvmm/export.h"
+
 namespace tvmm {
 
 //! One mebibyte, for readable budgets: `64 * tvmm::MiB`.
@@ -81,7 +83,7 @@ struct NvmeConfig {
 
 //! Configuration of a `tvmm::Pager`. Defaults suit a small simulated run; `validate()` is called by
 //! the Pager constructor and throws `tvmm::config_error` naming the bad field and a fix.
-struct Config {
+struct TVMM_API Config {
   //! Device backend: "sim" (simulated GPU; works everywhere) or "cuda" (an NVIDIA GPU through the
   //! driver, loaded at run time: without a driver the Pager constructor throws tvmm::device_error).
   std::string device_backend = "sim";
@@ -180,28 +182,28 @@ struct Config {
 };
 
 //! Formats a byte count for people: "512 MiB", "1.5 GiB", "300 B".
-[[nodiscard]] std::string format_bytes(std::size_t bytes);
+[[nodiscard]] TVMM_API std::string format_bytes(std::size_t bytes);
 
 //! Parses a size: a number of bytes ("4096") or a number with a unit ("512MiB", "2 GiB", "1.5GiB",
 //! "64KiB"; KiB/MiB/GiB/TiB = powers of 1024, KB/MB/GB/TB = powers of 1000, B = bytes). Throws
 //! `tvmm::config_error` saying what was expected.
-[[nodiscard]] std::size_t parse_size(std::string_view text);
+[[nodiscard]] TVMM_API std::size_t parse_size(std::string_view text);
 
 //! Reads a TOML policy file (see docs/configuration.md), then applies the `TVMM_<SECTION>_<KEY>`
 //! environment overrides. Unknown keys and bad values throw `tvmm::config_error` with file:line:column,
 //! the key, what was expected and, for a misspelt key, the closest valid one.
-[[nodiscard]] Config load_config(const std::string& path);
+[[nodiscard]] TVMM_API Config load_config(const std::string& path);
 
 //! Parses TOML text into a Config (defaults for absent keys); `source` names it in error messages.
 //! Does not read the environment.
-[[nodiscard]] Config parse_config(std::string_view toml, std::string_view source = "<string>");
+[[nodiscard]] TVMM_API Config parse_config(std::string_view toml, std::string_view source = "<string>");
 
 //! Applies every set `TVMM_<SECTION>_<KEY>` environment variable to `config` (e.g. TVMM_DEVICE_BUDGET,
 //! TVMM_DEVICE_SIM_BANDWIDTH_GBS, TVMM_POLICY_EVICTION_NAME) and returns the names applied; throws
 //! `tvmm::config_error` naming the variable for a bad value.
-std::vector<std::string> apply_environment(Config& config);
+TVMM_API std::vector<std::string> apply_environment(Config& config);
 
 //! The configuration as TOML, every key present: what `tvmm check-config` prints.
-[[nodiscard]] std::string to_toml(const Config& config);
+[[nodiscard]] TVMM_API std::string to_toml(const Config& config);
 
 }  // namespace tvmm

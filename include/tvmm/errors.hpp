@@ -10,11 +10,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "tvmm/export.h"
+
 namespace tvmm {
 
 //! Base of every exception tvmm throws. Not itself a std::exception: each concrete error also
 //! derives from the standard exception that fits it best.
-class error {
+class TVMM_API error {
  public:
   virtual ~error() = default;
   //! The message: what failed, the values involved, and how to fix it.
@@ -28,7 +30,7 @@ class error {
 
 //! A caller passed a value the API cannot accept (zero size, a pointer tvmm did not allocate, ...).
 //! Nothing was changed.
-class invalid_argument : public std::invalid_argument, public error {
+class TVMM_API invalid_argument : public std::invalid_argument, public error {
  public:
   explicit invalid_argument(const std::string& msg) : std::invalid_argument(msg) {}
   [[nodiscard]] const char* what() const noexcept override { return std::invalid_argument::what(); }
@@ -36,7 +38,7 @@ class invalid_argument : public std::invalid_argument, public error {
 
 //! A tier cannot hold what was asked: an allocation larger than all tiers together, or a pinned
 //! working set larger than the device budget. The message gives the size asked and what is free.
-class out_of_memory : public std::bad_alloc, public error {
+class TVMM_API out_of_memory : public std::bad_alloc, public error {
  public:
   explicit out_of_memory(std::string msg) : msg_(std::move(msg)) {}
   [[nodiscard]] const char* what() const noexcept override { return msg_.c_str(); }
@@ -47,7 +49,7 @@ class out_of_memory : public std::bad_alloc, public error {
 
 //! An invalid configuration (zero budget, page size not a multiple of the backend granularity, ...).
 //! `location()` is "file:line:column" when the value came from a file, empty otherwise.
-class config_error : public std::runtime_error, public error {
+class TVMM_API config_error : public std::runtime_error, public error {
  public:
   explicit config_error(const std::string& msg, std::string location = {})
       : std::runtime_error(location.empty() ? msg : location + ": " + msg), location_(std::move(location)) {}
@@ -61,7 +63,7 @@ class config_error : public std::runtime_error, public error {
 
 //! A device backend primitive failed (the simulator, or later the CUDA driver). The message names the
 //! call, the backend's error name, and the tvmm source location that made the call.
-class device_error : public std::runtime_error, public error {
+class TVMM_API device_error : public std::runtime_error, public error {
  public:
   device_error(const std::string& msg, std::string error_name)
       : std::runtime_error(msg), error_name_(std::move(error_name)) {}
@@ -75,7 +77,7 @@ class device_error : public std::runtime_error, public error {
 
 //! Storage I/O failed: a page could not be written to or read back from the NVMe tier, or its data
 //! failed its checksum. The message names the page and slot; the page stays readable where it was.
-class io_error : public std::runtime_error, public error {
+class TVMM_API io_error : public std::runtime_error, public error {
  public:
   explicit io_error(const std::string& msg, int sys_errno = 0) : std::runtime_error(msg), errno_(sys_errno) {}
   [[nodiscard]] const char* what() const noexcept override { return std::runtime_error::what(); }
@@ -87,7 +89,7 @@ class io_error : public std::runtime_error, public error {
 };
 
 //! A request could not complete in time, e.g. waiting for other threads to unpin pages.
-class timeout_error : public std::runtime_error, public error {
+class TVMM_API timeout_error : public std::runtime_error, public error {
  public:
   explicit timeout_error(const std::string& msg) : std::runtime_error(msg) {}
   [[nodiscard]] const char* what() const noexcept override { return std::runtime_error::what(); }

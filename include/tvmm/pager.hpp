@@ -17,6 +17,7 @@
 
 #include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
+#include "tvmm/export.h"
 #include "tvmm/stats.hpp"
 
 namespace tvmm {
@@ -45,7 +46,7 @@ enum class Tier : std::uint8_t {
 };
 
 //! Returns "none", "device", "host", "transit" or "nvme".
-[[nodiscard]] const char* to_string(Tier tier) noexcept;
+[[nodiscard]] TVMM_API const char* to_string(Tier tier) noexcept;
 
 //! Where a pager put its host tier and its worker threads (Pager::placement()).
 struct Placement {
@@ -63,7 +64,7 @@ struct Hints {
 //! An in-order queue of work on the device (a CUDA stream, or a worker thread on the simulator).
 //! Created by `Pager::create_stream()`; must be destroyed before its Pager and after every stream
 //! `Pin` on it. Destruction waits for queued work.
-class Stream {
+class TVMM_API Stream {
  public:
   Stream() = default;
   Stream(Stream&& other) noexcept;
@@ -105,7 +106,7 @@ class Stream {
 //! returns the device time between the two. On the simulator that is its modelled device time (copy
 //! slots on the modelled bus, busy kernels, waits), free of the host's scheduling noise; across a
 //! period when the stream sat idle it includes the idle wall-clock time. Must not outlive the stream.
-class StreamTimer {
+class TVMM_API StreamTimer {
  public:
   //! Throws `tvmm::invalid_argument` for an empty stream.
   explicit StreamTimer(Stream& stream);
@@ -135,7 +136,7 @@ class StreamTimer {
 //! A host-synchronous pin (from `Tensor::pin(Access)`) releases at once. A stream-ordered pin (from
 //! `Tensor::pin(Stream&, Access)`) records the release point on its stream: the pages are evicted only
 //! after the stream's work queued before the release has completed.
-class Pin {
+class TVMM_API Pin {
  public:
   Pin() = default;
   Pin(Pin&& other) noexcept;
@@ -176,7 +177,7 @@ class Pin {
 //! A tensor: a range of device virtual addresses whose pages the pager moves between tiers. Move-only;
 //! frees on destruction (noexcept). If pins are still alive, the memory is reclaimed when the last one
 //! is released. Must be destroyed before its Pager.
-class Tensor {
+class TVMM_API Tensor {
  public:
   Tensor() = default;
   Tensor(Tensor&& other) noexcept;
@@ -244,7 +245,7 @@ class Tensor {
 
 //! The pager: a device backend, a device-address reservation, a device tier (frame pool), a host tier,
 //! an eviction policy and a transfer engine. Thread-safe: any thread may allocate, pin and free.
-class Pager {
+class TVMM_API Pager {
  public:
   //! Builds a pager. Throws `tvmm::config_error` for invalid settings and `tvmm::device_error` when
   //! the backend cannot start.

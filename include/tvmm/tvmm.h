@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <sys/types.h> /* ssize_t */
 
+#include "tvmm/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,65 +44,67 @@ typedef struct tvmm_pin tvmm_pin;       /**< a tvmm::Pin */
 
 /** This thread's reason for its last failed call ("" if none failed yet). Valid until the thread's next
  *  failing call. */
-const char* tvmm_last_error(void);
+TVMM_API const char* tvmm_last_error(void);
 /** The status's name, e.g. "TVMM_ERROR_OUT_OF_MEMORY". */
-const char* tvmm_status_name(tvmm_status status);
+TVMM_API const char* tvmm_status_name(tvmm_status status);
+/** The version of the libtvmm.so in use, e.g. "0.1.0" (the project's version when it was built). */
+TVMM_API const char* tvmm_version(void);
 
 /** Builds a pager from a TOML policy file (NULL: the defaults), then the TVMM_* environment overrides. */
-tvmm_status tvmm_pager_create(const char* config_path, tvmm_pager** out);
+TVMM_API tvmm_status tvmm_pager_create(const char* config_path, tvmm_pager** out);
 /** Destroys a pager (NULL is ignored). */
-void tvmm_pager_destroy(tvmm_pager* pager);
+TVMM_API void tvmm_pager_destroy(tvmm_pager* pager);
 /** Marks an iteration boundary (trace prefetch and Belady record the first iteration). */
-tvmm_status tvmm_pager_mark_iteration(tvmm_pager* pager);
+TVMM_API tvmm_status tvmm_pager_mark_iteration(tvmm_pager* pager);
 /** The pager's counters as one JSON object: copies up to `capacity` bytes (NUL-terminated) to `buffer`
  *  and sets `*needed` to the full length plus one. Call with capacity 0 to learn the size. On failure
  *  `*needed` is 0 and `buffer` (when capacity > 0) holds the empty string. */
-tvmm_status tvmm_pager_stats_json(tvmm_pager* pager, char* buffer, size_t capacity, size_t* needed);
+TVMM_API tvmm_status tvmm_pager_stats_json(tvmm_pager* pager, char* buffer, size_t capacity, size_t* needed);
 
 /** Allocates a tensor of `bytes` (> 0); `name` (may be NULL) appears in traces. */
-tvmm_status tvmm_tensor_create(tvmm_pager* pager, size_t bytes, const char* name, tvmm_tensor** out);
+TVMM_API tvmm_status tvmm_tensor_create(tvmm_pager* pager, size_t bytes, const char* name, tvmm_tensor** out);
 /** Frees a tensor (NULL is ignored); pins still alive keep its pages until they are destroyed. */
-void tvmm_tensor_destroy(tvmm_tensor* tensor);
+TVMM_API void tvmm_tensor_destroy(tvmm_tensor* tensor);
 /** The tensor's device address (stable for its life); NULL for a NULL tensor. */
-void* tvmm_tensor_address(const tvmm_tensor* tensor);
+TVMM_API void* tvmm_tensor_address(const tvmm_tensor* tensor);
 /** The tensor's size in bytes; 0 for a NULL tensor. */
-size_t tvmm_tensor_size(const tvmm_tensor* tensor);
+TVMM_API size_t tvmm_tensor_size(const tvmm_tensor* tensor);
 /** Starts moving the tensor's pages to the device; `stream` waits for them. */
-tvmm_status tvmm_tensor_prefetch(tvmm_tensor* tensor, tvmm_stream* stream);
+TVMM_API tvmm_status tvmm_tensor_prefetch(tvmm_tensor* tensor, tvmm_stream* stream);
 /** Declares the tensor's contents dead (as tvmm::Tensor::discard): its pages give up their memory
  *  without being copied. TVMM_ERROR_INVALID_ARGUMENT, with the data unchanged, while a pin is alive. */
-tvmm_status tvmm_tensor_discard(tvmm_tensor* tensor);
+TVMM_API tvmm_status tvmm_tensor_discard(tvmm_tensor* tensor);
 
 /** Creates a stream on the pager's device. */
-tvmm_status tvmm_stream_create(tvmm_pager* pager, tvmm_stream** out);
+TVMM_API tvmm_status tvmm_stream_create(tvmm_pager* pager, tvmm_stream** out);
 /** Destroys a stream (NULL is ignored). */
-void tvmm_stream_destroy(tvmm_stream* stream);
+TVMM_API void tvmm_stream_destroy(tvmm_stream* stream);
 /** Waits for the stream's queued work. */
-tvmm_status tvmm_stream_synchronize(tvmm_stream* stream);
+TVMM_API tvmm_status tvmm_stream_synchronize(tvmm_stream* stream);
 
 /** Pins bytes [offset, offset + bytes) of a tensor (bytes 0 = to its end). With a stream, the pin is
  *  stream-ordered (the caller does not wait); with stream NULL the call returns when the pages are
  *  resident. */
-tvmm_status tvmm_pin_create(tvmm_tensor* tensor, tvmm_stream* stream, size_t offset, size_t bytes, tvmm_access access,
+TVMM_API tvmm_status tvmm_pin_create(tvmm_tensor* tensor, tvmm_stream* stream, size_t offset, size_t bytes, tvmm_access access,
                             tvmm_pin** out);
 /** The device address of the first pinned byte. */
-void* tvmm_pin_address(const tvmm_pin* pin);
+TVMM_API void* tvmm_pin_address(const tvmm_pin* pin);
 /** Releases a pin (NULL is ignored). */
-void tvmm_pin_destroy(tvmm_pin* pin);
+TVMM_API void tvmm_pin_destroy(tvmm_pin* pin);
 
 /* PyTorch's CUDAPluggableAllocator entry points, exported by libtvmm_preload.so (transparent mode):
  *   torch.cuda.memory.CUDAPluggableAllocator("libtvmm_preload.so", "tvmm_malloc", "tvmm_free")
  * `stream` is a cudaStream_t. tvmm_malloc returns NULL on failure, with the reason on stderr and in
  * tvmm_last_error(); tvmm_free of a pointer it did not return reports the error and changes nothing. */
-void* tvmm_malloc(ssize_t size, int device, void* stream);
-void tvmm_free(void* ptr, ssize_t size, int device, void* stream);
+TVMM_API void* tvmm_malloc(ssize_t size, int device, void* stream);
+TVMM_API void tvmm_free(void* ptr, ssize_t size, int device, void* stream);
 /* Transparent mode's statistics for `device` (-1: the caller's current one) as one JSON object, in the
  * keys of torch.cuda.memory_stats() ("allocated_bytes.all.current", "allocated_bytes.all.peak",
  * "reserved_bytes.all.current", "num_alloc_retries", "num_ooms", ...) beside tvmm's own ("pages_demoted",
  * "tvmm.device_bytes.current", ...); "{}" when that device has no heap yet. Writes at most `size` bytes
  * (NUL included) to `buf` and returns the length of the whole JSON text, as snprintf does, or -1 with
  * tvmm_last_error() set. Exported by libtvmm_preload.so. */
-int tvmm_memory_stats(int device, char* buf, size_t size);
+TVMM_API int tvmm_memory_stats(int device, char* buf, size_t size);
 
 #ifdef __cplusplus
 }

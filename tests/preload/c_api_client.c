@@ -29,6 +29,7 @@ static void explicit_pager(void) {
   tvmm_pager* pager = NULL;
   tvmm_status s = tvmm_pager_create(NULL, &pager);
   CHECK(s == TVMM_SUCCESS, "tvmm_pager_create: %s", tvmm_status_name(s));
+  CHECK(tvmm_version()[0] >= '0' && tvmm_version()[0] <= '9', "tvmm_version: \"%s\"", tvmm_version());
   /* Errors: a status and a reason, nothing created. */
   tvmm_tensor* none = (tvmm_tensor*)0x1;
   CHECK(tvmm_tensor_create(pager, 0, "empty", &none) == TVMM_ERROR_INVALID_ARGUMENT && none == NULL,
