@@ -5,28 +5,27 @@
 #include <utility>
 #include <vector>
 
-#include "vmm/allocation.hpp"
-
 namespace tvmm::policies {
 
-std::size_t BeladyPolicy::select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) {
-  if (trace_.state() != detail::AccessTrace::State::replaying) return ListPolicy::select(max, claim);
+std::size_t BeladyPolicy::select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) {
+  if (trace_.state() != AccessTrace::State::replaying) return ListPolicy::select(max, claim);
   std::lock_guard lk(mu_);
   struct Rank {
     bool old;          // not pinned in the last keep_recent_ pins: goes first
     bool just_used;    // released by the work queued last: deferred when another candidate can go
     std::size_t next;  // then the farthest next use first
-    detail::PageEntry* page;
+    Node* node;
   };
   std::vector<Rank> ranked;
   ranked.reserve(list_.size());
   const std::uint64_t latest = latest_release_.load(std::memory_order_relaxed);
   // Owners are valid: the pager holds its lock while selecting, and pages in the policy belong to live
   // allocations.
-  for (auto& p : list_) {
-    const bool old = keep_recent_ == 0 || trace_.since_last_use(p.owner->id) >= keep_recent_;
-    const bool just_used = latest != 0 && p.owner->released_at.load(std::memory_order_relaxed) == latest;
-    ranked.push_back({old, just_used, trace_.next_use(p.owner->id), &p});
+  for (auto& n : list_) {
+    const PageOwner owner = owner_of_(index_of(n));
+    const bool old = keep_recent_ == 0 || trace_.since_last_use(owner.tensor) >= keep_recent_;
+    const bool just_used = latest != 0 && owner.released_at == latest;
+    ranked.push_back({old, just_used, trace_.next_use(owner.tensor), &n});
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Rank& a, const Rank& b) { return a.old != b.old ? a.old : a.next > b.next; });
@@ -34,8 +33,8 @@ std::size_t BeladyPolicy::select(std::size_t max, detail::FunctionRef<bool(detai
   std::vector<bool> tried(ranked.size(), false);
   auto take = [&](std::size_t i) {
     tried[i] = true;
-    if (!claim(*ranked[i].page)) return;
-    list_.erase(list_.iterator_to(*ranked[i].page));
+    if (!claim(index_of(*ranked[i].node))) return;
+    list_.erase(list_.iterator_to(*ranked[i].node));
     ++taken;
   };
   // 1. Within the window, skip the just-used pages while the others are, like them, not pinned again in

@@ -14,9 +14,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <utility>
 
+#include "policies/access_trace.hpp"
 #include "policies/list_policy.hpp"
-#include "vmm/access_trace.hpp"
 
 namespace tvmm::policies {
 
@@ -28,19 +30,25 @@ class BeladyPolicy final : public ListPolicy {
   //! GPT-2 and the encoder, no limit moved 1.13x Belady's bytes on the LSTM at 2x.
   static constexpr std::size_t kDeferWindow = 4;
 
-  //! `latest_release`: the mark (Allocation::released_at) of the latest stream release; tensors that
-  //! carry it are the ones deferred. It is read, never written, here.
-  BeladyPolicy(const detail::AccessTrace& trace, std::size_t keep_recent,
-               const std::atomic<std::uint64_t>& latest_release)
-      : trace_(trace), keep_recent_(keep_recent), latest_release_(latest_release) {}
+  //! `owner_of` says whose page a resident page is (called under the pager's lock, from select);
+  //! `latest_release`: the mark of the latest stream release; tensors that carry it are the ones
+  //! deferred. It is read, never written, here.
+  BeladyPolicy(std::uint32_t page_count, const AccessTrace& trace, std::size_t keep_recent,
+               const std::atomic<std::uint64_t>& latest_release, std::function<PageOwner(PageIndex)> owner_of)
+      : ListPolicy(page_count),
+        trace_(trace),
+        keep_recent_(keep_recent),
+        latest_release_(latest_release),
+        owner_of_(std::move(owner_of)) {}
   [[nodiscard]] const char* name() const noexcept override { return "belady"; }
-  void touch(detail::PageEntry* pages, std::size_t n) override { move_to_back(pages, n); }
-  std::size_t select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) override;
+  void touch(PageIndex first, std::size_t n) override { move_to_back(first, n); }
+  std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) override;
 
  private:
-  const detail::AccessTrace& trace_;
+  const AccessTrace& trace_;
   const std::size_t keep_recent_;
   const std::atomic<std::uint64_t>& latest_release_;
+  const std::function<PageOwner(PageIndex)> owner_of_;
 };
 
 }  // namespace tvmm::policies

@@ -2,17 +2,20 @@
 
 namespace tvmm::policies {
 
-void ClockPolicy::touch(detail::PageEntry* pages, std::size_t n) {
+ClockPolicy::ClockPolicy(std::uint32_t page_count)
+    : ListPolicy(page_count), referenced_(std::make_unique<std::atomic<std::uint8_t>[]>(page_count)) {}
+
+void ClockPolicy::touch(PageIndex first, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
-    auto& w = pages[i].word;
-    if ((w.load(std::memory_order_relaxed) & detail::word::kReferenced) == 0) {
-      w.fetch_or(detail::word::kReferenced, std::memory_order_relaxed);
-    }
+    auto& r = referenced_[first + i];
+    if (r.load(std::memory_order_relaxed) == 0) r.store(1, std::memory_order_relaxed);
   }
 }
 
-bool ClockPolicy::second_chance(detail::PageEntry& page) {
-  return (page.word.fetch_and(~detail::word::kReferenced, std::memory_order_relaxed) & detail::word::kReferenced) != 0;
+bool ClockPolicy::second_chance(PageIndex page) {
+  return referenced_[page].exchange(0, std::memory_order_relaxed) != 0;
 }
+
+void ClockPolicy::on_insert(PageIndex page) { referenced_[page].store(0, std::memory_order_relaxed); }
 
 }  // namespace tvmm::policies

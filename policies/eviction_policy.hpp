@@ -1,10 +1,12 @@
 #pragma once
 // Contract of the eviction-policy plug-point.
 //
-// A policy orders the device-resident pages and proposes victims. It is internally synchronised (the
-// pin hit path calls touch() without the pager lock), so every method may be called from any thread.
+// A policy orders the device-resident pages and proposes victims. Pages are named by their index in
+// the pager's page table (0 .. PolicyContext::page_count - 1); a policy keeps whatever it needs per
+// page in its own arrays. It is internally synchronised (the pin hit path calls touch() without the
+// pager lock), so every method may be called from any thread.
 //   insert(p)    p just became resident and is not in the policy. Post: p is a candidate.
-//   touch(ps, n) the n pages starting at ps were used; pages not in the policy are ignored.
+//   touch(p, n)  the n pages p, p + 1, ... were used; pages not in the policy are ignored.
 //   remove(p)    p is no longer resident (or is being released); no-op if absent.
 //   select(k, claim)
 //                walks candidates from the best victim on and offers each to `claim` (called with the
@@ -14,13 +16,16 @@
 //                evicts pinned pages on its own.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string_view>
 
-#include "vmm/detail/function_ref.hpp"
-#include "vmm/page_table.hpp"
+#include "common/function_ref.hpp"
 
 namespace tvmm::policies {
+
+//! A page: its index in the pager's page table.
+using PageIndex = std::uint32_t;
 
 class EvictionPolicy {
  public:
@@ -30,10 +35,10 @@ class EvictionPolicy {
   EvictionPolicy& operator=(const EvictionPolicy&) = delete;
 
   [[nodiscard]] virtual const char* name() const noexcept = 0;
-  virtual void insert(detail::PageEntry& page) = 0;
-  virtual void touch(detail::PageEntry* pages, std::size_t n) = 0;
-  virtual void remove(detail::PageEntry& page) = 0;
-  virtual std::size_t select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) = 0;
+  virtual void insert(PageIndex page) = 0;
+  virtual void touch(PageIndex first, std::size_t n) = 0;
+  virtual void remove(PageIndex page) = 0;
+  virtual std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) = 0;
   [[nodiscard]] virtual std::size_t size() const = 0;
 };
 

@@ -7,8 +7,9 @@ namespace tvmm::policies {
 
 class FifoPolicy final : public ListPolicy {
  public:
+  explicit FifoPolicy(std::uint32_t page_count) : ListPolicy(page_count) {}
   [[nodiscard]] const char* name() const noexcept override { return "fifo"; }
-  void touch(detail::PageEntry* /*pages*/, std::size_t /*n*/) override {}
+  void touch(PageIndex /*first*/, std::size_t /*n*/) override {}
 };
 
 }  // namespace tvmm::policies

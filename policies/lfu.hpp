@@ -11,21 +11,19 @@
 #include <memory>
 
 #include "policies/list_policy.hpp"
-#include "policies/registry.hpp"
 
 namespace tvmm::policies {
 
 class LfuPolicy final : public ListPolicy {
  public:
-  explicit LfuPolicy(const PolicyContext& ctx);
+  explicit LfuPolicy(std::uint32_t page_count);
   [[nodiscard]] const char* name() const noexcept override { return "lfu"; }
-  void touch(detail::PageEntry* pages, std::size_t n) override;
-  std::size_t select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) override;
+  void touch(PageIndex first, std::size_t n) override;
+  std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) override;
 
  private:
-  void on_insert(detail::PageEntry& page) override;
+  void on_insert(PageIndex page) override;
 
-  PolicyContext ctx_;
   std::unique_ptr<std::atomic<std::uint32_t>[]> uses_;  //!< per page: uses since it became resident
 };
 

@@ -4,30 +4,34 @@
 
 namespace tvmm::policies {
 
+ListPolicy::ListPolicy(std::uint32_t page_count) : nodes_(std::make_unique<Node[]>(page_count)) {}
+
 ListPolicy::~ListPolicy() { list_.clear(); }
 
-void ListPolicy::insert(detail::PageEntry& page) {
+void ListPolicy::insert(PageIndex page) {
   on_insert(page);
   std::lock_guard lk(mu_);
-  list_.push_back(page);
+  list_.push_back(node(page));
 }
 
-void ListPolicy::remove(detail::PageEntry& page) {
+void ListPolicy::remove(PageIndex page) {
   std::lock_guard lk(mu_);
-  if (page.policy_hook.is_linked()) list_.erase(list_.iterator_to(page));
+  Node& n = node(page);
+  if (n.hook.is_linked()) list_.erase(list_.iterator_to(n));
 }
 
-std::size_t ListPolicy::select(std::size_t max, detail::FunctionRef<bool(detail::PageEntry&)> claim) {
+std::size_t ListPolicy::select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) {
   std::lock_guard lk(mu_);
   std::size_t taken = 0;
   // Each page is visited at most twice: once to use up a second chance, once more as a candidate.
   std::size_t budget = 2 * list_.size();
   for (auto it = list_.begin(); it != list_.end() && taken < max && budget > 0; --budget) {
-    detail::PageEntry& p = *it;
-    if (second_chance(p)) {
+    Node& n = *it;
+    const PageIndex page = index_of(n);
+    if (second_chance(page)) {
       it = list_.erase(it);
-      list_.push_back(p);
-    } else if (claim(p)) {
+      list_.push_back(n);
+    } else if (claim(page)) {
       it = list_.erase(it);
       ++taken;
     } else {
@@ -37,11 +41,11 @@ std::size_t ListPolicy::select(std::size_t max, detail::FunctionRef<bool(detail:
   return taken;
 }
 
-void ListPolicy::move_to_back(detail::PageEntry* pages, std::size_t n) {
+void ListPolicy::move_to_back(PageIndex first, std::size_t n) {
   std::lock_guard lk(mu_);
   for (std::size_t i = 0; i < n; ++i) {
-    auto& p = pages[i];
-    if (p.policy_hook.is_linked()) list_.splice(list_.end(), list_, list_.iterator_to(p));
+    Node& nd = node(static_cast<PageIndex>(first + i));
+    if (nd.hook.is_linked()) list_.splice(list_.end(), list_, list_.iterator_to(nd));
   }
 }
 

@@ -2,6 +2,6 @@
 
 namespace tvmm::policies {
 
-void LruPolicy::touch(detail::PageEntry* pages, std::size_t n) { move_to_back(pages, n); }
+void LruPolicy::touch(PageIndex first, std::size_t n) { move_to_back(first, n); }
 
 }  // namespace tvmm::policies

@@ -14,17 +14,17 @@ namespace tvmm::policies {
 namespace {
 
 template <class P>
-std::unique_ptr<EvictionPolicy> make(const PolicyContext& /*ctx*/) {
-  return std::make_unique<P>();
+std::unique_ptr<EvictionPolicy> make(const PolicyContext& ctx) {
+  return std::make_unique<P>(ctx.page_count);
 }
-
-std::unique_ptr<EvictionPolicy> make_lfu(const PolicyContext& ctx) { return std::make_unique<LfuPolicy>(ctx); }
 
 std::unique_ptr<EvictionPolicy> make_belady(const PolicyContext& ctx) {
   static const std::atomic<std::uint64_t> no_release{0};
-  if (ctx.trace == nullptr) throw config_error("eviction policy \"belady\" needs the pager's access trace");
-  return std::make_unique<BeladyPolicy>(*ctx.trace, ctx.keep_recent,
-                                        ctx.latest_release != nullptr ? *ctx.latest_release : no_release);
+  if (ctx.trace == nullptr || !ctx.owner_of) {
+    throw config_error("eviction policy \"belady\" needs the pager's access trace and its pages' owners");
+  }
+  return std::make_unique<BeladyPolicy>(ctx.page_count, *ctx.trace, ctx.keep_recent,
+                                        ctx.latest_release != nullptr ? *ctx.latest_release : no_release, ctx.owner_of);
 }
 
 // One line per policy: name, summary, needs the trace, run by tvmm-bench by default, factory.
@@ -33,7 +33,7 @@ constexpr std::array kPolicies{
     EvictionPolicyInfo{"fifo", "first in, first out", false, true, &make<FifoPolicy>},
     EvictionPolicyInfo{"clock", "second chance; lock-free touch", false, true, &make<ClockPolicy>},
     EvictionPolicyInfo{"lfu", "least frequently used since it became resident; lock-free touch", false, false,
-                       &make_lfu},
+                       &make<LfuPolicy>},
     EvictionPolicyInfo{"belady",
                        "farthest next use in the recorded trace, LRU until one is recorded; for studies: it ranks all "
                        "candidates at each eviction",

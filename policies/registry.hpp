@@ -6,34 +6,29 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "policies/access_trace.hpp"
 #include "policies/eviction_policy.hpp"
-
-namespace tvmm::detail {
-class AccessTrace;
-}
 
 namespace tvmm::policies {
 
 //! What the pager hands a policy it builds. A policy that keeps per-page state keeps it in arrays of
-//! `page_count` entries indexed by `index_of` (PageEntry has no room for it).
+//! `page_count` entries indexed by PageIndex.
 struct PolicyContext {
-  const detail::PageEntry* pages = nullptr;  //!< the page table's first entry
-  std::uint32_t page_count = 0;              //!< entries in the page table
+  std::uint32_t page_count = 0;  //!< pages in the page table
   //! The pager's recorded access trace: set for the policies registered with `needs_trace`.
-  const detail::AccessTrace* trace = nullptr;
+  const AccessTrace* trace = nullptr;
   std::size_t keep_recent = 0;  //!< Config::keep_recent
   //! The mark of the latest stream release (Allocation::released_at); null where there is none.
   const std::atomic<std::uint64_t>* latest_release = nullptr;
-
-  //! The index of `p`, an entry of the page table [pages, pages + page_count).
-  [[nodiscard]] std::uint32_t index_of(const detail::PageEntry& p) const noexcept {
-    return static_cast<std::uint32_t>(&p - pages);
-  }
+  //! Whose a resident page is (its tensor in the trace, its latest release), for the policies that
+  //! read the trace; called under the pager's lock. Empty where there is no pager.
+  std::function<PageOwner(PageIndex)> owner_of;
 };
 
 //! One registered eviction policy.

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "backends/device/device_backend.hpp"
-#include "vmm/detail/range_allocator.hpp"
+#include "common/range_allocator.hpp"
 
 namespace tvmm::detail {
 
@@ -41,7 +41,7 @@ class AddressSpace {
   std::size_t bytes_;
   backend::DevPtr base_ = 0;
   std::uint32_t pages_;
-  RangeAllocator<std::uint32_t> runs_;
+  common::RangeAllocator<std::uint32_t> runs_;
 };
 
 }  // namespace tvmm::detail

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <utility>
 
+#include "common/scope_guard.hpp"
 #include "vmm/detail/check.hpp"
 #include "vmm/detail/labels.hpp"
-#include "vmm/detail/scope_guard.hpp"
 #include "vmm/pager_impl.hpp"
 
 namespace tvmm::detail {
@@ -41,9 +41,11 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
     PageEntry& p = table_[discarded_.front()];
     discarded_.pop_front();
     if (!word::discarded(p.word.load(std::memory_order_acquire))) continue;
-    if (claim(p)) policy_->remove(p);
+    if (claim(p)) policy_->remove(table_.index_of(p));
   }
-  if (victims.size() < count) policy_->select(count - victims.size(), claim);
+  if (victims.size() < count) {
+    policy_->select(count - victims.size(), [&](policies::PageIndex i) { return claim(table_[i]); });
+  }
   return victims;
 }
 
@@ -107,7 +109,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
     // queued into it, so no other page may take it; the page's next eviction reuses it, after that copy.
     for (PageEntry* v : victims) {
-      policy_->insert(*v);
+      policy_->insert(table_.index_of(*v));
       v->set_state(PageState::device, v->ready != nullptr);
     }
     cv_.notify_all();

@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "common/scope_guard.hpp"
 #include "vmm/detail/labels.hpp"
-#include "vmm/detail/scope_guard.hpp"
 #include "vmm/pager_impl.hpp"
 
 namespace tvmm::detail {
@@ -64,7 +64,7 @@ void PagerImpl::run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::
                          std::size_t frames_held) {
   frames_in_hand_ += static_cast<std::uint32_t>(frames_held);
   lk.unlock();
-  ScopeGuard relock([&] {  // also when the batch throws: the caller's rollback runs under the lock
+  common::ScopeGuard relock([&] {  // also when the batch throws: the caller's rollback runs under the lock
     lk.lock();
     frames_in_hand_ -= static_cast<std::uint32_t>(frames_held);
   });
@@ -269,7 +269,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
     host_->release(std::exchange(p.host_slot, kNoSlot));
     p.set_state(PageState::nvme);
   };
-  ScopeGuard restore([&] {
+  common::ScopeGuard restore([&] {
     for (PageEntry* p : batch) {
       if (p->state() == PageState::transit) put_back(*p);
     }
@@ -278,7 +278,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   // 2. Frames (this may evict, spill or wait, and so unlock; the claimed pages stay ours). With fewer
   //    frames than pages, the batch shrinks to fit.
   Frames got = acquire_frames(lk, batch.size(), deadline, true);
-  ScopeGuard give_back([&] { release_frames(got); });
+  common::ScopeGuard give_back([&] { release_frames(got); });
   while (batch.size() > got.frames.size()) {
     put_back(*batch.back());
     batch.pop_back();

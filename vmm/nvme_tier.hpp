@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backends/storage/storage_backend.hpp"
-#include "vmm/detail/function_ref.hpp"
+#include "common/function_ref.hpp"
 
 namespace tvmm::detail {
 
@@ -27,10 +27,10 @@ struct NvmeIoHooks {
   //! arrived from the device. `block`: nothing is in flight, so wait until it may; false then means it
   //! never will, and the request ends with NvmeTier::kNotReady unsubmitted. Without `block`, false
   //! defers it until the next completion.
-  FunctionRef<bool(std::size_t i, bool block)> ready = kAlwaysReady;
+  common::FunctionRef<bool(std::size_t i, bool block)> ready = kAlwaysReady;
   //! As soon as ios[i] has ended (its `error` set), e.g. to queue a verified page's copy to the device
   //! while later reads are still running.
-  FunctionRef<void(std::size_t i)> done = kNothing;
+  common::FunctionRef<void(std::size_t i)> done = kNothing;
 };
 
 class NvmeTier {

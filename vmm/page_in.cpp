@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/scope_guard.hpp"
 #include "vmm/detail/check.hpp"
 #include "vmm/detail/labels.hpp"
-#include "vmm/detail/scope_guard.hpp"
 #include "vmm/pager_impl.hpp"
 
 namespace tvmm::detail {
@@ -18,7 +18,7 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
     todo[i]->set_state(PageState::transit);
   }
   std::size_t loaded = 0;
-  ScopeGuard restore([&] {
+  common::ScopeGuard restore([&] {
     for (std::size_t i = loaded; i < todo.size(); ++i) {
       todo[i]->set_state(before[i]);
       if (before[i] == PageState::host) note_host(*todo[i]);  // a spill may have dropped it while claimed
@@ -66,7 +66,7 @@ void PagerImpl::abort_chunk(std::span<PageEntry* const> pages, Frames& got) noex
 }
 
 void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
-                              const EventRef& done, FunctionRef<bool(std::size_t)> copied) {
+                              const EventRef& done, common::FunctionRef<bool(std::size_t)> copied) {
   const std::size_t count = pages.size();
   for (std::size_t i = 0; i < count; ++i) {
     PageEntry& p = *pages[i];
@@ -80,7 +80,7 @@ void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const
     if (before[i] == PageState::nvme) note_slot_kept(p);
     if (done) p.ready = EventRef(done).detach();
     if (copied(i) && p.host_slot != kNoSlot) p.word.fetch_or(word::kHostCopy, std::memory_order_acq_rel);
-    policy_->insert(p);
+    policy_->insert(table_.index_of(p));
     p.set_state(PageState::device, static_cast<bool>(done));
   }
   if (done) {
@@ -94,7 +94,7 @@ void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const
 
 void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
                            Access access) {
-  ScopeGuard give_back([&] { release_frames(got); });
+  common::ScopeGuard give_back([&] { release_frames(got); });
   // 3. Map the pages at their addresses (grouping access grants per contiguous run).
   map_chunk(pages, got);
   // 4. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
@@ -156,7 +156,7 @@ void PagerImpl::release_frames(Frames& got) noexcept {
 // frames, it hands back what it has so the caller can start those page-ins.
 PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait) {
   Frames got;
-  ScopeGuard give_back([&] { release_frames(got); });
+  common::ScopeGuard give_back([&] { release_frames(got); });
   while (got.frames.size() < count) {
     while (got.frames.size() < count) {
       auto f = device_->try_acquire();

@@ -8,8 +8,6 @@
 #include <deque>
 #include <memory>
 
-#include <boost/intrusive/list_hook.hpp>
-
 namespace tvmm::detail {
 
 struct Allocation;
@@ -27,8 +25,9 @@ enum class PageState : std::uint8_t {
 
 const char* to_string(PageState s) noexcept;
 
-//! Layout of the state word: state (3 bits) | page-in pending (1) | referenced (1, for CLOCK) |
-//! dirty (1) | discarded (1) | host copy (1) | pins (23, from bit 8) | frozen (1) | version (32).
+//! Layout of the state word: state (3 bits) | page-in pending (1) | unused (1) | dirty (1) |
+//! discarded (1) | host copy (1) | pins (23, from bit 8) | frozen (1) | version (32). (Eviction
+//! policies keep their per-page state, such as CLOCK's referenced bit, in arrays of their own.)
 //! "Dirty" means the page's NVMe slot (if it keeps one) no longer holds its current data: set by every
 //! pin that may write (in the same CAS that counts the pin), cleared when the page is written to NVMe.
 //! "Page-in pending" means the page is resident but its page-in copy may still be running: a pin must
@@ -36,8 +35,7 @@ const char* to_string(PageState s) noexcept;
 namespace word {
 inline constexpr std::uint64_t kStateMask = 0x7;
 inline constexpr std::uint64_t kPending = 0x8;
-inline constexpr std::uint64_t kReferenced = 0x10;  //!< set by CLOCK's touch, cleared by its sweep
-inline constexpr std::uint64_t kDirty = 0x20;       //!< the NVMe copy is stale (kept across state changes)
+inline constexpr std::uint64_t kDirty = 0x20;  //!< the NVMe copy is stale (kept across state changes)
 //! The contents are dead (Tensor::discard): evicting the page drops it without a write-back. Kept across
 //! state changes; cleared by a pin that may write, and when the page is dropped or freed.
 inline constexpr std::uint64_t kDiscarded = 0x40;
@@ -98,8 +96,6 @@ struct PageEntry {
   Allocation* owner = nullptr;         //!< the allocation this page belongs to
   Event* ready = nullptr;              //!< page-in completion while pending (one reference held)
   std::uint64_t checksum = 0;          //!< XXH3 of the NVMe slot's data, seeded with the slot
-  //! Hook of the eviction policy's list; the policy's own lock guards it.
-  boost::intrusive::list_member_hook<> policy_hook;
 
   [[nodiscard]] PageState state() const noexcept { return word::state(word.load(std::memory_order_acquire)); }
   //! Sets the state (keeping the pin count) with a CAS loop, since pins change without the lock.

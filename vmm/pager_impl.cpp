@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include "backends/storage/slot_files.hpp"
+#include "common/scope_guard.hpp"
 #include "policies/registry.hpp"
 #include "vmm/detail/check.hpp"
 #include "vmm/detail/labels.hpp"
-#include "vmm/detail/scope_guard.hpp"
 
 namespace tvmm::detail {
 
@@ -146,11 +146,14 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
     nvme_ = std::make_unique<NvmeTier>(std::move(storage), page_size_, cfg_.nvme.queue_depth);
   }
   policies::PolicyContext policy_ctx;
-  policy_ctx.pages = &table_[0];
   policy_ctx.page_count = table_.size();
   policy_ctx.trace = &trace_;
   policy_ctx.keep_recent = cfg_.keep_recent;
   policy_ctx.latest_release = &latest_release_;
+  policy_ctx.owner_of = [this](policies::PageIndex i) {
+    const Allocation* a = table_[i].owner;
+    return policies::PageOwner{a->id, a->released_at.load(std::memory_order_relaxed)};
+  };
   policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);
   const policies::EvictionPolicyInfo* policy_info = policies::find_eviction_policy(cfg_.eviction);
   trace_prefetch_ = cfg_.prefetch == "trace";
@@ -472,7 +475,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   std::vector<EventRef> waits;
   for (std::uint32_t i = 0; i < a->pages; ++i) {
     PageEntry& p = pages[i];
-    if (p.state() == PageState::device) policy_->remove(p);
+    if (p.state() == PageState::device) policy_->remove(table_.index_of(p));
     p.set_state(PageState::transit);
     if (p.ready != nullptr) waits.emplace_back(p.ready);
   }
@@ -711,7 +714,7 @@ void PagerImpl::check_invariants() const {
   for (std::uint32_t i = 0; i < table_.size(); ++i) {
     if (table_[i].state() != PageState::unused) table_[i].word.fetch_or(word::kFrozen, std::memory_order_acq_rel);
   }
-  ScopeGuard thaw([&] {
+  common::ScopeGuard thaw([&] {
     for (std::uint32_t i = 0; i < table_.size(); ++i)
       table_[i].word.fetch_and(~word::kFrozen, std::memory_order_acq_rel);
   });

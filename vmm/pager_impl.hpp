@@ -18,9 +18,9 @@
 
 #include "backends/device/device_backend.hpp"
 #include "backends/topology/placement.hpp"
+#include "policies/access_trace.hpp"
 #include "policies/eviction_policy.hpp"
 #include "tvmm/pager.hpp"
-#include "vmm/access_trace.hpp"
 #include "vmm/address_space.hpp"
 #include "vmm/allocation.hpp"
 #include "vmm/device_tier.hpp"
@@ -35,6 +35,8 @@
 #include "vmm/transfer_engine.hpp"
 
 namespace tvmm::detail {
+
+using policies::AccessTrace;
 
 class PagerImpl {
  public:
@@ -201,12 +203,12 @@ class PagerImpl {
   //! The pages become resident with got.frames, pending until `done` (if any); `copied(i)`: page i's
   //! host slot is the source of its page-in (released at reap), else its host copy, if any, is dropped.
   void publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
-                     const EventRef& done, FunctionRef<bool(std::size_t)> copied);
+                     const EventRef& done, common::FunctionRef<bool(std::size_t)> copied);
   Frames acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait);
   void release_frames(Frames& got) noexcept;
   std::vector<PageEntry*> select_victims(std::size_t count);
   // While set (under mu_, by prefetch_ahead), select_victims skips pages for which it returns true.
-  const FunctionRef<bool(const PageEntry&)>* protect_ = nullptr;
+  const common::FunctionRef<bool(const PageEntry&)>* protect_ = nullptr;
   void evict(std::vector<PageEntry*>& victims, Frames& got);
   //! Unmaps the old addresses of retired victims (page numbers, sorted in place), a call per run of
   //! adjacent pages; a page whose unmap fails keeps a stale mapping (unmapped again before its next

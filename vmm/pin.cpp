@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/scope_guard.hpp"
 #include "vmm/detail/check.hpp"
 #include "vmm/detail/labels.hpp"
-#include "vmm/detail/scope_guard.hpp"
 #include "vmm/pager_impl.hpp"
 
 namespace tvmm::detail {
@@ -127,7 +127,7 @@ void PagerImpl::pin(Allocation* a, PageSpan span, Access access, backend::Stream
   while (i < n && try_pin_resident(pages[i], dirty)) ++i;
   const bool hit = i == n;
   if (hit) {
-    policy_->touch(pages, n);
+    policy_->touch(table_.index_of(*pages), n);
     counters_.hits.fetch_add(n, std::memory_order_relaxed);
   } else {
     while (i > 0) unpin_page(pages[--i]);
@@ -180,9 +180,9 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
       // nor one the eviction at its own pin would keep (see prefetch_horizon).
       const std::size_t horizon = trace_.prefetch_horizon(target.distance);
       auto needed_sooner = [&](const PageEntry& p) { return p.owner == a || trace_.next_use(p.owner->id) < horizon; };
-      const FunctionRef<bool(const PageEntry&)> protect(needed_sooner);  // refers to the lambda above
+      const common::FunctionRef<bool(const PageEntry&)> protect(needed_sooner);  // refers to the lambda above
       protect_ = &protect;
-      ScopeGuard unset([&] { protect_ = nullptr; });
+      common::ScopeGuard unset([&] { protect_ = nullptr; });
       // No waiting: load what free or evictable frames allow (load_pages does not unlock without may_wait).
       const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
       counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
@@ -307,7 +307,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   // Registered as a waiter for the whole slow path, before any condition is tested, so an unpin that
   // races with a test below always takes mu_ before notifying (see wake_waiters).
   waiters_.fetch_add(1);
-  ScopeGuard unregister([&] { waiters_.fetch_sub(1); });
+  common::ScopeGuard unregister([&] { waiters_.fetch_sub(1); });
   Lock lk(mu_);
   reap(lk);
 
@@ -346,7 +346,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
 
   // 2. Pin every page first, so none of them is chosen as a victim while the others are loaded.
   for (std::uint32_t i = 0; i < n; ++i) pin_page(pages[i]);
-  ScopeGuard rollback([&] {
+  common::ScopeGuard rollback([&] {
     for (std::uint32_t i = 0; i < n; ++i) unpin_page_locked(pages[i]);
   });
 
@@ -361,7 +361,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
       drop_host_copy(pages[i]);                                               // and change
     }
   }
-  policy_->touch(pages, n);
+  policy_->touch(table_.index_of(*pages), n);
   lk.unlock();
   counters_.misses.fetch_add(misses, std::memory_order_relaxed);
   counters_.hits.fetch_add(n - misses, std::memory_order_relaxed);

@@ -4,9 +4,9 @@
 
 #include <cstdio>
 
+#include "common/scope_guard.hpp"
 #include "tvmm/errors.hpp"
 #include "vmm/detail/check.hpp"
-#include "vmm/detail/scope_guard.hpp"
 
 namespace tvmm::detail {
 
@@ -102,22 +102,22 @@ bool RemapHeap::do_move(DevPtr va, ChunkLocation from, ChunkLocation to) {
   const backend::ChunkHandle old = pool(from).chunk(frame_of(va));
   const bool host_threads_touch = device().properties().host_accessible;
   void* const host_va = reinterpret_cast<void*>(va);
-  ScopeGuard give_back([&] { target_pool.release(*target); });
+  common::ScopeGuard give_back([&] { target_pool.release(*target); });
 
   // 1. The target, mapped at the staging page.
   TVMM_CHECK(device().map(staging_, page(), chunk));
-  ScopeGuard unmap_staging([&] { (void)device().unmap(staging_, page()); });
+  common::ScopeGuard unmap_staging([&] { (void)device().unmap(staging_, page()); });
   TVMM_CHECK(device().set_access(staging_, page()));
 
   // 2. On the simulator the program's threads are its "kernels" and never drain: make the page
   //    read-only so no write lands in the old copy after it is taken (a fault handler waits for step 4).
   remapping_.store(true, std::memory_order_release);
-  ScopeGuard end_window([&] {
+  common::ScopeGuard end_window([&] {
     remap_epoch_.fetch_add(1, std::memory_order_acq_rel);
     remapping_.store(false, std::memory_order_release);
   });
   if (host_threads_touch) ::mprotect(host_va, page(), PROT_READ);
-  ScopeGuard restore([&] {
+  common::ScopeGuard restore([&] {
     if (host_threads_touch) ::mprotect(host_va, page(), PROT_READ | PROT_WRITE);
   });
 

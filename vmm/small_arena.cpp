@@ -19,7 +19,8 @@ std::optional<SmallArena::Placement> SmallArena::place(std::uint32_t units) {
 }
 
 SmallArena::Placement SmallArena::add_page(Allocation* backing, std::uint32_t units) {
-  auto page = std::make_unique<ArenaPage>(ArenaPage{backing, RangeAllocator<std::uint32_t>(units_per_page_), 1});
+  auto page =
+      std::make_unique<ArenaPage>(ArenaPage{backing, common::RangeAllocator<std::uint32_t>(units_per_page_), 1});
   const std::uint32_t unit = *page->units.allocate(units);  // an empty page holds any run of a page or less
   ArenaPage* p = page.get();
   pages_.push_back(std::move(page));
@@ -62,7 +63,8 @@ std::string SmallArena::check(const std::vector<const Allocation*>& live) const 
     if (!p.backing->pinned_for_life) return where + " is not pinned for life";
     placed.erase(&p);
   }
-  if (!placed.empty()) return std::to_string(placed.size()) + " arena pages of live small allocations are not in the arena";
+  if (!placed.empty())
+    return std::to_string(placed.size()) + " arena pages of live small allocations are not in the arena";
   return {};
 }
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backends/device/device_backend.hpp"
-#include "vmm/detail/range_allocator.hpp"
+#include "common/range_allocator.hpp"
 
 namespace tvmm::detail {
 
@@ -19,7 +19,7 @@ struct Allocation;
 
 struct ArenaPage {
   Allocation* backing;  // the one-page allocation, pinned for life
-  RangeAllocator<std::uint32_t> units;
+  common::RangeAllocator<std::uint32_t> units;
   std::uint32_t live = 0;  // allocations placed here
 };
 

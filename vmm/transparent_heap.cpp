@@ -5,9 +5,9 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/scope_guard.hpp"
 #include "tvmm/errors.hpp"
 #include "vmm/detail/check.hpp"
-#include "vmm/detail/scope_guard.hpp"
 #include "vmm/managed_heap.hpp"
 #include "vmm/remap_heap.hpp"
 #include "vmm/resolve_config.hpp"
@@ -121,7 +121,7 @@ DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t 
   b.last_use = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   b.scored_at = use_clock_;
   b.where.reserve(n);
-  ScopeGuard undo([&] { do_release(va, n, b.where); });
+  common::ScopeGuard undo([&] { do_release(va, n, b.where); });
   if (on_device > idle && !capture) demote(lk, on_device - idle, drained);
 
   // 2. Place every page: the device for as many as it now has room for, the host for the rest.

@@ -120,27 +120,25 @@ void BM_PinUnpinHit_Threads(benchmark::State& state) {
 BENCHMARK(BM_PinUnpinHit_Threads)->Threads(2)->UseRealTime();
 
 void BM_LruTouch(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  std::vector<tvmm::detail::PageEntry> pages(n);
-  tvmm::policies::LruPolicy lru;
-  for (auto& p : pages) lru.insert(p);
-  std::size_t i = 0;
+  const auto n = static_cast<tvmm::policies::PageIndex>(state.range(0));
+  tvmm::policies::LruPolicy lru(n);
+  for (tvmm::policies::PageIndex p = 0; p < n; ++p) lru.insert(p);
+  tvmm::policies::PageIndex i = 0;
   for (auto _ : state) {
-    lru.touch(&pages[i], 1);
+    lru.touch(i, 1);
     i = (i + 7919) % n;
   }
 }
 BENCHMARK(BM_LruTouch)->Arg(1024)->Arg(1 << 16);
 
+// A touch of pages already referenced (a hot page between sweeps): one relaxed load per page.
 void BM_ClockTouch(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  std::vector<tvmm::detail::PageEntry> pages(n);
-  tvmm::policies::ClockPolicy clock;
-  for (auto& p : pages) clock.insert(p);
-  std::size_t i = 0;
+  const auto n = static_cast<tvmm::policies::PageIndex>(state.range(0));
+  tvmm::policies::ClockPolicy clock(n);
+  for (tvmm::policies::PageIndex p = 0; p < n; ++p) clock.insert(p);
+  tvmm::policies::PageIndex i = 0;
   for (auto _ : state) {
-    clock.touch(&pages[i], 1);
-    pages[i].word.fetch_and(~tvmm::detail::word::kReferenced, std::memory_order_relaxed);  // as a sweep would
+    clock.touch(i, 1);
     i = (i + 7919) % n;
   }
 }

@@ -2,9 +2,9 @@
 // wrapping into the next iteration, next-use queries, and dropping the trace on divergence.
 #include <gtest/gtest.h>
 
-#include "vmm/access_trace.hpp"
+#include "policies/access_trace.hpp"
 
-using tvmm::detail::AccessTrace;
+using tvmm::policies::AccessTrace;
 using tvmm::policies::TraceAccess;
 
 namespace {

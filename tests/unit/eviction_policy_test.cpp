@@ -18,17 +18,15 @@
 #include "policies/lru.hpp"
 #include "policies/registry.hpp"
 #include "tvmm/errors.hpp"
-#include "vmm/allocation.hpp"
 
-using namespace tvmm::detail;
 using namespace tvmm::policies;
 
 namespace {
 
-std::vector<std::size_t> take(EvictionPolicy& p, PageEntry* base, std::size_t max) {
+std::vector<std::size_t> take(EvictionPolicy& p, std::size_t max) {
   std::vector<std::size_t> order;
-  p.select(max, [&](PageEntry& e) {
-    order.push_back(static_cast<std::size_t>(&e - base));
+  p.select(max, [&](PageIndex page) {
+    order.push_back(page);
     return true;
   });
   return order;
@@ -39,11 +37,11 @@ std::vector<std::size_t> take(EvictionPolicy& p, PageEntry* base, std::size_t ma
 // iteration recorded), under which they must still keep the contract.
 class PolicyConformance : public ::testing::TestWithParam<std::string_view> {
  protected:
-  std::unique_ptr<EvictionPolicy> make(std::vector<PageEntry>& pages) {
+  std::unique_ptr<EvictionPolicy> make(std::uint32_t pages) {
     PolicyContext ctx;
-    ctx.pages = pages.data();
-    ctx.page_count = static_cast<std::uint32_t>(pages.size());
+    ctx.page_count = pages;
     ctx.trace = &trace_;
+    ctx.owner_of = [](PageIndex page) { return PageOwner{page + 1, 0}; };
     return make_eviction_policy(GetParam(), ctx);
   }
 
@@ -60,129 +58,111 @@ INSTANTIATE_TEST_SUITE_P(Registered, PolicyConformance, ::testing::ValuesIn(regi
                          [](const auto& param_info) { return std::string(param_info.param); });
 
 TEST_P(PolicyConformance, EveryInsertedPageIsOfferedOnceThenGone) {
-  std::vector<PageEntry> pages(16);
-  auto policy = make(pages);
+  auto policy = make(16);
   EXPECT_STREQ(policy->name(), std::string(GetParam()).c_str());
-  for (auto& p : pages) policy->insert(p);
-  policy->touch(&pages[3], 4);
+  for (PageIndex p = 0; p < 16; ++p) policy->insert(p);
+  policy->touch(3, 4);
   EXPECT_EQ(policy->size(), 16u);
-  const auto order = take(*policy, pages.data(), 100);
+  const auto order = take(*policy, 100);
   EXPECT_EQ(order.size(), 16u);
   EXPECT_EQ(std::set<std::size_t>(order.begin(), order.end()).size(), 16u);
   EXPECT_EQ(policy->size(), 0u);
-  EXPECT_TRUE(take(*policy, pages.data(), 1).empty());
+  EXPECT_TRUE(take(*policy, 1).empty());
 }
 
 TEST_P(PolicyConformance, DeclinedPagesStayAndRemovedPagesAreNeverOffered) {
-  std::vector<PageEntry> pages(6);
-  auto policy = make(pages);
-  for (auto& p : pages) policy->insert(p);
-  policy->remove(pages[2]);
-  policy->remove(pages[2]);  // removing twice is a no-op
+  auto policy = make(6);
+  for (PageIndex p = 0; p < 6; ++p) policy->insert(p);
+  policy->remove(2);
+  policy->remove(2);  // removing twice is a no-op
   std::set<std::size_t> offered;
-  const auto n = policy->select(10, [&](PageEntry& e) {
-    const auto i = static_cast<std::size_t>(&e - pages.data());
+  const auto n = policy->select(10, [&](PageIndex i) {
     offered.insert(i);
     return i % 2 == 1;  // decline even pages (as if pinned)
   });
   EXPECT_EQ(n, 3u);  // 1, 3, 5
   EXPECT_EQ(offered.count(2), 0u);
   EXPECT_EQ(policy->size(), 2u);  // 0 and 4 stay
-  EXPECT_EQ(take(*policy, pages.data(), 10).size(), 2u);
+  EXPECT_EQ(take(*policy, 10).size(), 2u);
 }
 
 TEST_P(PolicyConformance, TouchOfPagesNotInThePolicyIsIgnored) {
-  std::vector<PageEntry> pages(2);
-  auto policy = make(pages);
-  policy->insert(pages[0]);
-  policy->touch(&pages[1], 1);
-  EXPECT_EQ(take(*policy, pages.data(), 5), (std::vector<std::size_t>{0}));
+  auto policy = make(2);
+  policy->insert(0);
+  policy->touch(1, 1);
+  EXPECT_EQ(take(*policy, 5), (std::vector<std::size_t>{0}));
 }
 
 TEST_P(PolicyConformance, SelectStopsAtTheNumberAskedFor) {
-  std::vector<PageEntry> pages(8);
-  auto policy = make(pages);
-  for (auto& p : pages) policy->insert(p);
-  EXPECT_EQ(take(*policy, pages.data(), 3).size(), 3u);
+  auto policy = make(8);
+  for (PageIndex p = 0; p < 8; ++p) policy->insert(p);
+  EXPECT_EQ(take(*policy, 3).size(), 3u);
   EXPECT_EQ(policy->size(), 5u);
 }
 
 }  // namespace
 
 TEST(Lru, VictimsInLeastRecentlyUsedOrder) {
-  std::vector<PageEntry> pages(5);
-  LruPolicy lru;
-  for (auto& p : pages) lru.insert(p);
-  lru.touch(&pages[1], 1);
-  lru.touch(&pages[3], 2);  // pages 3 and 4
-  lru.touch(&pages[0], 1);
-  EXPECT_EQ(take(lru, pages.data(), 5), (std::vector<std::size_t>{2, 1, 3, 4, 0}));
+  LruPolicy lru(5);
+  for (PageIndex p = 0; p < 5; ++p) lru.insert(p);
+  lru.touch(1, 1);
+  lru.touch(3, 2);  // pages 3 and 4
+  lru.touch(0, 1);
+  EXPECT_EQ(take(lru, 5), (std::vector<std::size_t>{2, 1, 3, 4, 0}));
 }
 
 TEST(Fifo, VictimsInArrivalOrderWhateverTheUse) {
-  std::vector<PageEntry> pages(4);
-  FifoPolicy fifo;
-  for (auto& p : pages) fifo.insert(p);
-  fifo.touch(&pages[0], 1);
-  fifo.touch(&pages[0], 1);
-  EXPECT_EQ(take(fifo, pages.data(), 4), (std::vector<std::size_t>{0, 1, 2, 3}));
+  FifoPolicy fifo(4);
+  for (PageIndex p = 0; p < 4; ++p) fifo.insert(p);
+  fifo.touch(0, 1);
+  fifo.touch(0, 1);
+  EXPECT_EQ(take(fifo, 4), (std::vector<std::size_t>{0, 1, 2, 3}));
 }
 
 TEST(Clock, ReferencedPagesGetASecondChance) {
-  std::vector<PageEntry> pages(4);
-  ClockPolicy clock;
-  for (auto& p : pages) clock.insert(p);
-  clock.touch(&pages[0], 2);  // 0 and 1 referenced
+  ClockPolicy clock(4);
+  for (PageIndex p = 0; p < 4; ++p) clock.insert(p);
+  clock.touch(0, 2);  // 0 and 1 referenced
   // Sweep: 0 and 1 lose their bits and go to the back; 2 is the first victim, then 3, then 0, 1.
-  EXPECT_EQ(take(clock, pages.data(), 1), (std::vector<std::size_t>{2}));
-  clock.touch(&pages[0], 1);  // 0 referenced again: it survives the next pass over it
-  EXPECT_EQ(take(clock, pages.data(), 3), (std::vector<std::size_t>{3, 1, 0}));
+  EXPECT_EQ(take(clock, 1), (std::vector<std::size_t>{2}));
+  clock.touch(0, 1);  // 0 referenced again: it survives the next pass over it
+  EXPECT_EQ(take(clock, 3), (std::vector<std::size_t>{3, 1, 0}));
 }
 
 TEST(Clock, AllReferencedStillYieldsVictims) {
-  std::vector<PageEntry> pages(3);
-  ClockPolicy clock;
-  for (auto& p : pages) clock.insert(p);
-  clock.touch(pages.data(), 3);
-  EXPECT_EQ(take(clock, pages.data(), 1), (std::vector<std::size_t>{0}));  // a full sweep clears all bits
+  ClockPolicy clock(3);
+  for (PageIndex p = 0; p < 3; ++p) clock.insert(p);
+  clock.touch(0, 3);
+  EXPECT_EQ(take(clock, 1), (std::vector<std::size_t>{0}));  // a full sweep clears all bits
 }
 
 TEST(Lfu, VictimsInOrderOfFewestUsesThenArrival) {
-  std::vector<PageEntry> pages(5);
-  PolicyContext ctx;
-  ctx.pages = pages.data();
-  ctx.page_count = 5;
-  LfuPolicy lfu(ctx);
-  for (auto& p : pages) lfu.insert(p);
-  lfu.touch(&pages[0], 2);  // 0, 1: once
-  lfu.touch(&pages[0], 1);  // 0: twice
-  lfu.touch(&pages[4], 1);  // 4: once
-  EXPECT_EQ(take(lfu, pages.data(), 5), (std::vector<std::size_t>{2, 3, 1, 4, 0}));
+  LfuPolicy lfu(5);
+  for (PageIndex p = 0; p < 5; ++p) lfu.insert(p);
+  lfu.touch(0, 2);  // 0, 1: once
+  lfu.touch(0, 1);  // 0: twice
+  lfu.touch(4, 1);  // 4: once
+  EXPECT_EQ(take(lfu, 5), (std::vector<std::size_t>{2, 3, 1, 4, 0}));
 }
 
 TEST(Lfu, APageCountsItsUsesAfreshEachTimeItBecomesResident) {
-  std::vector<PageEntry> pages(2);
-  PolicyContext ctx;
-  ctx.pages = pages.data();
-  ctx.page_count = 2;
-  LfuPolicy lfu(ctx);
-  lfu.insert(pages[0]);
-  lfu.insert(pages[1]);
-  lfu.touch(&pages[0], 1);
-  lfu.touch(&pages[0], 1);
-  lfu.touch(&pages[1], 1);
-  lfu.remove(pages[0]);  // evicted with 2 uses, then back
-  lfu.insert(pages[0]);
-  EXPECT_EQ(take(lfu, pages.data(), 1), (std::vector<std::size_t>{0}));  // 0 uses now, against 1
+  LfuPolicy lfu(2);
+  lfu.insert(0);
+  lfu.insert(1);
+  lfu.touch(0, 1);
+  lfu.touch(0, 1);
+  lfu.touch(1, 1);
+  lfu.remove(0);  // evicted with 2 uses, then back
+  lfu.insert(0);
+  EXPECT_EQ(take(lfu, 1), (std::vector<std::size_t>{0}));  // 0 uses now, against 1
 }
 
 TEST(Policies, TheRegistryBuildsEachNameAndRejectsOthers) {
-  tvmm::detail::AccessTrace trace;
-  std::vector<PageEntry> pages(1);
+  AccessTrace trace;
   PolicyContext ctx;
-  ctx.pages = pages.data();
   ctx.page_count = 1;
   ctx.trace = &trace;
+  ctx.owner_of = [](PageIndex page) { return PageOwner{page + 1, 0}; };
   for (const auto& p : eviction_policies()) {
     EXPECT_EQ(find_eviction_policy(p.name), &p);
     EXPECT_EQ(std::string_view(make_eviction_policy(p.name, ctx)->name()), p.name);
@@ -200,23 +180,19 @@ TEST(Policies, TheRegistryBuildsEachNameAndRejectsOthers) {
 }
 
 namespace {
-// A replayed iteration of `n` one-page tensors 1..n pinned in order, now after its first `done` pins.
+// A replayed iteration of `n` one-page tensors 1..n pinned in order, now after its first `done` pins;
+// page i holds tensor i + 1.
 struct Replay {
   AccessTrace trace;
-  std::vector<Allocation> owners;
-  std::vector<PageEntry> pages;
-  Replay(std::uint64_t n, std::uint64_t done) : owners(n), pages(n) {
+  std::vector<std::uint64_t> released_at;  // per tensor - 1
+  Replay(std::uint64_t n, std::uint64_t done) : released_at(n, 0) {
     (void)trace.on_iteration(1);
     for (std::uint64_t t = 1; t <= n; ++t) (void)trace.on_pin({t, 1, false}, 1);
     (void)trace.on_iteration(1);
     for (std::uint64_t t = 1; t <= done; ++t) (void)trace.on_pin({t, 1, false}, 1);
-    for (std::size_t i = 0; i < n; ++i) {
-      owners[i].id = i + 1;
-      pages[i].owner = &owners[i];
-    }
   }
   void released_last(std::initializer_list<std::size_t> tensors, std::uint64_t mark) {
-    for (auto t : tensors) owners[t - 1].released_at = mark;
+    for (auto t : tensors) released_at[t - 1] = mark;
   }
   // The first `max` victims (page indices) of a BeladyPolicy holding the pages of tensors `resident`
   // (all of them if empty), the latest release carrying `latest` (0: none). The policy is gone on
@@ -224,13 +200,16 @@ struct Replay {
   std::vector<std::size_t> victims(std::size_t max, std::uint64_t latest, std::size_t keep_recent = 0,
                                    std::initializer_list<std::size_t> resident = {}) {
     const std::atomic<std::uint64_t> latest_release{latest};
-    BeladyPolicy policy(trace, keep_recent, latest_release);
+    const auto pages = static_cast<PageIndex>(released_at.size());
+    BeladyPolicy policy(pages, trace, keep_recent, latest_release, [this](PageIndex page) {
+      return PageOwner{page + 1u, released_at[page]};
+    });
     if (resident.size() == 0) {
-      for (auto& p : pages) policy.insert(p);
+      for (PageIndex p = 0; p < pages; ++p) policy.insert(p);
     } else {
-      for (auto t : resident) policy.insert(pages[t - 1]);
+      for (auto t : resident) policy.insert(static_cast<PageIndex>(t - 1));
     }
-    return take(policy, pages.data(), max);
+    return take(policy, max);
   }
 };
 }  // namespace

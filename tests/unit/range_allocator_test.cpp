@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "vmm/detail/range_allocator.hpp"
+#include "common/range_allocator.hpp"
 
-using tvmm::detail::RangeAllocator;
+using tvmm::common::RangeAllocator;
 
 TEST(RangeAllocator, FirstFitAndCoalescing) {
   RangeAllocator<std::uint32_t> r(10);

@@ -15,8 +15,8 @@
 #include "backends/device/device_backend.hpp"
 #include "backends/device/sim/sim_stream.hpp"
 #include "backends/device/vmm_book.hpp"
+#include "common/range_allocator.hpp"
 #include "tvmm/config.hpp"
-#include "vmm/detail/range_allocator.hpp"
 
 namespace tvmm::backend::sim {
 class CopyEngine;
@@ -68,7 +68,7 @@ class SimDevice final : public DeviceBackend {
   // host NUMA node; their capacity is the machine's RAM.
   struct Memory {
     int fd = -1;
-    detail::RangeAllocator<std::size_t> granules;  // free byte ranges of fd
+    common::RangeAllocator<std::size_t> granules;  // free byte ranges of fd
     explicit Memory(std::size_t bytes) : granules(bytes) {}
   };
   [[nodiscard]] Memory& memory_of(std::uint64_t handle) noexcept;

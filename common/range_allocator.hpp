@@ -7,7 +7,7 @@
 #include <map>
 #include <optional>
 
-namespace tvmm::detail {
+namespace tvmm::common {
 
 template <class T>
 class RangeAllocator {
@@ -60,4 +60,4 @@ class RangeAllocator {
   std::map<T, T> free_;  // start -> length
 };
 
-}  // namespace tvmm::detail
+}  // namespace tvmm::common

@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace tvmm::detail {
+namespace tvmm::common {
 
 template <class Sig>
 class FunctionRef;
@@ -25,4 +25,4 @@ class FunctionRef<R(Args...)> {
   R (*call_)(void*, Args...);
 };
 
-}  // namespace tvmm::detail
+}  // namespace tvmm::common

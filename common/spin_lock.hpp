@@ -6,7 +6,7 @@
 #include <atomic>
 #include <thread>
 
-namespace tvmm::detail {
+namespace tvmm::common {
 
 class SpinLock {
  public:
@@ -27,4 +27,4 @@ class SpinLock {
   std::atomic<bool> locked_{false};
 };
 
-}  // namespace tvmm::detail
+}  // namespace tvmm::common

@@ -3,7 +3,7 @@
 
 #include <utility>
 
-namespace tvmm::detail {
+namespace tvmm::common {
 
 template <class F>
 class ScopeGuard {
@@ -21,4 +21,4 @@ class ScopeGuard {
   bool active_ = true;
 };
 
-}  // namespace tvmm::detail
+}  // namespace tvmm::common

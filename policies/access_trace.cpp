@@ -1,10 +1,10 @@
-#include "vmm/access_trace.hpp"
+#include "policies/access_trace.hpp"
 
 #include <algorithm>
 
-namespace tvmm::detail {
+namespace tvmm::policies {
 
-std::vector<AccessTrace::Ahead> AccessTrace::on_pin(const policies::TraceAccess& access, std::size_t distance) {
+std::vector<AccessTrace::Ahead> AccessTrace::on_pin(const TraceAccess& access, std::size_t distance) {
   std::lock_guard lk(mu_);
   switch (state_) {
     case State::waiting: return {};
@@ -127,7 +127,7 @@ AccessTrace::State AccessTrace::state() const {
   return state_;
 }
 
-std::vector<policies::TraceAccess> AccessTrace::recorded() const {
+std::vector<TraceAccess> AccessTrace::recorded() const {
   std::lock_guard lk(mu_);
   return trace_;
 }
@@ -137,4 +137,4 @@ std::uint64_t AccessTrace::divergences() const {
   return divergences_;
 }
 
-}  // namespace tvmm::detail
+}  // namespace tvmm::policies

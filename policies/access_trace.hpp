@@ -10,7 +10,14 @@
 
 #include "policies/belady.hpp"
 
-namespace tvmm::detail {
+namespace tvmm::policies {
+
+//! What a trace-reading policy needs to know of a resident page's tensor: its id in the trace, and the
+//! mark of its latest stream release (the pager's Allocation::released_at).
+struct PageOwner {
+  std::uint64_t tensor = 0;
+  std::uint64_t released_at = 0;
+};
 
 class AccessTrace {
  public:
@@ -29,7 +36,7 @@ class AccessTrace {
   //! Records or replays a pin. A pin matches the trace if it pins the same pages of the same tensor.
   //! When replaying and it matches, returns the not yet issued pins up to
   //! `distance` ahead (wrapping into the next iteration); on a mismatch the trace is dropped.
-  std::vector<Ahead> on_pin(const policies::TraceAccess& access, std::size_t distance);
+  std::vector<Ahead> on_pin(const TraceAccess& access, std::size_t distance);
   //! An iteration boundary. Starts recording, starts replaying (returning the first pins to
   //! prefetch), or, if an iteration ended early or late, drops the trace and records again.
   std::vector<Ahead> on_iteration(std::size_t distance);
@@ -47,7 +54,7 @@ class AccessTrace {
   [[nodiscard]] std::size_t pins_left_in_iteration() const;
 
   [[nodiscard]] State state() const;
-  [[nodiscard]] std::vector<policies::TraceAccess> recorded() const;
+  [[nodiscard]] std::vector<TraceAccess> recorded() const;
   [[nodiscard]] std::uint64_t divergences() const;
 
  private:
@@ -57,11 +64,11 @@ class AccessTrace {
 
   mutable std::mutex mu_;
   State state_ = State::waiting;
-  std::vector<policies::TraceAccess> trace_;
+  std::vector<TraceAccess> trace_;
   std::unordered_map<std::uint64_t, std::vector<std::size_t>> positions_;  // tensor -> sorted positions
   std::size_t cursor_ = 0;                                                 // position of the next expected pin
   std::size_t issued_ = 0;  // prefetches issued for positions [cursor_, issued_) (may pass the end: wraps)
   std::uint64_t divergences_ = 0;
 };
 
-}  // namespace tvmm::detail
+}  // namespace tvmm::policies
