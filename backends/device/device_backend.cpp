@@ -197,6 +197,16 @@ Status DeviceBackend::launch_busy(StreamHandle stream, std::chrono::nanoseconds 
   return noted(do_launch_busy(stream, duration));
 }
 
+Status DeviceBackend::fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed) {
+  if (stream == nullptr || va == 0) return invalid();
+  return noted(do_fill(stream, va, bytes, seed));
+}
+
+Status DeviceBackend::verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) {
+  if (stream == nullptr || va == 0 || bad == 0) return invalid();
+  return noted(do_verify(stream, va, bytes, seed, bad));
+}
+
 Status DeviceBackend::synchronize_stream(StreamHandle stream) {
   if (stream == nullptr) return invalid();
   return noted(do_synchronize_stream(stream));

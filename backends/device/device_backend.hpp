@@ -38,6 +38,14 @@
 //                       only where properties().host_accessible.
 //   launch_busy(s, d)   a kernel that keeps s busy for d of device time and touches no memory (a
 //                       modelled kernel for benchmarks and tests).
+//   fill(s,va,n,seed)   a kernel that writes the pattern `seed` (kernels::fill_pattern) over [va, va+n),
+//                       in stream order.
+//   verify(s,va,n,seed,bad)
+//                       a kernel that adds to the 64-bit counter at device address `bad` the bytes of
+//                       [va, va+n) that differ from the pattern (kernels::count_mismatches). Both are
+//                       not_supported on a backend without device kernels (the simulator, whose
+//                       workloads check bytes on the host) or where its kernels cannot load;
+//                       kernels_unavailable() says why.
 //   create_event(e, k)  `sync` events order work and are waited for (on CUDA: DISABLE_TIMING and
 //                       BLOCKING_SYNC, so a host wait sleeps instead of spinning a core); `timing`
 //                       events can also be timed with event_elapsed (and are waited for the same way).
@@ -185,6 +193,10 @@ class DeviceBackend {
   Status copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream);
   Status launch_host(StreamHandle stream, HostFn fn, void* user);
   Status launch_busy(StreamHandle stream, std::chrono::nanoseconds duration);
+  Status fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed);
+  Status verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad);
+  //! Why fill and verify are not_supported here; valid after one of them returned it.
+  [[nodiscard]] virtual std::string kernels_unavailable() { return "this device backend has no device kernels"; }
   Status synchronize_stream(StreamHandle stream);
   //! Waits for all work queued on the device's context, by anyone in the process: on a GPU the primary
   //! context's, which the program's CUDA runtime uses too (cuCtxSynchronize there); on the simulator,
@@ -233,6 +245,14 @@ class DeviceBackend {
   virtual Status do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream) = 0;
   virtual Status do_launch_host(StreamHandle stream, HostFn fn, void* user) = 0;
   virtual Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) = 0;
+  //! Backends with device kernels override these; the others have none.
+  virtual Status do_fill(StreamHandle /*stream*/, DevPtr /*va*/, std::size_t /*bytes*/, std::uint64_t /*seed*/) {
+    return Status::fail(Errc::not_supported);
+  }
+  virtual Status do_verify(StreamHandle /*stream*/, DevPtr /*va*/, std::size_t /*bytes*/, std::uint64_t /*seed*/,
+                           DevPtr /*bad*/) {
+    return Status::fail(Errc::not_supported);
+  }
   virtual Status do_synchronize_stream(StreamHandle stream) = 0;
   virtual Status do_synchronize_device() = 0;
   virtual Status do_memory_info(std::size_t* free, std::size_t* total) = 0;

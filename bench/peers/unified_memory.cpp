@@ -55,7 +55,7 @@ namespace {
 // Everything the run takes from the GPU, given back in reverse on every path out.
 class Session {
  public:
-  explicit Session(backend::CudaDevice& dev) : dev_(dev) {}
+  explicit Session(backend::DeviceBackend& dev) : dev_(dev) {}
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
   ~Session() {
@@ -113,7 +113,7 @@ class Session {
   }
 
  private:
-  backend::CudaDevice& dev_;
+  backend::DeviceBackend& dev_;
   std::vector<std::pair<void*, std::size_t>> managed_;
   std::vector<backend::ChunkHandle> balloon_;
   backend::StreamHandle stream_ = nullptr;
@@ -133,7 +133,7 @@ UnifiedMemoryResult run_unified_memory(const Workload& w, const UnifiedMemoryOpt
     r.skipped = std::string("no CUDA device: ") + e.what();
     return r;
   }
-  auto& dev = static_cast<backend::CudaDevice&>(*owner);
+  backend::DeviceBackend& dev = *owner;
   if (!dev.properties().managed) {
     r.skipped = "the GPU or its driver has no concurrent managed memory (prefetch and advice)";
     return r;

@@ -57,7 +57,7 @@ class GpuCheck final : public ByteCheck {
  public:
   // The mismatch counter lives in one granule of device memory of its own, outside the pager's budget,
   // so it is always mapped.
-  GpuCheck(backend::CudaDevice& dev, Stream& s) : dev_(dev), memory_(dev) {
+  GpuCheck(backend::DeviceBackend& dev, Stream& s) : dev_(dev), memory_(dev) {
     const char* step = "";
     check(memory_.open(&step), (std::string("the counter's ") + step).c_str());
     counter_ = memory_.va();
@@ -96,7 +96,7 @@ class GpuCheck final : public ByteCheck {
   void check(backend::Status st, const char* what) const {
     if (!st.ok()) throw device_error(std::string(what) + " failed: " + dev_.describe(st), "bench");
   }
-  backend::CudaDevice& dev_;
+  backend::DeviceBackend& dev_;
   backend::DeviceMemory memory_;
   backend::DevPtr counter_ = 0;
   void* host_ = nullptr;
@@ -290,10 +290,10 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   cfg.stats_file = o.stats_file;
   std::unique_ptr<backend::DeviceBackend> dev;
 #if defined(TVMM_HAVE_CUDA)
-  backend::CudaDevice* cuda = nullptr;
-  if (o.device == "cuda") {  // built here to reach its kernels
+  backend::DeviceBackend* gpu = nullptr;
+  if (o.device == "cuda") {  // built here to reach its kernels (DeviceBackend::fill, verify)
     dev = backend::make_cuda_device(cfg.cuda_device, cfg.gpu_direct_rdma);
-    cuda = static_cast<backend::CudaDevice*>(dev.get());
+    gpu = dev.get();
   }
 #endif
   Pager pager = dev ? detail::PagerAccess::make(cfg, std::move(dev)) : Pager(cfg);
@@ -305,7 +305,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   // Byte checking: always on the GPU, on request on the simulator (its CPU kernels take real time).
   std::unique_ptr<ByteCheck> bytes_check;
 #if defined(TVMM_HAVE_CUDA)
-  if (cuda != nullptr) bytes_check = std::make_unique<GpuCheck>(*cuda, stream);
+  if (gpu != nullptr) bytes_check = std::make_unique<GpuCheck>(*gpu, stream);
 #endif
   if (!bytes_check && o.verify) bytes_check = std::make_unique<CpuCheck>();
   std::vector<std::uint64_t> seeds(ts.size(), 0);

@@ -121,6 +121,36 @@ TYPED_TEST(DeviceBackendConformance, MapSetAccessUnmapRoundTrip) {
   EXPECT_TRUE(dev.release_reservation(va, 4 * g).ok());
 }
 
+// The contract's kernels: a fill and a verify run in stream order, or are not_supported, and then the
+// backend says why (the simulator has none: its workloads check bytes on the host). Bad arguments are
+// refused before reaching the backend.
+TYPED_TEST(DeviceBackendConformance, KernelsRunOrSayWhyNot) {
+  auto& dev = *this->dev_;
+  const auto g = this->g_;
+  DevPtr va = 0;
+  ASSERT_TRUE(dev.reserve(g, &va).ok());
+  ChunkHandle c;
+  ASSERT_TRUE(dev.create_chunk(g, &c).ok());
+  ASSERT_TRUE(dev.map(va, g, c).ok());
+  ASSERT_TRUE(dev.set_access(va, g).ok());
+  StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  EXPECT_EQ(dev.fill(nullptr, va, g, 1).code, Errc::invalid_value);
+  EXPECT_EQ(dev.verify(s, va, g, 1, 0).code, Errc::invalid_value);
+  const Status filled = dev.fill(s, va, g / 2, 1);
+  if (filled.code == Errc::not_supported) {
+    EXPECT_FALSE(dev.kernels_unavailable().empty());
+    EXPECT_EQ(dev.verify(s, va, g / 2, 1, va + g / 2).code, Errc::not_supported);
+  } else {
+    EXPECT_TRUE(filled.ok()) << dev.describe(filled);
+  }
+  EXPECT_TRUE(dev.synchronize_stream(s).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+  ASSERT_TRUE(dev.unmap(va, g).ok());
+  EXPECT_TRUE(dev.release_chunk(c).ok());
+  EXPECT_TRUE(dev.release_reservation(va, g).ok());
+}
+
 TYPED_TEST(DeviceBackendConformance, MapOutsideReservationIsRejected) {
   auto& dev = *this->dev_;
   DevPtr va = 0;

@@ -436,13 +436,13 @@ unsigned blocks_for(std::size_t items) {
 }
 }  // namespace
 
-Status CudaDevice::fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed) {
+Status CudaDevice::do_fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed) {
   CUdeviceptr p = dptr(va);
   void* params[] = {&p, &bytes, &seed};
   return launch(kFill, stream, blocks_for(bytes / 8), params);
 }
 
-Status CudaDevice::verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) {
+Status CudaDevice::do_verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) {
   CUdeviceptr p = dptr(va);
   CUdeviceptr counter = dptr(bad);
   void* params[] = {&p, &bytes, &seed, &counter};

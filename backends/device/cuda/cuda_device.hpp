@@ -33,14 +33,10 @@ class CudaDevice final : public DeviceBackend {
   CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal, bool gpu_direct_rdma = false);
   ~CudaDevice() override;
 
-  //! The GPU kernels (kernels/cuda/kernels.cu), each launched on `stream` over device memory. They
-  //! return not_supported in a build without nvcc (no kernels embedded), on a driver older than the
-  //! toolkit that built them, or on a GPU they have no code for: kernels_unavailable() says which.
-  //! fill: the pattern `seed` over [va, va + bytes), as kernels::fill_pattern.
-  Status fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed);
-  //! verify: adds to the 64-bit counter at device address `bad` the bytes of [va, va + bytes) that
-  //! differ from the pattern `seed`, as kernels::count_mismatches.
-  Status verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad);
+  //! The GPU kernels (kernels/cuda/kernels.cu), each launched on `stream` over device memory; fill and
+  //! verify are the device contract's (do_fill, do_verify). They return not_supported in a build
+  //! without nvcc (no kernels embedded), on a driver older than the toolkit that built them, or on a
+  //! GPU they have no code for: kernels_unavailable() says which.
   //! checksum: adds kernels::checksum of the `words` 64-bit words at `va` to the counter at `sum`.
   Status checksum(StreamHandle stream, DevPtr va, std::size_t words, DevPtr sum);
   //! compute: `iterations` multiply-adds on each of `n` floats at `va`, as kernels::compute.
@@ -51,7 +47,7 @@ class CudaDevice final : public DeviceBackend {
 
   //! Why the kernels cannot run here ("" until a launch found out): the driver they need, or that the
   //! build has none. Valid after a kernel call returned not_supported.
-  [[nodiscard]] std::string kernels_unavailable() {
+  [[nodiscard]] std::string kernels_unavailable() override {
     std::lock_guard lk(module_mu_);
     return kernel_error_;
   }
@@ -96,6 +92,8 @@ class CudaDevice final : public DeviceBackend {
   Status do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream) override;
   Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
   Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
+  Status do_fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed) override;
+  Status do_verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) override;
   Status do_synchronize_stream(StreamHandle stream) override;
   Status do_synchronize_device() override;
   Status do_memory_info(std::size_t* free, std::size_t* total) override;

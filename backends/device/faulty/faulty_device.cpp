@@ -191,6 +191,12 @@ Status FaultyDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) 
 Status FaultyDevice::do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) {
   return inner_->launch_busy(stream, duration);
 }
+Status FaultyDevice::do_fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed) {
+  return inner_->fill(stream, va, bytes, seed);
+}
+Status FaultyDevice::do_verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) {
+  return inner_->verify(stream, va, bytes, seed, bad);
+}
 Status FaultyDevice::do_synchronize_stream(StreamHandle stream) { return inner_->synchronize_stream(stream); }
 Status FaultyDevice::do_synchronize_device() { return inner_->synchronize_device(); }
 Status FaultyDevice::do_memory_info(std::size_t* free, std::size_t* total) { return inner_->memory_info(free, total); }

@@ -90,6 +90,9 @@ class FaultyDevice final : public DeviceBackend {
   Status before_copy(CopyKind kind, StreamHandle stream);
   Status do_launch_host(StreamHandle stream, HostFn fn, void* user) override;
   Status do_launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) override;
+  Status do_fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed) override;
+  Status do_verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) override;
+  [[nodiscard]] std::string kernels_unavailable() override { return inner_->kernels_unavailable(); }
   Status do_synchronize_stream(StreamHandle stream) override;
   Status do_synchronize_device() override;
   Status do_memory_info(std::size_t* free, std::size_t* total) override;
