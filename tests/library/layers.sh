@@ -9,16 +9,14 @@ cd "$root"
 # the benchmarks, the tools.
 layer_of() {
   case "$1" in
-    include/*|tvmm/*) echo 0 ;;
-    common/*) echo 0 ;;
-    kernels/*) echo 0 ;;
-    backends/topology/*) echo 1 ;;
-    backends/device/*|backends/storage/*) echo 2 ;;
-    policies/*) echo 3 ;;
-    vmm/*) echo 4 ;;
-    preload/*) echo 5 ;;
-    bench/*) echo 6 ;;
-    tools/*) echo 7 ;;
+    include/*|tvmm/*|common/*|kernels/*) echo 1 ;;
+    backends/topology/*) echo 2 ;;
+    backends/device/*|backends/storage/*) echo 3 ;;
+    policies/*) echo 4 ;;
+    vmm/*) echo 5 ;;
+    preload/*) echo 6 ;;
+    bench/*) echo 7 ;;
+    tools/*) echo 8 ;;
     *) echo "?" ;;
   esac
 }
