@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "backends/device/registry.hpp"
 #include "backends/storage/registry.hpp"
 #include "policies/registry.hpp"
 #include "tvmm/errors.hpp"
@@ -231,6 +232,23 @@ const char* eviction_policy_help() {
   return help.c_str();
 }
 
+// device.backend reads the device registry likewise.
+std::vector<std::string> device_backend_choices() {
+  std::vector<std::string> names;
+  for (const auto& b : backend::device_backends()) names.emplace_back(b.name);
+  return names;
+}
+const char* device_backend_help() {
+  static const std::string help = [] {
+    std::string h = "device backend:";
+    for (const auto& b : backend::device_backends()) {
+      h += (h.back() == ':' ? " " : ", ") + std::string(b.name) + " (" + std::string(b.summary) + ")";
+    }
+    return h;
+  }();
+  return help.c_str();
+}
+
 // nvme.backend reads the storage registry likewise.
 const char* storage_backend_help() {
   static const std::string help = [] {
@@ -247,15 +265,9 @@ const char* storage_backend_help() {
 
 std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> keys;
-  keys.push_back({"device",
-                  "backend",
-                  KeyType::text,
+  keys.push_back({"device", "backend", KeyType::text,
                   "",  // "one of: ...", generated from the choices below
-                  "device backend: \"sim\" (the simulated GPU) or \"cuda\" (an NVIDIA GPU through the driver, "
-                  "loaded at run time)",
-                  false,
-                  0.0,
-                  {"sim", "cuda"},
+                  device_backend_help(), false, 0.0, device_backend_choices(),
                   [](Config& c, const KeyValue& v) { c.device_backend = v.text; },
                   [](const Config& c) { return "\"" + c.device_backend + "\""; }});
   keys.push_back(size_key("device", "budget",

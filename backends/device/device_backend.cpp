@@ -1,9 +1,6 @@
 #include "backends/device/device_backend.hpp"
 
-#if defined(TVMM_HAVE_CUDA)
-#include "backends/device/cuda/cuda_device.hpp"
-#endif
-#include "backends/device/sim/sim_device.hpp"
+#include "backends/device/registry.hpp"
 #include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
 
@@ -255,19 +252,12 @@ Status DeviceBackend::event_elapsed(EventHandle start, EventHandle end, std::chr
 }
 
 std::unique_ptr<DeviceBackend> make_device_backend(const Config& config) {
-  if (config.device_backend == "sim") return std::make_unique<SimDevice>(config.sim, config.device_budget);
-#if defined(TVMM_HAVE_CUDA)
-  if (config.device_backend == "cuda") return make_cuda_device(config.cuda_device, config.gpu_direct_rdma);
-#else
-  if (config.device_backend == "cuda") {
-    throw device_error(
-        "device.backend = \"cuda\": this build of tvmm has no CUDA backend (cuda.h was not found when "
-        "it was built); install the CUDA toolkit and rebuild",
-        "not_supported");
+  if (const DeviceBackendInfo* b = find_device_backend(config.device_backend)) return b->make(config);
+  std::string valid;
+  for (const auto& b : device_backends()) {
+    valid += (valid.empty() ? "\"" : ", \"") + std::string(b.name) + "\" (" + std::string(b.summary) + ")";
   }
-#endif
-  throw config_error("device_backend = \"" + config.device_backend +
-                     "\" is not a known device backend; use \"sim\" (the simulated GPU) or \"cuda\"");
+  throw config_error("device_backend = \"" + config.device_backend + "\" is not a known device backend; use " + valid);
 }
 
 }  // namespace tvmm::backend

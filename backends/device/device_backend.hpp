@@ -271,8 +271,8 @@ class DeviceBackend {
   std::atomic<bool> lost_{false};
 };
 
-//! Creates the backend named by `config.device_backend`; throws tvmm::config_error for an unknown name
-//! and tvmm::device_error when it cannot start.
+//! Creates the backend registered (backends/device/registry.cpp) as `config.device_backend`; throws
+//! tvmm::config_error for an unknown name and tvmm::device_error when it cannot start.
 std::unique_ptr<DeviceBackend> make_device_backend(const Config& config);
 
 }  // namespace tvmm::backend

@@ -1,4 +1,5 @@
-// backend::DeviceMemory: one granule of device memory outside any pager (the byte checks' counter).
+// backend::DeviceMemory: one granule of device memory outside any pager (the byte checks' counter); and
+// the device registry that makes backends by name.
 #include "backends/device/device_memory.hpp"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "backends/device/faulty/faulty_device.hpp"
+#include "backends/device/registry.hpp"
 #include "test_support.hpp"
 
 using namespace tvmm;
@@ -57,5 +59,25 @@ TEST(DeviceMemory, AFailedStepIsNamedAndWhatWasMadeIsUndone) {
     EXPECT_STREQ(step, name);
     EXPECT_EQ(m.size(), 0u) << name;
     EXPECT_TRUE(m.open().ok()) << "after a failed " << name << ", the granule was not given back";
+  }
+}
+
+// The device registry (backends/device/registry.cpp) builds each name it lists, and make_device_backend
+// refuses any other name, listing the registered ones.
+TEST(DeviceRegistry, BuildsTheSimulatorByNameAndRefusesUnknownNames) {
+  ASSERT_NE(backend::find_device_backend("sim"), nullptr);
+  ASSERT_NE(backend::find_device_backend("cuda"), nullptr);
+  EXPECT_EQ(backend::find_device_backend("tpu"), nullptr);
+  Config c = test::small_config(4, 8);
+  c.device_backend = "sim";
+  EXPECT_EQ(backend::make_device_backend(c)->properties().name, "sim");
+  c.device_backend = "tpu";
+  try {
+    (void)backend::make_device_backend(c);
+    FAIL() << "expected config_error";
+  } catch (const config_error& e) {
+    for (const auto& b : backend::device_backends()) {
+      EXPECT_NE(std::string(e.what()).find("\"" + std::string(b.name) + "\""), std::string::npos) << e.what();
+    }
   }
 }
