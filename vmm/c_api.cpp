@@ -1,5 +1,7 @@
 // The C API (include/tvmm/tvmm.h) over the C++ API: handles own C++ objects; every exception stops
 // here and becomes a status plus the thread's last-error text.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -32,18 +34,29 @@ extern "C" TVMM_API std::string* tvmm_internal_error_slot() noexcept {
   return &slot;
 }
 
+namespace {
+// The slot of the first definition in the process, looked up through the dynamic linker, so that no
+// compiler's inlining can give each library its own; this library's where there is none in the global
+// scope (a static program, or a library loaded RTLD_LOCAL).
+std::string* error_slot() noexcept {
+  using Slot = std::string* (*)() noexcept;
+  static const Slot first = reinterpret_cast<Slot>(::dlsym(RTLD_DEFAULT, "tvmm_internal_error_slot"));
+  return first != nullptr ? first() : tvmm_internal_error_slot();
+}
+}  // namespace
+
 namespace tvmm::detail {
 
 void set_last_error(std::string text) noexcept {
   try {
-    *tvmm_internal_error_slot() = std::move(text);
+    *error_slot() = std::move(text);
   } catch (...) {  // keep the previous text rather than fail
   }
 }
 
 void set_last_error_text(const char* text) noexcept {
   try {
-    *tvmm_internal_error_slot() = text;
+    *error_slot() = text;
   } catch (...) {  // keep the previous text rather than fail
   }
 }
@@ -123,7 +136,7 @@ tvmm::Access to_access(const tvmm_access& a) {
 
 extern "C" {
 
-const char* tvmm_last_error(void) { return tvmm_internal_error_slot()->c_str(); }
+const char* tvmm_last_error(void) { return error_slot()->c_str(); }
 
 const char* tvmm_status_name(tvmm_status status) {
   switch (status) {

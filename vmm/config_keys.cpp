@@ -252,13 +252,13 @@ const char* device_backend_help() {
 // nvme.backend reads the storage registry likewise.
 const char* storage_backend_help() {
   static const std::string help = [] {
-    std::string h = "storage backend: auto (the first of";
+    std::string h = "storage backend: auto (the first that starts here, in the order";
     std::string list;
     for (const auto& b : storage::storage_backends()) {
-      h += " " + std::string(b.name);
+      h += (list.empty() ? " " : ", ") + std::string(b.name);
       list += ", " + std::string(b.name) + " (" + std::string(b.summary) + ")";
     }
-    return h + " that starts here)" + list;
+    return h + ")" + list;
   }();
   return help.c_str();
 }

@@ -1,8 +1,9 @@
 #pragma once
-// The transfer engine owns the pager's every map/unmap call, every event it records, and the two copy
-// streams (one per direction, so both copy engines work at once). Page moves are queued
-// asynchronously; completion is tracked by events. (Transparent mode's remap heap is a mechanism of
-// its own: vmm/remap_heap.*.)
+// The transfer engine owns the pager's every map/unmap call, every event the paging records (release
+// points, copy completions), and the two copy streams (one per direction, so both copy engines work at
+// once). Page moves are queued asynchronously; completion is tracked by events. (Transparent mode's
+// remap heap is a mechanism of its own, vmm/remap_heap.*; the events of the public StreamTimer are the
+// program's, recorded by PagerImpl::record_event.)
 
 #include <atomic>
 #include <cstdint>

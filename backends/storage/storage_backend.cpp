@@ -15,7 +15,10 @@ std::unique_ptr<StorageBackend> make_storage_backend(const std::string& name, co
     const StorageBackendInfo* b = find_storage_backend(name);
     if (b == nullptr) {
       std::string valid;
-      for (const auto& choice : storage_backend_choices()) valid += (valid.empty() ? "\"" : ", \"") + choice + "\"";
+      const auto choices = storage_backend_choices();
+      for (std::size_t i = 0; i < choices.size(); ++i) {
+        valid += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + ("\"" + choices[i] + "\"");
+      }
       throw config_error("nvme.backend = \"" + name + "\" is not a storage backend; use " + valid);
     }
     int err = 0;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tvmm/export.h"
+
 namespace tvmm {
 
 //! Traffic in one direction between two tiers.
@@ -53,6 +55,6 @@ struct Stats {
 
 //! The snapshot as one JSON object, every field by its name (Traffic as {"bytes": B, "pages": P}):
 //! what `stats.file` receives when a pager is destroyed.
-[[nodiscard]] std::string to_json(const Stats& stats);
+[[nodiscard]] TVMM_API std::string to_json(const Stats& stats);
 
 }  // namespace tvmm

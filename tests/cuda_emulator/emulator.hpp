@@ -114,7 +114,10 @@ struct Span {
 
 //! An operation queued on a stream: runs on the stream's worker thread, after its dependencies.
 struct Op {
-  std::function<CUresult()> run;                         //!< an error it returns becomes the process's sticky error
+  std::function<CUresult()> run;  //!< an error it returns becomes the process's sticky error
+  //! Event bookkeeping (a record, a graph's wait node), not device work: it runs even after a sticky
+  //! error, so that whoever waits on the event wakes up, and a report of the error does not wait for it.
+  bool bookkeeping = false;
   std::vector<std::pair<Stream*, std::uint64_t>> after;  //!< (stream, sequence) to wait for
   struct Event* waits_for = nullptr;                     //!< cuStreamWaitEvent: the event's record sequence below
   std::uint64_t event_seq = 0;
@@ -169,11 +172,11 @@ struct Function {
 
 //! A captured graph: the ops in capture order (replayed in order on the launch stream).
 struct Graph {
-  std::vector<std::function<CUresult()>> ops;
+  std::vector<Op> ops;
   bool invalidated = false;
 };
 struct GraphExec {
-  std::vector<std::function<CUresult()>> ops;
+  std::vector<Op> ops;
 };
 
 class Driver {

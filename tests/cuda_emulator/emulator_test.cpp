@@ -751,6 +751,49 @@ TEST(CudaEmulator, AnIllegalAddressIsStickyForTheProcess) {
   });
 }
 
+// After a sticky error, event records still complete (they are bookkeeping, not device work), so that
+// nothing waiting on an event hangs: here a graph's wait node, already waiting on an event that a
+// stream records after a 300 ms kernel, when another stream faults. A report of the error waits for
+// the kernel that had begun, not for the wait (it hung every later call when records were skipped).
+TEST(CudaEmulator, AfterAStickyErrorEventRecordsStillWakeTheirWaiters) {
+  const std::string busy_ptx =
+      ".version 9.0\n.target sm_90\n.address_size 64\n.visible .entry tvmm_busy(\n"
+      ".param .u64 tvmm_busy_param_0\n)\n{\nret;\n}\n";
+  RUN({}, [&](const Cu& cu) {
+    primary(cu);
+    CUmodule m = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuModuleLoadData)(&m, busy_ptx.c_str()));
+    CUfunction busy = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuModuleGetFunction)(&busy, m, "tvmm_busy"));
+    CUstream x = nullptr, g = nullptr, f = nullptr;
+    for (CUstream* s : {&x, &g, &f}) EXPECT_CU(CUDA_SUCCESS, CU(cuStreamCreate)(s, CU_STREAM_NON_BLOCKING));
+    CUevent e = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuEventCreate)(&e, CU_EVENT_DISABLE_TIMING));
+    std::uint64_t ns = 300'000'000;
+    void* args[] = {&ns};
+    EXPECT_CU(CUDA_SUCCESS, CU(cuLaunchKernel)(busy, 1, 1, 1, 1, 1, 1, 0, x, args, nullptr));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuEventRecord)(e, x));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuStreamBeginCapture)(g, CU_STREAM_CAPTURE_MODE_RELAXED));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuStreamWaitEvent)(g, e, 0));
+    CUgraph graph = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuStreamEndCapture)(g, &graph));
+    CUgraphExec exec = nullptr;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuGraphInstantiateWithFlags)(&exec, graph, 0));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuGraphLaunch)(exec, g));  // its wait node now waits for x's record
+    CUdeviceptr va = 0;                                   // mapped, no access granted: a copy to it faults
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemAddressReserve)(&va, 2 * MiB, 0, 0, 0));
+    const CUmemAllocationProp p = device_prop();
+    CUmemGenericAllocationHandle h = 0;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemCreate)(&h, 2 * MiB, &p, 0));
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemMap)(va, 2 * MiB, 0, h, 0));
+    static const char byte = 1;
+    EXPECT_CU(CUDA_SUCCESS, CU(cuMemcpyHtoDAsync)(va, &byte, 1, f));
+    EXPECT_CU(CUDA_ERROR_ILLEGAL_ADDRESS, CU(cuStreamSynchronize)(f));
+    EXPECT_CU(CUDA_ERROR_ILLEGAL_ADDRESS, CU(cuStreamSynchronize)(g));  // the wait ended
+    EXPECT_CU(CUDA_ERROR_ILLEGAL_ADDRESS, CU(cuEventSynchronize)(e));
+  });
+}
+
 // --- streams and events ----------------------------------------------------------------------------------
 
 TEST(CudaEmulator, WorkRunsLaterThanTheCallInStreamOrder) {

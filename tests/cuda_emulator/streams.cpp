@@ -46,10 +46,12 @@ void run(Stream* s) {
     }
     // After an illegal address no work runs any more (cuda.h 2833), host functions included (cuda.h
     // 18101: "the function will not be called in the event of an error in the CUDA context"); the ops
-    // still complete, so that waiters wake up and learn of the error. Device work is counted, so that
-    // a call answering with the sticky error waits until none runs (Driver::sticky_error).
+    // still complete, and event records and a graph's event waits (bookkeeping) still run, so that
+    // waiters wake up and learn of the error. Device work is counted, so that a call answering with
+    // the sticky error waits until none runs (Driver::sticky_error).
     Driver& d = Driver::get();
-    const bool began = op.run && d.begin_work();
+    if (op.run && op.bookkeeping) (void)op.run();  // always, uncounted: waiters on events wake up
+    const bool began = op.run && !op.bookkeeping && d.begin_work();
     if (began) {
       if (const CUresult r = op.run(); r != CUDA_SUCCESS) d.fail(r);
     }
@@ -139,13 +141,16 @@ CUresult enqueue(Stream* s, Op op) {
     if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {  // captured into the graph, not run
       if (Event* e = op.waits_for; e != nullptr) {        // a wait node: the graph waits when it runs
-        s->graph->ops.push_back([e, seq = op.event_seq] {
+        Op node;
+        node.run = [e, seq = op.event_seq] {
           std::unique_lock el(e->mu);
           e->cv.wait(el, [&] { return e->completed >= seq; });
           return CUDA_SUCCESS;
-        });
+        };
+        node.bookkeeping = true;
+        s->graph->ops.push_back(std::move(node));
       } else {
-        s->graph->ops.push_back(std::move(op.run));
+        s->graph->ops.push_back(std::move(op));
       }
       return CUDA_SUCCESS;
     }
@@ -351,7 +356,8 @@ CUresult EventRecord(CUevent event, CUstream stream) {
       std::lock_guard lk(e->mu);
       e->captured = true;
     }
-    return enqueue(s, [e] {
+    Op node;
+    node.run = [e] {
       {
         std::lock_guard lk(e->mu);
         e->time_ms = now_ms();
@@ -359,7 +365,9 @@ CUresult EventRecord(CUevent event, CUstream stream) {
       }
       e->cv.notify_all();
       return CUDA_SUCCESS;
-    });
+    };
+    node.bookkeeping = true;
+    return enqueue(s, std::move(node));
   }
   std::uint64_t seq = 0;
   bool was_recorded = false, was_captured = false;
@@ -369,7 +377,8 @@ CUresult EventRecord(CUevent event, CUstream stream) {
     was_recorded = std::exchange(e->ever_recorded, true);
     was_captured = std::exchange(e->captured, false);
   }
-  const CUresult r = enqueue(s, [e, seq] {
+  Op record;
+  record.run = [e, seq] {
     {
       std::lock_guard lk(e->mu);
       e->completed = std::max(e->completed, seq);
@@ -377,7 +386,9 @@ CUresult EventRecord(CUevent event, CUstream stream) {
     }
     e->cv.notify_all();
     return CUDA_SUCCESS;
-  });
+  };
+  record.bookkeeping = true;
+  const CUresult r = enqueue(s, std::move(record));
   if (r != CUDA_SUCCESS) {
     // Refused: the event is as it was (a record no op will complete would leave its waiters hanging).
     // A record made meanwhile by another thread supersedes this one, and completes its waiters.
@@ -821,7 +832,7 @@ CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
   CUEMU_ENTER_CTX(ctx);
   Stream* s = resolve_stream(stream, ctx);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  std::vector<std::function<CUresult()>> ops;
+  std::vector<Op> ops;
   {
     std::lock_guard lk(Driver::get().mu);
     auto* x = reinterpret_cast<GraphExec*>(exec);

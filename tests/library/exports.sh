@@ -9,6 +9,7 @@ header="$2"
 declared=$(grep -o 'tvmm_[a-z_]*(' "$header" | tr -d '(' | sort -u)
 public='Pager|Tensor|Pin|Stream|StreamTimer|Config|error|invalid_argument|out_of_memory|config_error|device_error'
 public+='|io_error|timeout_error|format_bytes|parse_size|load_config|parse_config|apply_environment|to_toml|to_string'
+public+='|to_json'
 symbols=$(nm -D --defined-only "$lib" | awk '$2 != "A" { print $3 }' | c++filt)
 total=$(printf '%s\n' "$symbols" | grep -c . || true)
 bad=$(printf '%s\n' "$symbols" | grep -Ev "^tvmm_[a-z_]+$|^((typeinfo|typeinfo name|vtable) for )?tvmm::($public)\b" || true)
@@ -21,6 +22,14 @@ if [ -n "$bad" ]; then
   printf '%s\n' "$bad" | head -20
   exit 1
 fi
+# Declared in the public headers, so they must be there (a program calling one would not link):
+for must in '^tvmm::to_json(\[abi:cxx11\])?\(tvmm::Stats const&\)$' '^typeinfo for tvmm::config_error$' \
+            '^typeinfo for tvmm::error$' '^vtable for tvmm::out_of_memory$' '^tvmm_version$'; do
+  if ! printf '%s\n' "$symbols" | grep -qE "$must"; then
+    echo "libtvmm.so does not export $must"
+    exit 1
+  fi
+done
 c_api=$(printf '%s\n' "$symbols" | grep -c '^tvmm_' || true)
 cxx_api=$(printf '%s\n' "$symbols" | grep -c '^tvmm::Pager::' || true)
 if [ "$c_api" -lt 10 ] || [ "$cxx_api" -lt 3 ]; then
