@@ -10,11 +10,11 @@
 
 namespace tvmm::detail {
 
-std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count) {
+std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Protect* protect) {
   std::vector<PageEntry*> victims;
   std::uint32_t slots = host_->free_count();
   auto claim = [&](PageEntry& p) {
-    if (protect_ != nullptr && (*protect_)(p)) return false;
+    if (protect != nullptr && (*protect)(p)) return false;
     // A page with a current NVMe copy, or discarded, is dropped, not written back: it needs no host
     // slot (nor does one keeping a host copy, or a slot from a failed eviction). The claim compares the
     // whole word, so `needs_slot` holds for the word the claim succeeds on. With no slot free, the

@@ -10,7 +10,7 @@
 namespace tvmm::detail {
 
 std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
-                                  bool may_wait) {
+                                  bool may_wait, const Protect* protect) {
   // 1. Claim the pages: in transit, no other thread loads, evicts or frees them.
   std::vector<PageState> before(todo.size());
   for (std::size_t i = 0; i < todo.size(); ++i) {
@@ -29,7 +29,7 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
   // swapping a tensor in never waits on its own slots.
   while (loaded < todo.size()) {
     // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
-    Frames got = acquire_frames(lk, todo.size() - loaded, deadline, may_wait);
+    Frames got = acquire_frames(lk, todo.size() - loaded, deadline, may_wait, protect);
     if (got.frames.empty()) break;  // only without may_wait: nothing evictable now
     const std::size_t n = got.frames.size();
     load_chunk(std::span(todo).subspan(loaded, n), std::span(before).subspan(loaded, n), got, access);
@@ -154,7 +154,8 @@ void PagerImpl::release_frames(Frames& got) noexcept {
 
 // Returns between 1 and `count` frames (0 only without may_wait): rather than block while holding
 // frames, it hands back what it has so the caller can start those page-ins.
-PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait) {
+PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait,
+                                            const Protect* protect) {
   Frames got;
   common::ScopeGuard give_back([&] { release_frames(got); });
   while (got.frames.size() < count) {
@@ -166,7 +167,7 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::
     }
     if (got.frames.size() == count) break;
     reap(lk);
-    std::vector<PageEntry*> victims = select_victims(count - got.frames.size());
+    std::vector<PageEntry*> victims = select_victims(count - got.frames.size(), protect);
     if (!victims.empty()) {
       evict(victims, got);
       continue;

@@ -188,10 +188,12 @@ class PagerImpl {
   // Makes every page of `span` of `a` resident; returns the page-in events a user must order after.
   std::vector<EventRef> make_resident(Lock& lk, Allocation* a, PageSpan span, Access access, Clock::time_point deadline,
                                       std::uint64_t& misses);
+  //! Pages an eviction must not take (prefetch_ahead's: those needed sooner than its target).
+  using Protect = common::FunctionRef<bool(const PageEntry&)>;
   // Loads `todo` (fresh or host pages); with may_wait false, loads only what free or evictable frames
-  // allow and returns the number loaded.
+  // allow and returns the number loaded. Evictions it makes skip the pages `protect` names.
   std::size_t load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
-                         bool may_wait);
+                         bool may_wait, const Protect* protect = nullptr);
   // Maps `got.frames` at `pages` and queues their page-ins; on success the pages are resident.
   void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got, Access access);
   // The steps of a chunk's page-in, shared by load_chunk and stage_in:
@@ -204,11 +206,11 @@ class PagerImpl {
   //! host slot is the source of its page-in (released at reap), else its host copy, if any, is dropped.
   void publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
                      const EventRef& done, common::FunctionRef<bool(std::size_t)> copied);
-  Frames acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait);
+  Frames acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait,
+                        const Protect* protect = nullptr);
   void release_frames(Frames& got) noexcept;
-  std::vector<PageEntry*> select_victims(std::size_t count);
-  // While set (under mu_, by prefetch_ahead), select_victims skips pages for which it returns true.
-  const common::FunctionRef<bool(const PageEntry&)>* protect_ = nullptr;
+  // Claims up to `count` victims, skipping the pages `protect` names.
+  std::vector<PageEntry*> select_victims(std::size_t count, const Protect* protect = nullptr);
   void evict(std::vector<PageEntry*>& victims, Frames& got);
   //! Unmaps the old addresses of retired victims (page numbers, sorted in place), a call per run of
   //! adjacent pages; a page whose unmap fails keeps a stale mapping (unmapped again before its next

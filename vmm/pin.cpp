@@ -180,11 +180,9 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
       // nor one the eviction at its own pin would keep (see prefetch_horizon).
       const std::size_t horizon = trace_.prefetch_horizon(target.distance);
       auto needed_sooner = [&](const PageEntry& p) { return p.owner == a || trace_.next_use(p.owner->id) < horizon; };
-      const common::FunctionRef<bool(const PageEntry&)> protect(needed_sooner);  // refers to the lambda above
-      protect_ = &protect;
-      common::ScopeGuard unset([&] { protect_ = nullptr; });
+      const Protect protect(needed_sooner);  // refers to the lambda above
       // No waiting: load what free or evictable frames allow (load_pages does not unlock without may_wait).
-      const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
+      const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false, &protect);
       counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
       if (loaded < todo.size()) break;  // no room for this one: none for the ones after it either
     }
