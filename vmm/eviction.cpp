@@ -149,10 +149,7 @@ bool PagerImpl::reap(Lock& /*lk*/) {
       if (p.ready != b.done.get() || p.state() != PageState::device) continue;
       if (p.host_slot != kNoSlot) keep_or_release_host_slot(p);
       EventRef::drop(std::exchange(p.ready, nullptr));
-      std::uint64_t w = p.word.load(std::memory_order_relaxed);
-      while (
-          !p.word.compare_exchange_weak(w, w & ~word::kPending, std::memory_order_acq_rel, std::memory_order_relaxed)) {
-      }
+      p.clear_pending();
     }
     loads_.pop_front();
     retired = true;
@@ -167,12 +164,12 @@ bool PagerImpl::reap(Lock& /*lk*/) {
     for (; b.retired < done; ++b.retired) {
       PageEntry& v = table_[b.pages[b.retired]];
       retired = true;
-      v.word.fetch_and(~word::kHostCopy, std::memory_order_acq_rel);  // off the device: its slot is the data
+      (void)v.clear_host_copy();  // off the device: its slot is the data
       if (word::discarded(v.word.load(std::memory_order_acquire))) {
         // Dropped with its contents: no tier holds data. A host slot kept from a failed eviction is
         // free now (the write-backs queued into it ran before this event).
         if (v.host_slot != kNoSlot) host_->release(std::exchange(v.host_slot, kNoSlot));
-        v.word.fetch_and(~(word::kDiscarded | word::kDirty), std::memory_order_acq_rel);
+        v.clear_discarded();
         v.set_state(PageState::fresh);
       } else if (v.spill != Spill::none) {
         v.spill = Spill::arrived;  // a spill is writing it to NVMe: it publishes the page
@@ -242,12 +239,12 @@ void PagerImpl::keep_or_release_host_slot(PageEntry& p) noexcept {
       // Not recorded, the copy could not be taken back when the host tier fills up: let it go now.
     }
   }
-  p.word.fetch_and(~word::kHostCopy, std::memory_order_acq_rel);
+  (void)p.clear_host_copy();
   host_->release(std::exchange(p.host_slot, kNoSlot));
 }
 
 void PagerImpl::drop_host_copy(PageEntry& p) noexcept {
-  const auto w = p.word.fetch_and(~word::kHostCopy, std::memory_order_acq_rel);
+  const auto w = p.clear_host_copy();
   // While the page-in from the slot may still run, its retirement (keep_or_release_host_slot) lets go.
   if (word::host_copy(w) && !word::pending(w) && p.host_slot != kNoSlot)
     host_->release(std::exchange(p.host_slot, kNoSlot));

@@ -86,7 +86,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     auto slot = acquire_nvme_slot();
     if (!slot) return false;
     p.nvme_slot = *slot;
-    p.word.fetch_or(word::kDirty, std::memory_order_acq_rel);  // a new slot holds nothing of this page
+    p.mark_dirty();  // a new slot holds nothing of this page
     return true;
   };
   // Which pages go: those needed last. With a trace (replaying), by next use; without, newest first.
@@ -192,7 +192,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     }
     if (ios[i].error == 0) {
       p.checksum = ios[i].checksum;
-      p.word.fetch_and(~word::kDirty, std::memory_order_acq_rel);
+      p.clear_dirty();
       host_->release(std::exchange(p.host_slot, kNoSlot));
       p.set_state(PageState::nvme);
       ++freed;

@@ -79,7 +79,7 @@ void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const
     // (overwritten, Access::write).
     if (before[i] == PageState::nvme) note_slot_kept(p);
     if (done) p.ready = EventRef(done).detach();
-    if (copied(i) && p.host_slot != kNoSlot) p.word.fetch_or(word::kHostCopy, std::memory_order_acq_rel);
+    if (copied(i) && p.host_slot != kNoSlot) p.set_host_copy();
     policy_->insert(table_.index_of(p));
     p.set_state(PageState::device, static_cast<bool>(done));
   }

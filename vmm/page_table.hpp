@@ -98,8 +98,55 @@ struct PageEntry {
   std::uint64_t checksum = 0;          //!< XXH3 of the NVMe slot's data, seeded with the slot
 
   [[nodiscard]] PageState state() const noexcept { return word::state(word.load(std::memory_order_acquire)); }
-  //! Sets the state (keeping the pin count) with a CAS loop, since pins change without the lock.
+
+  // The state word's transitions. Each keeps the bits it does not name, with one atomic operation or a
+  // CAS loop, since pins change without the lock. (Three more stay at their call sites, being decided
+  // with the pager's state: the hit path's pin, PagerImpl::try_pin_resident; the lock-free unpin,
+  // PagerImpl::unpin_page, which waits for the lock on a frozen word; and the eviction claim to
+  // transit, in PagerImpl::select_victims.)
+
+  //! Sets the state and the pending flag (keeping pins, dirty, discarded, host copy, frozen).
   void set_state(PageState s, bool pending = false) noexcept;
+  //! The page-in the page waited for has completed: pins may take the hit path again.
+  void clear_pending() noexcept {
+    std::uint64_t w = word.load(std::memory_order_relaxed);
+    while (!word.compare_exchange_weak(w, w & ~word::kPending, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+  }
+  //! A pin that may write: the NVMe copy goes stale and discarded contents live again.
+  void mark_written() noexcept {
+    word.fetch_or(word::kDirty, std::memory_order_acq_rel);
+    word.fetch_and(~word::kDiscarded, std::memory_order_acq_rel);
+  }
+  //! Marks the contents dead (Tensor::discard), only while unpinned; false if a pin holds the page.
+  [[nodiscard]] bool mark_discarded_if_unpinned() noexcept {
+    std::uint64_t w = word.load(std::memory_order_acquire);
+    do {
+      if (word::pins(w) != 0) return false;
+    } while (!word.compare_exchange_weak(w, (w | word::kDiscarded) & ~word::kDirty, std::memory_order_acq_rel,
+                                         std::memory_order_acquire));
+    return true;
+  }
+  void mark_dirty() noexcept { word.fetch_or(word::kDirty, std::memory_order_acq_rel); }
+  //! The page's NVMe slot holds its current data (written there, or nothing to hold).
+  void clear_dirty() noexcept { word.fetch_and(~word::kDirty, std::memory_order_acq_rel); }
+  //! Dropped with its contents: neither discarded nor dirty any more.
+  void clear_discarded() noexcept { word.fetch_and(~(word::kDiscarded | word::kDirty), std::memory_order_acq_rel); }
+  //! A resident page's host slot holds its contents (a page-in from it was published).
+  void set_host_copy() noexcept { word.fetch_or(word::kHostCopy, std::memory_order_acq_rel); }
+  //! The host slot no longer holds a copy of the resident contents; returns the word before.
+  std::uint64_t clear_host_copy() noexcept { return word.fetch_and(~word::kHostCopy, std::memory_order_acq_rel); }
+  //! Freed: no contents, no copies (the lock holds every other writer off).
+  void forget_contents() noexcept {
+    word.fetch_and(~(word::kDirty | word::kDiscarded | word::kHostCopy), std::memory_order_relaxed);
+  }
+  //! A pin taken or dropped under the pager lock; returns the word before. (The lock-free ones are
+  //! PagerImpl::try_pin_resident and unpin_page: they must leave a frozen word alone.)
+  std::uint64_t add_pin() noexcept { return word.fetch_add(word::kPinOne, std::memory_order_acq_rel); }
+  std::uint64_t remove_pin() noexcept { return word.fetch_sub(word::kPinOne, std::memory_order_acq_rel); }
+  //! check_invariants counts pins: lock-free pins and unpins leave a frozen word alone.
+  void freeze() noexcept { word.fetch_or(word::kFrozen, std::memory_order_acq_rel); }
+  void thaw() noexcept { word.fetch_and(~word::kFrozen, std::memory_order_acq_rel); }
 };
 
 static_assert(sizeof(PageEntry) <= 64, "page metadata must stay within 64 bytes per page");

@@ -513,7 +513,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
       nvme_->release(p.nvme_slot);
       p.nvme_slot = kNoSlot;
     }
-    p.word.fetch_and(~(word::kDirty | word::kDiscarded | word::kHostCopy), std::memory_order_relaxed);
+    p.forget_contents();
     if (p.ready != nullptr) EventRef::drop(std::exchange(p.ready, nullptr));
     p.owner = nullptr;
     p.set_state(PageState::unused);
@@ -712,11 +712,10 @@ std::string PagerImpl::describe_device() const {
 void PagerImpl::check_invariants() const {
   std::lock_guard lk(mu_);
   for (std::uint32_t i = 0; i < table_.size(); ++i) {
-    if (table_[i].state() != PageState::unused) table_[i].word.fetch_or(word::kFrozen, std::memory_order_acq_rel);
+    if (table_[i].state() != PageState::unused) table_[i].freeze();
   }
   common::ScopeGuard thaw([&] {
-    for (std::uint32_t i = 0; i < table_.size(); ++i)
-      table_[i].word.fetch_and(~word::kFrozen, std::memory_order_acq_rel);
+    for (std::uint32_t i = 0; i < table_.size(); ++i) table_[i].thaw();
   });
   auto fail = [](const std::string& what) {
     throw tvmm::device_error("tvmm invariant violated: " + what, "invariant");

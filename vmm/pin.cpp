@@ -48,12 +48,12 @@ bool PagerImpl::try_pin_resident(PageEntry& p, std::uint64_t dirty) noexcept {
 }
 
 void PagerImpl::pin_page(PageEntry& p) noexcept {
-  const auto old = p.word.fetch_add(word::kPinOne, std::memory_order_acq_rel);
+  const auto old = p.add_pin();
   if (word::pins(old) == 0) pinned_pages_.fetch_add(1);
 }
 
 void PagerImpl::unpin_page_locked(PageEntry& p) noexcept {
-  const auto old = p.word.fetch_sub(word::kPinOne, std::memory_order_acq_rel);
+  const auto old = p.remove_pin();
   if (word::pins(old) == 1) {
     pinned_pages_.fetch_sub(1);
     cv_.notify_all();
@@ -354,9 +354,8 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   rollback.dismiss();
   if (access != Access::read) {
     for (std::uint32_t i = 0; i < n; ++i) {
-      pages[i].word.fetch_or(word::kDirty, std::memory_order_acq_rel);
-      pages[i].word.fetch_and(~word::kDiscarded, std::memory_order_acq_rel);  // the contents live again
-      drop_host_copy(pages[i]);                                               // and change
+      pages[i].mark_written();   // the contents live again
+      drop_host_copy(pages[i]);  // and change
     }
   }
   policy_->touch(table_.index_of(*pages), n);
@@ -501,16 +500,7 @@ void PagerImpl::discard(Allocation* a) {
     if (s == PageState::device) {
       // Marked only while unpinned: a pin another thread took since the check above (racing a discard
       // is a misuse) keeps its page, and its data, live.
-      std::uint64_t w = p.word.load(std::memory_order_acquire);
-      bool marked = true;
-      do {
-        if (word::pins(w) != 0) {
-          marked = false;
-          break;
-        }
-      } while (!p.word.compare_exchange_weak(w, (w | word::kDiscarded) & ~word::kDirty, std::memory_order_acq_rel,
-                                             std::memory_order_acquire));
-      if (!marked) continue;
+      if (!p.mark_discarded_if_unpinned()) continue;
       drop_host_copy(p);  // a copy of dead contents is worth nothing
       if (p.nvme_slot != kNoSlot) nvme_->release(std::exchange(p.nvme_slot, kNoSlot));
       discarded_.push_back(table_.index_of(p));
@@ -518,7 +508,7 @@ void PagerImpl::discard(Allocation* a) {
     }
     if (p.nvme_slot != kNoSlot) nvme_->release(std::exchange(p.nvme_slot, kNoSlot));
     if (p.host_slot != kNoSlot) host_->release(std::exchange(p.host_slot, kNoSlot));
-    p.word.fetch_and(~word::kDirty, std::memory_order_acq_rel);
+    p.clear_dirty();
     p.set_state(PageState::fresh);
   }
   compact_lazy(discarded_, device_->budget(), table_,
