@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "common/registry.hpp"
 #include "policies/belady_policy.hpp"
 #include "policies/clock.hpp"
 #include "policies/fifo.hpp"
@@ -45,10 +46,7 @@ constexpr std::array kPolicies{
 std::span<const EvictionPolicyInfo> eviction_policies() noexcept { return kPolicies; }
 
 const EvictionPolicyInfo* find_eviction_policy(std::string_view name) noexcept {
-  for (const auto& p : kPolicies) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+  return common::find_by_name(eviction_policies(), name);
 }
 
 std::string eviction_policy_names() {

@@ -10,6 +10,7 @@
 
 #include "backends/device/registry.hpp"
 #include "backends/storage/registry.hpp"
+#include "common/registry.hpp"
 #include "policies/registry.hpp"
 #include "tvmm/errors.hpp"
 
@@ -215,50 +216,21 @@ ConfigKey micros_key(std::string_view section, std::string_view key, const char*
                    }};
 }
 
-// policy.eviction.name reads the policy registry: its choices, and a help text naming each policy.
-std::vector<std::string> eviction_policy_choices() {
-  std::vector<std::string> names;
-  for (const auto& p : policies::eviction_policies()) names.emplace_back(p.name);
-  return names;
-}
+// The keys of the plug-points read their registries: their choices, and help texts naming each entry.
 const char* eviction_policy_help() {
-  static const std::string help = [] {
-    std::string h = "eviction policy:";
-    for (const auto& p : policies::eviction_policies()) {
-      h += (h.back() == ':' ? " " : ", ") + std::string(p.name) + " (" + std::string(p.summary) + ")";
-    }
-    return h;
-  }();
+  static const std::string help = "eviction policy: " + common::described(policies::eviction_policies());
   return help.c_str();
-}
-
-// device.backend reads the device registry likewise.
-std::vector<std::string> device_backend_choices() {
-  std::vector<std::string> names;
-  for (const auto& b : backend::device_backends()) names.emplace_back(b.name);
-  return names;
 }
 const char* device_backend_help() {
-  static const std::string help = [] {
-    std::string h = "device backend:";
-    for (const auto& b : backend::device_backends()) {
-      h += (h.back() == ':' ? " " : ", ") + std::string(b.name) + " (" + std::string(b.summary) + ")";
-    }
-    return h;
-  }();
+  static const std::string help = "device backend: " + common::described(backend::device_backends());
   return help.c_str();
 }
-
-// nvme.backend reads the storage registry likewise.
 const char* storage_backend_help() {
   static const std::string help = [] {
-    std::string h = "storage backend: auto (the first that starts here, in the order";
-    std::string list;
-    for (const auto& b : storage::storage_backends()) {
-      h += (list.empty() ? " " : ", ") + std::string(b.name);
-      list += ", " + std::string(b.name) + " (" + std::string(b.summary) + ")";
-    }
-    return h + ")" + list;
+    std::string order;
+    for (const auto& name : common::names_of(storage::storage_backends())) order += (order.empty() ? "" : ", ") + name;
+    return "storage backend: auto (the first that starts here, in the order " + order + "), " +
+           common::described(storage::storage_backends());
   }();
   return help.c_str();
 }
@@ -267,7 +239,7 @@ std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> keys;
   keys.push_back({"device", "backend", KeyType::text,
                   "",  // "one of: ...", generated from the choices below
-                  device_backend_help(), false, 0.0, device_backend_choices(),
+                  device_backend_help(), false, 0.0, common::names_of(backend::device_backends()),
                   [](Config& c, const KeyValue& v) { c.device_backend = v.text; },
                   [](const Config& c) { return "\"" + c.device_backend + "\""; }});
   keys.push_back(size_key("device", "budget",
@@ -464,7 +436,7 @@ std::vector<ConfigKey> make_keys() {
                           false, [](Config& c) -> std::size_t& { return c.nvme_min_bytes; }));
   keys.push_back({"policy.eviction", "name", KeyType::text,
                   "",  // "one of: ...", generated from the choices below
-                  eviction_policy_help(), false, 0.0, eviction_policy_choices(),
+                  eviction_policy_help(), false, 0.0, common::names_of(policies::eviction_policies()),
                   [](Config& c, const KeyValue& v) { c.eviction = v.text; },
                   [](const Config& c) { return "\"" + c.eviction + "\""; }});
   keys.push_back({"policy.eviction",

@@ -7,6 +7,7 @@
 #include "backends/device/cuda/cuda_device.hpp"
 #endif
 #include "backends/device/sim/sim_device.hpp"
+#include "common/registry.hpp"
 #include "tvmm/errors.hpp"
 
 namespace tvmm::backend {
@@ -40,10 +41,7 @@ constexpr std::array kBackends{
 std::span<const DeviceBackendInfo> device_backends() noexcept { return kBackends; }
 
 const DeviceBackendInfo* find_device_backend(std::string_view name) noexcept {
-  for (const auto& b : kBackends) {
-    if (b.name == name) return &b;
-  }
-  return nullptr;
+  return common::find_by_name(device_backends(), name);
 }
 
 }  // namespace tvmm::backend

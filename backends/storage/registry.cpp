@@ -1,9 +1,11 @@
 #include "backends/storage/registry.hpp"
 
 #include <array>
+#include <utility>
 
 #include "backends/storage/posix/posix_storage.hpp"
 #include "backends/storage/uring/uring_storage.hpp"
+#include "common/registry.hpp"
 
 namespace tvmm::storage {
 
@@ -28,15 +30,12 @@ constexpr std::array kBackends{
 std::span<const StorageBackendInfo> storage_backends() noexcept { return kBackends; }
 
 const StorageBackendInfo* find_storage_backend(std::string_view name) noexcept {
-  for (const auto& b : kBackends) {
-    if (b.name == name) return &b;
-  }
-  return nullptr;
+  return common::find_by_name(storage_backends(), name);
 }
 
 std::vector<std::string> storage_backend_choices() {
   std::vector<std::string> names{"auto"};
-  for (const auto& b : kBackends) names.emplace_back(b.name);
+  for (auto& n : common::names_of(storage_backends())) names.push_back(std::move(n));
   return names;
 }
 
