@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/device/device_backend.hpp"
+#include "backends/device/device_memory.hpp"
 #if defined(TVMM_CONFORMANCE_CUDA)
 #include "backends/device/cuda/cuda_device.hpp"
 #endif
@@ -126,13 +127,10 @@ TYPED_TEST(DeviceBackendConformance, MapSetAccessUnmapRoundTrip) {
 // refused before reaching the backend.
 TYPED_TEST(DeviceBackendConformance, KernelsRunOrSayWhyNot) {
   auto& dev = *this->dev_;
-  const auto g = this->g_;
-  DevPtr va = 0;
-  ASSERT_TRUE(dev.reserve(g, &va).ok());
-  ChunkHandle c;
-  ASSERT_TRUE(dev.create_chunk(g, &c).ok());
-  ASSERT_TRUE(dev.map(va, g, c).ok());
-  ASSERT_TRUE(dev.set_access(va, g).ok());
+  DeviceMemory memory(dev);  // one accessible granule
+  ASSERT_TRUE(memory.open().ok());
+  const DevPtr va = memory.va();
+  const auto g = memory.size();
   StreamHandle s = nullptr;
   ASSERT_TRUE(dev.create_stream(&s).ok());
   EXPECT_EQ(dev.fill(nullptr, va, g, 1).code, Errc::invalid_value);
@@ -146,9 +144,6 @@ TYPED_TEST(DeviceBackendConformance, KernelsRunOrSayWhyNot) {
   }
   EXPECT_TRUE(dev.synchronize_stream(s).ok());
   EXPECT_TRUE(dev.destroy_stream(s).ok());
-  ASSERT_TRUE(dev.unmap(va, g).ok());
-  EXPECT_TRUE(dev.release_chunk(c).ok());
-  EXPECT_TRUE(dev.release_reservation(va, g).ok());
 }
 
 TYPED_TEST(DeviceBackendConformance, MapOutsideReservationIsRejected) {
