@@ -86,8 +86,8 @@ TVMM_API tvmm_status tvmm_stream_synchronize(tvmm_stream* stream);
 /** Pins bytes [offset, offset + bytes) of a tensor (bytes 0 = to its end). With a stream, the pin is
  *  stream-ordered (the caller does not wait); with stream NULL the call returns when the pages are
  *  resident. */
-TVMM_API tvmm_status tvmm_pin_create(tvmm_tensor* tensor, tvmm_stream* stream, size_t offset, size_t bytes, tvmm_access access,
-                            tvmm_pin** out);
+TVMM_API tvmm_status tvmm_pin_create(tvmm_tensor* tensor, tvmm_stream* stream, size_t offset, size_t bytes,
+                                     tvmm_access access, tvmm_pin** out);
 /** The device address of the first pinned byte. */
 TVMM_API void* tvmm_pin_address(const tvmm_pin* pin);
 /** Releases a pin (NULL is ignored). */
