@@ -20,16 +20,15 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
     // whole word, so `needs_slot` holds for the word the claim succeeds on. With no slot free, the
     // oldest kept host copy gives its slot up (that page is resident: it loses only its free eviction).
     bool needs_slot = false;
-    std::uint64_t w = p.word.load(std::memory_order_acquire);
-    do {
-      if (word::state(w) != PageState::device || word::pins(w) != 0) return false;
-      needs_slot = p.host_slot == kNoSlot && !droppable(p, w);
+    const bool claimed = p.try_claim_for_eviction([&](std::uint64_t w) {
+      needs_slot = p.host_slot == kNoSlot && !p.droppable(w);
       if (needs_slot && slots == 0) {
         if (!take_back_host_copy()) return false;
         ++slots;
       }
-    } while (!p.word.compare_exchange_weak(w, word::with_state(w, PageState::transit), std::memory_order_acq_rel,
-                                           std::memory_order_acquire));
+      return true;
+    });
+    if (!claimed) return false;
     if (needs_slot) --slots;
     victims.push_back(&p);
     return true;
@@ -62,7 +61,7 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
 // is still queued on a stream does not hold up the write-backs behind it.
 void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   for (PageEntry* v : victims) {
-    if (v->host_slot != kNoSlot || droppable(*v, v->word.load(std::memory_order_acquire))) continue;
+    if (v->host_slot != kNoSlot || v->droppable(v->word.load(std::memory_order_acquire))) continue;
     v->host_slot = *host_->try_acquire();  // select_victims counted (or freed) the slots
   }
   std::size_t dropped = 0;

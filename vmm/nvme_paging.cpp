@@ -108,7 +108,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   auto on_the_way = [&](const PageEntry& p) {
     // Pages dropped without a copy have no host slot; a clean copy is let go once it has arrived.
     return p.host_slot != kNoSlot && p.spill == Spill::none && !p.owner->host_only &&
-           !droppable(p, p.word.load(std::memory_order_acquire));
+           !p.droppable(p.word.load(std::memory_order_acquire));
   };
   auto on_host = [](const PageEntry& p) { return p.state() == PageState::host && !p.owner->host_only; };
   std::size_t queued = 0;  // write-backs still on their way
@@ -139,7 +139,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     if (!give_slot(p)) break;  // no NVMe slot left: spill what was claimed so far
     if (c.arrives != nullptr) {
       p.spill = Spill::claimed;
-    } else if (clean_on_nvme(p, p.word.load(std::memory_order_acquire))) {
+    } else if (p.clean_on_nvme(p.word.load(std::memory_order_acquire))) {
       // A host page whose NVMe copy is current just lets its host slot go.
       host_->release(std::exchange(p.host_slot, kNoSlot));
       p.set_state(PageState::nvme);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 
 namespace tvmm::detail {
 
@@ -99,11 +100,10 @@ struct PageEntry {
 
   [[nodiscard]] PageState state() const noexcept { return word::state(word.load(std::memory_order_acquire)); }
 
-  // The state word's transitions. Each keeps the bits it does not name, with one atomic operation or a
-  // CAS loop, since pins change without the lock. (Three more stay at their call sites, being decided
-  // with the pager's state: the hit path's pin, PagerImpl::try_pin_resident; the lock-free unpin,
-  // PagerImpl::unpin_page, which waits for the lock on a frozen word; and the eviction claim to
-  // transit, in PagerImpl::select_victims.)
+  // The state word's transitions: the whole state machine is here. Each keeps the bits it does not name,
+  // with one atomic operation or a CAS loop, since pins change without the lock. Where a transition
+  // depends on the pager's state (its count of pinned pages, free host slots), the pager passes that
+  // part in as a callable.
 
   //! Sets the state and the pending flag (keeping pins, dirty, discarded, host copy, frozen).
   void set_state(PageState s, bool pending = false) noexcept;
@@ -141,9 +141,72 @@ struct PageEntry {
     word.fetch_and(~(word::kDirty | word::kDiscarded | word::kHostCopy), std::memory_order_relaxed);
   }
   //! A pin taken or dropped under the pager lock; returns the word before. (The lock-free ones are
-  //! PagerImpl::try_pin_resident and unpin_page: they must leave a frozen word alone.)
+  //! try_pin_resident and try_unpin: they leave a frozen word alone.)
   std::uint64_t add_pin() noexcept { return word.fetch_add(word::kPinOne, std::memory_order_acq_rel); }
   std::uint64_t remove_pin() noexcept { return word.fetch_sub(word::kPinOne, std::memory_order_acq_rel); }
+
+  //! The pin hit path, without the lock: adds a pin to a resident page whose page-in has completed;
+  //! `dirty` (0 or word::kDirty) marks a pin that may write, which makes the NVMe copy stale and
+  //! discarded contents live again, in the same CAS. Declines (false, nothing changed) a page that is
+  //! not resident, still pending, at the pin limit, frozen, or, for a pin that may write, keeping a
+  //! host copy (the slow path lets that slot go under the lock).
+  //! `count(+1)` runs before this call's first pin of the page can show in the word, `count(-1)` when
+  //! that count is taken back (the CAS lost to another thread's first pin, or the call declined): a
+  //! count of pinned pages kept by the caller never reads lower than the truth.
+  template <class Count>
+  bool try_pin_resident(std::uint64_t dirty, Count&& count) noexcept {
+    std::uint64_t w = word.load(std::memory_order_acquire);
+    bool counted = false;
+    for (;;) {
+      if (word::state(w) != PageState::device || word::pending(w) || word::pins(w) == word::kPinMax ||
+          word::frozen(w) || (dirty != 0 && word::host_copy(w))) {
+        if (counted) count(-1);
+        return false;
+      }
+      if (const bool first = word::pins(w) == 0; first != counted) {
+        count(first ? +1 : -1);
+        counted = first;
+      }
+      if (word.compare_exchange_weak(w, ((w + word::kPinOne) | dirty) & ~(dirty != 0 ? word::kDiscarded : 0),
+                                     std::memory_order_acq_rel, std::memory_order_acquire)) {
+        return true;
+      }
+    }
+  }
+  //! The unpin without the lock: drops one pin and returns the word before, or nothing while the word
+  //! is frozen (the caller waits for the lock, which check_invariants holds until it thaws the word,
+  //! and tries again).
+  [[nodiscard]] std::optional<std::uint64_t> try_unpin() noexcept {
+    std::uint64_t w = word.load(std::memory_order_acquire);
+    do {
+      if (word::frozen(w)) return std::nullopt;
+    } while (!word.compare_exchange_weak(w, w - word::kPinOne, std::memory_order_acq_rel, std::memory_order_acquire));
+    return w;
+  }
+  //! The eviction claim: an unpinned resident page goes to transit (its claimer moves it; others
+  //! wait). `accept(w)` decides, for each word the claim sees, whether to take the page; it may run more
+  //! than once (a pin or flag changed in between) and the claim succeeds on the last word it accepted.
+  template <class Accept>
+  bool try_claim_for_eviction(Accept&& accept) {
+    std::uint64_t w = word.load(std::memory_order_acquire);
+    do {
+      if (word::state(w) != PageState::device || word::pins(w) != 0 || !accept(w)) return false;
+    } while (!word.compare_exchange_weak(w, word::with_state(w, PageState::transit), std::memory_order_acq_rel,
+                                         std::memory_order_acquire));
+    return true;
+  }
+
+  //! True if the NVMe slot holds the current data (given the state word `w`).
+  [[nodiscard]] bool clean_on_nvme(std::uint64_t w) const noexcept { return nvme_slot != kNoSlot && !word::dirty(w); }
+  //! True if the host slot is a kept copy of a resident page's current contents (see kHostCopy).
+  [[nodiscard]] bool clean_on_host(std::uint64_t w) const noexcept {
+    return host_slot != kNoSlot && word::host_copy(w);
+  }
+  //! True if evicting the page (state word `w`) needs no write-back: its host or NVMe copy is current,
+  //! or its contents were discarded.
+  [[nodiscard]] bool droppable(std::uint64_t w) const noexcept {
+    return word::discarded(w) || clean_on_host(w) || clean_on_nvme(w);
+  }
   //! check_invariants counts pins: lock-free pins and unpins leave a frozen word alone.
   void freeze() noexcept { word.fetch_or(word::kFrozen, std::memory_order_acq_rel); }
   void thaw() noexcept { word.fetch_and(~word::kFrozen, std::memory_order_acq_rel); }

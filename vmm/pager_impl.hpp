@@ -226,19 +226,6 @@ class PagerImpl {
   [[nodiscard]] std::string describe_device() const;
 
   // --- NVMe tier (vmm/nvme_paging.cpp); all with mu_ held, and those taking `lk` unlock it for I/O ---
-  //! True if `p`'s NVMe slot holds its current data (given its state word `w`).
-  [[nodiscard]] static bool clean_on_nvme(const PageEntry& p, std::uint64_t w) noexcept {
-    return p.nvme_slot != kNoSlot && !word::dirty(w);
-  }
-  //! True if `p`'s host slot is a kept copy of its current contents (a resident page; see kHostCopy).
-  [[nodiscard]] static bool clean_on_host(const PageEntry& p, std::uint64_t w) noexcept {
-    return p.host_slot != kNoSlot && word::host_copy(w);
-  }
-  //! True if evicting `p` (state word `w`) needs no write-back: its host or NVMe copy is current, or
-  //! its contents were discarded.
-  [[nodiscard]] static bool droppable(const PageEntry& p, std::uint64_t w) noexcept {
-    return word::discarded(w) || clean_on_host(p, w) || clean_on_nvme(p, w);
-  }
   //! Records that `p` entered the host tier (candidates for spilling, newest first).
   void note_host(const PageEntry& p) noexcept;
   //! Records that `p` keeps an NVMe slot while it lives elsewhere (a slot that may be taken back).

@@ -17,34 +17,14 @@ namespace tvmm::detail {
 // Under mu_ both steps happen together (pin_page, unpin_page_locked); lock-free they are two steps.
 
 bool PagerImpl::try_pin_resident(PageEntry& p, std::uint64_t dirty) noexcept {
-  std::uint64_t w = p.word.load(std::memory_order_acquire);
-  bool counted = false;  // pinned_pages_ counts this page as pinned by this call
-  for (;;) {
-    // A pin that may write makes a kept host copy stale: the slow path lets the slot go, under the lock.
-    // A frozen word is being counted by check_invariants: the slow path waits for the lock.
-    if (word::state(w) != PageState::device || word::pending(w) || word::pins(w) == word::kPinMax || word::frozen(w) ||
-        (dirty != 0 && word::host_copy(w))) {
-      if (counted) {
-        pinned_pages_.fetch_sub(1);
-        wake_waiters();  // an admission check may have seen the count this call took back
-      }
-      return false;
+  return p.try_pin_resident(dirty, [this](int step) {
+    if (step > 0) {
+      pinned_pages_.fetch_add(1);
+    } else {
+      pinned_pages_.fetch_sub(1);
+      wake_waiters();  // an admission check may have seen the count this call took back
     }
-    if (const bool first = word::pins(w) == 0; first != counted) {
-      if (first) {
-        pinned_pages_.fetch_add(1);
-      } else {
-        pinned_pages_.fetch_sub(1);
-        wake_waiters();  // another thread pinned first; an admission check may have seen both counts
-      }
-      counted = first;
-    }
-    // A pin that may write brings discarded contents back to life.
-    if (p.word.compare_exchange_weak(w, ((w + word::kPinOne) | dirty) & ~(dirty != 0 ? word::kDiscarded : 0),
-                                     std::memory_order_acq_rel, std::memory_order_acquire)) {
-      return true;
-    }
-  }
+  });
 }
 
 void PagerImpl::pin_page(PageEntry& p) noexcept {
@@ -61,17 +41,11 @@ void PagerImpl::unpin_page_locked(PageEntry& p) noexcept {
 }
 
 void PagerImpl::unpin_page(PageEntry& p) noexcept {
-  std::uint64_t w = p.word.load(std::memory_order_acquire);
-  for (;;) {
-    if (word::frozen(w)) {
-      // check_invariants holds mu_ while the word is frozen and thaws it before letting go.
-      { std::lock_guard lk(mu_); }
-      w = p.word.load(std::memory_order_acquire);
-      continue;
-    }
-    if (p.word.compare_exchange_weak(w, w - word::kPinOne, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+  std::optional<std::uint64_t> w;
+  while (!(w = p.try_unpin())) {
+    { std::lock_guard lk(mu_); }  // check_invariants holds mu_ while the word is frozen
   }
-  if (word::pins(w) == 1) {
+  if (word::pins(*w) == 1) {
     pinned_pages_.fetch_sub(1);
     wake_waiters();
   }
