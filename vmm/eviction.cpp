@@ -124,15 +124,10 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     if (v->ready != nullptr) EventRef::drop(std::exchange(v->ready, nullptr));
     batch.pages.push_back(table_.index_of(*v));
   }
-  if (events_trace_) {
-    const auto now = Clock::now();
-    for (const std::uint32_t page : batch.pages) {
-      events_trace_->instant(events_trace_->evictions, "evict", now, "\"page\": " + std::to_string(page));
-    }
-  }
+  observe_.evicted(batch.pages);
   evictions_.push_back(std::move(batch));
-  counters_.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
-  counters_.clean_evictions.fetch_add(dropped, std::memory_order_relaxed);
+  observe_.counters.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
+  observe_.counters.clean_evictions.fetch_add(dropped, std::memory_order_relaxed);
 }
 
 // Retires completed transfers, oldest first: page-ins release their host slots and clear their pages'

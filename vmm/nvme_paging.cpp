@@ -70,9 +70,7 @@ void PagerImpl::run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::
   });
   const auto start = Clock::now();
   nvme_->run(ios, hooks);
-  if (events_trace_) {
-    events_trace_->span(events_trace_->nvme, what, start, Clock::now(), "\"pages\": " + std::to_string(ios.size()));
-  }
+  observe_.nvme_batch(what, start, ios.size());
 }
 
 std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {

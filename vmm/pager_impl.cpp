@@ -116,7 +116,8 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
       table_storage_(std::make_unique<PageTable>(va_.pages())),
       table_(*table_storage_),
       events_(*dev_),
-      arena_(page_size_) {
+      arena_(page_size_),
+      observe_(cfg_) {
   const auto frames = static_cast<std::uint32_t>(cfg_.device_budget / page_size_);
   const auto slots = static_cast<std::uint32_t>(cfg_.host_budget / page_size_);
   device_ = std::make_unique<DeviceTier>(*dev_, page_size_, frames);
@@ -158,12 +159,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   const policies::EvictionPolicyInfo* policy_info = policies::find_eviction_policy(cfg_.eviction);
   trace_prefetch_ = cfg_.prefetch == "trace";
   sequential_prefetch_ = cfg_.prefetch == "sequential";
-  if (!cfg_.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(cfg_.stats_file, "stats.file");
-  if (!cfg_.trace_file.empty()) pin_log_ = std::make_unique<PinLog>(cfg_.trace_file);
-  if (!cfg_.trace_events.empty()) {
-    events_trace_ = std::make_unique<EventTrace>(cfg_.trace_events);
-    xfer_->set_trace(events_trace_.get());
-  }
+  xfer_->set_trace(observe_.event_trace());
   tracing_ = trace_prefetch_ || policy_info->needs_trace;
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe
@@ -227,11 +223,7 @@ Placement PagerImpl::placement() const {
 }
 
 PagerImpl::~PagerImpl() {
-  if (stats_out_) {
-    std::fprintf(stats_out_->get(), "%s\n", to_json(stats()).c_str());
-    stats_out_->close();
-  }
-  if (pin_log_) pin_log_->close();
+  observe_.finish([this] { return stats(); });
   std::vector<Allocation*> live;
   {
     std::lock_guard lk(mu_);
@@ -259,8 +251,8 @@ PagerImpl::~PagerImpl() {
       if (!dev_->lost()) std::fprintf(stderr, "tvmm: retiring the last transfers failed: %s\n", ex.what());
     }
   }
-  xfer_.reset();                              // drains the copy streams before the tiers go away
-  if (events_trace_) events_trace_->close();  // every copy's completion is in it now
+  xfer_.reset();                 // drains the copy streams before the tiers go away
+  observe_.close_event_trace();  // every copy's completion is in it now
   loads_.clear();
   evictions_.clear();
   policy_.reset();
@@ -345,9 +337,9 @@ Allocation* PagerImpl::allocate_small(std::size_t bytes, Hints hints) {
     }
   }
   if (surplus != nullptr) drop_owner(surplus);  // without the lock: it takes mu_
-  counters_.allocations.fetch_add(1, std::memory_order_relaxed);
-  counters_.live_bytes.fetch_add(std::uint64_t{units} * SmallArena::kUnit, std::memory_order_relaxed);
-  counters_.live_tensors.fetch_add(1, std::memory_order_relaxed);
+  observe_.counters.allocations.fetch_add(1, std::memory_order_relaxed);
+  observe_.counters.live_bytes.fetch_add(std::uint64_t{units} * SmallArena::kUnit, std::memory_order_relaxed);
+  observe_.counters.live_tensors.fetch_add(1, std::memory_order_relaxed);
   return a.release();
 }
 
@@ -404,9 +396,9 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
   allocated_pages_ += pages;
   if (owned) {
     owned_.emplace(a->base, a.get());
-    counters_.allocations.fetch_add(1, std::memory_order_relaxed);
-    counters_.live_bytes.fetch_add(pages * page_size_, std::memory_order_relaxed);
-    counters_.live_tensors.fetch_add(1, std::memory_order_relaxed);
+    observe_.counters.allocations.fetch_add(1, std::memory_order_relaxed);
+    observe_.counters.live_bytes.fetch_add(pages * page_size_, std::memory_order_relaxed);
+    observe_.counters.live_tensors.fetch_add(1, std::memory_order_relaxed);
   }
   a->owned = owned;
   return a.release();
@@ -523,8 +515,8 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   if (a->host_only) host_only_pages_ -= a->pages;
   by_id_.erase(a->id);
   if (a->owned) {
-    counters_.live_bytes.fetch_sub(std::uint64_t{a->pages} * page_size_, std::memory_order_relaxed);
-    counters_.live_tensors.fetch_sub(1, std::memory_order_relaxed);
+    observe_.counters.live_bytes.fetch_sub(std::uint64_t{a->pages} * page_size_, std::memory_order_relaxed);
+    observe_.counters.live_tensors.fetch_sub(1, std::memory_order_relaxed);
   }
   lk.unlock();
   cv_.notify_all();
@@ -542,8 +534,8 @@ void PagerImpl::reclaim_small(Allocation* a) noexcept {
     empty_page = arena_.release(a->arena, a->arena_unit, a->arena_units);
     by_id_.erase(a->id);
   }
-  counters_.live_bytes.fetch_sub(std::uint64_t{a->arena_units} * SmallArena::kUnit, std::memory_order_relaxed);
-  counters_.live_tensors.fetch_sub(1, std::memory_order_relaxed);
+  observe_.counters.live_bytes.fetch_sub(std::uint64_t{a->arena_units} * SmallArena::kUnit, std::memory_order_relaxed);
+  observe_.counters.live_tensors.fetch_sub(1, std::memory_order_relaxed);
   delete a;
   if (empty_page != nullptr) drop_owner(empty_page);
 }
@@ -556,17 +548,8 @@ backend::StreamHandle PagerImpl::create_stream() {
   return s;
 }
 
-std::uint32_t PagerImpl::stream_number(backend::StreamHandle s) {
-  std::lock_guard lk(stream_numbers_mu_);
-  if (const auto it = stream_numbers_.find(s); it != stream_numbers_.end()) return it->second;
-  return stream_numbers_.emplace(s, ++streams_numbered_).first->second;
-}
-
 void PagerImpl::destroy_stream(backend::StreamHandle s) noexcept {
-  if (events_trace_) {  // a later stream at the same handle gets a lane of its own
-    std::lock_guard lk(stream_numbers_mu_);
-    stream_numbers_.erase(s);
-  }
+  observe_.stream_destroyed(s);
   (void)dev_->synchronize_stream(s);
   dev_->warn_failed(dev_->destroy_stream(s), "destroying a stream");
 }
@@ -656,11 +639,11 @@ Stats PagerImpl::stats() const {
   const auto out = xfer_->pages_out();
   s.host_to_device = {in * page_size_, in};
   s.device_to_host = {out * page_size_, out};
-  s.pins = counters_.pins.load(std::memory_order_relaxed);
-  s.hits = counters_.hits.load(std::memory_order_relaxed);
-  s.misses = counters_.misses.load(std::memory_order_relaxed);
-  s.evictions = counters_.evictions.load(std::memory_order_relaxed);
-  s.clean_evictions = counters_.clean_evictions.load(std::memory_order_relaxed);
+  s.pins = observe_.counters.pins.load(std::memory_order_relaxed);
+  s.hits = observe_.counters.hits.load(std::memory_order_relaxed);
+  s.misses = observe_.counters.misses.load(std::memory_order_relaxed);
+  s.evictions = observe_.counters.evictions.load(std::memory_order_relaxed);
+  s.clean_evictions = observe_.counters.clean_evictions.load(std::memory_order_relaxed);
   if (nvme_) {
     const auto& c = nvme_->counters();
     const auto w = c.pages_written.load(std::memory_order_relaxed), r = c.pages_read.load(std::memory_order_relaxed);
@@ -670,11 +653,11 @@ Stats PagerImpl::stats() const {
     s.nvme_read_errors = c.read_errors.load(std::memory_order_relaxed);
     s.nvme_corrupt_reads = c.corrupt_reads.load(std::memory_order_relaxed);
   }
-  s.prefetched = counters_.prefetched.load(std::memory_order_relaxed);
+  s.prefetched = observe_.counters.prefetched.load(std::memory_order_relaxed);
   s.trace_divergences = trace_.divergences();
-  s.stall_ns = counters_.stall_ns.load(std::memory_order_relaxed);
-  s.allocations = counters_.allocations.load(std::memory_order_relaxed);
-  s.live_bytes = counters_.live_bytes.load(std::memory_order_relaxed);
+  s.stall_ns = observe_.counters.stall_ns.load(std::memory_order_relaxed);
+  s.allocations = observe_.counters.allocations.load(std::memory_order_relaxed);
+  s.live_bytes = observe_.counters.live_bytes.load(std::memory_order_relaxed);
   std::lock_guard lk(mu_);
   s.device_used_bytes = std::uint64_t{device_->in_use()} * page_size_;
   s.device_peak_bytes = std::uint64_t{device_->peak()} * page_size_;

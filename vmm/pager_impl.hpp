@@ -25,10 +25,9 @@
 #include "vmm/allocation.hpp"
 #include "vmm/device_tier.hpp"
 #include "vmm/event_pool.hpp"
-#include "vmm/event_trace.hpp"
 #include "vmm/host_tier.hpp"
 #include "vmm/nvme_tier.hpp"
-#include "vmm/output.hpp"
+#include "vmm/observability.hpp"
 #include "vmm/page_table.hpp"
 #include "vmm/resolve_config.hpp"
 #include "vmm/small_arena.hpp"
@@ -180,11 +179,6 @@ class PagerImpl {
   // that do not record them yet (counted in frames_in_hand_ meanwhile).
   void run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what,
                 std::size_t frames_held);
-  // The event trace: an instant per pin on its stream's lane (or the pinning thread's).
-  void trace_pin(const Allocation* a, std::uint32_t pages, bool hit, backend::StreamHandle stream) noexcept;
-  // Streams are numbered from 1 in the order they were created (the trace's lane names).
-  std::uint32_t stream_number(backend::StreamHandle stream);
-  void add_stall(Clock::time_point since) noexcept;
   // Makes every page of `span` of `a` resident; returns the page-in events a user must order after.
   std::vector<EventRef> make_resident(Lock& lk, Allocation* a, PageSpan span, Access access, Clock::time_point deadline,
                                       std::uint64_t& misses);
@@ -269,7 +263,8 @@ class PagerImpl {
   std::unique_ptr<PageTable> table_storage_;
   PageTable& table_;
   EventPool events_;
-  SmallArena arena_;  // guarded by mu_
+  SmallArena arena_;       // guarded by mu_
+  Observability observe_;  // counters, stats file, pin log, event trace (before xfer_, which records in it)
   AccessTrace trace_;
   // The pin count at the latest stream unpin (Allocation::released_at): which tensors the work queued
   // last used. Written by unpin without the lock (a hint; a race only changes a preference).
@@ -285,12 +280,6 @@ class PagerImpl {
   std::unique_ptr<topology::HostBuffer> host_mem_;  // the host tier's frames (outlives host_)
   std::string threads_outcome_;
   std::unique_ptr<HostTier> host_;
-  std::unique_ptr<OutputFile> stats_out_;     // stats_file: written by the destructor
-  std::unique_ptr<PinLog> pin_log_;           // trace_file
-  std::unique_ptr<EventTrace> events_trace_;  // trace_events
-  std::mutex stream_numbers_mu_;
-  std::unordered_map<backend::StreamHandle, std::uint32_t> stream_numbers_;  // for the trace's lanes
-  std::uint32_t streams_numbered_ = 0;
   std::unique_ptr<NvmeTier> nvme_;          // null without an NVMe budget
   std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, in order (lazy: checked on use)
   std::deque<std::uint32_t> slot_keepers_;  // pages keeping an NVMe slot elsewhere (lazy: checked on use)
@@ -311,11 +300,6 @@ class PagerImpl {
   std::unordered_map<backend::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
   std::deque<LoadBatch> loads_;                             // page-ins not yet retired
   std::deque<EvictionBatch> evictions_;                     // write-backs not yet retired
-
-  struct Counters {
-    std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, stall_ns{0}, allocations{0},
-        live_bytes{0}, live_tensors{0}, clean_evictions{0};
-  } counters_;
 };
 
 //! Builds a public Pager around an implementation (for tests that supply their own backend).

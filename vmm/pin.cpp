@@ -83,13 +83,13 @@ PagerImpl::Range PagerImpl::range(const Allocation* a, std::size_t offset, std::
 }
 
 void PagerImpl::pin(Allocation* a, PageSpan span, Access access, backend::StreamHandle stream) {
-  counters_.pins.fetch_add(1, std::memory_order_relaxed);
+  observe_.counters.pins.fetch_add(1, std::memory_order_relaxed);
   if (a->arena != nullptr) {  // in the resident arena: nothing moves; a host pin still orders after uses
     if (stream == nullptr && a->use_count.load(std::memory_order_acquire) != 0) wait_for_uses(a);
-    counters_.hits.fetch_add(1, std::memory_order_relaxed);
+    observe_.counters.hits.fetch_add(1, std::memory_order_relaxed);
     a->refs.fetch_add(1, std::memory_order_relaxed);
     if (tracing_) record_pin(a, span, access);
-    if (pin_log_) pin_log_->pin(a->id, 0, access, true);
+    observe_.pin(a->id, 0, access, true, stream);
     return;
   }
   PageEntry* pages = pages_of(a) + span.first;
@@ -102,7 +102,7 @@ void PagerImpl::pin(Allocation* a, PageSpan span, Access access, backend::Stream
   const bool hit = i == n;
   if (hit) {
     policy_->touch(table_.index_of(*pages), n);
-    counters_.hits.fetch_add(n, std::memory_order_relaxed);
+    observe_.counters.hits.fetch_add(n, std::memory_order_relaxed);
   } else {
     while (i > 0) unpin_page(pages[--i]);
     pin_slow(a, span, access, stream);
@@ -117,8 +117,7 @@ void PagerImpl::pin(Allocation* a, PageSpan span, Access access, backend::Stream
   }
   a->refs.fetch_add(1, std::memory_order_relaxed);
   if (tracing_) record_pin(a, span, access);
-  if (pin_log_) pin_log_->pin(a->id, n, access, hit);
-  if (events_trace_) trace_pin(a, n, hit, stream);
+  observe_.pin(a->id, n, access, hit, stream);
   if (sequential_prefetch_) prefetch_after(a, span);
 }
 
@@ -131,7 +130,7 @@ void PagerImpl::record_pin(const Allocation* a, PageSpan span, Access access) no
 }
 
 void PagerImpl::mark_iteration() {
-  if (pin_log_) pin_log_->iteration();
+  observe_.iteration();
   if (!tracing_) return;
   const auto ahead = trace_.on_iteration(cfg_.prefetch_distance);
   if (trace_prefetch_ && !ahead.empty()) prefetch_ahead(ahead);
@@ -157,7 +156,7 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
       const Protect protect(needed_sooner);  // refers to the lambda above
       // No waiting: load what free or evictable frames allow (load_pages does not unlock without may_wait).
       const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false, &protect);
-      counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
+      observe_.counters.prefetched.fetch_add(loaded, std::memory_order_relaxed);
       if (loaded < todo.size()) break;  // no room for this one: none for the ones after it either
     }
   } catch (const std::exception& ex) {
@@ -182,7 +181,7 @@ void PagerImpl::prefetch_after(Allocation* a, PageSpan span) noexcept {
     if (todo.empty()) return;
     // Like any prefetch: no waiting, only free or evictable frames (never pinned pages).
     const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
-    counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
+    observe_.counters.prefetched.fetch_add(loaded, std::memory_order_relaxed);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "tvmm: sequential prefetch failed: %s\n", ex.what());
   }
@@ -197,7 +196,7 @@ void PagerImpl::wait_for_uses(Allocation* a) {
   }
   const auto t0 = Clock::now();
   for (auto& e : waits) events_.wait(e.get());
-  add_stall(t0);
+  observe_.stall(t0);
   std::lock_guard ul(a->uses_mu);
   prune_uses(*a);
 }
@@ -245,30 +244,6 @@ std::vector<PageEntry*> PagerImpl::host_pages(const Allocation* a, PageSpan span
     if (pages[i].state() == PageState::host) out.push_back(&pages[i]);
   }
   return out;
-}
-
-void PagerImpl::trace_pin(const Allocation* a, std::uint32_t pages, bool hit, backend::StreamHandle stream) noexcept {
-  try {
-    const std::uint32_t lane = stream != nullptr
-                                   ? events_trace_->lane("stream " + std::to_string(stream_number(stream)))
-                                   : events_trace_->thread_lane();
-    events_trace_->instant(lane, hit ? "pin (hit)" : "pin (miss)", Clock::now(),
-                           "\"tensor\": " + std::to_string(a->id) + ", \"pages\": " + std::to_string(pages));
-  } catch (...) {  // the trace misses this pin
-  }
-}
-
-void PagerImpl::add_stall(Clock::time_point since) noexcept {
-  const auto now = Clock::now();
-  counters_.stall_ns.fetch_add(
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - since).count()),
-      std::memory_order_relaxed);
-  if (events_trace_) {
-    try {
-      events_trace_->span(events_trace_->thread_lane(), "pin stall", since, now);
-    } catch (...) {  // a lane name could not be allocated: the trace misses this stall
-    }
-  }
 }
 
 void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::StreamHandle stream) {
@@ -334,8 +309,8 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   }
   policy_->touch(table_.index_of(*pages), n);
   lk.unlock();
-  counters_.misses.fetch_add(misses, std::memory_order_relaxed);
-  counters_.hits.fetch_add(n - misses, std::memory_order_relaxed);
+  observe_.counters.misses.fetch_add(misses, std::memory_order_relaxed);
+  observe_.counters.hits.fetch_add(n - misses, std::memory_order_relaxed);
 
   // 4. Order the caller after the page-ins: its stream waits (the thread does not), or, for a
   //    host-synchronous pin, the thread waits.
@@ -351,7 +326,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
     for (std::uint32_t i = 0; i < n; ++i) unpin_page(pages[i]);
     throw;
   }
-  add_stall(t0);
+  observe_.stall(t0);
 }
 
 std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, PageSpan span, Access access,
@@ -406,7 +381,7 @@ void PagerImpl::unpin(Allocation* a, PageSpan span, backend::StreamHandle stream
         a->use_count.store(static_cast<std::uint32_t>(a->uses.size()), std::memory_order_release);
       }
       // No pin since this mark: released together with the tensors unpinned since the latest pin.
-      const std::uint64_t mark = counters_.pins.load(std::memory_order_relaxed);
+      const std::uint64_t mark = observe_.counters.pins.load(std::memory_order_relaxed);
       a->released_at.store(mark, std::memory_order_relaxed);
       latest_release_.store(mark, std::memory_order_relaxed);
     } catch (const std::exception& ex) {
@@ -436,7 +411,7 @@ void PagerImpl::prefetch(Allocation* a, backend::StreamHandle stream) {
   if (!todo.empty()) loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
   const std::vector<EventRef> waits = pending_page_ins(a, whole(a));
   lk.unlock();
-  counters_.prefetched.fetch_add(loaded, std::memory_order_relaxed);
+  observe_.counters.prefetched.fetch_add(loaded, std::memory_order_relaxed);
   for (const auto& e : waits) xfer_->stream_wait(stream, e.get());
 }
 
