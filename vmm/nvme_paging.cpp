@@ -101,7 +101,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     std::size_t arrival;      // write-backs complete in the order queued: this one's place (0: on the host)
     std::size_t next = 0;     // with a trace: pins until its tensor's next use
   };
-  const bool by_next_use = tracing_ && trace_.state() == AccessTrace::State::replaying;
+  const bool by_next_use = prefetch_.replaying();
   std::vector<Candidate> order;
   auto on_the_way = [&](const PageEntry& p) {
     // Pages dropped without a copy have no host slot; a clean copy is let go once it has arrived.
@@ -122,7 +122,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     if (on_host(table_[*it])) order.push_back({&table_[*it], nullptr, 0});
   }
   if (by_next_use) {  // every host page is ranked: O(host pages) per spill, with a trace only
-    for (Candidate& c : order) c.next = trace_.next_use(c.page->owner->id);
+    for (Candidate& c : order) c.next = prefetch_.trace().next_use(c.page->owner->id);
     std::stable_sort(order.begin(), order.end(),
                      [](const Candidate& a, const Candidate& b) { return a.next > b.next; });
   }

@@ -117,7 +117,8 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
       table_(*table_storage_),
       events_(*dev_),
       arena_(page_size_),
-      observe_(cfg_) {
+      observe_(cfg_),
+      prefetch_(cfg_, policies::find_eviction_policy(cfg_.eviction)->needs_trace) {
   const auto frames = static_cast<std::uint32_t>(cfg_.device_budget / page_size_);
   const auto slots = static_cast<std::uint32_t>(cfg_.host_budget / page_size_);
   device_ = std::make_unique<DeviceTier>(*dev_, page_size_, frames);
@@ -148,7 +149,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   }
   policies::PolicyContext policy_ctx;
   policy_ctx.page_count = table_.size();
-  policy_ctx.trace = &trace_;
+  policy_ctx.trace = &prefetch_.trace();
   policy_ctx.keep_recent = cfg_.keep_recent;
   policy_ctx.latest_release = &latest_release_;
   policy_ctx.owner_of = [this](policies::PageIndex i) {
@@ -156,11 +157,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
     return policies::PageOwner{a->id, a->released_at.load(std::memory_order_relaxed)};
   };
   policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);
-  const policies::EvictionPolicyInfo* policy_info = policies::find_eviction_policy(cfg_.eviction);
-  trace_prefetch_ = cfg_.prefetch == "trace";
-  sequential_prefetch_ = cfg_.prefetch == "sequential";
   xfer_->set_trace(observe_.event_trace());
-  tracing_ = trace_prefetch_ || policy_info->needs_trace;
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe
   // slot too (a page read from NVMe is staged in a host slot that a spill to NVMe may have to free).
@@ -654,7 +651,7 @@ Stats PagerImpl::stats() const {
     s.nvme_corrupt_reads = c.corrupt_reads.load(std::memory_order_relaxed);
   }
   s.prefetched = observe_.counters.prefetched.load(std::memory_order_relaxed);
-  s.trace_divergences = trace_.divergences();
+  s.trace_divergences = prefetch_.trace().divergences();
   s.stall_ns = observe_.counters.stall_ns.load(std::memory_order_relaxed);
   s.allocations = observe_.counters.allocations.load(std::memory_order_relaxed);
   s.live_bytes = observe_.counters.live_bytes.load(std::memory_order_relaxed);

@@ -29,6 +29,7 @@
 #include "vmm/nvme_tier.hpp"
 #include "vmm/observability.hpp"
 #include "vmm/page_table.hpp"
+#include "vmm/prefetcher.hpp"
 #include "vmm/resolve_config.hpp"
 #include "vmm/small_arena.hpp"
 #include "vmm/transfer_engine.hpp"
@@ -157,12 +158,11 @@ class PagerImpl {
   // Pins a fresh allocation until its owner lets go; on failure frees it and rethrows.
   void pin_for_life(Allocation* a);
   void reclaim_small(Allocation* a) noexcept;
-  // Trace prefetch: starts the page-ins of the tensors ahead, evicting only unpinned pages whose tensor
-  // is not needed before the one fetched.
+  // Trace prefetch: starts the page-ins of the pins ahead that prefetch_ names, evicting only unpinned
+  // pages it does not protect.
   void prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept;
-  // Sequential prefetch: starts the page-ins of the (up to) `prefetch_distance` pages after `span`.
-  void prefetch_after(Allocation* a, PageSpan span) noexcept;
-  void record_pin(const Allocation* a, PageSpan span, Access access) noexcept;
+  // Sequential prefetch: starts the page-ins of the host pages of `next` (Prefetcher::after).
+  void prefetch_after(Allocation* a, PageSpan next) noexcept;
   void pin_slow(Allocation* a, PageSpan span, Access access, backend::StreamHandle stream);
   void wait_for_uses(Allocation* a);
   // Stream release points of `a`: drop the completed ones (caller holds a->uses_mu), or take them all.
@@ -265,13 +265,10 @@ class PagerImpl {
   EventPool events_;
   SmallArena arena_;       // guarded by mu_
   Observability observe_;  // counters, stats file, pin log, event trace (before xfer_, which records in it)
-  AccessTrace trace_;
+  Prefetcher prefetch_;    // the access trace and what to load ahead
   // The pin count at the latest stream unpin (Allocation::released_at): which tensors the work queued
   // last used. Written by unpin without the lock (a hint; a race only changes a preference).
   std::atomic<std::uint64_t> latest_release_{0};
-  bool tracing_ = false;                                  // trace prefetch or Belady: pins are recorded and replayed
-  bool trace_prefetch_ = false;                           // prefetch == "trace"
-  bool sequential_prefetch_ = false;                      // prefetch == "sequential"
   std::uint64_t next_id_ = 1;                             // guarded by mu_
   std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
   std::unique_ptr<DeviceTier> device_;

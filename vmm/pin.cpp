@@ -1,4 +1,4 @@
-// PagerImpl, part 2: pin counts, pin (hit path and slow path), unpin, prefetch and the access trace.
+// PagerImpl, part 2: pin counts, pin (hit path and slow path), unpin, discard, and the prefetch loads.
 #include <algorithm>
 #include <cstdio>
 
@@ -88,7 +88,7 @@ void PagerImpl::pin(Allocation* a, PageSpan span, Access access, backend::Stream
     if (stream == nullptr && a->use_count.load(std::memory_order_acquire) != 0) wait_for_uses(a);
     observe_.counters.hits.fetch_add(1, std::memory_order_relaxed);
     a->refs.fetch_add(1, std::memory_order_relaxed);
-    if (tracing_) record_pin(a, span, access);
+    prefetch_ahead(prefetch_.on_pin(a, span, access));
     observe_.pin(a->id, 0, access, true, stream);
     return;
   }
@@ -116,43 +116,31 @@ void PagerImpl::pin(Allocation* a, PageSpan span, Access access, backend::Stream
     }
   }
   a->refs.fetch_add(1, std::memory_order_relaxed);
-  if (tracing_) record_pin(a, span, access);
+  prefetch_ahead(prefetch_.on_pin(a, span, access));
   observe_.pin(a->id, n, access, hit, stream);
-  if (sequential_prefetch_) prefetch_after(a, span);
+  if (const auto next = prefetch_.after(a, span)) prefetch_after(a, *next);
 }
 
-// --- access trace: record, replay, prefetch ahead ------------------------------------------------------
-
-void PagerImpl::record_pin(const Allocation* a, PageSpan span, Access access) noexcept {
-  const policies::TraceAccess acc{a->id, span.count, access == Access::write, false, span.first};
-  const auto ahead = trace_.on_pin(acc, cfg_.prefetch_distance);
-  if (trace_prefetch_ && !ahead.empty()) prefetch_ahead(ahead);
-}
+// --- prefetch: what to load is prefetch_'s decision, the loading is the residency core's ----------------
 
 void PagerImpl::mark_iteration() {
   observe_.iteration();
-  if (!tracing_) return;
-  const auto ahead = trace_.on_iteration(cfg_.prefetch_distance);
-  if (trace_prefetch_ && !ahead.empty()) prefetch_ahead(ahead);
+  prefetch_ahead(prefetch_.on_iteration());
 }
 
 void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept {
+  if (ahead.empty()) return;
   try {
     Lock lk(mu_);
     reap(lk);
     for (const auto& target : ahead) {
-      // A pin that overwrites its tensor needs no data: its own pin maps fresh frames. (Loading with
-      // discard here would lose data if the program's access changed: the trace only guides.)
-      if (target.discard) continue;
       auto it = by_id_.find(target.tensor);
       if (it == by_id_.end() || it->second->arena != nullptr) continue;
       Allocation* a = it->second;
       std::vector<PageEntry*> todo = host_pages(a, {target.first, target.pages});
       if (todo.empty()) continue;
-      // Never evict for this a page needed no later than it (its own, or any tensor pinned before it),
-      // nor one the eviction at its own pin would keep (see prefetch_horizon).
-      const std::size_t horizon = trace_.prefetch_horizon(target.distance);
-      auto needed_sooner = [&](const PageEntry& p) { return p.owner == a || trace_.next_use(p.owner->id) < horizon; };
+      const std::size_t horizon = prefetch_.horizon_of(target);
+      auto needed_sooner = [&](const PageEntry& p) { return prefetch_.needed_sooner(p.owner->id, target, horizon); };
       const Protect protect(needed_sooner);  // refers to the lambda above
       // No waiting: load what free or evictable frames allow (load_pages does not unlock without may_wait).
       const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false, &protect);
@@ -165,19 +153,16 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
   }
 }
 
-void PagerImpl::prefetch_after(Allocation* a, PageSpan span) noexcept {
+void PagerImpl::prefetch_after(Allocation* a, PageSpan next) noexcept {
   // Lock-free look first: most pins of a sequential scan find the pages ahead already loaded.
-  const std::uint32_t first = span.first + span.count;
-  const std::uint32_t count =
-      static_cast<std::uint32_t>(std::min<std::size_t>(cfg_.prefetch_distance, a->pages - std::min(a->pages, first)));
-  PageEntry* ahead = pages_of(a) + first;
+  PageEntry* ahead = pages_of(a) + next.first;
   bool any = false;
-  for (std::uint32_t i = 0; i < count && !any; ++i) any = ahead[i].state() == PageState::host;
+  for (std::uint32_t i = 0; i < next.count && !any; ++i) any = ahead[i].state() == PageState::host;
   if (!any) return;
   try {
     Lock lk(mu_);
     reap(lk);
-    std::vector<PageEntry*> todo = host_pages(a, {first, count});
+    std::vector<PageEntry*> todo = host_pages(a, next);
     if (todo.empty()) return;
     // Like any prefetch: no waiting, only free or evictable frames (never pinned pages).
     const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
