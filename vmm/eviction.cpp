@@ -23,7 +23,7 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
     const bool claimed = p.try_claim_for_eviction([&](std::uint64_t w) {
       needs_slot = p.host_slot == kNoSlot && !p.droppable(w);
       if (needs_slot && slots == 0) {
-        if (!take_back_host_copy()) return false;
+        if (!host_copies_->take_back_one()) return false;
         ++slots;
       }
       return true;
@@ -141,7 +141,7 @@ bool PagerImpl::reap(Lock& /*lk*/) {
       PageEntry& p = table_[idx];
       // A page evicted or freed since then no longer refers to this batch (its slot is in use again).
       if (p.ready != b.done.get() || p.state() != PageState::device) continue;
-      if (p.host_slot != kNoSlot) keep_or_release_host_slot(p);
+      if (p.host_slot != kNoSlot) host_copies_->keep_or_release(p);
       EventRef::drop(std::exchange(p.ready, nullptr));
       p.clear_pending();
     }
@@ -205,60 +205,6 @@ void PagerImpl::unmap_victims(std::span<std::uint32_t> order) noexcept {
     }
     i = j;
   }
-}
-
-namespace {
-// A resident page (not one being evicted: its slot is about to hold its only data) whose kept host copy
-// can be taken back: no page-in from the slot still runs. The hit path never clears the bit, so under
-// mu_ this cannot change.
-bool keeps_host_copy(const PageEntry& p) {
-  const auto w = p.word.load(std::memory_order_acquire);
-  return word::state(w) == PageState::device && !word::pending(w) && word::host_copy(w) && p.host_slot != kNoSlot;
-}
-}  // namespace
-
-void PagerImpl::keep_or_release_host_slot(PageEntry& p) noexcept {
-  // Copies live only in the host tier's spare room: a quarter of it must stay free. In a full tier
-  // each copy would be taken back at once for the next write-back or NVMe read, having saved nothing
-  // (measured on infer at 1.5x: 4.56 ms per step keeping copies in a full tier, 4.24 ms with the
-  // reserve, 4.25 ms keeping none).
-  const bool room = host_->free_count() > host_->budget() / 4;
-  if (room && word::host_copy(p.word.load(std::memory_order_acquire))) {
-    try {
-      // Compacted before the push: `p` itself is still pending here, so the check would drop it.
-      compact_lazy(host_copies_, host_->budget(), table_, keeps_host_copy);
-      host_copies_.push_back(table_.index_of(p));
-      return;
-    } catch (const std::bad_alloc&) {
-      // Not recorded, the copy could not be taken back when the host tier fills up: let it go now.
-    }
-  }
-  (void)p.clear_host_copy();
-  host_->release(std::exchange(p.host_slot, kNoSlot));
-}
-
-void PagerImpl::drop_host_copy(PageEntry& p) noexcept {
-  const auto w = p.clear_host_copy();
-  // While the page-in from the slot may still run, its retirement (keep_or_release_host_slot) lets go.
-  if (word::host_copy(w) && !word::pending(w) && p.host_slot != kNoSlot)
-    host_->release(std::exchange(p.host_slot, kNoSlot));
-}
-
-bool PagerImpl::take_back_host_copy() noexcept {
-  while (!host_copies_.empty()) {
-    PageEntry& p = table_[host_copies_.front()];
-    host_copies_.pop_front();
-    if (!keeps_host_copy(p)) continue;
-    drop_host_copy(p);  // bit set, no page-in running: the slot goes back to the tier
-    return true;
-  }
-  return false;
-}
-
-std::optional<std::uint32_t> PagerImpl::acquire_host_slot() noexcept {
-  if (auto s = host_->try_acquire()) return s;
-  if (take_back_host_copy()) return host_->try_acquire();
-  return std::nullopt;
 }
 
 bool PagerImpl::wait_progress(Lock& lk, Clock::time_point deadline) {

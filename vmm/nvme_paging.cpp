@@ -226,7 +226,7 @@ std::vector<std::uint32_t> PagerImpl::acquire_host_slots(Lock& lk, std::size_t w
   std::vector<std::uint32_t> slots;
   for (;;) {
     while (slots.size() < want) {
-      auto s = acquire_host_slot();  // a kept copy gives its slot up before any page is spilled
+      auto s = host_copies_->acquire_slot();  // a kept copy gives its slot up before any page is spilled
       if (!s) break;
       slots.push_back(*s);
     }

@@ -43,7 +43,7 @@ inline constexpr std::uint64_t kDiscarded = 0x40;
 //! A resident page's host slot still holds its current contents (the slot it was paged in from, kept):
 //! evicting it drops it without a write-back. Set when a page-in from the slot is published; cleared
 //! by a pin that may write (always on the slow path, which lets the slot go), by discard, when the slot
-//! is taken back for another page (PagerImpl::take_back_host_copy), and when the page leaves the device.
+//! is taken back for another page (HostCopies::take_back_one), and when the page leaves the device.
 inline constexpr std::uint64_t kHostCopy = 0x80;
 inline constexpr int kPinShift = 8;
 inline constexpr std::uint64_t kPinOne = std::uint64_t{1} << kPinShift;

@@ -122,8 +122,9 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   const auto frames = static_cast<std::uint32_t>(cfg_.device_budget / page_size_);
   const auto slots = static_cast<std::uint32_t>(cfg_.host_budget / page_size_);
   device_ = std::make_unique<DeviceTier>(*dev_, page_size_, frames);
-  place_host_tier(std::size_t{slots} * page_size_);
-  host_ = std::make_unique<HostTier>(*dev_, host_mem_->data(), page_size_, slots);
+  placement_ = std::make_unique<HostPlacement>(cfg_, *dev_, std::size_t{slots} * page_size_);
+  host_ = std::make_unique<HostTier>(*dev_, placement_->memory(), page_size_, slots);
+  host_copies_ = std::make_unique<HostCopies>(table_, *host_);
   xfer_ = std::make_unique<TransferEngine>(*dev_, events_, page_size_);
   std::uint32_t nvme_slots = 0;
   if (cfg_.nvme.budget != 0) {
@@ -144,7 +145,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
     }
     // The host frames are the only buffers the tier reads into and writes from: fixed buffers if allowed.
     (void)storage->register_buffers(host_->ptr(0), std::size_t{slots} * page_size_);
-    bind_io_threads(*storage);
+    placement_->bind_io_threads(*storage);
     nvme_ = std::make_unique<NvmeTier>(std::move(storage), page_size_, cfg_.nvme.queue_depth);
   }
   policies::PolicyContext policy_ctx;
@@ -162,61 +163,6 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<backend::DeviceBacken
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe
   // slot too (a page read from NVMe is staged in a host slot that a spill to NVMe may have to free).
   capacity_spare_ = std::uint64_t{slots} - 1 + (nvme_slots != 0 ? nvme_slots - 1 : 0);
-}
-
-void PagerImpl::place_host_tier(std::size_t bytes) {
-  if (cfg_.host_numa != "none" || cfg_.bind_threads) {
-    try {
-      topo_ = topology::Topology::machine();
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "tvmm: %s; the host tier and the worker threads stay unbound\n", ex.what());
-    }
-  }
-  if (topo_) {
-    placement_ = topology::decide(*topo_, cfg_.host_numa, cfg_.host_numa_strict, dev_->properties().pci_bus_id);
-  } else {
-    placement_.why = cfg_.host_numa == "none" ? "host.numa = \"none\"" : "the machine's topology is unknown";
-  }
-  host_mem_ = std::make_unique<topology::HostBuffer>(topo_.get(), placement_, bytes);
-  const auto cpus = worker_cpus();
-  if (cpus.empty()) {
-    threads_outcome_ = !cfg_.bind_threads
-                           ? "not bound: host.bind_threads = false"
-                           : "not bound: the host tier is not on one node (" + placement_.describe() + ")";
-    return;
-  }
-  std::string list;
-  for (unsigned c : cpus) list += (list.empty() ? "" : ",") + std::to_string(c);
-  const auto st = dev_->set_worker_cpus(cpus);
-  threads_outcome_ =
-      st.ok() ? "stream threads bound to CPUs " + list + " (node " + std::to_string(placement_.nodes.front()) + ")"
-              : std::string("stream threads not bound: ") + backend::errc_name(st.code);
-  if (!st.ok() && st.code != backend::Errc::not_supported) {
-    std::fprintf(stderr, "tvmm: binding the device's worker threads to CPUs %s failed (%s); they stay unbound\n",
-                 list.c_str(), backend::errc_name(st.code));
-  }
-}
-
-std::vector<unsigned> PagerImpl::worker_cpus() const {
-  if (!cfg_.bind_threads || !topo_ || placement_.kind != topology::Placement::Kind::node) return {};
-  const auto* node = topo_->node(placement_.nodes.front());
-  return node != nullptr ? node->cpus : std::vector<unsigned>{};
-}
-
-void PagerImpl::bind_io_threads(storage::StorageBackend& storage) {
-  const auto cpus = worker_cpus();
-  if (cpus.empty()) return;
-  const int n = storage.bind_workers(cpus);
-  if (n < 0) {
-    std::fprintf(stderr, "tvmm: binding the NVMe tier's I/O threads failed; they stay unbound\n");
-    threads_outcome_ += "; I/O threads not bound (the OS refused)";
-  } else if (n > 0) {
-    threads_outcome_ += "; " + std::to_string(n) + " I/O threads too";
-  }
-}
-
-Placement PagerImpl::placement() const {
-  return {placement_.describe(), placement_.why, host_mem_->outcome(), threads_outcome_};
 }
 
 PagerImpl::~PagerImpl() {
@@ -254,6 +200,7 @@ PagerImpl::~PagerImpl() {
   evictions_.clear();
   policy_.reset();
   nvme_.reset();  // before the host frames it may have registered
+  host_copies_.reset();
   host_.reset();
   device_.reset();
 }

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "backends/device/device_backend.hpp"
-#include "backends/topology/placement.hpp"
 #include "policies/access_trace.hpp"
 #include "policies/eviction_policy.hpp"
 #include "tvmm/pager.hpp"
@@ -25,6 +24,8 @@
 #include "vmm/allocation.hpp"
 #include "vmm/device_tier.hpp"
 #include "vmm/event_pool.hpp"
+#include "vmm/host_copies.hpp"
+#include "vmm/host_placement.hpp"
 #include "vmm/host_tier.hpp"
 #include "vmm/nvme_tier.hpp"
 #include "vmm/observability.hpp"
@@ -80,7 +81,7 @@ class PagerImpl {
   [[nodiscard]] Tier tier_of(backend::DevPtr addr);
   [[nodiscard]] Tier tier(const Allocation* a, std::size_t offset);
   [[nodiscard]] Stats stats() const;
-  [[nodiscard]] Placement placement() const;
+  [[nodiscard]] Placement placement() const { return placement_->describe(); }
   //! Checks every invariant under the lock; correct while other threads use the pager (it briefly
   //! stops lock-free pins and unpins of resident pages while it counts them). Throws on a violation.
   void check_invariants() const;
@@ -148,11 +149,6 @@ class PagerImpl {
   // first (unless the caller supplied the storage backend) and the page table's host memory.
   std::unique_ptr<AddressSpace> reserve_address_space(const Config& given, bool storage_given) const;
   // `owned`: a user's tensor (in owned_, counted in stats), or false for an arena page.
-  // NUMA placement (constructor steps): decides the host tier's node, allocates and binds its frames,
-  // binds the device backend's worker threads; then, with an NVMe tier, its I/O threads.
-  void place_host_tier(std::size_t bytes);
-  void bind_io_threads(storage::StorageBackend& storage);
-  [[nodiscard]] std::vector<unsigned> worker_cpus() const;
   Allocation* allocate_pages(std::size_t bytes, Hints hints, bool owned);
   Allocation* allocate_small(std::size_t bytes, Hints hints);
   // Pins a fresh allocation until its owner lets go; on failure frees it and rethrows.
@@ -242,19 +238,6 @@ class PagerImpl {
   //! A free NVMe slot, or one taken back from a page that keeps a copy elsewhere.
   std::optional<std::uint32_t> acquire_nvme_slot() noexcept;
 
-  // --- host copies of resident pages (vmm/eviction.cpp); with mu_ held ---
-  //! After `p`'s page-in from its host slot completed: keeps the slot as a copy while the contents
-  //! are unchanged (word::kHostCopy still set), else lets it go.
-  void keep_or_release_host_slot(PageEntry& p) noexcept;
-  //! A pin that may write changes `p`'s contents: its kept copy is stale. Lets the slot go unless a
-  //! page-in from it is still running (then the page-in's retirement does).
-  void drop_host_copy(PageEntry& p) noexcept;
-  //! Frees one host slot by taking back the oldest kept copy of a resident page (which then needs a
-  //! write-back when evicted). False if no page keeps one.
-  bool take_back_host_copy() noexcept;
-  //! A free host slot, or one taken back from a kept copy; none if neither exists.
-  std::optional<std::uint32_t> acquire_host_slot() noexcept;
-
   Config cfg_;
   std::unique_ptr<backend::DeviceBackend> dev_;
   std::size_t page_size_ = 0;
@@ -272,16 +255,13 @@ class PagerImpl {
   std::uint64_t next_id_ = 1;                             // guarded by mu_
   std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
   std::unique_ptr<DeviceTier> device_;
-  std::shared_ptr<const topology::Topology> topo_;  // null with host.numa = none and no thread binding
-  topology::Placement placement_;
-  std::unique_ptr<topology::HostBuffer> host_mem_;  // the host tier's frames (outlives host_)
-  std::string threads_outcome_;
+  std::unique_ptr<HostPlacement> placement_;  // the host tier's memory and its node (outlives host_)
   std::unique_ptr<HostTier> host_;
-  std::unique_ptr<NvmeTier> nvme_;          // null without an NVMe budget
-  std::deque<std::uint32_t> host_fifo_;     // pages that entered the host tier, in order (lazy: checked on use)
-  std::deque<std::uint32_t> slot_keepers_;  // pages keeping an NVMe slot elsewhere (lazy: checked on use)
-  std::deque<std::uint32_t> discarded_;     // resident pages whose contents were discarded: first victims (lazy)
-  std::deque<std::uint32_t> host_copies_;   // resident pages keeping a host copy, oldest first (lazy)
+  std::unique_ptr<HostCopies> host_copies_;  // kept copies of resident pages in host_'s spare room
+  std::unique_ptr<NvmeTier> nvme_;           // null without an NVMe budget
+  std::deque<std::uint32_t> host_fifo_;      // pages that entered the host tier, in order (lazy: checked on use)
+  std::deque<std::uint32_t> slot_keepers_;   // pages keeping an NVMe slot elsewhere (lazy: checked on use)
+  std::deque<std::uint32_t> discarded_;      // resident pages whose contents were discarded: first victims (lazy)
   std::unique_ptr<TransferEngine> xfer_;
   std::unique_ptr<policies::EvictionPolicy> policy_;
 

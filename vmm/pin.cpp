@@ -288,8 +288,8 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, backend::S
   rollback.dismiss();
   if (access != Access::read) {
     for (std::uint32_t i = 0; i < n; ++i) {
-      pages[i].mark_written();   // the contents live again
-      drop_host_copy(pages[i]);  // and change
+      pages[i].mark_written();       // the contents live again
+      host_copies_->drop(pages[i]);  // and change
     }
   }
   policy_->touch(table_.index_of(*pages), n);
@@ -435,7 +435,7 @@ void PagerImpl::discard(Allocation* a) {
       // Marked only while unpinned: a pin another thread took since the check above (racing a discard
       // is a misuse) keeps its page, and its data, live.
       if (!p.mark_discarded_if_unpinned()) continue;
-      drop_host_copy(p);  // a copy of dead contents is worth nothing
+      host_copies_->drop(p);  // a copy of dead contents is worth nothing
       if (p.nvme_slot != kNoSlot) nvme_->release(std::exchange(p.nvme_slot, kNoSlot));
       discarded_.push_back(table_.index_of(p));
       continue;
