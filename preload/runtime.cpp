@@ -20,8 +20,8 @@
 
 #include "preload/launch_gate.hpp"
 #include "tvmm/errors.hpp"
-#include "vmm/detail/last_error.hpp"
-#include "vmm/remap_heap.hpp"
+#include "vmm/api/last_error.hpp"
+#include "vmm/transparent/remap_heap.hpp"
 
 namespace tvmm::preload {
 
@@ -45,12 +45,12 @@ Level parse_level(const char* v) noexcept {
 // One heap per device, created when a call first needs memory of that device (with device.ordinal =
 // "auto" on the CUDA backend: the caller's current device; else one heap, in slot 0).
 pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
-std::atomic<detail::TransparentHeap*> g_heaps[kMaxDevices];
+std::atomic<vmm::TransparentHeap*> g_heaps[kMaxDevices];
 // Whether the heaps place by use (all or none: they share one configuration), so a launch hook's check of
 // its argument words costs one load when they do not.
 std::atomic<bool> g_by_use{false};
 // The heap that remaps under the program's threads (vmm on the simulator): the fault handler's.
-std::atomic<detail::RemapHeap*> g_remap_heap{nullptr};
+std::atomic<vmm::RemapHeap*> g_remap_heap{nullptr};
 bool g_failed[kMaxDevices] = {};  // under g_init_mu
 std::string g_init_error;         // the last reason a heap could not be made (under g_init_mu)
 // The configuration (TVMM_CONFIG, TVMM_*), read once (under g_init_mu).
@@ -75,7 +75,7 @@ __attribute__((tls_model("initial-exec"))) thread_local std::uint64_t t_fault_ep
 static_assert(kMaxGates == kMaxDevices, "a launch gate per heap slot");
 // The compact list of the heaps created, with their slots, for gate_of and note_use: a launch hook's
 // lookup reads only these.
-std::atomic<detail::TransparentHeap*> g_created[kMaxDevices];
+std::atomic<vmm::TransparentHeap*> g_created[kMaxDevices];
 std::atomic<int> g_created_slot[kMaxDevices];
 std::atomic<int> g_created_count{0};
 
@@ -101,7 +101,7 @@ void chain(int sig, siginfo_t* info, void* context) {
 
 void on_fault(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
-  detail::RemapHeap* h = g_remap_heap.load(std::memory_order_acquire);
+  vmm::RemapHeap* h = g_remap_heap.load(std::memory_order_acquire);
   if (h != nullptr && h->contains(info->si_addr)) {
     if (h->remapping()) {
       while (h->remapping()) ::sched_yield();
@@ -139,7 +139,7 @@ void install_fault_handler() {
 
 // ---- exit and fork ------------------------------------------------------------------------------------
 
-void write_stats(detail::TransparentHeap* h, int device, bool several) {
+void write_stats(vmm::TransparentHeap* h, int device, bool several) {
   if (h->config().stats_file.empty()) return;
   try {
     const std::string json = h->stats_json() + "\n";
@@ -165,7 +165,7 @@ void write_stats_at_exit() {
   int created = 0;
   for (auto& slot : g_heaps) created += slot.load(std::memory_order_acquire) != nullptr ? 1 : 0;
   for (int d = 0; d < kMaxDevices; ++d) {
-    if (detail::TransparentHeap* h = g_heaps[d].load(std::memory_order_acquire)) write_stats(h, d, created > 1);
+    if (vmm::TransparentHeap* h = g_heaps[d].load(std::memory_order_acquire)) write_stats(h, d, created > 1);
   }
 }
 
@@ -181,11 +181,11 @@ void after_fork_child() {
   // clear error instead of a heap.
   bool cuda = false;
   for (auto& slot : g_heaps) {
-    detail::TransparentHeap* parent = slot.exchange(nullptr);
+    vmm::TransparentHeap* parent = slot.exchange(nullptr);
     if (parent == nullptr) continue;
     g_forked_child = true;
     cuda = cuda || parent->device().properties().name == "cuda";
-    if (auto* remap = dynamic_cast<detail::RemapHeap*>(parent)) {
+    if (auto* remap = dynamic_cast<vmm::RemapHeap*>(parent)) {
       const auto [lo, hi] = remap->range();
       if (parent->device().properties().host_accessible) {
         ::mmap(reinterpret_cast<void*>(lo), hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
@@ -237,7 +237,7 @@ const Config& config_locked() {
   return g_config;
 }
 
-detail::TransparentHeap* create_heap(int device) {
+vmm::TransparentHeap* create_heap(int device) {
   Config cfg = config_locked();
   if (g_per_device.load(std::memory_order_acquire)) cfg.cuda_device = device;
   if (cfg.nvme.budget != 0 && device == 0) {
@@ -251,14 +251,14 @@ detail::TransparentHeap* create_heap(int device) {
   // operation no other thread queues device work that may touch this heap's memory (launch_gate.hpp).
   // The drain itself never touches the calling thread's current context, which stays the program's.
   auto before_drain = [device] { launch_gate(device).lock_for_remap(); };  // `device` is the heap's slot
-  detail::TransparentHeap* h = detail::make_transparent_heap(cfg, before_drain, &why).release();
+  vmm::TransparentHeap* h = vmm::make_transparent_heap(cfg, before_drain, &why).release();
   h->set_capture_probe(capture_under_way);
   // Falling back to managed memory is a choice the user should see; the rest is at info level.
   log(std::strcmp(h->mechanism(), "um") == 0 && cfg.transparent_memory == "auto" ? Level::warn : Level::info,
       "transparent mode (%s) on the %s device %d: %s; device budget %s, host budget %s, pages of %s", h->mechanism(),
       h->device().properties().name.c_str(), device, why.c_str(), format_bytes(h->config().device_budget).c_str(),
       format_bytes(h->config().host_budget).c_str(), format_bytes(h->config().page_size).c_str());
-  if (auto* remap = dynamic_cast<detail::RemapHeap*>(h); remap != nullptr && h->device().properties().host_accessible) {
+  if (auto* remap = dynamic_cast<vmm::RemapHeap*>(h); remap != nullptr && h->device().properties().host_accessible) {
     g_remap_heap.store(remap, std::memory_order_release);
     install_fault_handler();
   }
@@ -386,9 +386,9 @@ int caller_device() noexcept {
 }
 }  // namespace
 
-detail::TransparentHeap* heap_containing(const void* ptr) noexcept {
+vmm::TransparentHeap* heap_containing(const void* ptr) noexcept {
   for (auto& slot : g_heaps) {
-    detail::TransparentHeap* h = slot.load(std::memory_order_acquire);
+    vmm::TransparentHeap* h = slot.load(std::memory_order_acquire);
     if (h != nullptr && h->contains(ptr)) return h;
   }
   return nullptr;
@@ -396,7 +396,7 @@ detail::TransparentHeap* heap_containing(const void* ptr) noexcept {
 
 bool pointer_info(const void* ptr, PointerInfo* out) noexcept {
   for (int d = 0; d < kMaxDevices; ++d) {
-    detail::TransparentHeap* h = g_heaps[d].load(std::memory_order_acquire);
+    vmm::TransparentHeap* h = g_heaps[d].load(std::memory_order_acquire);
     if (h == nullptr || !h->contains(ptr)) continue;
     try {
       const auto [start, bytes] = h->allocation_of(ptr);
@@ -433,7 +433,7 @@ int heap_slot(int device) noexcept {
 }
 }  // namespace
 
-detail::TransparentHeap* heap(int device) noexcept {
+vmm::TransparentHeap* heap(int device) noexcept {
   device = heap_slot(device);
   if (device >= kMaxDevices) {
     log(Level::error, "device %d: tvmm serves devices 0 to %d only", device, kMaxDevices - 1);
@@ -441,7 +441,7 @@ detail::TransparentHeap* heap(int device) noexcept {
   }
   if (auto* h = g_heaps[device].load(std::memory_order_acquire)) return h;
   pthread_mutex_lock(&g_init_mu);
-  detail::TransparentHeap* h = g_heaps[device].load(std::memory_order_acquire);
+  vmm::TransparentHeap* h = g_heaps[device].load(std::memory_order_acquire);
   if (h == nullptr && !g_failed[device]) {
     Inside inside;
     try {
@@ -470,7 +470,7 @@ detail::TransparentHeap* heap(int device) noexcept {
   return h;
 }
 
-detail::TransparentHeap* heap_if_created(int device) noexcept {
+vmm::TransparentHeap* heap_if_created(int device) noexcept {
   device = heap_slot(device);
   return device >= 0 && device < kMaxDevices ? g_heaps[device].load(std::memory_order_acquire) : nullptr;
 }
@@ -486,7 +486,7 @@ bool from_parent_before_fork(const void* ptr) noexcept {
 }
 
 int code_of_current_exception(const char* call) noexcept {
-  const tvmm_status s = detail::status_of_current_exception();
+  const tvmm_status s = vmm::status_of_current_exception();
   const char* reason = tvmm_last_error();
   log(Level::warn, "%s: %s", call, reason);
   try {
@@ -506,7 +506,7 @@ int code_of_current_exception(const char* call) noexcept {
 namespace {
 int off(const char* call) noexcept {
   try {
-    detail::set_last_error(std::string(call) + ": transparent mode is off: " + init_error());
+    vmm::set_last_error(std::string(call) + ": transparent mode is off: " + init_error());
   } catch (...) {  // out of memory for the message: the log line still says why
   }
   log(Level::warn, "%s: transparent mode is off (%s)", call, init_error().c_str());
@@ -521,7 +521,7 @@ int allocate(const char* call, void** out, std::size_t bytes, int device) noexce
   }
   *out = nullptr;
   if (bytes == 0) return kSuccess;
-  detail::TransparentHeap* h = heap(device);
+  vmm::TransparentHeap* h = heap(device);
   if (h == nullptr) return off(call);
   const RemapScope remap;
   return boundary(call, [&] {
@@ -532,13 +532,13 @@ int allocate(const char* call, void** out, std::size_t bytes, int device) noexce
 }
 
 bool free_if_ours(const char* call, void* ptr, FreeKind kind, void* stream, int* code) noexcept {
-  if (detail::TransparentHeap* h = heap_containing(ptr)) {
+  if (vmm::TransparentHeap* h = heap_containing(ptr)) {
     const RemapScope remap;
     *code = boundary(call, [&] {
       if (kind == FreeKind::stream_ordered && h->device().properties().name == "cuda") {
         // A cudaStream_t is a CUstream; the null stream is the legacy default stream (CU_STREAM_LEGACY,
         // which names it in any context: the event is recorded with the device's primary context current).
-        h->free_after(ptr, static_cast<backend::StreamHandle>(stream != nullptr ? stream : kLegacyStream));
+        h->free_after(ptr, static_cast<device::StreamHandle>(stream != nullptr ? stream : kLegacyStream));
       } else if (kind == FreeKind::stream_ordered) {
         h->free_deferred(ptr);  // the simulator cannot wait on the program's streams: the next quiescent point
       } else {
@@ -549,7 +549,7 @@ bool free_if_ours(const char* call, void* ptr, FreeKind kind, void* stream, int*
     return true;
   }
   if (from_parent_before_fork(ptr)) {
-    detail::set_last_error_text("the parent process allocated this before fork");
+    vmm::set_last_error_text("the parent process allocated this before fork");
     log(Level::warn, "%s(%p): the parent process allocated this before fork; a child cannot use or free it", call, ptr);
     *code = kInvalidValue;
     return true;
@@ -562,7 +562,7 @@ int mem_info(const char* call, std::size_t* free, std::size_t* total) noexcept {
     log(Level::warn, "%s: a result pointer is NULL", call);
     return kInvalidValue;
   }
-  detail::TransparentHeap* h = heap();
+  vmm::TransparentHeap* h = heap();
   if (h == nullptr) return off(call);
   return boundary(call, [&] {
     const auto u = h->usage();
@@ -582,7 +582,7 @@ bool pitched_size(std::size_t width, std::size_t rows, std::size_t* pitch, std::
 }
 
 bool give_back_device_memory(const char* call, int device, std::size_t bytes) noexcept {
-  detail::TransparentHeap* h = heap_if_created(device);
+  vmm::TransparentHeap* h = heap_if_created(device);
   // With one heap for a configured device (device.ordinal = N), only that device's memory is its to give.
   if (h == nullptr || (device >= 0 && h->config().cuda_device >= 0 && h->config().cuda_device != device)) return false;
   std::size_t given = 0;
@@ -647,7 +647,7 @@ int gate_of(std::uint64_t address) noexcept {
   const int n = g_created_count.load(std::memory_order_acquire);
   const auto* p = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address));
   for (int i = 0; i < n; ++i) {
-    detail::TransparentHeap* h = g_created[i].load(std::memory_order_acquire);
+    vmm::TransparentHeap* h = g_created[i].load(std::memory_order_acquire);
     if (h != nullptr && h->may_contain(p)) return g_created_slot[i].load(std::memory_order_acquire);
   }
   return -1;
@@ -694,7 +694,7 @@ void note_use(std::uint64_t address) noexcept {
   const int n = g_created_count.load(std::memory_order_acquire);
   const auto* p = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address));
   for (int i = 0; i < n; ++i) {
-    detail::TransparentHeap* h = g_created[i].load(std::memory_order_acquire);
+    vmm::TransparentHeap* h = g_created[i].load(std::memory_order_acquire);
     if (h != nullptr && h->may_contain(p)) {
       h->note_use(p);
       return;
@@ -705,7 +705,7 @@ void note_use(std::uint64_t address) noexcept {
 void quiescent() noexcept {
   // The synchronising calls wait for the caller's current device (cudaDeviceSynchronize), or a stream of
   // it: that device's heap, never another device's (draining it would wait for work no one asked about).
-  if (detail::TransparentHeap* h = heap_if_created(-1)) {
+  if (vmm::TransparentHeap* h = heap_if_created(-1)) {
     const RemapScope remap;
     (void)boundary("a quiescent point", [&] {
       h->maintain(false);

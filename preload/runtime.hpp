@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "vmm/transparent_heap.hpp"
+#include "vmm/transparent/transparent_heap.hpp"
 
 namespace tvmm::preload {
 
@@ -78,11 +78,11 @@ int gate_of(std::uint64_t address) noexcept;
 //! runtime's, when device.ordinal = "auto" on the CUDA backend; otherwise the one heap), created on
 //! first call from TVMM_CONFIG and the TVMM_* variables; nullptr when it cannot be (the reason is logged
 //! once and kept in init_error()).
-detail::TransparentHeap* heap(int device = -1) noexcept;
+vmm::TransparentHeap* heap(int device = -1) noexcept;
 //! The heap of `device` (-1: the caller's current device) if it exists already (never creates one).
-detail::TransparentHeap* heap_if_created(int device) noexcept;
+vmm::TransparentHeap* heap_if_created(int device) noexcept;
 //! The heap whose memory `ptr` is in, of those created (never creates one), or nullptr.
-detail::TransparentHeap* heap_containing(const void* ptr) noexcept;
+vmm::TransparentHeap* heap_containing(const void* ptr) noexcept;
 //! Why heap() returned nullptr.
 const std::string& init_error() noexcept;
 //! True when `ptr` is in the address range of a heap inherited from the parent across fork.

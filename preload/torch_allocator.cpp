@@ -9,7 +9,7 @@
 
 #include "preload/runtime.hpp"
 #include "tvmm/tvmm.h"
-#include "vmm/detail/last_error.hpp"
+#include "vmm/api/last_error.hpp"
 
 using namespace tvmm::preload;
 
@@ -35,7 +35,7 @@ void* tvmm_malloc(ssize_t size, int device, void* stream) {
   (void)stream;  // mapped before this returns: usable on any stream
   if (size < 0) {
     try {  // nothing may escape into PyTorch's C++ (or C) caller
-      tvmm::detail::set_last_error("tvmm_malloc: size " + std::to_string(size) + " is negative");
+      tvmm::vmm::set_last_error("tvmm_malloc: size " + std::to_string(size) + " is negative");
     } catch (...) {
     }
     log(Level::warn, "tvmm_malloc: size %zd is negative", size);
@@ -58,8 +58,8 @@ void tvmm_free(void* ptr, ssize_t size, int device, void* stream) {
   int code = kSuccess;
   if (!free_if_ours("tvmm_free", ptr, FreeKind::stream_ordered, stream, &code)) {
     try {
-      tvmm::detail::set_last_error("tvmm_free: " + std::to_string(reinterpret_cast<std::uintptr_t>(ptr)) +
-                                   " was not allocated by tvmm_malloc; nothing was freed");
+      tvmm::vmm::set_last_error("tvmm_free: " + std::to_string(reinterpret_cast<std::uintptr_t>(ptr)) +
+                                " was not allocated by tvmm_malloc; nothing was freed");
     } catch (...) {
     }
     log(Level::warn, "tvmm_free(%p): not allocated by tvmm_malloc; nothing was freed", ptr);
@@ -68,17 +68,17 @@ void tvmm_free(void* ptr, ssize_t size, int device, void* stream) {
 
 int tvmm_memory_stats(int device, char* buf, size_t size) {
   if (buf == nullptr && size != 0) {
-    tvmm::detail::set_last_error("tvmm_memory_stats: buf is NULL but size is not 0");
+    tvmm::vmm::set_last_error("tvmm_memory_stats: buf is NULL but size is not 0");
     return -1;
   }
   try {
     std::string json = "{}";
     if (device < -1 || device >= kMaxDevices) {
-      tvmm::detail::set_last_error("tvmm_memory_stats: no device " + std::to_string(device) + " (0 to " +
-                                   std::to_string(kMaxDevices - 1) + ", or -1 for the current one)");
+      tvmm::vmm::set_last_error("tvmm_memory_stats: no device " + std::to_string(device) + " (0 to " +
+                                std::to_string(kMaxDevices - 1) + ", or -1 for the current one)");
       return -1;
     }
-    if (tvmm::detail::TransparentHeap* h = heap_if_created(device)) json = h->stats_json();
+    if (tvmm::vmm::TransparentHeap* h = heap_if_created(device)) json = h->stats_json();
     if (size != 0) {
       const std::size_t n = std::min(json.size(), size - 1);
       std::memcpy(buf, json.data(), n);
@@ -86,7 +86,7 @@ int tvmm_memory_stats(int device, char* buf, size_t size) {
     }
     return static_cast<int>(json.size());
   } catch (...) {
-    tvmm::detail::set_last_error("tvmm_memory_stats: out of memory");
+    tvmm::vmm::set_last_error("tvmm_memory_stats: out of memory");
     return -1;
   }
 }

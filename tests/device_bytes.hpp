@@ -15,7 +15,7 @@
 #include "backends/device/device_backend.hpp"
 #include "backends/device/device_memory.hpp"
 #include "test_support.hpp"
-#include "vmm/pager_impl.hpp"
+#include "vmm/core/pager_impl.hpp"
 #if defined(TVMM_HAVE_CUDA)
 #include "backends/device/cuda/cuda_device.hpp"
 #endif
@@ -34,13 +34,13 @@ class TestPager {
   explicit TestPager(Config config) : pager_(make(std::move(config), &cuda_)) {
 #if defined(TVMM_HAVE_CUDA)
     if (cuda_ != nullptr) {
-      memory_ = std::make_unique<backend::DeviceMemory>(*cuda_);
+      memory_ = std::make_unique<device::DeviceMemory>(*cuda_);
       const char* step = "";
       require(memory_->open(&step), (std::string("the counter's ") + step).c_str());
       counter_ = memory_->va();
       require(cuda_->create_stream(&own_), "a stream");
       std::uint64_t zero = 0;
-      require(cuda_->memcpy_async(as_ptr(counter_), &zero, 8, backend::CopyKind::host_to_device, own_), "zeroing");
+      require(cuda_->memcpy_async(as_ptr(counter_), &zero, 8, device::CopyKind::host_to_device, own_), "zeroing");
       require(cuda_->synchronize_stream(own_), "zeroing");
     }
 #endif
@@ -64,7 +64,7 @@ class TestPager {
 #if defined(TVMM_HAVE_CUDA)
     if (cuda_ != nullptr) {
       on_gpu(
-          s, [&](backend::StreamHandle h) { return cuda_->fill(h, dev(p), n, seed); }, "the fill kernel");
+          s, [&](device::StreamHandle h) { return cuda_->fill(h, dev(p), n, seed); }, "the fill kernel");
       return;
     }
 #endif
@@ -80,7 +80,7 @@ class TestPager {
 #if defined(TVMM_HAVE_CUDA)
     if (cuda_ != nullptr) {
       on_gpu(
-          s, [&](backend::StreamHandle h) { return cuda_->verify(h, dev(p), n, seed, counter_); }, "the verify kernel");
+          s, [&](device::StreamHandle h) { return cuda_->verify(h, dev(p), n, seed, counter_); }, "the verify kernel");
       return;
     }
 #endif
@@ -97,7 +97,7 @@ class TestPager {
     if (cuda_ != nullptr) {
       std::lock_guard lk(mu_);
       std::uint64_t v = 0;
-      require(cuda_->memcpy_async(&v, as_ptr(counter_), 8, backend::CopyKind::device_to_host, own_), "reading");
+      require(cuda_->memcpy_async(&v, as_ptr(counter_), 8, device::CopyKind::device_to_host, own_), "reading");
       require(cuda_->synchronize_stream(own_), "reading");
       return v;
     }
@@ -115,19 +115,19 @@ class TestPager {
     c.cuda_device = 0;
     static std::once_flag said;
     std::call_once(said, [] { std::fprintf(stderr, "TestPager: on the CUDA backend (TVMM_TEST_DEVICE=cuda)\n"); });
-    auto dev = backend::make_cuda_device(0);
-    *cuda = static_cast<backend::CudaDevice*>(dev.get());
-    return detail::PagerAccess::make(c, std::move(dev));
+    auto dev = device::make_cuda_device(0);
+    *cuda = static_cast<device::CudaDevice*>(dev.get());
+    return vmm::PagerAccess::make(c, std::move(dev));
 #else
     throw std::runtime_error("TVMM_TEST_DEVICE=cuda, but this build has no CUDA backend");
 #endif
   }
-  static void require(backend::Status st, const char* what) {
+  static void require(device::Status st, const char* what) {
     if (!st.ok())
-      throw std::runtime_error(std::string("TestPager: ") + what + " failed: " + backend::errc_name(st.code));
+      throw std::runtime_error(std::string("TestPager: ") + what + " failed: " + device::errc_name(st.code));
   }
-  static void* as_ptr(backend::DevPtr p) { return reinterpret_cast<void*>(p); }
-  static backend::DevPtr dev(void* p) { return reinterpret_cast<backend::DevPtr>(p); }
+  static void* as_ptr(device::DevPtr p) { return reinterpret_cast<void*>(p); }
+  static device::DevPtr dev(void* p) { return reinterpret_cast<device::DevPtr>(p); }
 #if defined(TVMM_HAVE_CUDA)
   // A kernel on the caller's stream, or (a host pin) on the tester's own stream, waited for.
   template <class Launch>
@@ -143,16 +143,16 @@ class TestPager {
 #endif
 
 #if defined(TVMM_HAVE_CUDA)
-  backend::CudaDevice* cuda_ = nullptr;
+  device::CudaDevice* cuda_ = nullptr;
 #else
   void* cuda_ = nullptr;
 #endif
   Pager pager_;
   std::shared_ptr<std::atomic<std::uint64_t>> bad_ = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::mutex mu_;
-  std::unique_ptr<backend::DeviceMemory> memory_;  // the counter (CUDA); goes before pager_, which owns the device
-  backend::DevPtr counter_ = 0;
-  backend::StreamHandle own_ = nullptr;
+  std::unique_ptr<device::DeviceMemory> memory_;  // the counter (CUDA); goes before pager_, which owns the device
+  device::DevPtr counter_ = 0;
+  device::StreamHandle own_ = nullptr;
 };
 
 }  // namespace tvmm::test

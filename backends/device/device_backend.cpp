@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 const char* errc_name(Errc e) noexcept {
   switch (e) {
@@ -260,4 +260,4 @@ std::unique_ptr<DeviceBackend> make_device_backend(const Config& config) {
   throw config_error("device_backend = \"" + config.device_backend + "\" is not a known device backend; use " + valid);
 }
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

@@ -69,7 +69,7 @@ namespace tvmm {
 struct Config;
 }
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 //! A device virtual address.
 using DevPtr = std::uintptr_t;
@@ -275,4 +275,4 @@ class DeviceBackend {
 //! tvmm::config_error for an unknown name and tvmm::device_error when it cannot start.
 std::unique_ptr<DeviceBackend> make_device_backend(const Config& config);
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

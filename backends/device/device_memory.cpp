@@ -1,6 +1,6 @@
 #include "backends/device/device_memory.hpp"
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 Status DeviceMemory::open(const char** step) {
   auto failed = [&](const char* what, Status s) {
@@ -33,4 +33,4 @@ void DeviceMemory::close() noexcept {
   va_ = 0;
 }
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

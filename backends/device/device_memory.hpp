@@ -7,7 +7,7 @@
 
 #include "backends/device/device_backend.hpp"
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 class DeviceMemory {
  public:
@@ -33,4 +33,4 @@ class DeviceMemory {
   bool created_ = false, mapped_ = false;
 };
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

@@ -10,7 +10,7 @@
 #include "common/registry.hpp"
 #include "tvmm/errors.hpp"
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 namespace {
 
@@ -44,4 +44,4 @@ const DeviceBackendInfo* find_device_backend(std::string_view name) noexcept {
   return common::find_by_name(device_backends(), name);
 }
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

@@ -10,7 +10,7 @@
 #include "backends/device/device_backend.hpp"
 #include "tvmm/config.hpp"
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 //! One registered device backend.
 struct DeviceBackendInfo {
@@ -26,4 +26,4 @@ std::span<const DeviceBackendInfo> device_backends() noexcept;
 //! The backend named `name`, or null.
 const DeviceBackendInfo* find_device_backend(std::string_view name) noexcept;
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

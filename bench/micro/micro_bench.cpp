@@ -158,7 +158,7 @@ BENCHMARK(BM_Memcpy)->Arg(kPage);
 
 // One page through the simulator's copy engine: stream + engine threads, event-tracked completion.
 void BM_SimCopyEngine(benchmark::State& state) {
-  using namespace tvmm::backend;
+  using namespace tvmm::device;
   const auto bytes = static_cast<std::size_t>(state.range(0));
   tvmm::SimDeviceConfig c;
   SimDevice dev(c, 8 * kPage);
@@ -187,7 +187,7 @@ BENCHMARK(BM_SimCopyEngine)->Arg(4096)->Arg(kPage)->UseRealTime();
 
 // Eight pages per completion event, as the pager queues a chunk of page-ins or write-backs.
 void BM_SimCopyEngineBatch8(benchmark::State& state) {
-  using namespace tvmm::backend;
+  using namespace tvmm::device;
   constexpr std::size_t kBatch = 8;
   tvmm::SimDeviceConfig c;
   SimDevice dev(c, 8 * kPage);

@@ -12,7 +12,7 @@
 #include "backends/storage/storage_backend.hpp"
 #include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
-#include "vmm/nvme_tier.hpp"
+#include "vmm/core/nvme_tier.hpp"
 
 namespace {
 
@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
     const std::size_t nbuf = 2 * std::size_t{qd};
     Buffer frames(nbuf * bs);
     const bool fixed = storage->register_buffers(frames.p, nbuf * bs);
-    tvmm::detail::NvmeTier tier(std::move(storage), bs, qd);
-    std::vector<tvmm::detail::NvmeTier::Io> ios(pages);
+    tvmm::vmm::NvmeTier tier(std::move(storage), bs, qd);
+    std::vector<tvmm::vmm::NvmeTier::Io> ios(pages);
     auto measure = [&](tvmm::storage::IoOp op) {
       for (std::uint32_t i = 0; i < pages; ++i) {
         const std::uint64_t sum = ios[i].checksum;  // reads verify what the writes recorded

@@ -55,7 +55,7 @@ namespace {
 // Everything the run takes from the GPU, given back in reverse on every path out.
 class Session {
  public:
-  explicit Session(backend::DeviceBackend& dev) : dev_(dev) {}
+  explicit Session(device::DeviceBackend& dev) : dev_(dev) {}
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
   ~Session() {
@@ -66,10 +66,10 @@ class Session {
     for (auto c : balloon_) (void)dev_.release_chunk(c);
   }
 
-  static void check(backend::Status st, const std::string& what) {
+  static void check(device::Status st, const std::string& what) {
     if (!st.ok()) {
-      throw device_error("tvmm-bench: Unified Memory peer: " + what + " failed: " + backend::errc_name(st.code),
-                         backend::errc_name(st.code));
+      throw device_error("tvmm-bench: Unified Memory peer: " + what + " failed: " + device::errc_name(st.code),
+                         device::errc_name(st.code));
     }
   }
 
@@ -87,8 +87,8 @@ class Session {
     chunk = std::max(chunk / granularity * granularity, granularity);
     while (taken + granularity <= bytes) {
       const std::size_t want = std::min(chunk, (bytes - taken) / granularity * granularity);
-      backend::ChunkHandle c;
-      if (dev_.create_chunk(want, &c, backend::ChunkLocation::device).ok()) {
+      device::ChunkHandle c;
+      if (dev_.create_chunk(want, &c, device::ChunkLocation::device).ok()) {
         balloon_.push_back(c);
         taken += want;
       } else if (want > granularity) {
@@ -100,40 +100,40 @@ class Session {
     return taken;
   }
 
-  backend::StreamHandle stream() {
+  device::StreamHandle stream() {
     if (stream_ == nullptr) check(dev_.create_stream(&stream_), "creating a stream");
     return stream_;
   }
 
-  backend::EventHandle event() {
-    backend::EventHandle e = nullptr;
-    check(dev_.create_event(&e, backend::EventKind::timing), "creating an event");
+  device::EventHandle event() {
+    device::EventHandle e = nullptr;
+    check(dev_.create_event(&e, device::EventKind::timing), "creating an event");
     events_.push_back(e);
     return e;
   }
 
  private:
-  backend::DeviceBackend& dev_;
+  device::DeviceBackend& dev_;
   std::vector<std::pair<void*, std::size_t>> managed_;
-  std::vector<backend::ChunkHandle> balloon_;
-  backend::StreamHandle stream_ = nullptr;
-  std::vector<backend::EventHandle> events_;
+  std::vector<device::ChunkHandle> balloon_;
+  device::StreamHandle stream_ = nullptr;
+  std::vector<device::EventHandle> events_;
 };
 
-backend::DevPtr va(void* p) { return reinterpret_cast<backend::DevPtr>(p); }
+device::DevPtr va(void* p) { return reinterpret_cast<device::DevPtr>(p); }
 
 }  // namespace
 
 UnifiedMemoryResult run_unified_memory(const Workload& w, const UnifiedMemoryOptions& o) {
   UnifiedMemoryResult r;
-  std::unique_ptr<backend::DeviceBackend> owner;
+  std::unique_ptr<device::DeviceBackend> owner;
   try {
-    owner = backend::make_cuda_device(o.ordinal);
+    owner = device::make_cuda_device(o.ordinal);
   } catch (const std::exception& e) {
     r.skipped = std::string("no CUDA device: ") + e.what();
     return r;
   }
-  backend::DeviceBackend& dev = *owner;
+  device::DeviceBackend& dev = *owner;
   if (!dev.properties().managed) {
     r.skipped = "the GPU or its driver has no concurrent managed memory (prefetch and advice)";
     return r;
@@ -171,7 +171,7 @@ UnifiedMemoryResult run_unified_memory(const Workload& w, const UnifiedMemoryOpt
   for (std::size_t i = 0; i < ts.size(); ++i) {
     seeds[i] = next_seed++;
     const auto filled = dev.fill(stream, va(ts[i]), w.tensor_bytes[i], seeds[i]);
-    if (filled.code == backend::Errc::not_supported) {
+    if (filled.code == device::Errc::not_supported) {
       r.skipped = "the GPU kernels that touch the managed memory cannot run: " + dev.kernels_unavailable();
       return r;
     }

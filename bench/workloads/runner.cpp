@@ -11,7 +11,7 @@
 
 #include "kernels/pattern.hpp"
 #include "policies/belady.hpp"
-#include "vmm/pager_impl.hpp"
+#include "vmm/core/pager_impl.hpp"
 #if defined(TVMM_HAVE_CUDA)
 #include "backends/device/cuda/cuda_device.hpp"
 #include "backends/device/device_memory.hpp"
@@ -57,21 +57,21 @@ class GpuCheck final : public ByteCheck {
  public:
   // The mismatch counter lives in one granule of device memory of its own, outside the pager's budget,
   // so it is always mapped.
-  GpuCheck(backend::DeviceBackend& dev, Stream& s) : dev_(dev), memory_(dev) {
+  GpuCheck(device::DeviceBackend& dev, Stream& s) : dev_(dev), memory_(dev) {
     const char* step = "";
     check(memory_.open(&step), (std::string("the counter's ") + step).c_str());
     counter_ = memory_.va();
     check(dev_.alloc_host(8, &host_), "alloc_host");
     std::memset(host_, 0, 8);
-    check(dev_.memcpy_async(as_ptr(counter_), host_, 8, backend::CopyKind::host_to_device, s.native_handle()),
+    check(dev_.memcpy_async(as_ptr(counter_), host_, 8, device::CopyKind::host_to_device, s.native_handle()),
           "zeroing the counter");
   }
   ~GpuCheck() override {
     if (host_ != nullptr) (void)dev_.free_host(host_, 8);
   }
   void fill(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
-    const auto st = dev_.fill(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed);
-    if (st.code == backend::Errc::not_supported) {
+    const auto st = dev_.fill(s.native_handle(), reinterpret_cast<device::DevPtr>(p), bytes, seed);
+    if (st.code == device::Errc::not_supported) {
       throw device_error(
           "tvmm-bench --device cuda writes and checks tensors with tvmm's GPU kernels: " + dev_.kernels_unavailable(),
           "bench");
@@ -79,11 +79,11 @@ class GpuCheck final : public ByteCheck {
     check(st, "the fill kernel");
   }
   void verify(Stream& s, void* p, std::size_t bytes, std::uint64_t seed) override {
-    check(dev_.verify(s.native_handle(), reinterpret_cast<backend::DevPtr>(p), bytes, seed, counter_),
+    check(dev_.verify(s.native_handle(), reinterpret_cast<device::DevPtr>(p), bytes, seed, counter_),
           "the verify kernel");
   }
   std::uint64_t mismatches(Stream& s) override {
-    check(dev_.memcpy_async(host_, as_ptr(counter_), 8, backend::CopyKind::device_to_host, s.native_handle()),
+    check(dev_.memcpy_async(host_, as_ptr(counter_), 8, device::CopyKind::device_to_host, s.native_handle()),
           "reading the counter");
     s.synchronize();
     std::uint64_t v = 0;
@@ -92,13 +92,13 @@ class GpuCheck final : public ByteCheck {
   }
 
  private:
-  static void* as_ptr(backend::DevPtr p) { return reinterpret_cast<void*>(p); }
-  void check(backend::Status st, const char* what) const {
+  static void* as_ptr(device::DevPtr p) { return reinterpret_cast<void*>(p); }
+  void check(device::Status st, const char* what) const {
     if (!st.ok()) throw device_error(std::string(what) + " failed: " + dev_.describe(st), "bench");
   }
-  backend::DeviceBackend& dev_;
-  backend::DeviceMemory memory_;
-  backend::DevPtr counter_ = 0;
+  device::DeviceBackend& dev_;
+  device::DeviceMemory memory_;
+  device::DevPtr counter_ = 0;
   void* host_ = nullptr;
 };
 #endif
@@ -288,15 +288,15 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   cfg.trace_file = o.pin_log;
   cfg.trace_events = o.event_trace;
   cfg.stats_file = o.stats_file;
-  std::unique_ptr<backend::DeviceBackend> dev;
+  std::unique_ptr<device::DeviceBackend> dev;
 #if defined(TVMM_HAVE_CUDA)
-  backend::DeviceBackend* gpu = nullptr;
+  device::DeviceBackend* gpu = nullptr;
   if (o.device == "cuda") {  // built here to reach its kernels (DeviceBackend::fill, verify)
-    dev = backend::make_cuda_device(cfg.cuda_device, cfg.gpu_direct_rdma);
+    dev = device::make_cuda_device(cfg.cuda_device, cfg.gpu_direct_rdma);
     gpu = dev.get();
   }
 #endif
-  Pager pager = dev ? detail::PagerAccess::make(cfg, std::move(dev)) : Pager(cfg);
+  Pager pager = dev ? vmm::PagerAccess::make(cfg, std::move(dev)) : Pager(cfg);
   auto stream = pager.create_stream();
   std::vector<Tensor> ts;
   ts.reserve(w.tensor_bytes.size());

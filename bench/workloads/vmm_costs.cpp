@@ -19,9 +19,9 @@ using clock = std::chrono::steady_clock;
 
 double ns_since(clock::time_point t0) { return std::chrono::duration<double, std::nano>(clock::now() - t0).count(); }
 
-void check(backend::Status s, const char* what) {
+void check(device::Status s, const char* what) {
   if (!s.ok())
-    throw device_error(std::string("tvmm-bench: ") + what + " failed: " + backend::errc_name(s.code), "bench");
+    throw device_error(std::string("tvmm-bench: ") + what + " failed: " + device::errc_name(s.code), "bench");
 }
 
 struct Costs {
@@ -43,13 +43,13 @@ Config base_config(const VmmOptions& o) {
 // Map, set access and unmap `pages` pages `rounds` times through the backend directly.
 void call_costs(const VmmOptions& o, Costs& r) {
   Config c = base_config(o);
-  auto dev = backend::make_device_backend(c);
+  auto dev = device::make_device_backend(c);
   const std::size_t g = dev->properties().granularity;
   r.page = g;
   r.device_name = dev->properties().name;
-  backend::DevPtr va = 0;
+  device::DevPtr va = 0;
   check(dev->reserve(o.pages * g, &va), "reserve");
-  std::vector<backend::ChunkHandle> chunks(o.pages);
+  std::vector<device::ChunkHandle> chunks(o.pages);
   for (auto& ch : chunks) check(dev->create_chunk(g, &ch), "create_chunk");
   double map = 0, access = 0, run = 0, unmap = 0;
   for (int round = 0; round < o.rounds; ++round) {
@@ -86,22 +86,22 @@ void call_costs(const VmmOptions& o, Costs& r) {
   void* host = nullptr;
   check(dev->alloc_host(o.pages * g, &host), "alloc_host");
   std::memset(host, 1, o.pages * g);
-  backend::StreamHandle s = nullptr;
+  device::StreamHandle s = nullptr;
   check(dev->create_stream(&s), "create_stream");
-  for (auto kind : {backend::CopyKind::host_to_device, backend::CopyKind::device_to_host}) {
+  for (auto kind : {device::CopyKind::host_to_device, device::CopyKind::device_to_host}) {
     const auto t0 = clock::now();
     for (int round = 0; round < o.rounds; ++round) {
       for (std::size_t i = 0; i < o.pages; ++i) {
         void* d = reinterpret_cast<void*>(va + i * g);
         void* h = static_cast<char*>(host) + i * g;
-        check(kind == backend::CopyKind::host_to_device ? dev->memcpy_async(d, h, g, kind, s)
-                                                        : dev->memcpy_async(h, d, g, kind, s),
+        check(kind == device::CopyKind::host_to_device ? dev->memcpy_async(d, h, g, kind, s)
+                                                       : dev->memcpy_async(h, d, g, kind, s),
               "memcpy_async");
       }
     }
     check(dev->synchronize_stream(s), "synchronize");
     const double gbs = static_cast<double>(o.pages * g) * o.rounds / (ns_since(t0));
-    (kind == backend::CopyKind::host_to_device ? r.plain_h2d_gbs : r.plain_d2h_gbs) = gbs;
+    (kind == device::CopyKind::host_to_device ? r.plain_h2d_gbs : r.plain_d2h_gbs) = gbs;
   }
   check(dev->destroy_stream(s), "destroy_stream");
   check(dev->free_host(host, o.pages * g), "free_host");

@@ -22,11 +22,11 @@
 
 namespace tvmm {
 
-namespace detail {
+namespace vmm {
 class PagerImpl;
 struct Allocation;
 struct PagerAccess;
-}  // namespace detail
+}  // namespace vmm
 
 //! How the pinned code will use a tensor's pages.
 enum class Access : std::uint8_t {
@@ -96,8 +96,8 @@ class TVMM_API Stream {
   friend class Pager;
   friend class StreamTimer;
   friend class Tensor;  // checks that a stream passed to pin or prefetch is its pager's
-  Stream(detail::PagerImpl* pager, void* handle) noexcept : pager_(pager), handle_(handle) {}
-  detail::PagerImpl* pager_ = nullptr;
+  Stream(vmm::PagerImpl* pager, void* handle) noexcept : pager_(pager), handle_(handle) {}
+  vmm::PagerImpl* pager_ = nullptr;
   void* handle_ = nullptr;
 };
 
@@ -123,7 +123,7 @@ class TVMM_API StreamTimer {
   [[nodiscard]] std::chrono::nanoseconds elapsed();
 
  private:
-  detail::PagerImpl* pager_;
+  vmm::PagerImpl* pager_;
   void* stream_;
   void* start_ = nullptr;
   void* stop_ = nullptr;
@@ -156,7 +156,7 @@ class TVMM_API Pin {
 
  private:
   friend class Tensor;
-  Pin(detail::PagerImpl* pager, detail::Allocation* alloc, void* stream, std::size_t offset, std::size_t bytes,
+  Pin(vmm::PagerImpl* pager, vmm::Allocation* alloc, void* stream, std::size_t offset, std::size_t bytes,
       std::uint32_t first_page, std::uint32_t pages) noexcept
       : pager_(pager),
         alloc_(alloc),
@@ -165,8 +165,8 @@ class TVMM_API Pin {
         bytes_(bytes),
         first_page_(first_page),
         pages_(pages) {}
-  detail::PagerImpl* pager_ = nullptr;
-  detail::Allocation* alloc_ = nullptr;
+  vmm::PagerImpl* pager_ = nullptr;
+  vmm::Allocation* alloc_ = nullptr;
   void* stream_ = nullptr;
   std::size_t offset_ = 0;
   std::size_t bytes_ = 0;
@@ -236,11 +236,11 @@ class TVMM_API Tensor {
 
  private:
   friend class Pager;
-  Tensor(detail::PagerImpl* pager, detail::Allocation* alloc) noexcept : pager_(pager), alloc_(alloc) {}
+  Tensor(vmm::PagerImpl* pager, vmm::Allocation* alloc) noexcept : pager_(pager), alloc_(alloc) {}
   // Throws tvmm::invalid_argument for an empty stream or one of another pager.
   void require_stream(const Stream& stream, const char* what) const;
-  detail::PagerImpl* pager_ = nullptr;
-  detail::Allocation* alloc_ = nullptr;
+  vmm::PagerImpl* pager_ = nullptr;
+  vmm::Allocation* alloc_ = nullptr;
 };
 
 //! The pager: a device backend, a device-address reservation, a device tier (frame pool), a host tier,
@@ -287,9 +287,9 @@ class TVMM_API Pager {
   [[nodiscard]] Placement placement() const;
 
  private:
-  friend struct detail::PagerAccess;
-  explicit Pager(std::unique_ptr<detail::PagerImpl> impl) noexcept;
-  std::unique_ptr<detail::PagerImpl> impl_;
+  friend struct vmm::PagerAccess;
+  explicit Pager(std::unique_ptr<vmm::PagerImpl> impl) noexcept;
+  std::unique_ptr<vmm::PagerImpl> impl_;
 };
 
 }  // namespace tvmm

@@ -9,7 +9,7 @@
 #include "test_support.hpp"
 
 using namespace tvmm;
-using namespace tvmm::backend;
+using namespace tvmm::device;
 
 TEST(SimStreams, ManyStreamsShareTheCopyEngines) {
   SimDeviceConfig c;

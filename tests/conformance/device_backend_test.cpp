@@ -26,7 +26,7 @@
 #include "test_support.hpp"
 
 using namespace tvmm;
-using namespace tvmm::backend;
+using namespace tvmm::device;
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include "backends/device/cuda/cuda_device.hpp"
 #include "test_support.hpp"
 #include "tvmm/tvmm.hpp"
-#include "vmm/transparent_heap.hpp"
+#include "vmm/transparent/transparent_heap.hpp"
 
 using namespace tvmm;
 
@@ -256,7 +256,7 @@ TEST(CudaOnEmulator, ATransparentPageTheGpuHasNoFrameForStartsOnTheHost) {
   c.cuda_device = 0;
   c.transparent_memory = "vmm";
   c.page_size = 2 * MiB;
-  auto heap = detail::make_transparent_heap(c, [] {});
+  auto heap = vmm::make_transparent_heap(c, [] {});
   const CUdeviceptr held = take_gpu_memory(drv, free_gpu_memory(drv) - 2 * MiB);  // room for one frame
   std::vector<void*> ptrs;
   for (int i = 0; i < 3; ++i) ASSERT_NO_THROW(ptrs.push_back(heap->allocate(2 * MiB))) << "allocation " << i;
@@ -302,12 +302,12 @@ TEST(CudaOnEmulator, HostLocatedChunksAreMadeAtTheirOwnGranularity) {
   c.device_budget = 8 * MiB;
   c.host_budget = 32 * MiB;
   c.transparent_memory = "vmm";
-  auto heap = detail::make_transparent_heap(c, [] {});
+  auto heap = vmm::make_transparent_heap(c, [] {});
   std::vector<void*> ptrs;
   for (int i = 0; i < 5; ++i) ASSERT_NO_THROW(ptrs.push_back(heap->allocate(4 * MiB))) << i;
   EXPECT_GT(heap->counters().pages_demoted, 0u);  // pages went to host-located chunks
   c.page_size = 2 * MiB;                          // explicitly not a multiple of the host chunks' granularity
-  const std::string m = test::message_of([&] { (void)detail::make_transparent_heap(c, [] {}); });
+  const std::string m = test::message_of([&] { (void)vmm::make_transparent_heap(c, [] {}); });
   EXPECT_NE(m.find("granularity on this cuda device is 4 MiB"), std::string::npos) << m;
 }
 

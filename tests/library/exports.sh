@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libtvmm.so exports the public API of include/tvmm and nothing else: every dynamic symbol it defines is
 # a C function that tvmm.h declares, or belongs to a class or function that the public C++ headers
-# declare. One more C function is exported on purpose: tvmm_internal_error_slot (vmm/c_api.cpp), the
+# declare. One more C function is exported on purpose: tvmm_internal_error_slot (vmm/api/c_api.cpp), the
 # last-error slot shared with libtvmm_preload.so.
 set -euo pipefail
 lib="$1"

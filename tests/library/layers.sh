@@ -5,18 +5,22 @@ set -euo pipefail
 root="$1"
 cd "$root"
 # Layer of a folder, bottom first: the public headers and the shared primitives, the machine's
-# topology, the device and storage backends, the eviction policies, the pager core, transparent mode,
-# the benchmarks, the tools.
+# topology, the device and storage backends, the eviction policies, the pager (in sub-layers: config,
+# observe, core, transparent, api), the preload library, the benchmarks, the tools.
 layer_of() {
   case "$1" in
-    include/*|tvmm/*|common/*|kernels/*) echo 1 ;;
-    backends/topology/*) echo 2 ;;
-    backends/device/*|backends/storage/*) echo 3 ;;
-    policies/*) echo 4 ;;
-    vmm/*) echo 5 ;;
-    preload/*) echo 6 ;;
-    bench/*) echo 7 ;;
-    tools/*) echo 8 ;;
+    include/*|tvmm/*|common/*|kernels/*) echo 10 ;;
+    backends/topology/*) echo 20 ;;
+    backends/device/*|backends/storage/*) echo 30 ;;
+    policies/*) echo 40 ;;
+    vmm/config/*) echo 50 ;;
+    vmm/observe/*) echo 51 ;;
+    vmm/core/*) echo 52 ;;
+    vmm/transparent/*) echo 53 ;;
+    vmm/api/*) echo 54 ;;
+    preload/*) echo 60 ;;
+    bench/*) echo 70 ;;
+    tools/*) echo 80 ;;
     *) echo "?" ;;
   esac
 }

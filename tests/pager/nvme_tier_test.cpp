@@ -28,8 +28,8 @@
 #include "backends/storage/slot_files.hpp"
 #include "device_bytes.hpp"
 #include "test_support.hpp"
-#include "vmm/nvme_tier.hpp"
-#include "vmm/pager_impl.hpp"
+#include "vmm/core/nvme_tier.hpp"
+#include "vmm/core/pager_impl.hpp"
 
 using namespace tvmm;
 using storage::FaultRule;
@@ -229,19 +229,19 @@ TEST(NvmeTier, AllocationsBelowTheNvmeThresholdStayOffNvmeUnderPressure) {
 TEST(NvmeTier, ChecksumIsMixedWithTheSlot) {
   test::TempDir dir;
   storage::StorageOptions o{{dir.path()}, kPage, 4, 4, true, true};
-  detail::NvmeTier tier(std::make_unique<storage::PosixStorage>(o), kPage, 4);
+  vmm::NvmeTier tier(std::make_unique<storage::PosixStorage>(o), kPage, 4);
   test::AlignedBuffer a(kPage), b(kPage);
   test::fill(a.data, kPage, 5);
   test::fill(b.data, kPage, 5);
   EXPECT_EQ(tier.checksum(a.data, 1), tier.checksum(b.data, 1));
   EXPECT_NE(tier.checksum(a.data, 1), tier.checksum(a.data, 2)) << "a misdirected read must fail the check";
   // A page written to slot 1 and read from slot 2 (holding the same bytes) is caught.
-  std::vector<detail::NvmeTier::Io> w{{IoOp::write, 1, a.data, 0, 0}, {IoOp::write, 2, a.data, 0, 0}};
+  std::vector<vmm::NvmeTier::Io> w{{IoOp::write, 1, a.data, 0, 0}, {IoOp::write, 2, a.data, 0, 0}};
   tier.run(w);
   ASSERT_EQ(w[0].error, 0);
-  std::vector<detail::NvmeTier::Io> r{{IoOp::read, 2, b.data, w[0].checksum, 0}};
+  std::vector<vmm::NvmeTier::Io> r{{IoOp::read, 2, b.data, w[0].checksum, 0}};
   tier.run(r);
-  EXPECT_EQ(r[0].error, detail::NvmeTier::kCorrupt);
+  EXPECT_EQ(r[0].error, vmm::NvmeTier::kCorrupt);
 }
 
 TEST(NvmeTier, BadSettingsAreRefusedWithTheFix) {
@@ -333,12 +333,12 @@ class NvmePipeline : public ::testing::Test {
   void SetUp() override {
     Config c = nvme_config(8, 8, 32, {dir_.path()});
     c.nvme.queue_depth = 32;
-    auto dev = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
+    auto dev = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
     dev_ = dev.get();
     storage::StorageOptions o{{dir_.path()}, kPage, 32, 32, true, true};
     auto st = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("auto", o));
     st_ = st.get();
-    pager_ = std::make_unique<Pager>(detail::PagerAccess::make(c, std::move(dev), std::move(st)));
+    pager_ = std::make_unique<Pager>(vmm::PagerAccess::make(c, std::move(dev), std::move(st)));
   }
   // Lets everything held run (declared after a thread's future, so the thread can finish).
   struct ReleaseAll {
@@ -358,7 +358,7 @@ class NvmePipeline : public ::testing::Test {
   // A fresh tensor's stream pin evicts all of `a` to the host tier (filling it) with its 8 copies
   // held; from then on the storage counts NVMe writes (fired()).
   Tensor evict_with_held_copies(Stream& stream) {
-    dev_->hold(backend::FaultyDevice::Op::copy_out);
+    dev_->hold(device::FaultyDevice::Op::copy_out);
     Tensor b = pager_->allocate(8 * kPage);
     { auto pin = b.pin(stream, Access::write); }
     st_->set_rules({FaultRule::of(FaultRule::Kind::latency).on(IoOp::write)});
@@ -381,13 +381,13 @@ class NvmePipeline : public ::testing::Test {
     pager_->check_invariants();
   }
   test::TempDir dir_;
-  backend::FaultyDevice* dev_ = nullptr;
+  device::FaultyDevice* dev_ = nullptr;
   storage::FaultyStorage* st_ = nullptr;
   std::unique_ptr<Pager> pager_;
 };
 
 TEST_F(NvmePipeline, EachEvictedPageGoesOnToNvmeAsSoonAsItsOwnCopyToTheHostEnds) {
-  using Op = backend::FaultyDevice::Op;
+  using Op = device::FaultyDevice::Op;
   Tensor a = written(1);
   auto stream = pager_->create_stream();
   Tensor b = evict_with_held_copies(stream);
@@ -414,12 +414,12 @@ TEST_F(NvmePipeline, EachEvictedPageGoesOnToNvmeAsSoonAsItsOwnCopyToTheHostEnds)
 }
 
 TEST_F(NvmePipeline, AFailedWaitForAWriteBackLeavesThatPageOnTheHostAndLosesNothing) {
-  using Op = backend::FaultyDevice::Op;
+  using Op = device::FaultyDevice::Op;
   Tensor a = written(1);
   auto stream = pager_->create_stream();
   Tensor b = evict_with_held_copies(stream);
   // The spill's wait for a's first write-back fails: that page is not written, the others are.
-  dev_->fail_once(Op::synchronize_event, backend::Errc::system_error);
+  dev_->fail_once(Op::synchronize_event, device::Errc::system_error);
   Tensor c = pager_->allocate(8 * kPage);
   auto pinned = write_in_background(c);
   ReleaseAll release{this};
@@ -439,7 +439,7 @@ TEST_F(NvmePipeline, AFailedWaitForAWriteBackLeavesThatPageOnTheHostAndLosesNoth
 }
 
 TEST_F(NvmePipeline, EachPageReadFromNvmeIsCopiedToTheDeviceAsSoonAsItIsVerified) {
-  using Op = backend::FaultyDevice::Op;
+  using Op = device::FaultyDevice::Op;
   Tensor a = written(1);
   Tensor b = written(2);
   Tensor c = written(3);  // a goes on to NVMe, b to the host
@@ -474,7 +474,7 @@ class NvmeFaults : public ::testing::TestWithParam<const char*> {
     storage::StorageOptions o{{dir_.path()}, kPage, 16, 8, true, true};
     auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend(GetParam(), o));
     faulty_ = faulty.get();
-    pager_ = std::make_unique<Pager>(detail::PagerAccess::make(c, backend::make_device_backend(c), std::move(faulty)));
+    pager_ = std::make_unique<Pager>(vmm::PagerAccess::make(c, device::make_device_backend(c), std::move(faulty)));
     for (int i = 0; i < 6; ++i) {
       ts_.push_back(pager_->allocate(kPage));
       auto pin = ts_.back().pin(Access::write);
@@ -677,8 +677,7 @@ TEST(NvmeTrace, NothingOfOursRemainsAfterSigkill) {
       ::close(ready[0]);
       const Config c = nvme_config(1, 2, 16, {dir.path()});
       storage::StorageOptions o{{dir.path()}, kPage, 16, 8, true, tmpfile};
-      Pager p =
-          detail::PagerAccess::make(c, backend::make_device_backend(c), std::make_unique<storage::PosixStorage>(o));
+      Pager p = vmm::PagerAccess::make(c, device::make_device_backend(c), std::make_unique<storage::PosixStorage>(o));
       std::vector<Tensor> ts;
       for (int i = 0; i < 8; ++i) {
         ts.push_back(p.allocate(kPage));

@@ -5,7 +5,7 @@
 
 #include "backends/device/faulty/faulty_device.hpp"
 #include "test_support.hpp"
-#include "vmm/pager_impl.hpp"
+#include "vmm/core/pager_impl.hpp"
 
 using namespace tvmm;
 
@@ -131,9 +131,9 @@ TEST(PagerErrors, AnAddressReservationTheDeviceRefusesNamesVaSize) {
   for (std::size_t va : {std::size_t{0}, 64 * MiB}) {
     Config c = test::small_config(2, 4);
     c.va_size = va;
-    auto dev = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
-    dev->fail_always(backend::FaultyDevice::Op::reserve, backend::Errc::out_of_memory);
-    const std::string m = test::message_of([&] { (void)detail::PagerAccess::make(c, std::move(dev)); });
+    auto dev = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
+    dev->fail_always(device::FaultyDevice::Op::reserve, device::Errc::out_of_memory);
+    const std::string m = test::message_of([&] { (void)vmm::PagerAccess::make(c, std::move(dev)); });
     EXPECT_NE(m.find("cannot reserve"), std::string::npos) << m;
     EXPECT_NE(m.find("device address space"), std::string::npos) << m;
     EXPECT_NE(m.find(va == 0 ? "device.va_size is auto: 4 x (device budget 128 KiB + host budget 256 KiB)"
@@ -145,10 +145,10 @@ TEST(PagerErrors, AnAddressReservationTheDeviceRefusesNamesVaSize) {
   }
   // A device that failed is not a size to change: the error says what failed, not to set va_size.
   Config c = test::small_config(2, 4);
-  auto dev = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
-  dev->fail_always(backend::FaultyDevice::Op::reserve, backend::Errc::driver_error);
+  auto dev = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
+  dev->fail_always(device::FaultyDevice::Op::reserve, device::Errc::driver_error);
   try {
-    (void)detail::PagerAccess::make(c, std::move(dev));
+    (void)vmm::PagerAccess::make(c, std::move(dev));
     ADD_FAILURE() << "a failed reservation was accepted";
   } catch (const config_error& e) {
     ADD_FAILURE() << "a driver error was reported as a configuration error: " << e.what();

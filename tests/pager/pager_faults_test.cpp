@@ -9,19 +9,19 @@
 
 #include "backends/device/faulty/faulty_device.hpp"
 #include "test_support.hpp"
-#include "vmm/pager_impl.hpp"
+#include "vmm/core/pager_impl.hpp"
 
 using namespace tvmm;
-using backend::Errc;
-using Op = backend::FaultyDevice::Op;
+using device::Errc;
+using Op = device::FaultyDevice::Op;
 
 namespace {
 
 // A pager over the simulated device wrapped in a FaultyDevice; `dev` receives the wrapper.
-Pager make_faulty_pager(const Config& c, backend::FaultyDevice*& dev) {
-  auto faulty = std::make_unique<backend::FaultyDevice>(backend::make_device_backend(c));
+Pager make_faulty_pager(const Config& c, device::FaultyDevice*& dev) {
+  auto faulty = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
   dev = faulty.get();
-  return detail::PagerAccess::make(c, std::move(faulty));
+  return vmm::PagerAccess::make(c, std::move(faulty));
 }
 
 // One device frame; `a` on the host and `b` on the device, each holding its own pattern.
@@ -73,7 +73,7 @@ class PagerFaults : public ::testing::Test {
     EXPECT_GT(dev_->injected(), 0u);
   }
 
-  backend::FaultyDevice* dev_ = nullptr;
+  device::FaultyDevice* dev_ = nullptr;
   std::unique_ptr<Pager> pager_;
   Tensor a_, b_;
 };
@@ -176,7 +176,7 @@ class PagerUnmapRuns : public ::testing::Test {
     auto pin = b_.pin(Access::read);
     EXPECT_EQ(test::mismatches(pin.data(), b_.size(), 5), 0u);
   }
-  backend::FaultyDevice* dev_ = nullptr;
+  device::FaultyDevice* dev_ = nullptr;
   std::unique_ptr<Pager> pager_;
   Tensor b_, c_;
 };
@@ -212,7 +212,7 @@ TEST_F(PagerUnmapRuns, PagesWhoseUnmapFailsAreUnmappedAtTheirNextPageIn) {
 // A victim dropped without a copy (its contents discarded) hands its frame over at once: the new page
 // does not wait behind a write-back queued earlier for another victim.
 TEST(PagerDroppedVictims, DoNotWaitForEarlierWriteBacks) {
-  backend::FaultyDevice* dev = nullptr;
+  device::FaultyDevice* dev = nullptr;
   Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
   auto s = pager.create_stream();
   auto a = pager.allocate(64 * KiB), b = pager.allocate(64 * KiB);
@@ -252,7 +252,7 @@ TEST_F(PagerFaults, FramesAreRecycledNotCreatedOnTheHotPath) {
 }
 
 TEST(PagerFaultsStart, FrameCreationFailureIsOutOfMemory) {
-  backend::FaultyDevice* dev = nullptr;
+  device::FaultyDevice* dev = nullptr;
   Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
   auto t = pager.allocate(64 * KiB);
   dev->fail_once(Op::create_chunk, Errc::out_of_memory);

@@ -109,12 +109,12 @@ TEST(NumaPlacement, TheSimulatorBindsExistingAndNewStreamThreads) {
   if (all.size() < 2) GTEST_SKIP() << "one CPU: nothing to restrict";
   SimDeviceConfig c;
   c.granularity = 64 * KiB;
-  backend::SimDevice dev(c, 4 * 64 * KiB);
-  backend::StreamHandle before = nullptr;
+  device::SimDevice dev(c, 4 * 64 * KiB);
+  device::StreamHandle before = nullptr;
   ASSERT_TRUE(dev.create_stream(&before).ok());
   const std::vector<unsigned> one = {all.back()};
   ASSERT_TRUE(dev.set_worker_cpus(one).ok());
-  backend::StreamHandle after = nullptr;
+  device::StreamHandle after = nullptr;
   ASSERT_TRUE(dev.create_stream(&after).ok());
   for (auto s : {before, after}) {
     std::vector<unsigned> seen;
@@ -126,7 +126,7 @@ TEST(NumaPlacement, TheSimulatorBindsExistingAndNewStreamThreads) {
     ASSERT_TRUE(dev.synchronize_stream(s).ok());
     EXPECT_EQ(seen, one);
   }
-  EXPECT_EQ(dev.set_worker_cpus({}).code, backend::Errc::invalid_value);
+  EXPECT_EQ(dev.set_worker_cpus({}).code, device::Errc::invalid_value);
   EXPECT_TRUE(dev.destroy_stream(before).ok());
   EXPECT_TRUE(dev.destroy_stream(after).ok());
 }

@@ -1,7 +1,7 @@
 // The transparent heap on the simulated GPU, with both mechanisms (vmm: remaps of mapped pages; um:
 // managed memory with advice and prefetches): every page stays usable and keeps its bytes across
 // demotions and promotions, vmm remaps only after a drain, capacity = device + host budgets.
-#include "vmm/transparent_heap.hpp"
+#include "vmm/transparent/transparent_heap.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,10 +15,10 @@
 #include "backends/device/sim/sim_device.hpp"
 #include "kernels/pattern.hpp"
 #include "tvmm/errors.hpp"
-#include "vmm/managed_heap.hpp"
-#include "vmm/remap_heap.hpp"
+#include "vmm/transparent/managed_heap.hpp"
+#include "vmm/transparent/remap_heap.hpp"
 
-namespace tvmm::detail {
+namespace tvmm::vmm {
 namespace {
 
 constexpr std::size_t page = 2 * MiB;
@@ -91,7 +91,7 @@ TEST_P(TransparentHeapTest, PromotesHostPagesIntoFramesThatFreesLeaveIdle) {
   h.heap.maintain(true);
   EXPECT_EQ(h.heap.counters().pages_promoted - before, 2u);
   EXPECT_EQ(h.heap.usage().on_device, 4 * page);
-  EXPECT_EQ(h.heap.location_of(ptrs[1]), backend::ChunkLocation::device);
+  EXPECT_EQ(h.heap.location_of(ptrs[1]), device::ChunkLocation::device);
   for (unsigned i = 0; i < 6; ++i) {
     EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, 100 + i), 0u) << "allocation " << i;
   }
@@ -220,7 +220,7 @@ TEST_P(TransparentHeapTest, ACaptureThatBeginsJustBeforeTheDrainIsNotInvalidated
   if (vmm()) {
     void* p = heap.allocate(page);  // would demote: places on the host instead
     kernels::fill_pattern(p, page, 3);
-    EXPECT_EQ(heap.location_of(p), backend::ChunkLocation::host);
+    EXPECT_EQ(heap.location_of(p), device::ChunkLocation::host);
     EXPECT_EQ(kernels::count_mismatches(p, page, 3), 0u);
   }
   EXPECT_EQ(heap.counters().drains, drains);
@@ -233,7 +233,7 @@ TEST_P(TransparentHeapTest, CompletedStreamOrderedFreesWaitForTheCaptureToEnd) {
   Heap h(GetParam());
   bool capturing = false;
   h.heap.set_capture_probe([&] { return capturing; });
-  backend::StreamHandle s = nullptr;
+  device::StreamHandle s = nullptr;
   ASSERT_TRUE(h.heap.device().create_stream(&s).ok());
   void* a = h.heap.allocate(2 * page);
   h.heap.free_after(a, s);
@@ -260,7 +260,7 @@ TEST_P(TransparentHeapTest, AStreamOrderedReleaseLooksForACaptureAfterClosingThe
   h.on_drain = [&] { capturing = capturing || begin_at_gate; };
   TransparentHeap& heap = h.heap;
   heap.set_capture_probe([&] { return capturing; });
-  backend::StreamHandle s = nullptr;
+  device::StreamHandle s = nullptr;
   ASSERT_TRUE(heap.device().create_stream(&s).ok());
   void* a = heap.allocate(2 * page);
   void* b = heap.allocate(page);
@@ -288,25 +288,25 @@ TEST_P(TransparentHeapTest, GivingDeviceMemoryBackDemotesTheColdestAndHoldsTheDe
   h.heap.note_use(ptrs[0]);
   h.heap.note_use(ptrs[1]);
   h.heap.note_use(ptrs[3]);
-  EXPECT_EQ(h.heap.give_back_device_memory(page + 1), 2 * page);         // whole pages: two
-  EXPECT_EQ(h.heap.location_of(ptrs[2]), backend::ChunkLocation::host);  // the unused one went first
+  EXPECT_EQ(h.heap.give_back_device_memory(page + 1), 2 * page);        // whole pages: two
+  EXPECT_EQ(h.heap.location_of(ptrs[2]), device::ChunkLocation::host);  // the unused one went first
   EXPECT_EQ(h.heap.usage().on_device, 2 * page);
   EXPECT_EQ(h.heap.counters().pages_given_back, 2u);
   void* during = h.heap.allocate(page);
-  EXPECT_EQ(h.heap.location_of(during), backend::ChunkLocation::host);
+  EXPECT_EQ(h.heap.location_of(during), device::ChunkLocation::host);
   h.heap.maintain(false);
   EXPECT_EQ(h.heap.usage().on_device, 2 * page);  // no promotion while held back
   for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, 40 + i), 0u) << i;
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   void* after = h.heap.allocate(page);
-  EXPECT_EQ(h.heap.location_of(after), backend::ChunkLocation::device);
+  EXPECT_EQ(h.heap.location_of(after), device::ChunkLocation::device);
 }
 
 // A small allocation whose size class has no free slot first takes back slots of stream-ordered frees that
 // have completed, rather than failing for want of a new slab's page (or making a second slab).
 TEST_P(TransparentHeapTest, ASmallAllocationReusesASlotFreedInStreamOrder) {
   Heap h(GetParam());
-  backend::StreamHandle s = nullptr;
+  device::StreamHandle s = nullptr;
   ASSERT_TRUE(h.heap.device().create_stream(&s).ok());
   std::vector<void*> slots;
   for (unsigned i = 0; i < 8; ++i) slots.push_back(h.heap.allocate(page / 8));  // one full slab
@@ -325,7 +325,7 @@ TEST_P(TransparentHeapTest, ASmallAllocationReusesASlotFreedInStreamOrder) {
 // an allocation that needs its pages waits for that stream only.
 TEST_P(TransparentHeapTest, AStreamOrderedFreeReleasesWhenTheStreamGetsThere) {
   Heap h(GetParam());
-  backend::StreamHandle s = nullptr;
+  device::StreamHandle s = nullptr;
   ASSERT_TRUE(h.heap.device().create_stream(&s).ok());
   void* a = h.heap.allocate(16 * page);  // all of the capacity
   ASSERT_TRUE(h.heap.device().launch_busy(s, std::chrono::milliseconds(200)).ok());
@@ -358,7 +358,7 @@ TEST_P(TransparentHeapTest, SmallAllocationsSharePages) {
   EXPECT_EQ(h.heap.counters().allocated_bytes, 300 * 1000 + 100 * 1024);
   EXPECT_EQ(h.heap.size_of(small[5]), 1000u);
   const auto [start, bytes] = h.heap.allocation_of(static_cast<char*>(small[5]) + 999);
-  EXPECT_EQ(start, reinterpret_cast<backend::DevPtr>(small[5]));
+  EXPECT_EQ(start, reinterpret_cast<device::DevPtr>(small[5]));
   EXPECT_EQ(bytes, 1000u);
   EXPECT_EQ(h.heap.allocation_of(static_cast<char*>(small[5]) + 1000).second, 0u);  // the slot's padding
   // The whole device and more: the slabs are demoted and promoted like any page.
@@ -389,8 +389,8 @@ TEST_P(TransparentHeapTest, SmallAllocationsSharePages) {
 }
 
 // A simulated GPU of the small config's device budget, behind a fault injector.
-std::unique_ptr<backend::FaultyDevice> faulty_sim() {
-  return std::make_unique<backend::FaultyDevice>(std::make_unique<backend::SimDevice>(small_config().sim, 4 * page));
+std::unique_ptr<device::FaultyDevice> faulty_sim() {
+  return std::make_unique<device::FaultyDevice>(std::make_unique<device::SimDevice>(small_config().sim, 4 * page));
 }
 
 // Four one-page allocations (the whole device budget), allocation i filled with pattern i.
@@ -413,7 +413,7 @@ TEST_P(TransparentHeapTest, AQuiescentPointSwapsTheMostUsedHostPagesWithUnusedDe
     kernels::fill_pattern(ptrs[i], page, 10 + i);
   }
   // Allocation order: 4-7 on the device, 0-3 on the host. The program uses 0 and 1 most.
-  ASSERT_EQ(h.heap.location_of(ptrs[0]), backend::ChunkLocation::host);
+  ASSERT_EQ(h.heap.location_of(ptrs[0]), device::ChunkLocation::host);
   for (int k = 0; k < 5; ++k) {
     h.heap.note_use(static_cast<std::byte*>(ptrs[0]) + 100);  // a pointer into the allocation counts
     h.heap.note_use(ptrs[1]);
@@ -422,9 +422,9 @@ TEST_P(TransparentHeapTest, AQuiescentPointSwapsTheMostUsedHostPagesWithUnusedDe
   h.heap.maintain(false);
   EXPECT_EQ(h.heap.counters().pages_swapped, 2u);
   EXPECT_EQ(h.heap.counters().uses_noted, 11u);
-  EXPECT_EQ(h.heap.location_of(ptrs[0]), backend::ChunkLocation::device);
-  EXPECT_EQ(h.heap.location_of(ptrs[1]), backend::ChunkLocation::device);
-  EXPECT_EQ(h.heap.location_of(ptrs[5]), backend::ChunkLocation::device);  // used: not the one to go
+  EXPECT_EQ(h.heap.location_of(ptrs[0]), device::ChunkLocation::device);
+  EXPECT_EQ(h.heap.location_of(ptrs[1]), device::ChunkLocation::device);
+  EXPECT_EQ(h.heap.location_of(ptrs[5]), device::ChunkLocation::device);  // used: not the one to go
   EXPECT_EQ(h.heap.usage().on_device, 4 * page);
   for (unsigned i = 0; i < 8; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, 10 + i), 0u) << i;
   // Nothing more to gain: the next quiescent point moves nothing, and drains nothing.
@@ -454,9 +454,9 @@ TEST_P(TransparentHeapTest, AnAllocationDemotesTheLeastUsedPagesNotTheOldest) {
   h.heap.note_use(ptrs[2]);
   h.heap.note_use(ptrs[3]);
   void* extra = h.heap.allocate(page);
-  EXPECT_EQ(h.heap.location_of(extra), backend::ChunkLocation::device);
-  EXPECT_EQ(h.heap.location_of(ptrs[1]), backend::ChunkLocation::host);
-  EXPECT_EQ(h.heap.location_of(ptrs[0]), backend::ChunkLocation::device);
+  EXPECT_EQ(h.heap.location_of(extra), device::ChunkLocation::device);
+  EXPECT_EQ(h.heap.location_of(ptrs[1]), device::ChunkLocation::host);
+  EXPECT_EQ(h.heap.location_of(ptrs[0]), device::ChunkLocation::device);
 }
 
 TEST_P(TransparentHeapTest, PlacementByAllocationIgnoresUses) {
@@ -468,7 +468,7 @@ TEST_P(TransparentHeapTest, PlacementByAllocationIgnoresUses) {
   for (unsigned i = 0; i < 8; ++i) ptrs.push_back(h.heap.allocate(page));
   for (int k = 0; k < 5; ++k) h.heap.note_use(ptrs[0]);
   h.heap.maintain(false);
-  EXPECT_EQ(h.heap.location_of(ptrs[0]), backend::ChunkLocation::host);
+  EXPECT_EQ(h.heap.location_of(ptrs[0]), device::ChunkLocation::host);
   EXPECT_EQ(h.heap.counters().uses_noted, 0u);
   EXPECT_EQ(h.heap.counters().pages_swapped, 0u);
 }
@@ -504,7 +504,7 @@ TEST(RemapHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
   RemapHeap heap(
       small_config(), [] {}, std::move(faulty));
   const std::vector<void*> ptrs = fill_the_device(heap);
-  dev->fail_once(backend::FaultyDevice::Op::copy_out, backend::Errc::invalid_value);
+  dev->fail_once(device::FaultyDevice::Op::copy_out, device::Errc::invalid_value);
   EXPECT_THROW((void)heap.allocate(page), device_error);
   EXPECT_EQ(heap.usage().used, 4 * page);
   for (unsigned i = 0; i < 4; ++i) {
@@ -523,7 +523,7 @@ TEST(ManagedHeap, AFailedPrefetchLeavesThePageWhereItWasWithItsBytes) {
   ManagedHeap heap(
       small_config(), [] {}, std::move(faulty));
   const std::vector<void*> ptrs = fill_the_device(heap);
-  dev->fail_once(backend::FaultyDevice::Op::copy_out, backend::Errc::invalid_value);
+  dev->fail_once(device::FaultyDevice::Op::copy_out, device::Errc::invalid_value);
   EXPECT_THROW((void)heap.allocate(page), device_error);
   EXPECT_EQ(heap.usage().used, 4 * page);
   EXPECT_EQ(heap.usage().on_device, 4 * page);
@@ -542,4 +542,4 @@ TEST(TransparentHeapChoice, AutoPicksVmmWhereHostChunksExistAndRefusesAnUnknownM
 }
 
 }  // namespace
-}  // namespace tvmm::detail
+}  // namespace tvmm::vmm

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "test_support.hpp"
-#include "vmm/config_keys.hpp"
+#include "vmm/config/config_keys.hpp"
 
 using namespace tvmm;
 
@@ -281,10 +281,10 @@ direct = false
 
 TEST(ConfigFile, DocsListEveryKeyWithItsEnvironmentVariable) {
   const auto doc = test::read_file(TVMM_SOURCE_DIR "/docs/configuration.md");
-  for (const auto& k : detail::config_keys()) {
+  for (const auto& k : vmm::config_keys()) {
     const std::string key = std::string(k.section) + "." + std::string(k.key);
     EXPECT_TRUE(has(doc, "`" + key + "`")) << key << " is missing from docs/configuration.md";
-    EXPECT_TRUE(has(doc, detail::environment_variable(k))) << detail::environment_variable(k) << " is missing";
+    EXPECT_TRUE(has(doc, vmm::environment_variable(k))) << vmm::environment_variable(k) << " is missing";
   }
 }
 
@@ -362,15 +362,15 @@ TEST(ConfigFile, DeviceOrdinalIsAutoByDefaultOrANumber) {
 // Every number and size key refuses nan and inf (TOML has both), in a file and in the environment.
 TEST(ConfigFile, EveryNumberAndSizeKeyRefusesNonFiniteValues) {
   std::size_t checked = 0;
-  for (const auto& k : detail::config_keys()) {
-    if (k.type != detail::KeyType::number && k.type != detail::KeyType::size) continue;
+  for (const auto& k : vmm::config_keys()) {
+    if (k.type != vmm::KeyType::number && k.type != vmm::KeyType::size) continue;
     const std::string name = std::string(k.section) + "." + std::string(k.key);
     for (const char* bad : {"nan", "+inf", "-inf"}) {
       const std::string toml = "[" + std::string(k.section) + "]\n" + std::string(k.key) + " = " + bad + "\n";
       const std::string m = error_of(toml);
       EXPECT_TRUE(has(m, name)) << name << " = " << bad << " was accepted: " << m;
       EXPECT_TRUE(has(m, "expected")) << m;
-      const std::string var = detail::environment_variable(k);
+      const std::string var = vmm::environment_variable(k);
       ScopedEnv env(var.c_str(), bad[0] == '+' ? bad + 1 : bad);
       Config c;
       EXPECT_THROW(apply_environment(c), config_error) << var << "=" << bad;
@@ -393,13 +393,13 @@ TEST(ConfigFile, ANonFiniteBandwidthSetInCodeIsRefused) {
 // code, from the one key table (the eviction policy's error used to leave "belady" out).
 TEST(ConfigFile, EveryChoiceErrorListsEveryChoice) {
   std::size_t checked = 0;
-  for (const auto& k : detail::config_keys()) {
-    if (k.type != detail::KeyType::text || k.choices.empty() || k.whole_number_too) continue;
+  for (const auto& k : vmm::config_keys()) {
+    if (k.type != vmm::KeyType::text || k.choices.empty() || k.whole_number_too) continue;
     const std::string toml = "[" + std::string(k.section) + "]\n" + std::string(k.key) + " = \"bogus\"\n";
     const std::string from_file = error_of(toml);
     ASSERT_NE(k.field, nullptr) << k.section << "." << k.key << " has no Config field for validate()";
     Config c;
-    detail::KeyValue v;
+    vmm::KeyValue v;
     v.text = "bogus";
     k.set(c, v);
     std::string in_code;

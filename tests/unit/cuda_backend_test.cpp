@@ -14,12 +14,12 @@
 
 #include "backends/device/cuda/cuda_device.hpp"
 #include "test_support.hpp"
-#include "vmm/managed_heap.hpp"
-#include "vmm/pager_impl.hpp"
-#include "vmm/remap_heap.hpp"
+#include "vmm/core/pager_impl.hpp"
+#include "vmm/transparent/managed_heap.hpp"
+#include "vmm/transparent/remap_heap.hpp"
 
 using namespace tvmm;
-namespace cu = tvmm::backend::cuda;
+namespace cu = tvmm::device::cuda;
 
 namespace {
 
@@ -357,7 +357,7 @@ TEST(CudaBackend, WithoutADriverCreatingItFailsWithAClearError) {
 }
 
 TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
-  backend::CudaDevice dev(fake_api(), 0);
+  device::CudaDevice dev(fake_api(), 0);
   EXPECT_EQ(dev.properties().name, "cuda");
   EXPECT_EQ(dev.properties().granularity, kGranularity);
   EXPECT_EQ(dev.properties().capacity, 64 * kGranularity);
@@ -368,7 +368,7 @@ TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
   ASSERT_TRUE(dev.memory_info(&free, &total).ok());
   EXPECT_EQ(free, 40 * kGranularity);
   EXPECT_EQ(total, 64 * kGranularity);
-  backend::StreamHandle s = nullptr;
+  device::StreamHandle s = nullptr;
   ASSERT_TRUE(dev.create_stream(&s).ok());
 #if defined(TVMM_HAVE_GPU_KERNELS)
   // A busy kernel is tvmm_busy on one thread, told the nanoseconds; the kernels load once.
@@ -386,12 +386,12 @@ TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
   EXPECT_EQ(calls("cuLaunchKernel").back().ptr, 0u);
   EXPECT_EQ(calls("cuLaunchKernel").back().bytes, 512u * 256u);
 #else
-  EXPECT_EQ(dev.launch_busy(s, std::chrono::milliseconds(1)).code, backend::Errc::not_supported);
+  EXPECT_EQ(dev.launch_busy(s, std::chrono::milliseconds(1)).code, device::Errc::not_supported);
 #endif
-  EXPECT_EQ(dev.set_worker_cpus({0}).code, backend::Errc::not_supported);
-  backend::EventHandle a = nullptr, b = nullptr;
-  ASSERT_TRUE(dev.create_event(&a, backend::EventKind::timing).ok());
-  ASSERT_TRUE(dev.create_event(&b, backend::EventKind::timing).ok());
+  EXPECT_EQ(dev.set_worker_cpus({0}).code, device::Errc::not_supported);
+  device::EventHandle a = nullptr, b = nullptr;
+  ASSERT_TRUE(dev.create_event(&a, device::EventKind::timing).ok());
+  ASSERT_TRUE(dev.create_event(&b, device::EventKind::timing).ok());
   std::chrono::nanoseconds t{0};
   ASSERT_TRUE(dev.event_elapsed(a, b, &t).ok());
   EXPECT_EQ(t, std::chrono::microseconds(1500));  // cuEventElapsedTime's milliseconds, converted
@@ -402,7 +402,7 @@ TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
 
 TEST_F(CudaBackendFake, ThePagerReservesOnceCreatesFramesOnceAndRegistersTheHostTier) {
   {
-    auto p = detail::PagerAccess::make(config(), std::make_unique<backend::CudaDevice>(fake_api(), 0));
+    auto p = vmm::PagerAccess::make(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
     const auto reserves = calls("cuMemAddressReserve");
     ASSERT_EQ(reserves.size(), 1u);
     EXPECT_EQ(reserves[0].bytes, p.config().va_size);
@@ -427,7 +427,7 @@ TEST_F(CudaBackendFake, ThePagerReservesOnceCreatesFramesOnceAndRegistersTheHost
 }
 
 TEST_F(CudaBackendFake, AccessIsGrantedOncePerContiguousRun) {
-  auto p = detail::PagerAccess::make(config(), std::make_unique<backend::CudaDevice>(fake_api(), 0));
+  auto p = vmm::PagerAccess::make(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
   auto t = p.allocate(4 * kGranularity);
   auto s = p.create_stream();
   const std::size_t before_maps = calls("cuMemMap").size();
@@ -440,7 +440,7 @@ TEST_F(CudaBackendFake, AccessIsGrantedOncePerContiguousRun) {
 }
 
 TEST_F(CudaBackendFake, VictimsAreUnmappedAfterTheirWriteBackAndPageInsWaitForIt) {
-  auto p = detail::PagerAccess::make(config(), std::make_unique<backend::CudaDevice>(fake_api(), 0));
+  auto p = vmm::PagerAccess::make(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
   auto a = p.allocate(4 * kGranularity);
   auto b = p.allocate(4 * kGranularity);
   auto s = p.create_stream();
@@ -489,10 +489,10 @@ TEST_F(CudaBackendFake, VictimsAreUnmappedAfterTheirWriteBackAndPageInsWaitForIt
 }
 
 TEST_F(CudaBackendFake, AutoOrdinalIsTheCurrentContextsDeviceElseZero) {
-  backend::CudaDevice first(fake_api(), -1);
+  device::CudaDevice first(fake_api(), -1);
   fake_.current_device = 2;
-  backend::CudaDevice current(fake_api(), -1);
-  backend::StreamHandle s = nullptr;
+  device::CudaDevice current(fake_api(), -1);
+  device::StreamHandle s = nullptr;
   EXPECT_TRUE(current.create_stream(&s).ok());
   EXPECT_TRUE(current.destroy_stream(s).ok());
   EXPECT_EQ(first.device_ordinal(), 0);
@@ -501,13 +501,13 @@ TEST_F(CudaBackendFake, AutoOrdinalIsTheCurrentContextsDeviceElseZero) {
 
 TEST_F(CudaBackendFake, TransparentRemapsUseHostNumaChunksAndDeviceToDeviceCopies) {
   fake_.host_numa = true;
-  auto dev = std::make_unique<backend::CudaDevice>(fake_api(), 0);
+  auto dev = std::make_unique<device::CudaDevice>(fake_api(), 0);
   EXPECT_TRUE(dev->properties().host_chunks);
   Config c = config();
   c.device_budget = 2 * kGranularity;
   c.host_budget = 4 * kGranularity;
   int drains = 0;
-  detail::RemapHeap heap(
+  vmm::RemapHeap heap(
       c, [&] { ++drains; }, std::move(dev));
   void* a = heap.allocate(2 * kGranularity);
   EXPECT_EQ(calls("cuMemCreate").size(), 2u);
@@ -535,8 +535,8 @@ TEST_F(CudaBackendFake, WithoutHostNumaChunksTransparentModeFallsBackToManagedMe
   c.device_budget = 2 * kGranularity;
   c.host_budget = 4 * kGranularity;
   std::string why;
-  auto heap = detail::make_transparent_heap(
-      c, [] {}, &why, std::make_unique<backend::CudaDevice>(fake_api(), 0));
+  auto heap = vmm::make_transparent_heap(
+      c, [] {}, &why, std::make_unique<device::CudaDevice>(fake_api(), 0));
   EXPECT_STREQ(heap->mechanism(), "um");
   EXPECT_NE(why.find("falls back to managed memory"), std::string::npos) << why;
   void* a = heap->allocate(2 * kGranularity);
@@ -556,8 +556,8 @@ TEST_F(CudaBackendFake, WithoutHostNumaChunksTransparentModeFallsBackToManagedMe
   // Neither host-located VMM memory nor managed memory: a clear error.
   fake_.managed = false;
   try {
-    (void)detail::make_transparent_heap(
-        c, [] {}, nullptr, std::make_unique<backend::CudaDevice>(fake_api(), 0));
+    (void)vmm::make_transparent_heap(
+        c, [] {}, nullptr, std::make_unique<device::CudaDevice>(fake_api(), 0));
     FAIL() << "no error";
   } catch (const device_error& e) {
     EXPECT_NE(std::string(e.what()).find("neither"), std::string::npos) << e.what();

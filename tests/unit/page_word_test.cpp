@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "vmm/page_table.hpp"
+#include "vmm/core/page_table.hpp"
 
-using namespace tvmm::detail;
+using namespace tvmm::vmm;
 
 TEST(PageWord, StateChangeKeepsPinsAndAdvancesVersion) {
   std::uint64_t w = 0;

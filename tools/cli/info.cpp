@@ -15,14 +15,14 @@
 #include "backends/storage/storage_backend.hpp"
 #include "backends/topology/topology.hpp"
 #include "tvmm/tvmm.hpp"
-#include "vmm/config_keys.hpp"
+#include "vmm/config/config_keys.hpp"
 
 namespace tvmm::cli {
 
 namespace {
 
 // A JSON string: TOML basic strings escape the same way.
-std::string json_string(const std::string& s) { return detail::toml_string(s); }
+std::string json_string(const std::string& s) { return vmm::toml_string(s); }
 
 // "0-3,8,10-11"
 std::string cpu_ranges(const std::vector<unsigned>& cpus) {
@@ -87,9 +87,9 @@ struct Cuda {
 Cuda probe_cuda(const topology::Topology* topo) {
   Cuda c;
 #if defined(TVMM_HAVE_CUDA)
-  std::shared_ptr<const backend::cuda::Api> api;
+  std::shared_ptr<const device::cuda::Api> api;
   try {
-    api = backend::cuda::load_driver();
+    api = device::cuda::load_driver();
   } catch (const error& e) {
     c.status = e.what();
     return c;
@@ -97,7 +97,7 @@ Cuda probe_cuda(const topology::Topology* topo) {
   c.driver = true;
   int n = 0;
   if (const CUresult rc = api->Init(0); rc != CUDA_SUCCESS) {
-    c.status = "CUDA driver found, but cuInit failed with " + backend::cuda::result_name(*api, rc) +
+    c.status = "CUDA driver found, but cuInit failed with " + device::cuda::result_name(*api, rc) +
                " (no GPU visible, or the driver and kernel module disagree)";
     return c;
   }

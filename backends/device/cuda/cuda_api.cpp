@@ -4,7 +4,7 @@
 
 #include "tvmm/errors.hpp"
 
-namespace tvmm::backend::cuda {
+namespace tvmm::device::cuda {
 
 namespace {
 
@@ -104,4 +104,4 @@ std::string result_name(const Api& api, CUresult r) {
   return "CUresult " + std::to_string(static_cast<int>(r));
 }
 
-}  // namespace tvmm::backend::cuda
+}  // namespace tvmm::device::cuda

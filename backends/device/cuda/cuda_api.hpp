@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-namespace tvmm::backend::cuda {
+namespace tvmm::device::cuda {
 
 //! The ABI version requested for every entry point (CUDA 12.0: the oldest driver tvmm supports).
 inline constexpr int kAbiVersion = 12000;
@@ -84,4 +84,4 @@ std::shared_ptr<const Api> load_driver();
 //! "CUDA_ERROR_OUT_OF_MEMORY" for a result, through the table (or "CUresult N").
 std::string result_name(const Api& api, CUresult r);
 
-}  // namespace tvmm::backend::cuda
+}  // namespace tvmm::device::cuda

@@ -12,7 +12,7 @@ extern const unsigned char gpu_fatbin[];  // kernels/cuda/kernels.cu, embedded b
 }  // namespace tvmm::kernels
 #endif
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 namespace {
 
@@ -509,4 +509,4 @@ std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal, bool gpu_direct_rdm
   return std::make_unique<CudaDevice>(cuda::load_driver(), ordinal, gpu_direct_rdma);
 }
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA driver backend on the VMM API (see device_backend.hpp for the contract):
-// The contract's checks and error codes come from the same bookkeeping as the simulator's (VmmBook),
+// The contract's checks and error codes come from the same bookkeeping as the simulator's (VmmBookkeeping),
 // made before each driver call, so the backends agree whatever the driver would return.
 //   reserve       cuMemAddressReserve, aligned to the allocation granularity
 //   create_chunk  cuMemCreate (pinned, on the device); the pager creates its frames once at start
@@ -20,9 +20,9 @@
 
 #include "backends/device/cuda/cuda_api.hpp"
 #include "backends/device/device_backend.hpp"
-#include "backends/device/vmm_book.hpp"
+#include "backends/device/vmm_bookkeeping.hpp"
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 class CudaDevice final : public DeviceBackend {
  public:
@@ -119,7 +119,7 @@ class CudaDevice final : public DeviceBackend {
   int host_numa_id_ = 0;  // the GPU's nearest host NUMA node: where host chunks are created
   bool rdma_ = false;     // device chunks are created GPUDirect-RDMA capable
   std::mutex mu_;         // guards book_ (the VMM calls' bookkeeping; copies and events take no lock)
-  VmmBook book_;
+  VmmBookkeeping book_;
   mutable std::mutex module_mu_;  // guards the lazily loaded kernels
   CUmodule module_ = nullptr;
   Status module_status_ = Status::fail(Errc::not_ready);  // not_ready = not loaded yet
@@ -131,4 +131,4 @@ class CudaDevice final : public DeviceBackend {
 //! device. Throws tvmm::device_error ("no CUDA driver ..." / "no CUDA device ...") with the fix.
 std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal, bool gpu_direct_rdma = false);
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

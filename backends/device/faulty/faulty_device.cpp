@@ -4,7 +4,7 @@
 #include <memory>
 #include <stdexcept>
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 namespace {
 DeviceProperties faulty_properties(const DeviceBackend& inner) {
@@ -221,4 +221,4 @@ Status FaultyDevice::do_event_elapsed(EventHandle start, EventHandle end, std::c
 
 #undef TVMM_FAULT
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

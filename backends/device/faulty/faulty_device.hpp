@@ -12,7 +12,7 @@
 
 #include "backends/device/device_backend.hpp"
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 class FaultyDevice final : public DeviceBackend {
  public:
@@ -125,4 +125,4 @@ class FaultyDevice final : public DeviceBackend {
   std::uint64_t injected_ = 0;
 };
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <thread>
 
-namespace tvmm::backend::sim {
+namespace tvmm::device::sim {
 
 CopyEngine::CopyEngine(double bandwidth_bytes_per_s, std::chrono::nanoseconds latency)
     : bandwidth_(bandwidth_bytes_per_s), latency_(latency) {}
@@ -61,4 +61,4 @@ std::chrono::steady_clock::time_point CopyEngine::copy(void* dst, const void* sr
   return finish;
 }
 
-}  // namespace tvmm::backend::sim
+}  // namespace tvmm::device::sim

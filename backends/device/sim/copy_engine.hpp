@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <mutex>
 
-namespace tvmm::backend::sim {
+namespace tvmm::device::sim {
 
 //! Physical memory as the simulator holds it: a range of a memfd.
 struct FileSpan {
@@ -43,4 +43,4 @@ class CopyEngine {
   std::chrono::steady_clock::time_point busy_until_{};
 };
 
-}  // namespace tvmm::backend::sim
+}  // namespace tvmm::device::sim

@@ -11,7 +11,7 @@
 #include "backends/device/sim/sim_stream.hpp"
 #include "tvmm/errors.hpp"
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 namespace {
 
@@ -408,4 +408,4 @@ Status SimDevice::do_event_elapsed(EventHandle start, EventHandle end, std::chro
   return Status::success();
 }
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

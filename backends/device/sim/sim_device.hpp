@@ -14,15 +14,15 @@
 
 #include "backends/device/device_backend.hpp"
 #include "backends/device/sim/sim_stream.hpp"
-#include "backends/device/vmm_book.hpp"
+#include "backends/device/vmm_bookkeeping.hpp"
 #include "common/range_allocator.hpp"
 #include "tvmm/config.hpp"
 
-namespace tvmm::backend::sim {
+namespace tvmm::device::sim {
 class CopyEngine;
 }
 
-namespace tvmm::backend {
+namespace tvmm::device {
 
 class SimDevice final : public DeviceBackend {
  public:
@@ -76,7 +76,7 @@ class SimDevice final : public DeviceBackend {
   std::mutex mu_;
   Memory device_mem_;
   Memory host_mem_;
-  VmmBook book_;  // reservations, chunks (handle = offset + 1, | host bit), mappings
+  VmmBookkeeping book_;  // reservations, chunks (handle = offset + 1, | host bit), mappings
   std::unique_ptr<sim::CopyEngine> h2d_;
   std::unique_ptr<sim::CopyEngine> d2h_;
   sim::Timing timing_ = sim::Timing::wall;
@@ -91,4 +91,4 @@ class SimDevice final : public DeviceBackend {
   std::vector<unsigned> worker_cpus_;  // empty: unbound
 };
 
-}  // namespace tvmm::backend
+}  // namespace tvmm::device

@@ -6,7 +6,7 @@
 #include "backends/device/sim/copy_engine.hpp"
 #include "backends/topology/placement.hpp"
 
-namespace tvmm::backend::sim {
+namespace tvmm::device::sim {
 
 namespace {
 // This thread's host time (see sim_stream.hpp): with Timing::wall the wall clock less t_lag, with
@@ -227,4 +227,4 @@ void SimStream::execute(const SimOp& op) {
   }
 }
 
-}  // namespace tvmm::backend::sim
+}  // namespace tvmm::device::sim

@@ -40,7 +40,7 @@
 #include "backends/device/device_backend.hpp"
 #include "backends/device/sim/copy_engine.hpp"
 
-namespace tvmm::backend::sim {
+namespace tvmm::device::sim {
 
 class CopyEngine;
 
@@ -165,4 +165,4 @@ class SimStream {
   std::thread thread_;
 };
 
-}  // namespace tvmm::backend::sim
+}  // namespace tvmm::device::sim

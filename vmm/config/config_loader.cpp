@@ -1,0 +1,384 @@
+// Policy config files: TOML in, tvmm::Config out. One table of keys (kKeys) drives parsing, the
+// TVMM_<SECTION>_<KEY> environment overrides, printing the effective configuration and the docs test,
+// so a key exists everywhere or nowhere.
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tvmm/config.hpp"
+#include "tvmm/errors.hpp"
+#include "vmm/config/config_keys.hpp"
+
+namespace tvmm {
+
+namespace {
+
+using vmm::ConfigKey;
+using vmm::KeyType;
+using vmm::toml_number;
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return std::string(s);
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " Did you mean 'x'?" for the closest candidate within a plausible distance, else "".
+std::string suggestion(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const auto& c : candidates) {
+    const auto d = edit_distance(lower(std::string(word)), lower(c));
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  if (best.empty() || best_d > std::max<std::size_t>(2, word.size() / 3)) return "";
+  return " Did you mean '" + best + "'?";
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::vector<std::string> sections() {
+  std::vector<std::string> out;
+  for (const auto& k : vmm::config_keys()) {
+    if (std::find(out.begin(), out.end(), k.section) == out.end()) out.emplace_back(k.section);
+  }
+  return out;
+}
+
+std::vector<std::string> keys_of(std::string_view section) {
+  std::vector<std::string> out;
+  for (const auto& k : vmm::config_keys())
+    if (k.section == section) out.emplace_back(k.key);
+  return out;
+}
+
+const ConfigKey* find_key(std::string_view section, std::string_view key) {
+  for (const auto& k : vmm::config_keys())
+    if (k.section == section && k.key == key) return &k;
+  return nullptr;
+}
+
+bool is_section_prefix(std::string_view name) {
+  for (const auto& s : sections()) {
+    if (s == name || (s.size() > name.size() && s.compare(0, name.size(), name) == 0 && s[name.size()] == '.')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string where(const toml::source_region& r) {
+  std::string file = r.path ? std::string(*r.path) : std::string("<string>");
+  return file + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+}
+
+// A value from the file or the environment, converted to the key's type; `what` names it in errors.
+struct Raw {
+  std::optional<std::string> text;  // a TOML string, or any environment value
+  std::optional<double> number;     // a TOML integer or float
+  std::optional<bool> boolean;
+  std::optional<std::vector<std::string>> list;  // a TOML array of strings
+};
+
+std::size_t to_size(const ConfigKey& k, const Raw& v) {
+  if (v.number) {
+    // Checked before the cast: converting nan, inf or a double past the range is undefined.
+    if (!(*v.number >= 0 && *v.number < 0x1p64) || *v.number != std::floor(*v.number)) throw config_error("");
+    return static_cast<std::size_t>(*v.number);
+  }
+  if (!v.text) throw config_error("");
+  if (k.allows_auto && lower(trim(*v.text)) == "auto") return 0;
+  return parse_size(*v.text);
+}
+
+double to_number(const Raw& v) {
+  if (v.number) {
+    if (!std::isfinite(*v.number)) throw config_error("");  // TOML has nan and inf; no key takes them
+    return *v.number;
+  }
+  if (!v.text) throw config_error("");
+  const std::string t = trim(*v.text);
+  char* end = nullptr;
+  const double d = std::strtod(t.c_str(), &end);
+  if (t.empty() || end != t.c_str() + t.size() || !std::isfinite(d)) throw config_error("");
+  return d;
+}
+
+// Applies `v` to `cfg` through `k`; throws config_error("<location>: <key> ... expected ...").
+void apply(Config& cfg, const ConfigKey& k, const Raw& v, const std::string& name, const std::string& location) {
+  auto bad = [&](const std::string& got) {
+    return config_error(name + " = " + got + ": expected " + k.expected, location);
+  };
+  const std::string got = v.text      ? "\"" + *v.text + "\""
+                          : v.boolean ? (*v.boolean ? "true" : "false")
+                          : v.number  ? toml_number(*v.number)
+                          : v.list    ? "(an array of " + std::to_string(v.list->size()) + " strings)"
+                                      : "(a table or array)";
+  // {rank} / {local_rank}; its errors say what is wrong themselves, at this value's location.
+  auto per_rank = [&](const std::string& path) {
+    try {
+      return vmm::substitute_rank(path, k.rank_paths, name);
+    } catch (const config_error& e) {
+      throw config_error(e.what(), location);
+    }
+  };
+  try {
+    switch (k.type) {
+      case KeyType::size: k.set(cfg, vmm::KeyValue{to_size(k, v), 0.0, {}, {}, false}); break;
+      case KeyType::number: {
+        const double d = to_number(v);
+        if (d < k.min) throw config_error("");
+        k.set(cfg, vmm::KeyValue{0, d, {}, {}, false});
+        break;
+      }
+      case KeyType::paths: {
+        std::vector<std::string> paths;
+        if (v.list) {
+          paths = *v.list;
+        } else if (v.text) {  // the environment: separated by ':'
+          std::string_view t = *v.text;
+          while (!t.empty()) {
+            const auto colon = t.find(':');
+            const std::string part = trim(t.substr(0, colon));
+            if (!part.empty()) paths.push_back(part);
+            t = colon == std::string_view::npos ? std::string_view() : t.substr(colon + 1);
+          }
+        } else {
+          throw config_error("");
+        }
+        for (const auto& p : paths)
+          if (trim(p).empty()) throw config_error("");
+        for (auto& p : paths) p = per_rank(p);
+        vmm::KeyValue kv;
+        kv.list = std::move(paths);
+        k.set(cfg, kv);
+        break;
+      }
+      case KeyType::boolean: {
+        bool b = false;
+        if (v.boolean) {
+          b = *v.boolean;
+        } else if (v.text) {
+          const std::string t = lower(trim(*v.text));
+          if (t == "true" || t == "1" || t == "yes" || t == "on") {
+            b = true;
+          } else if (t != "false" && t != "0" && t != "no" && t != "off") {
+            throw config_error("");
+          }
+        } else {
+          throw config_error("");
+        }
+        vmm::KeyValue kv;
+        kv.flag = b;
+        k.set(cfg, kv);
+        break;
+      }
+      case KeyType::text: {
+        std::string t;
+        if (v.text) {
+          t = trim(*v.text);
+        } else if (k.whole_number_too && v.number && *v.number >= 0 && *v.number <= 1e6 &&
+                   *v.number == static_cast<double>(static_cast<long>(*v.number))) {
+          t = std::to_string(static_cast<long>(*v.number));
+        } else {
+          throw config_error("");
+        }
+        const bool digits = k.whole_number_too && !t.empty() && t.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits && !k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), t) == k.choices.end()) {
+          throw config_error(name + " = \"" + t + "\": expected " + k.expected + "." + suggestion(t, k.choices),
+                             location);
+        }
+        t = per_rank(t);
+        k.set(cfg, vmm::KeyValue{0, 0.0, t, {}, false});
+        break;
+      }
+    }
+  } catch (const config_error& e) {
+    if (!e.location().empty()) throw;
+    throw bad(got);
+  }
+}
+
+void walk(Config& cfg, const toml::table& table, const std::string& prefix) {
+  for (auto&& [key, node] : table) {
+    const std::string k(key.str());
+    const std::string full = prefix.empty() ? k : prefix + "." + k;
+    const std::string loc = where(key.source());
+    if (const auto* sub = node.as_table()) {
+      if (!is_section_prefix(full)) {
+        throw config_error(
+            "unknown section [" + full + "]; valid sections: " + join(sections()) + "." + suggestion(full, sections()),
+            loc);
+      }
+      walk(cfg, *sub, full);
+      continue;
+    }
+    const ConfigKey* spec = find_key(prefix, k);
+    if (spec == nullptr) {
+      if (prefix.empty()) {
+        throw config_error("key '" + k + "' outside a section; keys go in sections: " + join(sections()), loc);
+      }
+      const auto valid = keys_of(prefix);
+      throw config_error("unknown key '" + k + "' in [" + prefix + "]; valid keys: " +
+                             (valid.empty() ? std::string("none (it only holds sections)") : join(valid)) + "." +
+                             suggestion(k, valid),
+                         loc);
+    }
+    Raw raw;
+    if (auto s = node.value<std::string>(); s && node.is_string()) raw.text = *s;
+    if (node.is_integer()) raw.number = static_cast<double>(*node.value<std::int64_t>());
+    if (node.is_floating_point()) raw.number = *node.value<double>();
+    if (node.is_boolean()) raw.boolean = *node.value<bool>();
+    if (const auto* arr = node.as_array(); arr != nullptr && (arr->empty() || arr->is_homogeneous<std::string>())) {
+      raw.list.emplace();
+      for (auto&& item : *arr) raw.list->push_back(*item.value<std::string>());
+    }
+    apply(cfg, *spec, raw, full, where(node.source()));
+  }
+}
+
+std::string env_name(const ConfigKey& k) {
+  std::string n = "TVMM_" + std::string(k.section) + "_" + std::string(k.key);
+  for (auto& c : n) c = c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return n;
+}
+
+}  // namespace
+
+std::size_t parse_size(std::string_view text) {
+  const std::string t = trim(text);
+  const auto fail = [&] {
+    return config_error("\"" + std::string(text) +
+                        "\" is not a size; write a number of bytes or a number with a unit, e.g. \"512MiB\", "
+                        "\"2GiB\", \"64KiB\"");
+  };
+  std::size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
+  if (i == 0) throw fail();
+  const std::string number = t.substr(0, i);
+  if (std::count(number.begin(), number.end(), '.') > 1) throw fail();
+  const double value = std::strtod(number.c_str(), nullptr);
+  const std::string unit = lower(trim(std::string_view(t).substr(i)));
+  double scale = 0;
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "kib")
+    scale = 1024.0;
+  else if (unit == "mib")
+    scale = 1024.0 * 1024;
+  else if (unit == "gib")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "tib")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    scale = 1e3;
+  else if (unit == "mb")
+    scale = 1e6;
+  else if (unit == "gb")
+    scale = 1e9;
+  else if (unit == "tb")
+    scale = 1e12;
+  else
+    throw fail();
+  const double bytes = value * scale;
+  if (bytes != std::floor(bytes) || bytes > static_cast<double>(std::numeric_limits<std::size_t>::max() / 2)) {
+    throw fail();
+  }
+  return static_cast<std::size_t>(bytes);
+}
+
+Config parse_config(std::string_view text, std::string_view source) {
+  Config cfg;
+  toml::table table;
+  try {
+    table = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw config_error(std::string(e.description()) + " (not valid TOML)", where(e.source()));
+  }
+  walk(cfg, table, "");
+  return cfg;
+}
+
+Config load_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw config_error("cannot open the config file '" + path + "'; check the path");
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  Config cfg = parse_config(buf.str(), path);
+  (void)apply_environment(cfg);
+  return cfg;
+}
+
+std::vector<std::string> apply_environment(Config& config) {
+  std::vector<std::string> applied;
+  for (const auto& k : vmm::config_keys()) {
+    std::string name = env_name(k);
+    const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): read at start-up
+    if (value == nullptr && k.short_env != nullptr && (value = std::getenv(k.short_env)) != nullptr) name = k.short_env;
+    if (value == nullptr) continue;
+    Raw raw;
+    raw.text = value;
+    apply(config, k, raw, name, "environment");
+    applied.push_back(name);
+  }
+  return applied;
+}
+
+std::string to_toml(const Config& config) {
+  std::string out;
+  std::string section;
+  for (const auto& k : vmm::config_keys()) {
+    if (k.section != section) {
+      section = k.section;
+      out += (out.empty() ? "" : "\n") + std::string("[") + section + "]\n";
+    }
+    out += std::string(k.key) + " = " + k.get(config) + "\n";
+  }
+  return out;
+}
+
+namespace vmm {
+
+std::string environment_variable(const ConfigKey& key) { return env_name(key); }
+
+}  // namespace vmm
+
+}  // namespace tvmm

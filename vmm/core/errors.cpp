@@ -1,0 +1,28 @@
+#include <string>
+
+#include "tvmm/errors.hpp"
+#include "vmm/core/check.hpp"
+
+namespace tvmm::vmm {
+
+void throw_status(device::Status status, const char* call, const char* file, int line) {
+  std::string msg =
+      std::string("tvmm: device backend call `") + call + "` failed with " + device::errc_name(status.code);
+  if (status.sys_errno != 0) {
+    msg += (status.code == device::Errc::driver_error ? " (driver code " : " (errno ") +
+           std::to_string(status.sys_errno) + ")";
+  }
+  msg += " at " + std::string(file) + ":" + std::to_string(line);
+  if (status.code == device::Errc::out_of_memory) {
+    throw out_of_memory(msg + "; the device has no physical memory left for this request");
+  }
+  if (status.code == device::Errc::device_lost) {
+    throw device_error(msg +
+                           "; the device failed for good (a sticky error): every later call fails until the "
+                           "process restarts",
+                       device::errc_name(status.code));
+  }
+  throw device_error(msg, device::errc_name(status.code));
+}
+
+}  // namespace tvmm::vmm

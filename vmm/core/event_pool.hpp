@@ -1,0 +1,76 @@
+#pragma once
+// Reference-counted device events recycled through a pool. A page-in batch, an eviction batch or a
+// stream pin's release point is one Event; pages and allocations hold references to it.
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "backends/device/device_backend.hpp"
+
+namespace tvmm::vmm {
+
+class EventPool;
+
+struct Event {
+  device::EventHandle handle = nullptr;
+  std::atomic<std::uint32_t> refs{0};
+  std::atomic<bool> done{false};  // cached: once complete, a pooled event is not re-recorded until reused
+  EventPool* pool = nullptr;
+};
+
+//! An owning reference to a pooled Event (copyable; the last reference returns it to the pool).
+class EventRef {
+ public:
+  EventRef() = default;
+  explicit EventRef(Event* e) noexcept : e_(e) {
+    if (e_) e_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  EventRef(const EventRef& o) noexcept : EventRef(o.e_) {}
+  EventRef(EventRef&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+  EventRef& operator=(EventRef o) noexcept {
+    std::swap(e_, o.e_);
+    return *this;
+  }
+  ~EventRef() { reset(); }
+  void reset() noexcept;
+  [[nodiscard]] Event* get() const noexcept { return e_; }
+  //! Gives the reference to the caller (who must later call EventRef::drop).
+  [[nodiscard]] Event* detach() noexcept { return std::exchange(e_, nullptr); }
+  static void drop(Event* e) noexcept {
+    EventRef r;
+    r.e_ = e;
+  }
+  explicit operator bool() const noexcept { return e_ != nullptr; }
+
+ private:
+  Event* e_ = nullptr;
+};
+
+class EventPool {
+ public:
+  explicit EventPool(device::DeviceBackend& dev) : dev_(dev) {}
+  ~EventPool();
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+
+  //! An unrecorded event with one reference.
+  EventRef acquire();
+  //! True once the event's work has completed (queries the backend until it has, then caches).
+  bool is_done(Event* e);
+  //! Blocks until the event's work has completed.
+  void wait(Event* e);
+
+ private:
+  friend class EventRef;
+  void recycle(Event* e) noexcept;
+
+  device::DeviceBackend& dev_;
+  std::mutex mu_;
+  std::vector<Event*> free_;
+  std::vector<Event*> all_;
+};
+
+}  // namespace tvmm::vmm

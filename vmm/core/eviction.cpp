@@ -1,0 +1,234 @@
+// PagerImpl, part 4: eviction (victims, write-backs) and retiring completed transfers (reap).
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "common/scope_guard.hpp"
+#include "vmm/core/check.hpp"
+#include "vmm/core/labels.hpp"
+#include "vmm/core/pager_impl.hpp"
+
+namespace tvmm::vmm {
+
+std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Protect* protect) {
+  std::vector<PageEntry*> victims;
+  std::uint32_t slots = host_->free_count();
+  auto claim = [&](PageEntry& p) {
+    if (protect != nullptr && (*protect)(p)) return false;
+    // A page with a current NVMe copy, or discarded, is dropped, not written back: it needs no host
+    // slot (nor does one keeping a host copy, or a slot from a failed eviction). The claim compares the
+    // whole word, so `needs_slot` holds for the word the claim succeeds on. With no slot free, the
+    // oldest kept host copy gives its slot up (that page is resident: it loses only its free eviction).
+    bool needs_slot = false;
+    const bool claimed = p.try_claim_for_eviction([&](std::uint64_t w) {
+      needs_slot = p.host_slot == kNoSlot && !p.droppable(w);
+      if (needs_slot && slots == 0) {
+        if (!host_copies_->take_back_one()) return false;
+        ++slots;
+      }
+      return true;
+    });
+    if (!claimed) return false;
+    if (needs_slot) --slots;
+    victims.push_back(&p);
+    return true;
+  };
+  // Discarded pages first, whatever the policy: dropping them moves nothing. The queue is lazy: a page
+  // written, evicted or freed since has lost its mark and is skipped; one pinned for reading now is
+  // left to the policy (it keeps its mark, so it is still dropped when chosen).
+  while (victims.size() < count && !discarded_.empty()) {
+    PageEntry& p = table_[discarded_.front()];
+    discarded_.pop_front();
+    if (!word::discarded(p.word.load(std::memory_order_acquire))) continue;
+    if (claim(p)) policy_->remove(table_.index_of(p));
+  }
+  if (victims.size() < count) {
+    policy_->select(count - victims.size(), [&](policies::PageIndex i) { return claim(table_[i]); });
+  }
+  return victims;
+}
+
+// Starts evicting `victims` (claimed: in transit, unpinned, out of the policy) to the host tier (or,
+// for a page whose NVMe copy is current or whose contents were discarded, to nothing: it is dropped
+// without a copy) and appends their frames to `got` at once, without waiting, each with the event of
+// its own write-back: every use of a frame must be ordered after that event. The victims stay in
+// transit, still mapped at their own addresses, until reap() sees their events complete and unmaps
+// them.
+//
+// The write-backs are pipelined. Each waits only for its own victim's last uses and page-in (and, the
+// copy stream being in order, for the write-backs queued before it), and a page-in into its frame waits
+// only for it. Victims that are already free of pending work go first, so that one whose last kernel
+// is still queued on a stream does not hold up the write-backs behind it.
+void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
+  for (PageEntry* v : victims) {
+    if (v->host_slot != kNoSlot || v->droppable(v->word.load(std::memory_order_acquire))) continue;
+    v->host_slot = *host_->try_acquire();  // select_victims counted (or freed) the slots
+  }
+  std::size_t dropped = 0;
+  // What each victim's write-back must follow, still pending: its page-in and its tensor's stream
+  // release points (claimed victims gain no new uses). Victims with nothing pending go first.
+  std::vector<std::pair<PageEntry*, std::vector<Event*>>> queue;
+  queue.reserve(victims.size());
+  for (PageEntry* v : victims) {
+    std::vector<Event*> after;
+    if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
+    std::lock_guard ul(v->owner->uses_mu);
+    prune_uses(*v->owner);
+    for (auto& u : v->owner->uses) after.push_back(u.done.get());
+    queue.emplace_back(v, std::move(after));
+  }
+  std::stable_partition(queue.begin(), queue.end(), [](const auto& q) { return q.second.empty(); });
+  for (std::size_t i = 0; i < queue.size(); ++i) victims[i] = queue[i].first;
+  std::vector<EventRef> per_page;
+  try {
+    // 1. Per victim, in order: make the copy stream wait for what is still pending of its uses (the host
+    //    does not wait for those), queue its write-back, and record an event after it. A page dropped
+    //    without a copy gets an event too: its frame's next users must follow its last uses.
+    std::vector<Event*> ordered;  // what the copy stream already waits for
+    per_page.reserve(victims.size());
+    for (auto& [v, after] : queue) {
+      for (Event* e : after) {
+        if (std::find(ordered.begin(), ordered.end(), e) != ordered.end()) continue;
+        xfer_->order_copy_out_after(e);
+        ordered.push_back(e);
+      }
+      // No copy for a page whose contents are dead or whose host slot already holds them.
+      const auto vw = v->word.load(std::memory_order_acquire);
+      const bool copy = v->host_slot != kNoSlot && !word::discarded(vw) && !word::host_copy(vw);
+      if (copy) {
+        xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
+      } else {
+        ++dropped;
+      }
+      // A page dropped with nothing pending hands its frame over at once (a null event): an event on
+      // the copy stream would make the frame's next user wait for every write-back queued before it.
+      per_page.push_back(copy || !after.empty() ? xfer_->record_out() : EventRef());
+    }
+  } catch (...) {
+    // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
+    // queued into it, so no other page may take it; the page's next eviction reuses it, after that copy.
+    for (PageEntry* v : victims) {
+      policy_->insert(table_.index_of(*v));
+      v->set_state(PageState::device, v->ready != nullptr);
+    }
+    cv_.notify_all();
+    throw;
+  }
+  // 2. Hand the frames over now; the victims stay mapped (and in transit) until reap() retires them.
+  EvictionBatch batch{{}, per_page};
+  for (std::size_t i = 0; i < victims.size(); ++i) {
+    PageEntry* v = victims[i];
+    got.frames.push_back(v->frame);
+    got.after.push_back(per_page[i]);
+    v->frame = kNoFrame;
+    if (v->ready != nullptr) EventRef::drop(std::exchange(v->ready, nullptr));
+    batch.pages.push_back(table_.index_of(*v));
+  }
+  observe_.evicted(batch.pages);
+  evictions_.push_back(std::move(batch));
+  observe_.counters.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
+  observe_.counters.clean_evictions.fetch_add(dropped, std::memory_order_relaxed);
+}
+
+// Retires completed transfers, oldest first: page-ins release their host slots and clear their pages'
+// pending flags; write-backs unmap their victims' old addresses and publish the victims on the host
+// (or, for pages dropped without a copy, on NVMe, or nowhere if their contents were discarded).
+bool PagerImpl::reap(Lock& /*lk*/) {
+  bool retired = false;
+  while (!loads_.empty() && events_.is_done(loads_.front().done.get())) {
+    LoadBatch& b = loads_.front();
+    for (auto idx : b.pages) {
+      PageEntry& p = table_[idx];
+      // A page evicted or freed since then no longer refers to this batch (its slot is in use again).
+      if (p.ready != b.done.get() || p.state() != PageState::device) continue;
+      if (p.host_slot != kNoSlot) host_copies_->keep_or_release(p);
+      EventRef::drop(std::exchange(p.ready, nullptr));
+      p.clear_pending();
+    }
+    loads_.pop_front();
+    retired = true;
+  }
+  // Write-backs page by page (their events complete in the order they were recorded).
+  while (!evictions_.empty()) {
+    EvictionBatch& b = evictions_.front();
+    std::size_t done = b.retired;
+    while (done < b.pages.size() && (!b.done[done] || events_.is_done(b.done[done].get()))) ++done;
+    // Sorted in place: the events of these pages are all complete, so they are not looked at again.
+    unmap_victims(std::span(b.pages).subspan(b.retired, done - b.retired));
+    for (; b.retired < done; ++b.retired) {
+      PageEntry& v = table_[b.pages[b.retired]];
+      retired = true;
+      (void)v.clear_host_copy();  // off the device: its slot is the data
+      if (word::discarded(v.word.load(std::memory_order_acquire))) {
+        // Dropped with its contents: no tier holds data. A host slot kept from a failed eviction is
+        // free now (the write-backs queued into it ran before this event).
+        if (v.host_slot != kNoSlot) host_->release(std::exchange(v.host_slot, kNoSlot));
+        v.clear_discarded();
+        v.set_state(PageState::fresh);
+      } else if (v.spill != Spill::none) {
+        v.spill = Spill::arrived;  // a spill is writing it to NVMe: it publishes the page
+      } else if (v.host_slot != kNoSlot) {
+        v.set_state(PageState::host);
+        note_host(v);
+      } else {
+        v.set_state(PageState::nvme);
+      }
+    }
+    if (b.retired < b.pages.size()) break;
+    evictions_.pop_front();
+  }
+  if (retired) cv_.notify_all();
+  return retired;
+}
+
+// One cuMemUnmap per run of adjacent addresses (it takes several whole mappings at once: cuda.h,
+// cuMemUnmap, "The range must be the entire contiguous address range that was mapped to"; see
+// docs/cuda-emulator.md): fewer driver calls, though the driver's time still grows with the number of
+// mappings a range covers.
+void PagerImpl::unmap_victims(std::span<std::uint32_t> order) noexcept {
+  std::sort(order.begin(), order.end());
+  auto unmap_one = [&](std::uint32_t idx) {
+    if (xfer_->try_unmap(va_.addr(idx))) return;
+    // The data is safe on the host; the next load of this page unmaps before mapping again.
+    if (!dev_->lost())
+      std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
+                   hex(va_.addr(idx)).c_str());
+    table_[idx].stale_mapping = true;
+  };
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i + 1;
+    while (j < order.size() && order[j] == order[j - 1] + 1) ++j;
+    const auto n = static_cast<std::uint32_t>(j - i);
+    // A run that fails as a whole is retried page by page, so only the pages that fail are marked.
+    if (n == 1 || !xfer_->try_unmap(va_.addr(order[i]), n)) {
+      for (std::size_t k = i; k < j; ++k) unmap_one(order[k]);
+    }
+    i = j;
+  }
+}
+
+bool PagerImpl::wait_progress(Lock& lk, Clock::time_point deadline) {
+  if (reap(lk)) return true;  // that was the progress: the caller re-checks its condition
+  // Transfers in flight make progress by themselves: wait for the oldest, then retire it.
+  EventRef oldest;
+  if (!evictions_.empty()) {
+    oldest = evictions_.front().done[evictions_.front().retired];
+  } else if (!loads_.empty()) {
+    oldest = loads_.front().done;
+  }
+  if (oldest) {
+    lk.unlock();
+    try {
+      events_.wait(oldest.get());
+    } catch (...) {
+      lk.lock();
+      throw;
+    }
+    lk.lock();
+    reap(lk);
+    return true;
+  }
+  return wait_for_change(lk, deadline);
+}
+
+}  // namespace tvmm::vmm

@@ -1,0 +1,195 @@
+// PagerImpl, part 3: frames for pages and page-ins (load_pages, load_chunk and its steps, acquire_frames).
+#include <algorithm>
+#include <cstdio>
+
+#include "common/scope_guard.hpp"
+#include "vmm/core/check.hpp"
+#include "vmm/core/labels.hpp"
+#include "vmm/core/pager_impl.hpp"
+
+namespace tvmm::vmm {
+
+std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
+                                  bool may_wait, const Protect* protect) {
+  // 1. Claim the pages: in transit, no other thread loads, evicts or frees them.
+  std::vector<PageState> before(todo.size());
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    before[i] = todo[i]->state();
+    todo[i]->set_state(PageState::transit);
+  }
+  std::size_t loaded = 0;
+  common::ScopeGuard restore([&] {
+    for (std::size_t i = loaded; i < todo.size(); ++i) {
+      todo[i]->set_state(before[i]);
+      if (before[i] == PageState::host) note_host(*todo[i]);  // a spill may have dropped it while claimed
+    }
+    cv_.notify_all();
+  });
+  // Chunk by chunk: a chunk's page-ins release host slots that the next chunk's evictions may need, so
+  // swapping a tensor in never waits on its own slots.
+  while (loaded < todo.size()) {
+    // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
+    Frames got = acquire_frames(lk, todo.size() - loaded, deadline, may_wait, protect);
+    if (got.frames.empty()) break;  // only without may_wait: nothing evictable now
+    const std::size_t n = got.frames.size();
+    load_chunk(std::span(todo).subspan(loaded, n), std::span(before).subspan(loaded, n), got, access);
+    loaded += n;
+  }
+  return loaded;  // `restore` puts back any page left without a frame and wakes waiters
+}
+
+void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) {
+  // A frame taken from a victim is still mapped at the victim's address until its write-back is
+  // retired: one physical frame may be mapped at two addresses, and every use at the new one is
+  // ordered after `got.after`.
+  for (PageEntry* p : pages) {
+    if (p->stale_mapping) {  // an earlier eviction could not unmap this address: try again first
+      (void)xfer_->try_unmap(va_of(*p));
+      p->stale_mapping = false;
+    }
+  }
+  std::vector<MapRequest> reqs(pages.size());
+  for (std::size_t i = 0; i < pages.size(); ++i) reqs[i] = {va_of(*pages[i]), device_->chunk(got.frames[i])};
+  xfer_->map(reqs);
+}
+
+void PagerImpl::abort_chunk(std::span<PageEntry* const> pages, Frames& got) noexcept {
+  // Copies already queued may still run: drain them before unmapping and reusing the frames.
+  if (xfer_->drain()) {
+    for (PageEntry* p : pages) (void)xfer_->try_unmap(va_of(*p));
+  } else {
+    // The device cannot tell when its copies end: keep the frames mapped and out of the pool rather
+    // than let a copy land in reused memory.
+    std::fprintf(stderr, "tvmm: copy streams cannot be drained; retiring %zu device frames\n", pages.size());
+    got.frames.clear();
+  }
+}
+
+void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
+                              const EventRef& done, common::FunctionRef<bool(std::size_t)> copied) {
+  const std::size_t count = pages.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    PageEntry& p = *pages[i];
+    p.frame = got.frames[i];
+    if (!copied(i) && p.host_slot != kNoSlot) {
+      host_->release(p.host_slot);  // contents discarded (Access::write): the host copy is dead
+      p.host_slot = kNoSlot;
+    }
+    // A page from NVMe keeps its slot: a clean copy (read back), or the next write-back's target
+    // (overwritten, Access::write).
+    if (before[i] == PageState::nvme) note_slot_kept(p);
+    if (done) p.ready = EventRef(done).detach();
+    if (copied(i) && p.host_slot != kNoSlot) p.set_host_copy();
+    policy_->insert(table_.index_of(p));
+    p.set_state(PageState::device, static_cast<bool>(done));
+  }
+  if (done) {
+    std::vector<std::uint32_t> idx(count);
+    for (std::size_t i = 0; i < count; ++i) idx[i] = table_.index_of(*pages[i]);
+    loads_.push_back(LoadBatch{done, std::move(idx)});
+  }
+  got.frames.clear();
+  got.after.clear();
+}
+
+void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
+                           Access access) {
+  common::ScopeGuard give_back([&] { release_frames(got); });
+  // 3. Map the pages at their addresses (grouping access grants per contiguous run).
+  map_chunk(pages, got);
+  // 4. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
+  //    each after the write-back of its own frame's previous page, so that a chunk's page-ins overlap
+  //    the write-backs of the frames after theirs. NVMe pages arrive here only with Access::write
+  //    (others are read and paged in by stage_in).
+  auto needs_copy = [&](std::size_t i) { return before[i] == PageState::host && access != Access::write; };
+  bool any = false;
+  EventRef done;
+  try {
+    Event* ordered = nullptr;  // the latest write-back the page-ins wait for so far
+    auto follow = [&](Event* e) {
+      if (e == nullptr || e == ordered) return;
+      ordered = e;
+      xfer_->order_copy_in_after(e);
+    };
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      if (!needs_copy(i)) continue;
+      follow(got.after[i].get());
+      xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot));
+      any = true;
+    }
+    // One event for the chunk, after the latest write-back (which implies the others), so pages that
+    // were not copied (fresh, or Access::write) are usable once it completes. A chunk with no copy
+    // uses that write-back's own event: making the page-in stream wait for it would hold back every
+    // later page-in, into free frames too, behind a write-back they do not need.
+    if (any) {
+      follow(got.latest_after());
+      done = xfer_->record_in();
+    } else if (const EventRef* latest = got.latest_after_ref()) {
+      done = *latest;
+    }
+  } catch (...) {
+    abort_chunk(pages, got);  // the host copies were not touched: the pages stay readable where they were
+    throw;
+  }
+  // 5. Publish: resident, known to the policy, pending until `done` completes.
+  publish_chunk(pages, before, got, done, needs_copy);
+  give_back.dismiss();
+}
+
+void PagerImpl::release_frames(Frames& got) noexcept {
+  // Frames from victims may still be written back: the pool must not hand them out before that, so
+  // wait here (only failure paths get here with pending write-backs).
+  for (auto& e : got.after) {
+    if (!e) continue;
+    try {
+      events_.wait(e.get());
+    } catch (...) {
+      got.frames.clear();  // the device cannot say when the copies end: retire the frames
+    }
+  }
+  for (auto f : got.frames) device_->release(f);
+  got.frames.clear();
+  got.after.clear();
+}
+
+// Returns between 1 and `count` frames (0 only without may_wait): rather than block while holding
+// frames, it hands back what it has so the caller can start those page-ins.
+PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait,
+                                            const Protect* protect) {
+  Frames got;
+  common::ScopeGuard give_back([&] { release_frames(got); });
+  while (got.frames.size() < count) {
+    while (got.frames.size() < count) {
+      auto f = device_->try_acquire();
+      if (!f) break;
+      got.frames.push_back(*f);
+      got.after.emplace_back();  // a free frame follows no write-back
+    }
+    if (got.frames.size() == count) break;
+    reap(lk);
+    std::vector<PageEntry*> victims = select_victims(count - got.frames.size(), protect);
+    if (!victims.empty()) {
+      evict(victims, got);
+      continue;
+    }
+    if (!got.frames.empty() || !may_wait) break;
+    // The host tier is full: move its oldest pages to NVMe (this unlocks for the writes).
+    if (host_->free_count() == 0 && spill(lk, count - got.frames.size()) > 0) continue;
+    // No frame exists and the device has no memory for one: nothing can ever be evicted to make room.
+    if (device_->created() == 0 && device_->short_of_memory()) {
+      throw out_of_memory("tvmm: the device has no memory for a frame (" + format_bytes(page_size_) +
+                          "): other allocations hold all of it; free device memory or lower their use");
+    }
+    // Nothing evictable now: the device is full of pinned or in-transit pages, or the host tier has no
+    // slot for a victim until a page-in completes. Wait for a transfer, an unpin or the deadline.
+    if (!wait_progress(lk, deadline)) {
+      throw out_of_memory("tvmm: no device frame can be freed: " + describe_device() + "; waited " +
+                          std::to_string(cfg_.wait_timeout.count()) +
+                          " ms for pins to be released. The pinned working set exceeds the device budget");
+    }
+  }
+  give_back.dismiss();
+  return got;
+}
+
+}  // namespace tvmm::vmm

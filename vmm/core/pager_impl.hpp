@@ -1,0 +1,290 @@
+#pragma once
+// The pager: ties the address space, page table, device and host tiers, eviction policy and transfer
+// engine together, and implements pin, unpin, prefetch, eviction and free.
+//
+// Locking: one pager mutex (mu_) guards page-table fields other than the state word, the tiers, the
+// allocation map and the pending page-in list. The pin hit path takes no pager lock: it CASes the state
+// word and touches the policy (which has its own lock). Lock order: mu_ -> policy lock; mu_ ->
+// Allocation::uses_mu. No thread waits for a transfer while holding mu_.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/device/device_backend.hpp"
+#include "policies/access_trace.hpp"
+#include "policies/eviction_policy.hpp"
+#include "tvmm/pager.hpp"
+#include "vmm/core/address_space.hpp"
+#include "vmm/core/allocation.hpp"
+#include "vmm/core/device_tier.hpp"
+#include "vmm/core/event_pool.hpp"
+#include "vmm/core/host_copies.hpp"
+#include "vmm/core/host_placement.hpp"
+#include "vmm/core/host_tier.hpp"
+#include "vmm/core/nvme_tier.hpp"
+#include "vmm/core/page_table.hpp"
+#include "vmm/core/prefetcher.hpp"
+#include "vmm/core/resolve_config.hpp"
+#include "vmm/core/small_arena.hpp"
+#include "vmm/core/transfer_engine.hpp"
+#include "vmm/observe/observability.hpp"
+
+namespace tvmm::vmm {
+
+using policies::AccessTrace;
+
+class PagerImpl {
+ public:
+  //! With `backend` null, creates the backend named by the config; otherwise uses `backend` (tests
+  //! wrap a backend, e.g. in FaultyDevice). Likewise `storage` for the NVMe tier (used only when the
+  //! config gives the tier a budget).
+  explicit PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend> backend = nullptr,
+                     std::unique_ptr<storage::StorageBackend> storage = nullptr);
+  ~PagerImpl();
+  PagerImpl(const PagerImpl&) = delete;
+  PagerImpl& operator=(const PagerImpl&) = delete;
+
+  Allocation* allocate(std::size_t bytes, Hints hints);
+  //! The owner lets go (Tensor destroyed/reset, or Pager::free). Reclaims when no pin remains.
+  void drop_owner(Allocation* a) noexcept;
+  void mark_raw(Allocation* a) noexcept;
+  void free_raw(void* ptr);
+
+  //! The pages holding bytes [offset, offset + bytes) of `a` (none for an arena allocation), and the
+  //! access to pin them with: Access::write becomes read_write where the range covers a page only in
+  //! part, so the rest of that page keeps its contents. Throws tvmm::invalid_argument for a range
+  //! outside the tensor or of 0 bytes.
+  struct Range {
+    PageSpan span;
+    Access access;
+  };
+  Range range(const Allocation* a, std::size_t offset, std::size_t bytes, Access access) const;
+  [[nodiscard]] static PageSpan whole(const Allocation* a) noexcept { return {0, a->arena ? 0 : a->pages}; }
+
+  //! Pins the pages of `span` (stream == nullptr: host-synchronous). On success one reference is added
+  //! to `a` for the Pin.
+  void pin(Allocation* a, PageSpan span, Access access, device::StreamHandle stream);
+  void unpin(Allocation* a, PageSpan span, device::StreamHandle stream) noexcept;
+  void prefetch(Allocation* a, device::StreamHandle stream);
+  //! Tensor::discard: the contents of `a` are dead. Host and NVMe pages let their slots go at once;
+  //! resident pages become the first victims and are dropped without a write-back.
+  void discard(Allocation* a);
+  void mark_iteration();
+
+  // Both retire completed transfers first, so a finished eviction reads as `host`.
+  [[nodiscard]] Tier tier_of(device::DevPtr addr);
+  [[nodiscard]] Tier tier(const Allocation* a, std::size_t offset);
+  [[nodiscard]] Stats stats() const;
+  [[nodiscard]] Placement placement() const { return placement_->describe(); }
+  //! Checks every invariant under the lock; correct while other threads use the pager (it briefly
+  //! stops lock-free pins and unpins of resident pages while it counts them). Throws on a violation.
+  void check_invariants() const;
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] device::DeviceBackend& device() noexcept { return *dev_; }
+
+  device::StreamHandle create_stream();
+  void destroy_stream(device::StreamHandle s) noexcept;
+  void launch(device::StreamHandle s, std::function<void()> fn);
+  void launch_busy(device::StreamHandle s, std::chrono::nanoseconds duration);
+  void synchronize(device::StreamHandle s);
+  // Timing events for StreamTimer (separate from the pool: the pool's events are recycled).
+  device::EventHandle create_event();
+  void destroy_event(device::EventHandle e) noexcept;
+  void record_event(device::EventHandle e, device::StreamHandle s);
+  // Waits for `end`, then returns the device time from `start` to it.
+  std::chrono::nanoseconds elapsed(device::EventHandle start, device::EventHandle end);
+
+ private:
+  using Lock = std::unique_lock<std::mutex>;
+  using Clock = std::chrono::steady_clock;
+
+  struct LoadBatch {  // page-ins (and, for uncopied pages, the write-backs they wait for)
+    EventRef done;
+    std::vector<std::uint32_t> pages;
+  };
+  struct EvictionBatch {  // write-backs whose victims are still mapped at their old addresses
+    std::vector<std::uint32_t> pages;
+    //! Per page: its write-back (and every earlier one) has completed; null for a page dropped with
+    //! nothing pending (its frame was free at once).
+    std::vector<EventRef> done;
+    std::size_t retired = 0;  // pages [0, retired) are retired (events complete in order)
+  };
+  // Frames for a chunk. after[i] is the write-back of frames[i]'s previous page (null for a frame that
+  // was free): every use of the frame must follow it. All write-backs are recorded on one copy stream,
+  // so the later of two such events implies the earlier; frames are appended in recording order.
+  struct Frames {
+    std::vector<std::uint32_t> frames;
+    std::vector<EventRef> after;
+    //! The latest write-back any frame follows (it implies the others), or null.
+    [[nodiscard]] Event* latest_after() const noexcept {
+      const EventRef* e = latest_after_ref();
+      return e != nullptr ? e->get() : nullptr;
+    }
+    [[nodiscard]] const EventRef* latest_after_ref() const noexcept {
+      for (auto e = after.rbegin(); e != after.rend(); ++e) {
+        if (*e) return &*e;
+      }
+      return nullptr;
+    }
+  };
+
+  [[nodiscard]] PageEntry* pages_of(const Allocation* a) noexcept { return &table_[a->first_page]; }
+  [[nodiscard]] device::DevPtr va_of(const PageEntry& p) const noexcept { return va_.addr(table_.index_of(p)); }
+
+  // Pin counts. The *_locked variants are for callers holding mu_.
+  //! `dirty`: the pin may write, so the page's NVMe copy (if any) goes stale (set in the same CAS).
+  bool try_pin_resident(PageEntry& p, std::uint64_t dirty) noexcept;
+  void pin_page(PageEntry& p) noexcept;
+  void unpin_page(PageEntry& p) noexcept;
+  void unpin_page_locked(PageEntry& p) noexcept;
+  void wake_waiters() noexcept;
+
+  // The address reservation (constructor step, after cfg_ is resolved): checks the NVMe directories
+  // first (unless the caller supplied the storage backend) and the page table's host memory.
+  std::unique_ptr<AddressSpace> reserve_address_space(const Config& given, bool storage_given) const;
+  // `owned`: a user's tensor (in owned_, counted in stats), or false for an arena page.
+  Allocation* allocate_pages(std::size_t bytes, Hints hints, bool owned);
+  Allocation* allocate_small(std::size_t bytes, Hints hints);
+  // Pins a fresh allocation until its owner lets go; on failure frees it and rethrows.
+  void pin_for_life(Allocation* a);
+  void reclaim_small(Allocation* a) noexcept;
+  // Trace prefetch: starts the page-ins of the pins ahead that prefetch_ names, evicting only unpinned
+  // pages it does not protect.
+  void prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept;
+  // Sequential prefetch: starts the page-ins of the host pages of `next` (Prefetcher::after).
+  void prefetch_after(Allocation* a, PageSpan next) noexcept;
+  void pin_slow(Allocation* a, PageSpan span, Access access, device::StreamHandle stream);
+  void wait_for_uses(Allocation* a);
+  // Stream release points of `a`: drop the completed ones (caller holds a->uses_mu), or take them all.
+  void prune_uses(Allocation& a);
+  std::vector<EventRef> take_uses(Allocation* a);
+  // Waits for every event, logging (not throwing) failures: for paths that cannot report.
+  void wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept;
+  // Page-ins of `span` of `a` still running (one reference each, deduplicated); caller holds mu_.
+  std::vector<EventRef> pending_page_ins(const Allocation* a, PageSpan span);
+  // Pages of `span` of `a` on the host tier, at most `limit`; caller holds mu_.
+  std::vector<PageEntry*> host_pages(const Allocation* a, PageSpan span, std::size_t limit = SIZE_MAX);
+  // nvme_->run without mu_ (taken back on return, also by an exception), as a span on the trace's I/O
+  // lane (`what`: "nvme write" or "nvme read"). `frames_held`: device frames the caller holds for pages
+  // that do not record them yet (counted in frames_in_hand_ meanwhile).
+  void run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what,
+                std::size_t frames_held);
+  // Makes every page of `span` of `a` resident; returns the page-in events a user must order after.
+  std::vector<EventRef> make_resident(Lock& lk, Allocation* a, PageSpan span, Access access, Clock::time_point deadline,
+                                      std::uint64_t& misses);
+  //! Pages an eviction must not take (prefetch_ahead's: those needed sooner than its target).
+  using Protect = common::FunctionRef<bool(const PageEntry&)>;
+  // Loads `todo` (fresh or host pages); with may_wait false, loads only what free or evictable frames
+  // allow and returns the number loaded. Evictions it makes skip the pages `protect` names.
+  std::size_t load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
+                         bool may_wait, const Protect* protect = nullptr);
+  // Maps `got.frames` at `pages` and queues their page-ins; on success the pages are resident.
+  void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got, Access access);
+  // The steps of a chunk's page-in, shared by load_chunk and stage_in:
+  //! Maps got.frames[i] at pages[i] (retrying a stale unmap first); all or nothing.
+  void map_chunk(std::span<PageEntry* const> pages, const Frames& got);
+  //! After a failure once mapped: drains the copies queued and unmaps the pages (or, if the device
+  //! cannot drain, keeps the frames out of the pool). The caller restores the pages' states.
+  void abort_chunk(std::span<PageEntry* const> pages, Frames& got) noexcept;
+  //! The pages become resident with got.frames, pending until `done` (if any); `copied(i)`: page i's
+  //! host slot is the source of its page-in (released at reap), else its host copy, if any, is dropped.
+  void publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
+                     const EventRef& done, common::FunctionRef<bool(std::size_t)> copied);
+  Frames acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait,
+                        const Protect* protect = nullptr);
+  void release_frames(Frames& got) noexcept;
+  // Claims up to `count` victims, skipping the pages `protect` names.
+  std::vector<PageEntry*> select_victims(std::size_t count, const Protect* protect = nullptr);
+  void evict(std::vector<PageEntry*>& victims, Frames& got);
+  //! Unmaps the old addresses of retired victims (page numbers, sorted in place), a call per run of
+  //! adjacent pages; a page whose unmap fails keeps a stale mapping (unmapped again before its next
+  //! page-in).
+  void unmap_victims(std::span<std::uint32_t> victims) noexcept;
+  // Retires completed page-ins and write-backs; true if it retired any.
+  bool reap(Lock& lk);
+  void reclaim(Allocation* a) noexcept;
+  // Waits on cv_ until notified or the deadline; false once the deadline has passed.
+  bool wait_for_change(Lock& lk, Clock::time_point deadline);
+  // Waits for the oldest transfer in flight (and retires it), or else as wait_for_change.
+  bool wait_progress(Lock& lk, Clock::time_point deadline);
+  [[nodiscard]] std::string describe_device() const;
+
+  // --- NVMe tier (vmm/core/spill.cpp); all with mu_ held, and those taking `lk` unlock it for I/O ---
+  //! Records that `p` entered the host tier (candidates for spilling, newest first).
+  void note_host(const PageEntry& p) noexcept;
+  //! Records that `p` keeps an NVMe slot while it lives elsewhere (a slot that may be taken back).
+  void note_slot_kept(const PageEntry& p) noexcept;
+  //! Frees up to `want` host slots by moving to NVMe the pages needed last: with a trace, the farthest
+  //! next use; without, newest first (pages still on their way from the device, each written once its
+  //! own write-back has completed, then host pages; clean ones without a write). Pages of host-only
+  //! allocations are skipped. Returns the number freed (a page on its way counts once its slot is
+  //! free); throws io_error / out_of_memory (ENOSPC) if a write failed, after putting every page back
+  //! where it was.
+  std::size_t spill(Lock& lk, std::size_t want);
+  //! Loads up to a queue depth of `a`'s NVMe pages onto the device: reads each into a host slot,
+  //! verifies its checksum and queues its page-in at once, while later reads are still running. The
+  //! pages keep their NVMe slots as clean copies. Returns the number loaded; throws io_error naming
+  //! page and slot if a read failed (the others are loaded; the failed page stays on NVMe).
+  std::size_t stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::time_point deadline);
+  //! Between 1 and `want` free host slots, spilling or waiting for them; throws out_of_memory at the
+  //! deadline.
+  std::vector<std::uint32_t> acquire_host_slots(Lock& lk, std::size_t want, Clock::time_point deadline);
+  //! A free NVMe slot, or one taken back from a page that keeps a copy elsewhere.
+  std::optional<std::uint32_t> acquire_nvme_slot() noexcept;
+
+  Config cfg_;
+  std::unique_ptr<device::DeviceBackend> dev_;
+  std::size_t page_size_ = 0;
+  std::unique_ptr<AddressSpace> va_storage_;
+  AddressSpace& va_;
+  std::unique_ptr<PageTable> table_storage_;
+  PageTable& table_;
+  EventPool events_;
+  SmallArena arena_;       // guarded by mu_
+  Observability observe_;  // counters, stats file, pin log, event trace (before xfer_, which records in it)
+  Prefetcher prefetch_;    // the access trace and what to load ahead
+  // The pin count at the latest stream unpin (Allocation::released_at): which tensors the work queued
+  // last used. Written by unpin without the lock (a hint; a race only changes a preference).
+  std::atomic<std::uint64_t> latest_release_{0};
+  std::uint64_t next_id_ = 1;                             // guarded by mu_
+  std::unordered_map<std::uint64_t, Allocation*> by_id_;  // live allocations; guarded by mu_
+  std::unique_ptr<DeviceTier> device_;
+  std::unique_ptr<HostPlacement> placement_;  // the host tier's memory and its node (outlives host_)
+  std::unique_ptr<HostTier> host_;
+  std::unique_ptr<HostCopies> host_copies_;  // kept copies of resident pages in host_'s spare room
+  std::unique_ptr<NvmeTier> nvme_;           // null without an NVMe budget
+  std::deque<std::uint32_t> host_fifo_;      // pages that entered the host tier, in order (lazy: checked on use)
+  std::deque<std::uint32_t> slot_keepers_;   // pages keeping an NVMe slot elsewhere (lazy: checked on use)
+  std::deque<std::uint32_t> discarded_;      // resident pages whose contents were discarded: first victims (lazy)
+  std::unique_ptr<TransferEngine> xfer_;
+  std::unique_ptr<policies::EvictionPolicy> policy_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // page left transit, pins dropped, frames or slots freed
+  std::atomic<std::uint32_t> waiters_{0};
+  // Pages with pins > 0; ahead of the truth while a lock-free pin or unpin is between its steps (pin.cpp).
+  std::atomic<std::uint64_t> pinned_pages_{0};
+  std::uint32_t frames_in_hand_ = 0;   // taken from the pool by a thread that let go of mu_; guarded by mu_
+  std::uint64_t allocated_pages_ = 0;  // guarded by mu_
+  std::uint64_t host_only_pages_ = 0;  // pages of allocations kept off NVMe; guarded by mu_
+  std::uint64_t capacity_spare_ = 0;   // pages beyond the device tier's frames that allocations may use
+  std::unordered_map<device::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
+  std::deque<LoadBatch> loads_;                            // page-ins not yet retired
+  std::deque<EvictionBatch> evictions_;                    // write-backs not yet retired
+};
+
+//! Builds a public Pager around an implementation (for tests that supply their own backend).
+struct PagerAccess {
+  static Pager make(const Config& config, std::unique_ptr<device::DeviceBackend> backend,
+                    std::unique_ptr<storage::StorageBackend> storage = nullptr) {
+    return Pager(std::make_unique<PagerImpl>(config, std::move(backend), std::move(storage)));
+  }
+};
+
+}  // namespace tvmm::vmm

@@ -1,0 +1,50 @@
+#include "vmm/core/prefetcher.hpp"
+
+#include <algorithm>
+
+namespace tvmm::vmm {
+
+using policies::AccessTrace;
+
+Prefetcher::Prefetcher(const Config& config, bool policy_needs_trace)
+    : distance_(config.prefetch_distance),
+      trace_prefetch_(config.prefetch == "trace"),
+      sequential_prefetch_(config.prefetch == "sequential"),
+      recording_(trace_prefetch_ || policy_needs_trace) {}
+
+std::vector<AccessTrace::Ahead> Prefetcher::keep_loads(std::vector<AccessTrace::Ahead> ahead) const {
+  if (!trace_prefetch_) return {};
+  // A pin that overwrites its tensor needs no data: its own pin maps fresh frames. (Loading with
+  // discard here would lose data if the program's access changed: the trace only guides.)
+  std::erase_if(ahead, [](const AccessTrace::Ahead& t) { return t.discard; });
+  return ahead;
+}
+
+std::vector<AccessTrace::Ahead> Prefetcher::on_pin(const Allocation* a, PageSpan span, Access access) noexcept {
+  if (!recording_) return {};
+  try {
+    const policies::TraceAccess acc{a->id, span.count, access == Access::write, false, span.first};
+    return keep_loads(trace_.on_pin(acc, distance_));
+  } catch (...) {  // out of memory recording the pin: the trace diverges and is recorded afresh later
+    return {};
+  }
+}
+
+std::vector<AccessTrace::Ahead> Prefetcher::on_iteration() noexcept {
+  if (!recording_) return {};
+  try {
+    return keep_loads(trace_.on_iteration(distance_));
+  } catch (...) {
+    return {};
+  }
+}
+
+std::optional<PageSpan> Prefetcher::after(const Allocation* a, PageSpan span) const noexcept {
+  if (!sequential_prefetch_) return std::nullopt;
+  const std::uint32_t first = span.first + span.count;
+  const auto count = static_cast<std::uint32_t>(std::min<std::size_t>(distance_, a->pages - std::min(a->pages, first)));
+  if (count == 0) return std::nullopt;
+  return PageSpan{first, count};
+}
+
+}  // namespace tvmm::vmm

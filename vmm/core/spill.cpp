@@ -1,0 +1,364 @@
+// PagerImpl, part 5: the NVMe tier. Host pages, and pages on their way from the device, spill to NVMe when
+// the host tier is full; NVMe pages are read back through host slots and paged in. The I/O runs without
+// mu_, on pages claimed (in transit), so other threads keep pinning. Both directions are pipelined page
+// by page: a page's NVMe write starts as soon as its own device-to-host copy is done, and a page's copy
+// to the device is queued as soon as its own read is verified.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+
+#include "common/scope_guard.hpp"
+#include "vmm/core/labels.hpp"
+#include "vmm/core/pager_impl.hpp"
+
+namespace tvmm::vmm {
+
+namespace {
+
+bool is_host(const PageEntry& p) { return p.state() == PageState::host; }
+bool keeps_slot(const PageEntry& p) {
+  const auto s = p.state();
+  return p.nvme_slot != kNoSlot && (s == PageState::device || s == PageState::host);
+}
+
+std::string page_label(const PageEntry& p, std::uint32_t page_in_tensor, std::size_t page_size) {
+  return "page " + std::to_string(page_in_tensor) + " (offset " +
+         format_bytes(std::size_t{page_in_tensor} * page_size) + ") of " + tensor_label(p.owner);
+}
+
+}  // namespace
+
+void PagerImpl::note_host(const PageEntry& p) noexcept {
+  if (!nvme_ || p.owner->host_only) return;
+  try {
+    host_fifo_.push_back(table_.index_of(p));
+    compact_lazy(host_fifo_, host_->budget(), table_, is_host);
+  } catch (const std::bad_alloc&) {
+    // Without the entry the page is not spilled before it is next loaded; nothing is lost.
+  }
+}
+
+void PagerImpl::note_slot_kept(const PageEntry& p) noexcept {
+  try {
+    slot_keepers_.push_back(table_.index_of(p));
+    compact_lazy(slot_keepers_, nvme_->budget(), table_, keeps_slot);
+  } catch (const std::bad_alloc&) {
+    // The slot stays with the page until the page is freed or written again.
+  }
+}
+
+std::optional<std::uint32_t> PagerImpl::acquire_nvme_slot() noexcept {
+  if (auto s = nvme_->try_acquire()) return s;
+  // Take back a slot kept as a copy by a page that lives on the device or the host (not one in transit:
+  // its slot may be under I/O, or be about to hold its only data).
+  while (!slot_keepers_.empty()) {
+    PageEntry& p = table_[slot_keepers_.front()];
+    slot_keepers_.pop_front();
+    if (!keeps_slot(p)) continue;
+    return std::exchange(p.nvme_slot, kNoSlot);
+  }
+  return std::nullopt;
+}
+
+void PagerImpl::run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what,
+                         std::size_t frames_held) {
+  frames_in_hand_ += static_cast<std::uint32_t>(frames_held);
+  lk.unlock();
+  common::ScopeGuard relock([&] {  // also when the batch throws: the caller's rollback runs under the lock
+    lk.lock();
+    frames_in_hand_ -= static_cast<std::uint32_t>(frames_held);
+  });
+  const auto start = Clock::now();
+  nvme_->run(ios, hooks);
+  observe_.nvme_batch(what, start, ios.size());
+}
+
+std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
+  if (!nvme_) return 0;
+  reap(lk);
+  std::size_t freed = 0;
+  std::vector<PageEntry*> writes;
+  std::vector<EventRef> arrives;  // per write: the page's write-back from the device (null: on the host)
+  auto give_slot = [&](PageEntry& p) {
+    if (p.nvme_slot != kNoSlot) return true;
+    auto slot = acquire_nvme_slot();
+    if (!slot) return false;
+    p.nvme_slot = *slot;
+    p.mark_dirty();  // a new slot holds nothing of this page
+    return true;
+  };
+  // Which pages go: those needed last. With a trace (replaying), by next use; without, newest first.
+  // A training or inference loop uses its pages again in the order it used them, so the page that
+  // left the device last is the one it needs last, and the oldest host page the one it needs next:
+  // spilling oldest first (FIFO) spilled exactly that page whenever device and host together hold
+  // less than the loop, and every page then came back from disk (GPT-2 at 1.5x with lru: 66 MiB read
+  // from NVMe per step, 6 MiB newest first).
+  // Candidates: pages still on their way from the device (each is written as soon as its own
+  // write-back completes, so a tensor's device-to-host copies overlap its NVMe writes), then host pages.
+  struct Candidate {
+    PageEntry* page;
+    const EventRef* arrives;  // its write-back from the device; null: on the host
+    std::size_t arrival;      // write-backs complete in the order queued: this one's place (0: on the host)
+    std::size_t next = 0;     // with a trace: pins until its tensor's next use
+  };
+  const bool by_next_use = prefetch_.replaying();
+  std::vector<Candidate> order;
+  auto on_the_way = [&](const PageEntry& p) {
+    // Pages dropped without a copy have no host slot; a clean copy is let go once it has arrived.
+    return p.host_slot != kNoSlot && p.spill == Spill::none && !p.owner->host_only &&
+           !p.droppable(p.word.load(std::memory_order_acquire));
+  };
+  auto on_host = [](const PageEntry& p) { return p.state() == PageState::host && !p.owner->host_only; };
+  std::size_t queued = 0;  // write-backs still on their way
+  for (const auto& b : evictions_) queued += b.pages.size() - b.retired;
+  for (auto b = evictions_.rbegin(); b != evictions_.rend(); ++b) {
+    for (std::size_t k = b->pages.size(); k-- > b->retired; --queued) {
+      PageEntry& p = table_[b->pages[k]];
+      if (on_the_way(p)) order.push_back({&p, &b->done[k], queued});
+    }
+  }
+  while (!host_fifo_.empty() && !on_host(table_[host_fifo_.back()])) host_fifo_.pop_back();  // stale
+  for (auto it = host_fifo_.rbegin(); it != host_fifo_.rend() && (by_next_use || order.size() < 2 * want); ++it) {
+    if (on_host(table_[*it])) order.push_back({&table_[*it], nullptr, 0});
+  }
+  if (by_next_use) {  // every host page is ranked: O(host pages) per spill, with a trace only
+    for (Candidate& c : order) c.next = prefetch_.trace().next_use(c.page->owner->id);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.next > b.next; });
+  }
+  // 1. Claim them (a host page queued twice is claimed once: the second time it is in transit), then
+  //    write them in the order they can go: host pages at once, pages on their way as their
+  //    write-backs complete (in the order queued), so that no write waits behind a later one.
+  std::vector<Candidate> chosen;
+  for (const Candidate& c : order) {
+    if (freed + chosen.size() >= want) break;
+    PageEntry& p = *c.page;
+    if (c.arrives != nullptr ? !on_the_way(p) : !on_host(p)) continue;
+    if (!give_slot(p)) break;  // no NVMe slot left: spill what was claimed so far
+    if (c.arrives != nullptr) {
+      p.spill = Spill::claimed;
+    } else if (p.clean_on_nvme(p.word.load(std::memory_order_acquire))) {
+      // A host page whose NVMe copy is current just lets its host slot go.
+      host_->release(std::exchange(p.host_slot, kNoSlot));
+      p.set_state(PageState::nvme);
+      ++freed;
+      continue;
+    } else {
+      p.set_state(PageState::transit);
+    }
+    chosen.push_back(c);
+  }
+  std::stable_sort(chosen.begin(), chosen.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.arrival < b.arrival; });
+  for (const Candidate& c : chosen) {
+    writes.push_back(c.page);
+    arrives.push_back(c.arrives != nullptr ? *c.arrives : EventRef());
+  }
+  if (writes.empty()) {
+    if (freed != 0) cv_.notify_all();
+    return freed;
+  }
+  // 3. Write them without the lock (checksums are taken from the host frames, which no one else
+  //    touches while the pages are in transit).
+  std::vector<NvmeTier::Io> ios;
+  for (PageEntry* p : writes) ios.push_back({storage::IoOp::write, p->nvme_slot, host_->ptr(p->host_slot), 0, 0});
+  auto arrived = [&](std::size_t i, bool block) noexcept {
+    Event* e = arrives[i].get();
+    try {
+      if (e == nullptr) return true;
+      if (!block) return events_.is_done(e);
+      events_.wait(e);
+      return true;
+    } catch (const std::exception& ex) {
+      if (block) std::fprintf(stderr, "tvmm: a write-back to the host failed (%s); not spilling its page\n", ex.what());
+      return false;
+    }
+  };
+  NvmeTier::Hooks hooks;
+  hooks.ready = arrived;
+  run_nvme(lk, ios, hooks, "nvme write", 0);
+  reap(lk);  // retires the write-backs of the pages claimed on their way: each completed before its write
+  // 4. Publish: written pages move to NVMe; a failed write leaves its page on the host, readable.
+  const NvmeTier::Io* failed = nullptr;
+  const PageEntry* failed_page = nullptr;
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    PageEntry& p = *writes[i];
+    const Spill spilled = std::exchange(p.spill, Spill::none);
+    if (spilled == Spill::claimed) {  // its write-back never completed: reap() publishes it later
+      note_slot_kept(p);
+      continue;
+    }
+    if (ios[i].error == 0) {
+      p.checksum = ios[i].checksum;
+      p.clear_dirty();
+      host_->release(std::exchange(p.host_slot, kNoSlot));
+      p.set_state(PageState::nvme);
+      ++freed;
+    } else {
+      p.set_state(PageState::host);
+      note_host(p);
+      note_slot_kept(p);
+      if (failed == nullptr && ios[i].error != NvmeTier::kNotReady) {
+        failed = &ios[i];
+        failed_page = &p;
+      }
+    }
+  }
+  cv_.notify_all();
+  if (failed != nullptr) {
+    const auto err = -failed->error;
+    const std::string what =
+        "tvmm: writing " +
+        page_label(*failed_page, table_.index_of(*failed_page) - failed_page->owner->first_page, page_size_) +
+        " to NVMe slot " + std::to_string(failed->slot) + " failed: " + storage::errno_text(err);
+    std::fprintf(stderr, "%s\n", what.c_str());
+    if (err == ENOSPC || err == EDQUOT) {
+      throw out_of_memory(what +
+                          "; the NVMe tier's filesystem is full (the page stays on the host tier). Free "
+                          "space in nvme.paths or lower nvme.budget");
+    }
+    throw io_error(what + "; the page stays on the host tier, readable", err);
+  }
+  return freed;
+}
+
+std::vector<std::uint32_t> PagerImpl::acquire_host_slots(Lock& lk, std::size_t want, Clock::time_point deadline) {
+  std::vector<std::uint32_t> slots;
+  for (;;) {
+    while (slots.size() < want) {
+      auto s = host_copies_->acquire_slot();  // a kept copy gives its slot up before any page is spilled
+      if (!s) break;
+      slots.push_back(*s);
+    }
+    if (!slots.empty()) return slots;
+    if (spill(lk, want) > 0) continue;
+    if (!wait_progress(lk, deadline)) {
+      throw out_of_memory("tvmm: no host slot can be freed to stage a page from NVMe: " +
+                          std::to_string(host_->budget()) + " host pages (" + format_bytes(cfg_.host_budget) +
+                          ") are in use or moving and the NVMe tier (" + std::to_string(nvme_->in_use()) + " of " +
+                          std::to_string(nvme_->budget()) + " slots used) takes no more; raise host or NVMe budgets");
+    }
+  }
+}
+
+std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::time_point deadline) {
+  PageEntry* pages = pages_of(a) + span.first;
+  std::size_t on_nvme = 0;
+  for (std::uint32_t i = 0; i < span.count; ++i) on_nvme += pages[i].state() == PageState::nvme ? 1 : 0;
+  if (on_nvme == 0) return 0;
+  // 1. Host slots to read a batch into (this may spill, and so unlock: pages are claimed only
+  //    afterwards). Twice as many as the batch: each page also needs a device frame, and the page that
+  //    frame's victim is written back to needs a host slot too. The second half is handed back just
+  //    before the frames are taken (with no unlock between), so that no other thread takes it.
+  const std::size_t want = std::min<std::size_t>({on_nvme, cfg_.nvme.queue_depth, host_->budget() / 2});
+  std::vector<std::uint32_t> slots = acquire_host_slots(lk, 2 * std::max<std::size_t>(want, 1), deadline);
+  const std::size_t staged = std::max<std::size_t>(1, slots.size() / 2);
+  std::vector<PageEntry*> batch;
+  for (std::uint32_t i = 0; i < span.count && batch.size() < staged; ++i) {
+    if (pages[i].state() != PageState::nvme) continue;
+    pages[i].set_state(PageState::transit);
+    pages[i].host_slot = slots[batch.size()];
+    batch.push_back(&pages[i]);
+  }
+  for (std::size_t i = batch.size(); i < slots.size(); ++i) host_->release(slots[i]);
+  if (batch.empty()) return 0;  // another thread loaded them meanwhile
+  // Pages not loaded in the end go back to NVMe, untouched there.
+  auto put_back = [&](PageEntry& p) {
+    host_->release(std::exchange(p.host_slot, kNoSlot));
+    p.set_state(PageState::nvme);
+  };
+  common::ScopeGuard restore([&] {
+    for (PageEntry* p : batch) {
+      if (p->state() == PageState::transit) put_back(*p);
+    }
+    cv_.notify_all();
+  });
+  // 2. Frames (this may evict, spill or wait, and so unlock; the claimed pages stay ours). With fewer
+  //    frames than pages, the batch shrinks to fit.
+  Frames got = acquire_frames(lk, batch.size(), deadline, true);
+  common::ScopeGuard give_back([&] { release_frames(got); });
+  while (batch.size() > got.frames.size()) {
+    put_back(*batch.back());
+    batch.pop_back();
+  }
+  map_chunk(batch, got);
+  // 3. Read without the lock. Each page's copy to the device is queued as soon as its read has been
+  //    verified, so the reads of the next pages overlap it; the copies follow the write-backs of the
+  //    frames' previous pages.
+  std::vector<NvmeTier::Io> ios;
+  for (PageEntry* p : batch)
+    ios.push_back({storage::IoOp::read, p->nvme_slot, host_->ptr(p->host_slot), p->checksum, 0});
+  std::vector<char> copied(batch.size(), 0);
+  std::exception_ptr copy_error;
+  try {
+    // The reads take longer than the write-backs: waiting here for the latest (which implies the
+    // others) costs nothing and keeps the copies unordered among themselves.
+    if (Event* latest = got.latest_after()) xfer_->order_copy_in_after(latest);
+  } catch (...) {
+    abort_chunk(batch, got);
+    throw;
+  }
+  auto page_in = [&](std::size_t i) noexcept {
+    if (ios[i].error != 0 || copy_error) return;
+    try {
+      xfer_->copy_in(va_of(*batch[i]), ios[i].buf);
+      copied[i] = 1;
+    } catch (...) {
+      copy_error = std::current_exception();
+    }
+  };
+  NvmeTier::Hooks hooks;
+  hooks.done = page_in;
+  run_nvme(lk, ios, hooks, "nvme read", got.frames.size());  // the frames are mapped, not yet the pages'
+  EventRef done;
+  try {
+    if (copy_error) std::rethrow_exception(copy_error);
+    done = xfer_->record_in();
+  } catch (...) {
+    abort_chunk(batch, got);  // the NVMe copies are untouched: `restore` puts the pages back there
+    throw;
+  }
+  // 4. Publish the pages that arrived: resident, keeping their NVMe slots as clean copies. A failed
+  //    read leaves its page on NVMe (its slot untouched) with nothing mapped, so nothing wrong is
+  //    ever handed out; its frame returns to the pool after the victims' write-backs.
+  std::vector<PageEntry*> arrived;
+  Frames arrived_frames, unused;
+  const NvmeTier::Io* failed = nullptr;
+  const PageEntry* failed_page = nullptr;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (copied[i] != 0) {
+      arrived.push_back(batch[i]);
+      arrived_frames.frames.push_back(got.frames[i]);
+      arrived_frames.after.push_back(got.after[i]);
+      continue;
+    }
+    if (!xfer_->try_unmap(va_of(*batch[i]))) batch[i]->stale_mapping = true;
+    unused.frames.push_back(got.frames[i]);
+    unused.after.push_back(got.after[i]);
+    put_back(*batch[i]);
+    if (failed == nullptr) {
+      failed = &ios[i];
+      failed_page = batch[i];
+    }
+  }
+  give_back.dismiss();
+  if (!unused.frames.empty()) release_frames(unused);
+  const std::vector<PageState> before(arrived.size(), PageState::nvme);
+  auto from_host = [](std::size_t) { return true; };
+  publish_chunk(arrived, before, arrived_frames, done, from_host);
+  if (failed != nullptr) {
+    const std::string what = "tvmm: reading " +
+                             page_label(*failed_page, table_.index_of(*failed_page) - a->first_page, page_size_) +
+                             " from NVMe slot " + std::to_string(failed->slot);
+    if (failed->error == NvmeTier::kCorrupt) {
+      throw io_error(what +
+                     ": the data fails its checksum (corrupt on the drive, or a misdirected read); it "
+                     "was not handed out and the page stays on the NVMe tier");
+    }
+    throw io_error(what + " failed: " + storage::errno_text(-failed->error) + "; the page stays on the NVMe tier",
+                   -failed->error);
+  }
+  return arrived.size();
+}
+
+}  // namespace tvmm::vmm

@@ -1,0 +1,118 @@
+#include "vmm/core/transfer_engine.hpp"
+
+#include <cstdio>
+
+#include "vmm/core/check.hpp"
+
+namespace tvmm::vmm {
+
+namespace {
+void* host_ptr(device::DevPtr p) noexcept { return reinterpret_cast<void*>(p); }
+}  // namespace
+
+TransferEngine::TransferEngine(device::DeviceBackend& dev, EventPool& events, std::size_t page_size)
+    : dev_(dev), events_(events), page_size_(page_size) {
+  TVMM_CHECK(dev_.create_stream(&in_));
+  if (auto s = dev_.create_stream(&out_); !s.ok()) {
+    (void)dev_.destroy_stream(in_);
+    TVMM_CHECK(s);
+  }
+}
+
+TransferEngine::~TransferEngine() {
+  for (auto s : {in_, out_}) {
+    (void)dev_.synchronize_stream(s);
+    dev_.warn_failed(dev_.destroy_stream(s), "destroying a copy stream");
+  }
+}
+
+void TransferEngine::map(std::span<const MapRequest> reqs) {
+  std::size_t mapped = 0;
+  try {
+    std::size_t run_start = 0;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      TVMM_CHECK(dev_.map(reqs[i].va, page_size_, reqs[i].chunk));
+      mapped = i + 1;
+      const bool run_ends = i + 1 == reqs.size() || reqs[i + 1].va != reqs[i].va + page_size_;
+      if (run_ends) {
+        TVMM_CHECK(dev_.set_access(reqs[run_start].va, (i + 1 - run_start) * page_size_));
+        run_start = i + 1;
+      }
+    }
+  } catch (...) {
+    // All or nothing: the caller gets its frames back unmapped.
+    for (std::size_t i = 0; i < mapped; ++i) (void)dev_.unmap(reqs[i].va, page_size_);
+    throw;
+  }
+}
+
+void TransferEngine::unmap(device::DevPtr va) { TVMM_CHECK(dev_.unmap(va, page_size_)); }
+
+bool TransferEngine::try_unmap(device::DevPtr va, std::size_t pages) noexcept {
+  return dev_.unmap(va, pages * page_size_).ok();
+}
+
+namespace {
+
+// A traced copy: queued at `queued`; the host callback queued behind it records its span.
+struct CopyMark {
+  EventTrace* trace;
+  std::uint32_t lane;
+  EventTrace::Clock::time_point queued;
+  device::DevPtr va;
+};
+
+void copy_done(void* user) {
+  std::unique_ptr<CopyMark> m(static_cast<CopyMark*>(user));
+  m->trace->span(m->lane, m->lane == m->trace->copy_in ? "page in" : "write-back", m->queued, EventTrace::Clock::now(),
+                 "\"va\": " + std::to_string(m->va));
+}
+
+}  // namespace
+
+void TransferEngine::mark(device::StreamHandle stream, std::uint32_t lane, device::DevPtr va,
+                          EventTrace::Clock::time_point queued) {
+  auto m = std::make_unique<CopyMark>(CopyMark{trace_, lane, queued, va});
+  // Tracing never fails a copy: without its callback the span is just missing.
+  if (dev_.launch_host(stream, copy_done, m.get()).ok()) (void)m.release();  // copy_done owns it now
+}
+
+void TransferEngine::copy_in(device::DevPtr va, const void* host) {
+  const auto queued = EventTrace::Clock::now();
+  TVMM_CHECK(dev_.memcpy_async(host_ptr(va), host, page_size_, device::CopyKind::host_to_device, in_));
+  pages_in_.fetch_add(1, std::memory_order_relaxed);
+  if (trace_ != nullptr) mark(in_, trace_->copy_in, va, queued);
+}
+
+void TransferEngine::copy_out(void* host, device::DevPtr va) {
+  const auto queued = EventTrace::Clock::now();
+  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), page_size_, device::CopyKind::device_to_host, out_));
+  pages_out_.fetch_add(1, std::memory_order_relaxed);
+  if (trace_ != nullptr) mark(out_, trace_->copy_out, va, queued);
+}
+
+void TransferEngine::order_copy_out_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(out_, e->handle)); }
+
+void TransferEngine::order_copy_in_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(in_, e->handle)); }
+
+EventRef TransferEngine::record_on(device::StreamHandle stream) {
+  EventRef e = events_.acquire();
+  TVMM_CHECK(dev_.record_event(e.get()->handle, stream));
+  return e;
+}
+
+EventRef TransferEngine::record_in() { return record_on(in_); }
+
+EventRef TransferEngine::record_out() { return record_on(out_); }
+
+bool TransferEngine::drain() noexcept {
+  const bool in_ok = dev_.synchronize_stream(in_).ok();
+  const bool out_ok = dev_.synchronize_stream(out_).ok();
+  return in_ok && out_ok;
+}
+
+void TransferEngine::stream_wait(device::StreamHandle stream, Event* e) {
+  TVMM_CHECK(dev_.stream_wait_event(stream, e->handle));
+}
+
+}  // namespace tvmm::vmm

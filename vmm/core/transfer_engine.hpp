@@ -1,0 +1,78 @@
+#pragma once
+// The transfer engine owns the pager's every map/unmap call, every event the paging records (release
+// points, copy completions), and the two copy streams (one per direction, so both copy engines work at
+// once). Page moves are queued asynchronously; completion is tracked by events. (Transparent mode's
+// remap heap is a mechanism of its own, vmm/remap_heap.*; the events of the public StreamTimer are the
+// program's, recorded by PagerImpl::record_event.)
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+
+#include "backends/device/device_backend.hpp"
+#include "vmm/core/event_pool.hpp"
+#include "vmm/observe/event_trace.hpp"
+
+namespace tvmm::vmm {
+
+struct MapRequest {
+  device::DevPtr va;
+  device::ChunkHandle chunk;
+};
+
+class TransferEngine {
+ public:
+  TransferEngine(device::DeviceBackend& dev, EventPool& events, std::size_t page_size);
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  //! Maps one frame per page, then grants access once per contiguous run of addresses (one
+  //! set-access call per run, not per page). `reqs` must be sorted by address.
+  void map(std::span<const MapRequest> reqs);
+  //! Unmaps one page. Not stream-ordered: callers wait for every use of the page first.
+  void unmap(device::DevPtr va);
+  //! Unmaps the `pages` adjacent pages from `va`, each mapped on its own, with one call (cuMemUnmap
+  //! takes whole mappings: docs/cuda-emulator.md); false if the device refuses (never throws), and
+  //! then the caller retries page by page or keeps the address marked stale.
+  [[nodiscard]] bool try_unmap(device::DevPtr va, std::size_t pages = 1) noexcept;
+
+  //! Records every copy as a span on the trace's copy-engine lanes, from queued to completed (a host
+  //! callback after each copy marks its completion). Null: no tracing (the default).
+  void set_trace(EventTrace* trace) noexcept { trace_ = trace; }
+  //! Queues a page-in (host slot -> device address) on the host-to-device stream.
+  void copy_in(device::DevPtr va, const void* host);
+  //! Queues a write-back (device address -> host slot) on the device-to-host stream.
+  void copy_out(void* host, device::DevPtr va);
+  //! Makes later write-backs wait for `e` (a last use or a page-in).
+  void order_copy_out_after(Event* e);
+  //! Makes later page-ins wait for `e` (the write-back of the frame's previous page).
+  void order_copy_in_after(Event* e);
+  //! An event that completes when the page-ins queued so far have completed.
+  EventRef record_in();
+  //! An event that completes when the write-backs queued so far have completed.
+  EventRef record_out();
+  //! An event that completes when the work queued on `stream` (a program's stream) so far has
+  //! completed: a release point.
+  EventRef record_on(device::StreamHandle stream);
+  //! Waits for every queued copy in both directions; false if the device cannot say (never throws).
+  bool drain() noexcept;
+  //! Makes `stream` wait for `e` without blocking the calling thread.
+  void stream_wait(device::StreamHandle stream, Event* e);
+
+  [[nodiscard]] std::uint64_t pages_in() const noexcept { return pages_in_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t pages_out() const noexcept { return pages_out_.load(std::memory_order_relaxed); }
+
+ private:
+  device::DeviceBackend& dev_;
+  EventPool& events_;
+  std::size_t page_size_;
+  device::StreamHandle in_ = nullptr;
+  device::StreamHandle out_ = nullptr;
+  std::atomic<std::uint64_t> pages_in_{0};
+  std::atomic<std::uint64_t> pages_out_{0};
+  void mark(device::StreamHandle stream, std::uint32_t lane, device::DevPtr va, EventTrace::Clock::time_point queued);
+  EventTrace* trace_ = nullptr;
+};
+
+}  // namespace tvmm::vmm

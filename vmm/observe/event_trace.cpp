@@ -1,0 +1,97 @@
+#include "vmm/observe/event_trace.hpp"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+
+#include "vmm/config/config_keys.hpp"
+
+namespace tvmm::vmm {
+
+namespace {
+std::atomic<std::uint64_t> g_traces{0};  // traces made so far in this process
+}  // namespace
+
+EventTrace::EventTrace(const std::string& path) : out_(path, "trace.events"), number_(++g_traces) {
+  copy_in = lane("copy engine: host to device");
+  copy_out = lane("copy engine: device to host");
+  nvme = lane("I/O queue: nvme");
+  evictions = lane("evictions");
+}
+
+EventTrace::~EventTrace() { close(); }
+
+std::uint32_t EventTrace::lane(const std::string& name) {
+  std::lock_guard lk(mu_);
+  const auto it = std::find(lanes_.begin(), lanes_.end(), name);
+  if (it != lanes_.end()) return static_cast<std::uint32_t>(it - lanes_.begin()) + 1;
+  lanes_.push_back(name);
+  return static_cast<std::uint32_t>(lanes_.size());
+}
+
+std::uint32_t EventTrace::thread_lane() {
+  // Cached per thread for the trace it was made for (by number: a later trace may reuse the address).
+  thread_local std::uint64_t owner = 0;
+  thread_local std::uint32_t id = 0;
+  if (owner != number_) {
+    id = lane("pins: thread " + std::to_string(::syscall(SYS_gettid)));
+    owner = number_;
+  }
+  return id;
+}
+
+double EventTrace::us(Clock::time_point t) const noexcept {
+  return std::chrono::duration<double, std::micro>(t - start_).count();
+}
+
+void EventTrace::span(std::uint32_t lane, const char* name, Clock::time_point start, Clock::time_point end,
+                      std::string args) noexcept {
+  try {
+    std::lock_guard lk(mu_);
+    events_.push_back({name, 'X', lane, us(start), std::max(0.0, us(end) - us(start)), std::move(args)});
+  } catch (...) {  // out of memory: the trace loses an event, the pager goes on
+  }
+}
+
+void EventTrace::instant(std::uint32_t lane, const char* name, Clock::time_point at, std::string args) noexcept {
+  try {
+    std::lock_guard lk(mu_);
+    events_.push_back({name, 'i', lane, us(at), 0.0, std::move(args)});
+  } catch (...) {
+  }
+}
+
+void EventTrace::close() noexcept {
+  std::lock_guard lk(mu_);
+  if (closed_) return;
+  closed_ = true;
+  std::FILE* f = out_.get();
+  if (f != nullptr) {
+    std::fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    std::fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"tvmm\"}}");
+    for (std::size_t i = 0; i < lanes_.size(); ++i) {
+      std::fprintf(f,
+                   ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %zu, \"args\": {\"name\": %s}}",
+                   i + 1, toml_string(lanes_[i]).c_str());
+      std::fprintf(f,
+                   ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 1, \"tid\": %zu, \"args\": "
+                   "{\"sort_index\": %zu}}",
+                   i + 1, i + 1);
+    }
+    for (const Event& e : events_) {
+      std::fprintf(f, ",\n{\"name\": \"%s\", \"ph\": \"%c\", \"pid\": 1, \"tid\": %u, \"ts\": %.3f", e.name, e.phase,
+                   e.lane, e.ts_us);
+      if (e.phase == 'X') std::fprintf(f, ", \"dur\": %.3f", e.dur_us);
+      if (e.phase == 'i') std::fprintf(f, ", \"s\": \"t\"");
+      if (!e.args.empty()) std::fprintf(f, ", \"args\": {%s}", e.args.c_str());
+      std::fprintf(f, "}");
+    }
+    std::fprintf(f, "\n]}\n");
+  }
+  out_.close();
+}
+
+}  // namespace tvmm::vmm

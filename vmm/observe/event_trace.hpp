@@ -1,0 +1,65 @@
+#pragma once
+// The event trace (config trace.events, or TVMM_TRACE): what the pager did, when, as Chrome
+// trace-event JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open. One lane ("thread") per
+// copy engine, per I/O queue, per stream and per host thread that pins:
+//   copy engine: host to device / device to host   a span per page move, from queued to completed
+//   I/O queue: nvme                               a span per NVMe read or write batch
+//   stream N                                      an instant per stream pin (the tensor, hit or miss)
+//   pins: thread T                                a span per pin stall (the calling thread waited)
+//   evictions                                     an instant per page evicted from the device
+// Events are kept in memory and written when the pager is destroyed. Thread-safe.
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "vmm/observe/output.hpp"
+
+namespace tvmm::vmm {
+
+class EventTrace {
+ public:
+  using Clock = std::chrono::steady_clock;
+  //! Opens `path` now (a bad path is a config_error at construction, as for the other outputs).
+  explicit EventTrace(const std::string& path);
+  ~EventTrace();
+  EventTrace(const EventTrace&) = delete;
+  EventTrace& operator=(const EventTrace&) = delete;
+
+  //! A lane by name, created on first use (its id is stable).
+  std::uint32_t lane(const std::string& name);
+  //! The lane "pins: thread T" of the calling thread.
+  std::uint32_t thread_lane();
+  //! A span [start, end) on `lane`. `args` is a JSON object's members ("\"page\": 3"), or empty.
+  void span(std::uint32_t lane, const char* name, Clock::time_point start, Clock::time_point end,
+            std::string args = {}) noexcept;
+  //! An instant at `at` on `lane`.
+  void instant(std::uint32_t lane, const char* name, Clock::time_point at, std::string args = {}) noexcept;
+  //! Writes the trace and closes the file (idempotent).
+  void close() noexcept;
+
+  //! Lane ids the pager uses on its hot paths, created at construction.
+  std::uint32_t copy_in = 0, copy_out = 0, nvme = 0, evictions = 0;
+
+ private:
+  struct Event {
+    const char* name;
+    char phase;  // 'X' span, 'i' instant
+    std::uint32_t lane;
+    double ts_us, dur_us;
+    std::string args;
+  };
+  [[nodiscard]] double us(Clock::time_point t) const noexcept;
+
+  OutputFile out_;
+  std::uint64_t number_;  // this trace among all the process has made (thread_lane's cache key)
+  Clock::time_point start_ = Clock::now();
+  std::mutex mu_;
+  std::vector<std::string> lanes_;
+  std::vector<Event> events_;
+  bool closed_ = false;
+};
+
+}  // namespace tvmm::vmm

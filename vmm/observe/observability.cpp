@@ -1,0 +1,85 @@
+#include "vmm/observe/observability.hpp"
+
+#include <cstdio>
+#include <string>
+
+namespace tvmm::vmm {
+
+Observability::Observability(const Config& config) {
+  if (!config.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(config.stats_file, "stats.file");
+  if (!config.trace_file.empty()) pin_log_ = std::make_unique<PinLog>(config.trace_file);
+  if (!config.trace_events.empty()) events_ = std::make_unique<EventTrace>(config.trace_events);
+}
+
+Observability::~Observability() = default;
+
+void Observability::pin(std::uint64_t tensor, std::uint32_t pages, Access access, bool hit,
+                        device::StreamHandle stream) noexcept {
+  if (pin_log_) pin_log_->pin(tensor, pages, access, hit);
+  if (!events_ || pages == 0) return;
+  try {
+    const std::uint32_t lane =
+        stream != nullptr ? events_->lane("stream " + std::to_string(stream_number(stream))) : events_->thread_lane();
+    events_->instant(lane, hit ? "pin (hit)" : "pin (miss)", Clock::now(),
+                     "\"tensor\": " + std::to_string(tensor) + ", \"pages\": " + std::to_string(pages));
+  } catch (...) {  // the trace misses this pin
+  }
+}
+
+void Observability::iteration() noexcept {
+  if (pin_log_) pin_log_->iteration();
+}
+
+void Observability::stall(Clock::time_point since) noexcept {
+  const auto now = Clock::now();
+  counters.stall_ns.fetch_add(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - since).count()),
+      std::memory_order_relaxed);
+  if (!events_) return;
+  try {
+    events_->span(events_->thread_lane(), "pin stall", since, now);
+  } catch (...) {  // a lane name could not be allocated: the trace misses this stall
+  }
+}
+
+void Observability::evicted(std::span<const std::uint32_t> pages) noexcept {
+  if (!events_) return;
+  const auto now = Clock::now();
+  for (const std::uint32_t page : pages) {
+    events_->instant(events_->evictions, "evict", now, "\"page\": " + std::to_string(page));
+  }
+}
+
+void Observability::nvme_batch(const char* what, Clock::time_point start, std::size_t pages) noexcept {
+  if (events_) events_->span(events_->nvme, what, start, Clock::now(), "\"pages\": " + std::to_string(pages));
+}
+
+std::uint32_t Observability::stream_number(device::StreamHandle s) {
+  std::lock_guard lk(stream_numbers_mu_);
+  if (const auto it = stream_numbers_.find(s); it != stream_numbers_.end()) return it->second;
+  return stream_numbers_.emplace(s, ++streams_numbered_).first->second;
+}
+
+void Observability::stream_destroyed(device::StreamHandle s) noexcept {
+  if (!events_) return;
+  std::lock_guard lk(stream_numbers_mu_);
+  stream_numbers_.erase(s);
+}
+
+void Observability::finish(common::FunctionRef<Stats()> final_stats) noexcept {
+  if (stats_out_) {
+    try {
+      std::fprintf(stats_out_->get(), "%s\n", to_json(final_stats()).c_str());
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "tvmm: writing the stats file %s failed: %s\n", stats_out_->path().c_str(), ex.what());
+    }
+    stats_out_->close();
+  }
+  if (pin_log_) pin_log_->close();
+}
+
+void Observability::close_event_trace() noexcept {
+  if (events_) events_->close();
+}
+
+}  // namespace tvmm::vmm

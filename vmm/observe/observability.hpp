@@ -1,0 +1,79 @@
+#pragma once
+// What the pager reports about itself, in one owner: the counters behind Stats, the stats file
+// (stats.file), the pin log (trace.file) and the event trace for Perfetto (trace.events). The pager
+// calls it at the points it observes (a pin, an iteration mark, a stall, an eviction, an NVMe batch)
+// and reads the counters for Stats; none of these calls changes what the pager does, and none throws:
+// an output that fails loses that record, never the operation.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+
+#include "backends/device/device_backend.hpp"
+#include "common/function_ref.hpp"
+#include "tvmm/config.hpp"
+#include "tvmm/pager.hpp"
+#include "tvmm/stats.hpp"
+#include "vmm/observe/event_trace.hpp"
+#include "vmm/observe/output.hpp"
+
+namespace tvmm::vmm {
+
+class Observability {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  //! Opens the outputs `config` names (a bad path throws config_error now, not at exit).
+  explicit Observability(const Config& config);
+  ~Observability();
+  Observability(const Observability&) = delete;
+  Observability& operator=(const Observability&) = delete;
+
+  //! The counters behind Stats (relaxed atomics: the hot paths add to them directly).
+  struct Counters {
+    std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, stall_ns{0}, allocations{0},
+        live_bytes{0}, live_tensors{0}, clean_evictions{0};
+  };
+  Counters counters;
+
+  //! The event trace, or null when none was asked for (the transfer engine records page moves in it).
+  [[nodiscard]] EventTrace* event_trace() const noexcept { return events_.get(); }
+
+  //! A pin of `pages` pages of tensor `tensor` (0 pages: in the small-object arena) with `access`;
+  //! `hit`: every page was resident. Logged in the pin log and, unless it is an arena pin, as an
+  //! instant on the event trace's lane of `stream` (or of the pinning thread for a host pin).
+  void pin(std::uint64_t tensor, std::uint32_t pages, Access access, bool hit, device::StreamHandle stream) noexcept;
+  //! An iteration mark (Pager::mark_iteration).
+  void iteration() noexcept;
+  //! The calling thread waited for the pager from `since` until now: counted, and a span on its lane.
+  void stall(Clock::time_point since) noexcept;
+  //! Pages evicted from the device just now (page numbers).
+  void evicted(std::span<const std::uint32_t> pages) noexcept;
+  //! An NVMe batch of `pages` pages ("nvme write" or "nvme read") ran from `start` until now.
+  void nvme_batch(const char* what, Clock::time_point start, std::size_t pages) noexcept;
+  //! A stream was destroyed: a later stream at the same handle gets a lane of its own.
+  void stream_destroyed(device::StreamHandle stream) noexcept;
+
+  //! At the pager's destruction, while it can still report: writes the stats `final_stats` returns to
+  //! the stats file (called only if there is one) and closes it and the pin log.
+  void finish(common::FunctionRef<Stats()> final_stats) noexcept;
+  //! After the last copy has completed: writes the event trace.
+  void close_event_trace() noexcept;
+
+ private:
+  // Streams are numbered from 1 in the order they first pin (the event trace's lane names).
+  std::uint32_t stream_number(device::StreamHandle stream);
+
+  std::unique_ptr<OutputFile> stats_out_;  // stats_file: written by finish()
+  std::unique_ptr<PinLog> pin_log_;        // trace_file
+  std::unique_ptr<EventTrace> events_;     // trace_events
+  std::mutex stream_numbers_mu_;
+  std::unordered_map<device::StreamHandle, std::uint32_t> stream_numbers_;
+  std::uint32_t streams_numbered_ = 0;
+};
+
+}  // namespace tvmm::vmm
