@@ -187,7 +187,7 @@ std::string csv_of(const std::vector<Row>& rows, const std::string& workload) {
 // The gnuplot script: per workload, step time (modelled) and wall time against oversubscription per
 // policy and peer, bytes moved over Belady's per policy, and the residency timelines.
 std::string gnuplot_script(const std::vector<std::string>& workloads, const std::vector<Row>& rows,
-                           const std::vector<Timeline>& timelines) {
+                           const std::vector<ResidencyTimeline>& timelines) {
   std::ostringstream gp;
   gp << "# Written by tvmm-bench --out; run `gnuplot plots.gp` in this directory to redraw.\n"
         "set terminal pngcairo size 960,560 noenhanced font \",11\"\n"
@@ -345,7 +345,8 @@ void print_table(const std::vector<Record>& records) {
   }
 }
 
-bool write_outputs(const std::string& dir, const std::vector<Record>& records, const std::vector<Timeline>& timelines) {
+bool write_outputs(const std::string& dir, const std::vector<Record>& records,
+                   const std::vector<ResidencyTimeline>& timelines) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     std::fprintf(stderr, "tvmm-bench: cannot create the output directory %s: %s\n", dir.c_str(), std::strerror(errno));
     return false;

@@ -46,7 +46,7 @@ struct Record {
 };
 
 //! One workload's residency timeline: per sampled kernel, each tensor's fraction on the device.
-struct Timeline {
+struct ResidencyTimeline {
   std::string workload;
   std::string policy;
   double ratio = 0;
@@ -68,6 +68,7 @@ bool write_text(const std::string& path, const std::string& text);
 //! Writes DIR/summary.json, DIR/runs.csv (every policy and peer as a row), DIR/<workload>.csv,
 //! DIR/residency_<workload>.csv and the plots (DIR/plots.gp run by gnuplot when it is installed;
 //! otherwise says so on stderr). False, with the reason on stderr, when DIR cannot be written.
-bool write_outputs(const std::string& dir, const std::vector<Record>& records, const std::vector<Timeline>& timelines);
+bool write_outputs(const std::string& dir, const std::vector<Record>& records,
+                   const std::vector<ResidencyTimeline>& timelines);
 
 }  // namespace tvmm::bench

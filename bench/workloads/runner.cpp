@@ -285,8 +285,8 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   cfg.prefetch = policy == "trace" ? "trace" : "none";
   cfg.prefetch_distance = o.distance;
   cfg.keep_recent = policy == "trace" ? o.keep_recent : 0;  // "belady" stays the pure optimum
-  cfg.trace_file = o.pin_log;
-  cfg.trace_events = o.event_trace;
+  cfg.pin_log_file = o.pin_log;
+  cfg.timeline_file = o.timeline;
   cfg.stats_file = o.stats_file;
   std::unique_ptr<device::DeviceBackend> dev;
 #if defined(TVMM_HAVE_CUDA)

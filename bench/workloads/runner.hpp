@@ -35,8 +35,8 @@ struct RunOptions {
   bool whole_workload = false;
   std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
   bool verify = false;         // write and check every tensor's bytes (always on with --device cuda)
-  std::string pin_log;         // the pager's trace.file (tests read the pins it saw)
-  std::string event_trace;     // the pager's trace.events (Perfetto)
+  std::string pin_log;         // the pager's pin_log.file (tests read the pins it saw)
+  std::string timeline;        // the pager's timeline.file (Perfetto)
   std::string stats_file;      // the pager's stats.file (its final stats as JSON)
   std::string progress;        // when set, a progress line on stderr starting with this label
 };

@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
   for (const auto& j : jobs) total_runs += j.ratios.size() * per_ratio;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   std::vector<Record> records;
-  std::vector<Timeline> timelines;
+  std::vector<ResidencyTimeline> timelines;
   int failures = 0;
   const std::string um_skipped = !wants("um")       ? "not asked for (--peers)"
                                  : device != "cuda" ? "the simulated GPU does not model Unified Memory's page faults "
@@ -389,7 +389,7 @@ int main(int argc, char** argv) {
       for (const auto& policy : policies) {
         auto po = jo;
         po.progress = label(policy);
-        Timeline tl{w.name, policy, ratio, {}};
+        ResidencyTimeline tl{w.name, policy, ratio, {}};
         const bool sample = job.timeline && policy == "trace" && (ratio == 2.0 || job.ratios.size() == 1);
         try {
           auto r = run_pager(w, po, policy, ratio, sample ? &tl.residency : nullptr);

@@ -157,13 +157,15 @@ struct TVMM_API Config {
   //! Stats output: when the Pager is destroyed, its final Stats are written here as one JSON object
   //! (tvmm::to_json). "" = none; "-" = standard error. Opened when the Pager is built.
   std::string stats_file;
-  //! Pin log: every pin and iteration mark as a line of JSON (docs/configuration.md has the format),
-  //! for studying policies offline. "" = none; "-" = standard error. Opened when the Pager is built.
-  std::string trace_file;
-  //! Event trace: what the pager did and when (page moves per copy engine, NVMe I/O, pins per stream,
-  //! pin stalls per thread, evictions), as Chrome trace-event JSON for Perfetto, written when the
-  //! Pager is destroyed. "" = none; "-" = standard error. Opened when the Pager is built.
-  std::string trace_events;
+  //! Pin log (pin_log.file): every pin and iteration mark as a line of JSON (docs/configuration.md has
+  //! the format), for studying policies offline. "" = none; "-" = standard error. Opened when the Pager
+  //! is built. (Named trace_file before 0.2.)
+  std::string pin_log_file;
+  //! Timeline (timeline.file, TVMM_TIMELINE): what the pager did and when (page moves per copy engine,
+  //! NVMe I/O, pins per stream, pin stalls per thread, evictions), as Chrome trace-event JSON for
+  //! Perfetto, written when the Pager is destroyed. "" = none; "-" = standard error. Opened when the
+  //! Pager is built. (Named trace_events before 0.2.)
+  std::string timeline_file;
   //! Transparent mode's memory (the LD_PRELOAD interposer, tvmm_malloc): "vmm" (pages mapped on device
   //! frames or host-located VMM chunks, remapped at quiescent points), "um" (managed memory placed with
   //! advice and prefetches) or "auto" (vmm where the device has host-located VMM memory, else um).

@@ -298,14 +298,14 @@ TEST(PagerThreads, TracePrefetchWithInterleavedThreads) {
   p.check_invariants();
 }
 
-// The event trace is fed from every pinning thread and from the copy streams' completion callbacks at
+// The timeline is fed from every pinning thread and from the copy streams' completion callbacks at
 // once; ThreadSanitizer checks its locking, and the file must still name every lane it uses.
-TEST(PagerThreads, EventTraceFromManyThreads) {
+TEST(PagerThreads, TimelineFromManyThreads) {
   test::TempDir dir;
   const std::string path = dir.path() + "/trace.json";
   {
     auto cfg = test::small_config(4, 64);
-    cfg.trace_events = path;
+    cfg.timeline_file = path;
     Pager p(cfg);
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {

@@ -343,12 +343,12 @@ TEST(CudaOnEmulator, OnAnOlderDriverThePagerWorksAndTheKernelsSayWhatTheyNeed) {
 }
 
 // Stream::launch callables are cuLaunchHostFunc callbacks: a CUDA call from one is refused, as the
-// contract now says; tvmm's own callbacks (the event trace's copy spans) make none and still run.
+// contract now says; tvmm's own callbacks (the timeline's copy spans) make none and still run.
 TEST(CudaOnEmulator, HostCallbacksMakeNoCudaCall) {
   test::TempDir dir;
   Config c = cuda_config();
   c.cuda_device = 0;
-  c.trace_events = dir.path() + "/trace.json";
+  c.timeline_file = dir.path() + "/trace.json";
   {
     Pager p(c);
     auto s = p.create_stream();

@@ -338,7 +338,7 @@ TEST(Pager, StatsAndPinLogFilesAreWritten) {
   {
     Config c = test::small_config(2, 4);
     c.stats_file = stats_path;
-    c.trace_file = log_path;
+    c.pin_log_file = log_path;
     c.min_bytes = KiB;  // the 100-byte tensor below goes to the resident arena
     Pager p(c);
     auto t = p.allocate(2 * 64 * KiB);
@@ -373,10 +373,10 @@ TEST(Pager, StatsAndPinLogFilesAreWritten) {
   EXPECT_EQ(lines[5].rfind("{\"iteration\": 1, ", 0), 0u) << lines[5];
 }
 
-TEST(Pager, AnUnwritableStatsOrTraceFileFailsWhenThePagerIsBuilt) {
-  for (const char* key : {"stats.file", "trace.file"}) {
+TEST(Pager, AnUnwritableStatsOrPinLogFileFailsWhenThePagerIsBuilt) {
+  for (const char* key : {"stats.file", "pin_log.file"}) {
     Config c = test::small_config(2, 4);
-    (std::string(key) == "stats.file" ? c.stats_file : c.trace_file) = "/nonexistent-dir/x.json";
+    (std::string(key) == "stats.file" ? c.stats_file : c.pin_log_file) = "/nonexistent-dir/x.json";
     try {
       Pager p(c);
       FAIL() << "expected config_error for " << key;

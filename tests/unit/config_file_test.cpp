@@ -314,7 +314,7 @@ TEST(ConfigFile, RankPlaceholdersComeFromTheLauncherVariables) {
 paths = ["/mnt/a/r{rank}", "/mnt/b/l{local_rank}"]
 [stats]
 file = "/tmp/stats-{rank}-{local_rank}.json"
-[trace]
+[pin_log]
 file = "/tmp/pins.jsonl"
 )");
   ASSERT_EQ(c.nvme.paths.size(), 2u);
@@ -322,7 +322,7 @@ file = "/tmp/pins.jsonl"
   EXPECT_EQ(c.nvme.paths[1], "/mnt/b/l1");
   EXPECT_EQ(c.stats_file, "/tmp/stats-3-1.json");
   // Four processes, one file named without a placeholder: each rank gets its own.
-  EXPECT_EQ(c.trace_file, "/tmp/pins.jsonl.rank3");
+  EXPECT_EQ(c.pin_log_file, "/tmp/pins.jsonl.rank3");
   // The environment's paths are substituted too; "-" (stderr) is never renamed.
   ScopedEnv stats("TVMM_STATS_FILE", "-");
   Config e;
@@ -336,9 +336,9 @@ TEST(ConfigFile, RankPlaceholdersWithoutALauncherAreZeroAndOneProcessKeepsItsFil
     ::unsetenv(v);
   }
   ScopedEnv mpi_rank("OMPI_COMM_WORLD_RANK", "2");
-  const auto c = parse_config("[stats]\nfile = \"s{rank}.json\"\n[trace]\nfile = \"t.jsonl\"\n");
+  const auto c = parse_config("[stats]\nfile = \"s{rank}.json\"\n[pin_log]\nfile = \"t.jsonl\"\n");
   EXPECT_EQ(c.stats_file, "s2.json");
-  EXPECT_EQ(c.trace_file, "t.jsonl");
+  EXPECT_EQ(c.pin_log_file, "t.jsonl");
 }
 
 TEST(ConfigFile, UnknownPlaceholderOrBadLauncherVariableIsAnErrorWithItsLocation) {
@@ -419,4 +419,29 @@ TEST(ConfigFile, EveryChoiceErrorListsEveryChoice) {
   Config c;
   c.eviction = "random";
   EXPECT_TRUE(has(test::message_of([&] { Pager p(c); }), "\"belady\""));
+}
+
+TEST(ConfigFile, OldKeyNamesAreAliasesAndGivingBothNamesIsAnError) {
+  // trace.file and trace.events were renamed pin_log.file and timeline.file; old files still load.
+  const auto old = parse_config("[trace]\nfile = \"pins.jsonl\"\nevents = \"timeline.json\"\n");
+  EXPECT_EQ(old.pin_log_file, "pins.jsonl");
+  EXPECT_EQ(old.timeline_file, "timeline.json");
+  const auto current = parse_config("[pin_log]\nfile = \"p.jsonl\"\n[timeline]\nfile = \"t.json\"\n");
+  EXPECT_EQ(current.pin_log_file, "p.jsonl");
+  EXPECT_EQ(current.timeline_file, "t.json");
+  // The effective configuration is printed with the current names only.
+  const std::string toml = to_toml(old);
+  EXPECT_NE(toml.find("[pin_log]\nfile = \"pins.jsonl\""), std::string::npos) << toml;
+  EXPECT_NE(toml.find("[timeline]\nfile = \"timeline.json\""), std::string::npos) << toml;
+  EXPECT_EQ(toml.find("[trace]"), std::string::npos) << toml;
+
+  const std::string both = error_of("[pin_log]\nfile = \"a\"\n[trace]\nfile = \"b\"\n");
+  EXPECT_NE(both.find("trace.file"), std::string::npos) << both;
+  EXPECT_NE(both.find("pin_log.file"), std::string::npos) << both;
+  EXPECT_NE(both.find("keep only pin_log.file"), std::string::npos) << both;
+  EXPECT_NE(both.find(":4:"), std::string::npos) << both;  // where the second one is
+  // A typo in an old section is named with the keys that section still holds.
+  const std::string typo = error_of("[trace]\nevnets = \"t.json\"\n");
+  EXPECT_NE(typo.find("valid keys: file, events"), std::string::npos) << typo;
+  EXPECT_NE(typo.find("Did you mean 'events'?"), std::string::npos) << typo;
 }

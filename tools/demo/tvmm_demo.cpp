@@ -45,7 +45,7 @@ struct Options {
                "  --bus-gbs X       the bus between device and host, GB/s per direction (default 25)\n"
                "  --compute-us X    a forward kernel's time in microseconds (default 600)\n"
                "environment: TVMM_STATS=FILE writes the default-policy run's final stats as JSON (read it with\n"
-               "  `tvmm stats FILE`), TVMM_TRACE=FILE its event trace for Perfetto (ui.perfetto.dev)\n");
+               "  `tvmm stats FILE`), TVMM_TIMELINE=FILE its timeline for Perfetto (ui.perfetto.dev)\n");
   std::exit(code);
 }
 
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   o.warmup = 1;
   o.bus_gbs = opt.bus_gbs;
   o.timing = "model";  // the schedule the pager produces, free of this machine's noise
-  tvmm::Config env;    // TVMM_STATS and TVMM_TRACE, read as everywhere in tvmm
+  tvmm::Config env;    // TVMM_STATS and TVMM_TIMELINE, read as everywhere in tvmm
   tvmm::apply_environment(env);
   const Way ways[] = {
       {"all in device memory (the bound)", "lru", 1.0},
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
       }
       if (std::strcmp(way.policy, "lru") == 0 && way.ratio != 1.0) {
         run.stats_file = env.stats_file;
-        run.event_trace = env.trace_events;
+        run.timeline = env.timeline_file;
       }
       if (progress) run.progress = way.label;
       const RunResult r = tvmm::bench::run_pager(w, run, way.policy, way.ratio);

@@ -478,15 +478,19 @@ std::vector<ConfigKey> make_keys() {
       "stats", "file",
       "when the pager is destroyed, its final stats are written here as one JSON object (also TVMM_STATS)",
       [](Config& c) -> std::string& { return c.stats_file; }, "TVMM_STATS"));
-  keys.push_back(output_file_key("trace", "file",
-                                 "every pin and iteration mark as a line of JSON, for studying policies offline",
-                                 [](Config& c) -> std::string& { return c.trace_file; }));
   keys.push_back(output_file_key(
-      "trace", "events",
+      "pin_log", "file",
+      "every pin and iteration mark as a line of JSON, for studying policies offline (old name: trace.file)",
+      [](Config& c) -> std::string& { return c.pin_log_file; }));
+  keys.back().old_name = "trace.file";
+  keys.push_back(output_file_key(
+      "timeline", "file",
       "what the pager did and when, as Chrome trace-event JSON for Perfetto (ui.perfetto.dev): page moves per copy "
       "engine, NVMe I/O, pins per stream, pin stalls per thread, evictions; written when the pager is destroyed "
-      "(also TVMM_TRACE)",
-      [](Config& c) -> std::string& { return c.trace_events; }, "TVMM_TRACE"));
+      "(also TVMM_TIMELINE; old names: trace.events, TVMM_TRACE)",
+      [](Config& c) -> std::string& { return c.timeline_file; }, "TVMM_TIMELINE"));
+  keys.back().old_name = "trace.events";
+  keys.back().old_short_env = "TVMM_TRACE";
   // What a valid value of a text key with choices looks like, from the choices themselves; and the
   // Config member each such key sets, which Config::validate checks for programs that set it in code.
   for (auto& k : keys) {

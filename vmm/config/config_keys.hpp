@@ -60,7 +60,16 @@ struct ConfigKey {
   RankPaths rank_paths = RankPaths::no;           // {rank} / {local_rank} are substituted
   const char* short_env = nullptr;                // a shorter environment variable, used when the long one is unset
   const char* field = nullptr;                    // the Config member (C++ API), where validate() checks it
+  //! The key's old name ("section.key"), still accepted in files (documented as an alias; giving both
+  //! names is an error), or null.
+  const char* old_name = nullptr;
+  //! The old short environment variable, still read after the current ones, or null.
+  const char* old_short_env = nullptr;
 };
+
+//! The environment variables that set `key`, in order: TVMM_<SECTION>_<KEY>, its short name, then
+//! those of its old name. The first one set wins.
+std::vector<std::string> environment_variables(const ConfigKey& key);
 
 //! Every key, grouped by section in printing order.
 const std::vector<ConfigKey>& config_keys();

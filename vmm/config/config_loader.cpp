@@ -85,6 +85,12 @@ std::vector<std::string> keys_of(std::string_view section) {
   std::vector<std::string> out;
   for (const auto& k : vmm::config_keys())
     if (k.section == section) out.emplace_back(k.key);
+  for (const auto& k : vmm::config_keys()) {  // old names still accepted in an old section
+    if (k.old_name == nullptr) continue;
+    const std::string_view old(k.old_name);
+    const auto dot = old.rfind('.');
+    if (old.substr(0, dot) == section) out.emplace_back(old.substr(dot + 1));
+  }
   return out;
 }
 
@@ -94,11 +100,26 @@ const ConfigKey* find_key(std::string_view section, std::string_view key) {
   return nullptr;
 }
 
+// The key whose old name is `full` ("trace.file"), or null.
+const ConfigKey* find_old_name(std::string_view full) {
+  for (const auto& k : vmm::config_keys())
+    if (k.old_name != nullptr && full == k.old_name) return &k;
+  return nullptr;
+}
+
+std::string name_of(const ConfigKey& k) { return std::string(k.section) + "." + std::string(k.key); }
+
 bool is_section_prefix(std::string_view name) {
   for (const auto& s : sections()) {
     if (s == name || (s.size() > name.size() && s.compare(0, name.size(), name) == 0 && s[name.size()] == '.')) {
       return true;
     }
+  }
+  // The section of an old key name ("trace" of "trace.file").
+  for (const auto& k : vmm::config_keys()) {
+    if (k.old_name == nullptr) continue;
+    const std::string_view old(k.old_name);
+    if (old.size() > name.size() && old.compare(0, name.size(), name) == 0 && old[name.size()] == '.') return true;
   }
   return false;
 }
@@ -235,7 +256,10 @@ void apply(Config& cfg, const ConfigKey& k, const Raw& v, const std::string& nam
   }
 }
 
-void walk(Config& cfg, const toml::table& table, const std::string& prefix) {
+// The keys a file has set, and the name it used for each (to refuse a key set under both its names).
+using KeysSet = std::vector<std::pair<const ConfigKey*, std::string>>;
+
+void walk(Config& cfg, const toml::table& table, const std::string& prefix, KeysSet& set) {
   for (auto&& [key, node] : table) {
     const std::string k(key.str());
     const std::string full = prefix.empty() ? k : prefix + "." + k;
@@ -246,10 +270,11 @@ void walk(Config& cfg, const toml::table& table, const std::string& prefix) {
             "unknown section [" + full + "]; valid sections: " + join(sections()) + "." + suggestion(full, sections()),
             loc);
       }
-      walk(cfg, *sub, full);
+      walk(cfg, *sub, full, set);
       continue;
     }
     const ConfigKey* spec = find_key(prefix, k);
+    if (spec == nullptr) spec = find_old_name(full);
     if (spec == nullptr) {
       if (prefix.empty()) {
         throw config_error("key '" + k + "' outside a section; keys go in sections: " + join(sections()), loc);
@@ -260,6 +285,14 @@ void walk(Config& cfg, const toml::table& table, const std::string& prefix) {
                              suggestion(k, valid),
                          loc);
     }
+    for (const auto& [key_set, name] : set) {
+      if (key_set == spec) {
+        throw config_error(full + " sets " + name_of(*spec) + " again: " + name + " set it already (" + spec->old_name +
+                               " is the old name of " + name_of(*spec) + "); keep only " + name_of(*spec),
+                           loc);
+      }
+    }
+    set.emplace_back(spec, full);
     Raw raw;
     if (auto s = node.value<std::string>(); s && node.is_string()) raw.text = *s;
     if (node.is_integer()) raw.number = static_cast<double>(*node.value<std::int64_t>());
@@ -331,7 +364,8 @@ Config parse_config(std::string_view text, std::string_view source) {
   } catch (const toml::parse_error& e) {
     throw config_error(std::string(e.description()) + " (not valid TOML)", where(e.source()));
   }
-  walk(cfg, table, "");
+  KeysSet set;
+  walk(cfg, table, "", set);
   return cfg;
 }
 
@@ -350,9 +384,14 @@ Config load_config(const std::string& path) {
 std::vector<std::string> apply_environment(Config& config) {
   std::vector<std::string> applied;
   for (const auto& k : vmm::config_keys()) {
-    std::string name = env_name(k);
-    const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): read at start-up
-    if (value == nullptr && k.short_env != nullptr && (value = std::getenv(k.short_env)) != nullptr) name = k.short_env;
+    std::string name;
+    const char* value = nullptr;
+    for (const auto& n : vmm::environment_variables(k)) {  // the first one set wins
+      if ((value = std::getenv(n.c_str())) != nullptr) {   // NOLINT(concurrency-mt-unsafe): read at start-up
+        name = n;
+        break;
+      }
+    }
     if (value == nullptr) continue;
     Raw raw;
     raw.text = value;
@@ -378,6 +417,18 @@ std::string to_toml(const Config& config) {
 namespace vmm {
 
 std::string environment_variable(const ConfigKey& key) { return env_name(key); }
+
+std::vector<std::string> environment_variables(const ConfigKey& key) {
+  std::vector<std::string> out{env_name(key)};
+  if (key.short_env != nullptr) out.emplace_back(key.short_env);
+  if (key.old_name != nullptr) {
+    std::string n = std::string("TVMM_") + key.old_name;
+    for (auto& c : n) c = c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    out.push_back(std::move(n));
+  }
+  if (key.old_short_env != nullptr) out.emplace_back(key.old_short_env);
+  return out;
+}
 
 }  // namespace vmm
 

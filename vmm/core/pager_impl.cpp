@@ -158,7 +158,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
     return policies::PageOwner{a->id, a->released_at.load(std::memory_order_relaxed)};
   };
   policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);
-  xfer_->set_trace(observe_.event_trace());
+  xfer_->set_timeline(observe_.timeline());
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe
   // slot too (a page read from NVMe is staged in a host slot that a spill to NVMe may have to free).
@@ -194,8 +194,8 @@ PagerImpl::~PagerImpl() {
       if (!dev_->lost()) std::fprintf(stderr, "tvmm: retiring the last transfers failed: %s\n", ex.what());
     }
   }
-  xfer_.reset();                 // drains the copy streams before the tiers go away
-  observe_.close_event_trace();  // every copy's completion is in it now
+  xfer_.reset();              // drains the copy streams before the tiers go away
+  observe_.close_timeline();  // every copy's completion is in it now
   loads_.clear();
   evictions_.clear();
   policy_.reset();

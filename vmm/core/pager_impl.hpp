@@ -247,7 +247,7 @@ class PagerImpl {
   PageTable& table_;
   EventPool events_;
   SmallArena arena_;       // guarded by mu_
-  Observability observe_;  // counters, stats file, pin log, event trace (before xfer_, which records in it)
+  Observability observe_;  // counters, stats file, pin log, timeline (before xfer_, which records in it)
   Prefetcher prefetch_;    // the access trace and what to load ahead
   // The pin count at the latest stream unpin (Allocation::released_at): which tensors the work queued
   // last used. Written by unpin without the lock (a hint; a race only changes a preference).

@@ -56,36 +56,36 @@ namespace {
 
 // A traced copy: queued at `queued`; the host callback queued behind it records its span.
 struct CopyMark {
-  EventTrace* trace;
+  Timeline* trace;
   std::uint32_t lane;
-  EventTrace::Clock::time_point queued;
+  Timeline::Clock::time_point queued;
   device::DevPtr va;
 };
 
 void copy_done(void* user) {
   std::unique_ptr<CopyMark> m(static_cast<CopyMark*>(user));
-  m->trace->span(m->lane, m->lane == m->trace->copy_in ? "page in" : "write-back", m->queued, EventTrace::Clock::now(),
+  m->trace->span(m->lane, m->lane == m->trace->copy_in ? "page in" : "write-back", m->queued, Timeline::Clock::now(),
                  "\"va\": " + std::to_string(m->va));
 }
 
 }  // namespace
 
 void TransferEngine::mark(device::StreamHandle stream, std::uint32_t lane, device::DevPtr va,
-                          EventTrace::Clock::time_point queued) {
+                          Timeline::Clock::time_point queued) {
   auto m = std::make_unique<CopyMark>(CopyMark{trace_, lane, queued, va});
   // Tracing never fails a copy: without its callback the span is just missing.
   if (dev_.launch_host(stream, copy_done, m.get()).ok()) (void)m.release();  // copy_done owns it now
 }
 
 void TransferEngine::copy_in(device::DevPtr va, const void* host) {
-  const auto queued = EventTrace::Clock::now();
+  const auto queued = Timeline::Clock::now();
   TVMM_CHECK(dev_.memcpy_async(host_ptr(va), host, page_size_, device::CopyKind::host_to_device, in_));
   pages_in_.fetch_add(1, std::memory_order_relaxed);
   if (trace_ != nullptr) mark(in_, trace_->copy_in, va, queued);
 }
 
 void TransferEngine::copy_out(void* host, device::DevPtr va) {
-  const auto queued = EventTrace::Clock::now();
+  const auto queued = Timeline::Clock::now();
   TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), page_size_, device::CopyKind::device_to_host, out_));
   pages_out_.fetch_add(1, std::memory_order_relaxed);
   if (trace_ != nullptr) mark(out_, trace_->copy_out, va, queued);

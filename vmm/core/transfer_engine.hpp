@@ -11,7 +11,7 @@
 
 #include "backends/device/device_backend.hpp"
 #include "vmm/core/event_pool.hpp"
-#include "vmm/observe/event_trace.hpp"
+#include "vmm/observe/timeline.hpp"
 
 namespace tvmm::vmm {
 
@@ -39,7 +39,7 @@ class TransferEngine {
 
   //! Records every copy as a span on the trace's copy-engine lanes, from queued to completed (a host
   //! callback after each copy marks its completion). Null: no tracing (the default).
-  void set_trace(EventTrace* trace) noexcept { trace_ = trace; }
+  void set_timeline(Timeline* trace) noexcept { trace_ = trace; }
   //! Queues a page-in (host slot -> device address) on the host-to-device stream.
   void copy_in(device::DevPtr va, const void* host);
   //! Queues a write-back (device address -> host slot) on the device-to-host stream.
@@ -71,8 +71,8 @@ class TransferEngine {
   device::StreamHandle out_ = nullptr;
   std::atomic<std::uint64_t> pages_in_{0};
   std::atomic<std::uint64_t> pages_out_{0};
-  void mark(device::StreamHandle stream, std::uint32_t lane, device::DevPtr va, EventTrace::Clock::time_point queued);
-  EventTrace* trace_ = nullptr;
+  void mark(device::StreamHandle stream, std::uint32_t lane, device::DevPtr va, Timeline::Clock::time_point queued);
+  Timeline* trace_ = nullptr;
 };
 
 }  // namespace tvmm::vmm

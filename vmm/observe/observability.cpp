@@ -7,8 +7,8 @@ namespace tvmm::vmm {
 
 Observability::Observability(const Config& config) {
   if (!config.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(config.stats_file, "stats.file");
-  if (!config.trace_file.empty()) pin_log_ = std::make_unique<PinLog>(config.trace_file);
-  if (!config.trace_events.empty()) events_ = std::make_unique<EventTrace>(config.trace_events);
+  if (!config.pin_log_file.empty()) pin_log_ = std::make_unique<PinLog>(config.pin_log_file);
+  if (!config.timeline_file.empty()) timeline_ = std::make_unique<Timeline>(config.timeline_file);
 }
 
 Observability::~Observability() = default;
@@ -16,13 +16,13 @@ Observability::~Observability() = default;
 void Observability::pin(std::uint64_t tensor, std::uint32_t pages, Access access, bool hit,
                         device::StreamHandle stream) noexcept {
   if (pin_log_) pin_log_->pin(tensor, pages, access, hit);
-  if (!events_ || pages == 0) return;
+  if (!timeline_ || pages == 0) return;
   try {
-    const std::uint32_t lane =
-        stream != nullptr ? events_->lane("stream " + std::to_string(stream_number(stream))) : events_->thread_lane();
-    events_->instant(lane, hit ? "pin (hit)" : "pin (miss)", Clock::now(),
-                     "\"tensor\": " + std::to_string(tensor) + ", \"pages\": " + std::to_string(pages));
-  } catch (...) {  // the trace misses this pin
+    const std::uint32_t lane = stream != nullptr ? timeline_->lane("stream " + std::to_string(stream_number(stream)))
+                                                 : timeline_->thread_lane();
+    timeline_->instant(lane, hit ? "pin (hit)" : "pin (miss)", Clock::now(),
+                       "\"tensor\": " + std::to_string(tensor) + ", \"pages\": " + std::to_string(pages));
+  } catch (...) {  // the timeline misses this pin
   }
 }
 
@@ -35,23 +35,23 @@ void Observability::stall(Clock::time_point since) noexcept {
   counters.stall_ns.fetch_add(
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - since).count()),
       std::memory_order_relaxed);
-  if (!events_) return;
+  if (!timeline_) return;
   try {
-    events_->span(events_->thread_lane(), "pin stall", since, now);
-  } catch (...) {  // a lane name could not be allocated: the trace misses this stall
+    timeline_->span(timeline_->thread_lane(), "pin stall", since, now);
+  } catch (...) {  // a lane name could not be allocated: the timeline misses this stall
   }
 }
 
 void Observability::evicted(std::span<const std::uint32_t> pages) noexcept {
-  if (!events_) return;
+  if (!timeline_) return;
   const auto now = Clock::now();
   for (const std::uint32_t page : pages) {
-    events_->instant(events_->evictions, "evict", now, "\"page\": " + std::to_string(page));
+    timeline_->instant(timeline_->evictions, "evict", now, "\"page\": " + std::to_string(page));
   }
 }
 
 void Observability::nvme_batch(const char* what, Clock::time_point start, std::size_t pages) noexcept {
-  if (events_) events_->span(events_->nvme, what, start, Clock::now(), "\"pages\": " + std::to_string(pages));
+  if (timeline_) timeline_->span(timeline_->nvme, what, start, Clock::now(), "\"pages\": " + std::to_string(pages));
 }
 
 std::uint32_t Observability::stream_number(device::StreamHandle s) {
@@ -61,7 +61,7 @@ std::uint32_t Observability::stream_number(device::StreamHandle s) {
 }
 
 void Observability::stream_destroyed(device::StreamHandle s) noexcept {
-  if (!events_) return;
+  if (!timeline_) return;
   std::lock_guard lk(stream_numbers_mu_);
   stream_numbers_.erase(s);
 }
@@ -78,8 +78,8 @@ void Observability::finish(common::FunctionRef<Stats()> final_stats) noexcept {
   if (pin_log_) pin_log_->close();
 }
 
-void Observability::close_event_trace() noexcept {
-  if (events_) events_->close();
+void Observability::close_timeline() noexcept {
+  if (timeline_) timeline_->close();
 }
 
 }  // namespace tvmm::vmm

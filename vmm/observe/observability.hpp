@@ -1,6 +1,6 @@
 #pragma once
 // What the pager reports about itself, in one owner: the counters behind Stats, the stats file
-// (stats.file), the pin log (trace.file) and the event trace for Perfetto (trace.events). The pager
+// (stats.file), the pin log (pin_log.file) and the timeline for Perfetto (timeline.file). The pager
 // calls it at the points it observes (a pin, an iteration mark, a stall, an eviction, an NVMe batch)
 // and reads the counters for Stats; none of these calls changes what the pager does, and none throws:
 // an output that fails loses that record, never the operation.
@@ -18,8 +18,8 @@
 #include "tvmm/config.hpp"
 #include "tvmm/pager.hpp"
 #include "tvmm/stats.hpp"
-#include "vmm/observe/event_trace.hpp"
 #include "vmm/observe/output.hpp"
+#include "vmm/observe/timeline.hpp"
 
 namespace tvmm::vmm {
 
@@ -40,12 +40,12 @@ class Observability {
   };
   Counters counters;
 
-  //! The event trace, or null when none was asked for (the transfer engine records page moves in it).
-  [[nodiscard]] EventTrace* event_trace() const noexcept { return events_.get(); }
+  //! The timeline, or null when none was asked for (the transfer engine records page moves in it).
+  [[nodiscard]] Timeline* timeline() const noexcept { return timeline_.get(); }
 
   //! A pin of `pages` pages of tensor `tensor` (0 pages: in the small-object arena) with `access`;
   //! `hit`: every page was resident. Logged in the pin log and, unless it is an arena pin, as an
-  //! instant on the event trace's lane of `stream` (or of the pinning thread for a host pin).
+  //! instant on the timeline's lane of `stream` (or of the pinning thread for a host pin).
   void pin(std::uint64_t tensor, std::uint32_t pages, Access access, bool hit, device::StreamHandle stream) noexcept;
   //! An iteration mark (Pager::mark_iteration).
   void iteration() noexcept;
@@ -61,16 +61,16 @@ class Observability {
   //! At the pager's destruction, while it can still report: writes the stats `final_stats` returns to
   //! the stats file (called only if there is one) and closes it and the pin log.
   void finish(common::FunctionRef<Stats()> final_stats) noexcept;
-  //! After the last copy has completed: writes the event trace.
-  void close_event_trace() noexcept;
+  //! After the last copy has completed: writes the timeline.
+  void close_timeline() noexcept;
 
  private:
-  // Streams are numbered from 1 in the order they first pin (the event trace's lane names).
+  // Streams are numbered from 1 in the order they first pin (the timeline's lane names).
   std::uint32_t stream_number(device::StreamHandle stream);
 
   std::unique_ptr<OutputFile> stats_out_;  // stats_file: written by finish()
-  std::unique_ptr<PinLog> pin_log_;        // trace_file
-  std::unique_ptr<EventTrace> events_;     // trace_events
+  std::unique_ptr<PinLog> pin_log_;        // pin_log_file
+  std::unique_ptr<Timeline> timeline_;     // timeline_file
   std::mutex stream_numbers_mu_;
   std::unordered_map<device::StreamHandle, std::uint32_t> stream_numbers_;
   std::uint32_t streams_numbered_ = 0;

@@ -78,7 +78,7 @@ void OutputFile::close() noexcept {
   f_ = nullptr;
 }
 
-PinLog::PinLog(const std::string& path) : out_(path, "trace.file") {}
+PinLog::PinLog(const std::string& path) : out_(path, "pin_log.file") {}
 
 double PinLog::now_us() const noexcept {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();

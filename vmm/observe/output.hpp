@@ -1,5 +1,5 @@
 #pragma once
-// Stats and trace output (config sections [stats] and [trace]): the pager's Stats as JSON in a file
+// Stats and pin-log output (config sections [stats] and [pin_log]): the pager's Stats as JSON in a file
 // when the pager is destroyed, and a log of every pin and iteration mark as JSON lines, for studying
 // policies offline. Files are opened when the pager is built, so a bad path fails then, not at exit.
 
@@ -34,7 +34,7 @@ class OutputFile {
   bool owned_ = false;
 };
 
-//! The pin log (trace.file): one JSON object per line.
+//! The pin log (pin_log.file): one JSON object per line.
 //!   {"pin": N, "t_us": T, "tensor": ID, "pages": P, "access": "read"|"read_write"|"write", "hit": true|false}
 //!   {"iteration": N, "t_us": T}
 //! t_us counts from the pager's construction; "hit" says every page was resident (the pin took the

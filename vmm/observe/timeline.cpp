@@ -1,4 +1,4 @@
-#include "vmm/observe/event_trace.hpp"
+#include "vmm/observe/timeline.hpp"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -12,19 +12,19 @@
 namespace tvmm::vmm {
 
 namespace {
-std::atomic<std::uint64_t> g_traces{0};  // traces made so far in this process
+std::atomic<std::uint64_t> g_timelines{0};  // timelines made so far in this process
 }  // namespace
 
-EventTrace::EventTrace(const std::string& path) : out_(path, "trace.events"), number_(++g_traces) {
+Timeline::Timeline(const std::string& path) : out_(path, "timeline.file"), number_(++g_timelines) {
   copy_in = lane("copy engine: host to device");
   copy_out = lane("copy engine: device to host");
   nvme = lane("I/O queue: nvme");
   evictions = lane("evictions");
 }
 
-EventTrace::~EventTrace() { close(); }
+Timeline::~Timeline() { close(); }
 
-std::uint32_t EventTrace::lane(const std::string& name) {
+std::uint32_t Timeline::lane(const std::string& name) {
   std::lock_guard lk(mu_);
   const auto it = std::find(lanes_.begin(), lanes_.end(), name);
   if (it != lanes_.end()) return static_cast<std::uint32_t>(it - lanes_.begin()) + 1;
@@ -32,8 +32,8 @@ std::uint32_t EventTrace::lane(const std::string& name) {
   return static_cast<std::uint32_t>(lanes_.size());
 }
 
-std::uint32_t EventTrace::thread_lane() {
-  // Cached per thread for the trace it was made for (by number: a later trace may reuse the address).
+std::uint32_t Timeline::thread_lane() {
+  // Cached per thread for the timeline it was made for (by number: a later one may reuse the address).
   thread_local std::uint64_t owner = 0;
   thread_local std::uint32_t id = 0;
   if (owner != number_) {
@@ -43,20 +43,20 @@ std::uint32_t EventTrace::thread_lane() {
   return id;
 }
 
-double EventTrace::us(Clock::time_point t) const noexcept {
+double Timeline::us(Clock::time_point t) const noexcept {
   return std::chrono::duration<double, std::micro>(t - start_).count();
 }
 
-void EventTrace::span(std::uint32_t lane, const char* name, Clock::time_point start, Clock::time_point end,
-                      std::string args) noexcept {
+void Timeline::span(std::uint32_t lane, const char* name, Clock::time_point start, Clock::time_point end,
+                    std::string args) noexcept {
   try {
     std::lock_guard lk(mu_);
     events_.push_back({name, 'X', lane, us(start), std::max(0.0, us(end) - us(start)), std::move(args)});
-  } catch (...) {  // out of memory: the trace loses an event, the pager goes on
+  } catch (...) {  // out of memory: the timeline loses an event, the pager goes on
   }
 }
 
-void EventTrace::instant(std::uint32_t lane, const char* name, Clock::time_point at, std::string args) noexcept {
+void Timeline::instant(std::uint32_t lane, const char* name, Clock::time_point at, std::string args) noexcept {
   try {
     std::lock_guard lk(mu_);
     events_.push_back({name, 'i', lane, us(at), 0.0, std::move(args)});
@@ -64,7 +64,7 @@ void EventTrace::instant(std::uint32_t lane, const char* name, Clock::time_point
   }
 }
 
-void EventTrace::close() noexcept {
+void Timeline::close() noexcept {
   std::lock_guard lk(mu_);
   if (closed_) return;
   closed_ = true;

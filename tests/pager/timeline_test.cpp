@@ -1,4 +1,4 @@
-// The event trace (trace.events / TVMM_TRACE): valid Chrome trace-event JSON with the promised lanes
+// The timeline (timeline.file / TVMM_TIMELINE): valid Chrome trace-event JSON with the promised lanes
 // (copy engines, the NVMe I/O queue, streams, pinning threads, evictions) and an event per page move,
 // NVMe batch, pin, pin stall and eviction.
 #include <gtest/gtest.h>
@@ -47,7 +47,7 @@ std::size_t count(const std::vector<json>& events, const std::string& name) {
 
 }  // namespace
 
-TEST(EventTrace, IsChromeTraceJsonWithALanePerCopyEngineStreamThreadAndIoQueue) {
+TEST(Timeline, IsChromeTraceJsonWithALanePerCopyEngineStreamThreadAndIoQueue) {
   test::TempDir dir, nvme_dir;
   const std::string path = dir.path() + "/trace.json";
   Stats stats;
@@ -57,7 +57,7 @@ TEST(EventTrace, IsChromeTraceJsonWithALanePerCopyEngineStreamThreadAndIoQueue) 
     c.nvme.budget = 16 * 64 * KiB;
     c.nvme.backend = "posix";
     c.nvme.direct = false;
-    c.trace_events = path;
+    c.timeline_file = path;
     Pager p(c);
     auto s = p.create_stream();
     std::vector<Tensor> ts;
@@ -89,13 +89,13 @@ TEST(EventTrace, IsChromeTraceJsonWithALanePerCopyEngineStreamThreadAndIoQueue) 
   EXPECT_GT(count(t.on.at("I/O queue: nvme"), "nvme read"), 0u);
 }
 
-TEST(EventTrace, ShortEnvironmentNamesSetTheStatsAndTraceFiles) {
+TEST(Timeline, ShortEnvironmentNamesSetTheStatsFileAndTheTimeline) {
   test::ScopedEnv stats("TVMM_STATS", "/tmp/s.json");
-  test::ScopedEnv trace("TVMM_TRACE", "/tmp/t.json");
+  test::ScopedEnv timeline("TVMM_TIMELINE", "/tmp/t.json");
   Config c;
   const auto applied = apply_environment(c);
   EXPECT_EQ(c.stats_file, "/tmp/s.json");
-  EXPECT_EQ(c.trace_events, "/tmp/t.json");
+  EXPECT_EQ(c.timeline_file, "/tmp/t.json");
   EXPECT_NE(std::find(applied.begin(), applied.end(), "TVMM_STATS"), applied.end());
   // The long name wins when both are set.
   test::ScopedEnv long_name("TVMM_STATS_FILE", "/tmp/long.json");
@@ -104,13 +104,33 @@ TEST(EventTrace, ShortEnvironmentNamesSetTheStatsAndTraceFiles) {
   EXPECT_EQ(d.stats_file, "/tmp/long.json");
 }
 
-TEST(EventTrace, ASecondTraceOnTheSameThreadNamesItsOwnLanes) {
+TEST(Timeline, TheOldEnvironmentNamesStillSetItAndTheCurrentOnesWin) {
+  for (const char* old : {"TVMM_TRACE", "TVMM_TRACE_EVENTS"}) {
+    test::ScopedEnv trace(old, "/tmp/old.json");
+    Config c;
+    const auto applied = apply_environment(c);
+    EXPECT_EQ(c.timeline_file, "/tmp/old.json") << old;
+    EXPECT_NE(std::find(applied.begin(), applied.end(), old), applied.end()) << old;
+  }
+  test::ScopedEnv old("TVMM_TRACE", "/tmp/old.json");
+  test::ScopedEnv old_long("TVMM_TRACE_EVENTS", "/tmp/old-long.json");
+  Config c;
+  apply_environment(c);
+  EXPECT_EQ(c.timeline_file, "/tmp/old-long.json");  // an old long name before an old short one
+  test::ScopedEnv current("TVMM_TIMELINE", "/tmp/new.json");
+  const auto applied = apply_environment(c);
+  EXPECT_EQ(c.timeline_file, "/tmp/new.json");
+  EXPECT_NE(std::find(applied.begin(), applied.end(), "TVMM_TIMELINE"), applied.end());
+  EXPECT_EQ(std::find(applied.begin(), applied.end(), "TVMM_TRACE"), applied.end());
+}
+
+TEST(Timeline, ASecondTraceOnTheSameThreadNamesItsOwnLanes) {
   test::TempDir dir;
   for (int i = 0; i < 2; ++i) {  // the second pager may reuse the first's addresses
     const std::string path = dir.path() + "/trace" + std::to_string(i) + ".json";
     {
       Config c = test::small_config(2, 4);
-      c.trace_events = path;
+      c.timeline_file = path;
       Pager p(c);
       auto t = p.allocate(64 * KiB);
       auto pin = t.pin(Access::write);  // a host pin: an instant on this thread's lane

@@ -1,5 +1,5 @@
 #pragma once
-// The event trace (config trace.events, or TVMM_TRACE): what the pager did, when, as Chrome
+// The timeline (config timeline.file, or TVMM_TIMELINE): what the pager did, when, as Chrome
 // trace-event JSON that Perfetto (ui.perfetto.dev) and chrome://tracing open. One lane ("thread") per
 // copy engine, per I/O queue, per stream and per host thread that pins:
 //   copy engine: host to device / device to host   a span per page move, from queued to completed
@@ -19,14 +19,14 @@
 
 namespace tvmm::vmm {
 
-class EventTrace {
+class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
   //! Opens `path` now (a bad path is a config_error at construction, as for the other outputs).
-  explicit EventTrace(const std::string& path);
-  ~EventTrace();
-  EventTrace(const EventTrace&) = delete;
-  EventTrace& operator=(const EventTrace&) = delete;
+  explicit Timeline(const std::string& path);
+  ~Timeline();
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
 
   //! A lane by name, created on first use (its id is stable).
   std::uint32_t lane(const std::string& name);
@@ -37,7 +37,7 @@ class EventTrace {
             std::string args = {}) noexcept;
   //! An instant at `at` on `lane`.
   void instant(std::uint32_t lane, const char* name, Clock::time_point at, std::string args = {}) noexcept;
-  //! Writes the trace and closes the file (idempotent).
+  //! Writes the timeline and closes the file (idempotent).
   void close() noexcept;
 
   //! Lane ids the pager uses on its hot paths, created at construction.
@@ -54,7 +54,7 @@ class EventTrace {
   [[nodiscard]] double us(Clock::time_point t) const noexcept;
 
   OutputFile out_;
-  std::uint64_t number_;  // this trace among all the process has made (thread_lane's cache key)
+  std::uint64_t number_;  // this timeline among all the process has made (thread_lane's cache key)
   Clock::time_point start_ = Clock::now();
   std::mutex mu_;
   std::vector<std::string> lanes_;
