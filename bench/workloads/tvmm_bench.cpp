@@ -27,39 +27,23 @@
 #include "bench/peers/kernel_pager.hpp"
 #include "bench/peers/unified_memory.hpp"
 #include "bench/workloads/host_bandwidth.hpp"
+#include "bench/workloads/registry.hpp"
 #include "bench/workloads/report.hpp"
 #include "bench/workloads/vmm_costs.hpp"
+#include "common/registry.hpp"
 #include "policies/registry.hpp"
 
 namespace {
 
 using namespace tvmm::bench;
 
-// Sizes of the synthetic workloads (per suite, or from the command line).
-struct Sizes {
-  std::size_t layers = 8;
-  std::size_t tensor_mib = 8;
-  std::size_t tensors = 64;  // random, scan
-  std::size_t accesses = 128;
-  double zipf = 0;
-  double compute_us = 2000;
-  double compute_scale = 0.02;        // replay with op_time "cpu": recorded CPU op time x this
-  std::size_t min_mib = 1;            // replay: storages below are left out (tvmm's small-object arena)
-  std::string op_time = "h100-pcie";  // replay: a GPU profile (gpu_profile.hpp), or "cpu"
-};
+using Sizes = WorkloadSizes;
 
+// A registered workload by name (bench/workloads/registry.cpp).
 tvmm::bench::Workload build(const std::string& kind, const Sizes& s, const std::string& trace_path) {
-  const auto mib = tvmm::MiB;
-  if (kind == "train") return make_train(s.layers, s.tensor_mib * mib, s.compute_us);
-  if (kind == "infer") return make_infer(s.layers, s.tensor_mib * mib, 2 * mib, s.compute_us);
-  if (kind == "random") return make_random(s.tensors, s.tensor_mib * mib, s.accesses, s.zipf, s.compute_us);
-  if (kind == "scan") return make_scan(s.tensors, s.tensor_mib * mib, s.compute_us);
-  // replay
-  const auto trace = read_trace(trace_path);
-  const auto model =
-      trace.meta.count("model") ? trace.meta.at("model") : std::filesystem::path(trace_path).filename().string();
-  OpTime time{s.compute_scale, s.op_time == "cpu" ? nullptr : &gpu_profile(s.op_time)};
-  return make_replay(trace, "replay:" + model, time, s.min_mib * mib);
+  const WorkloadInfo* w = find_workload(kind);
+  if (w == nullptr) throw std::invalid_argument("no workload named \"" + kind + "\"");
+  return w->make(s, trace_path);
 }
 
 struct Job {
@@ -124,11 +108,14 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> peers = {"naive", "memory", "kernel", "um"};
   bool quick = false;
+  // The registered workloads, and two measurements that are not workloads (no tensors or kernels).
+  std::vector<std::string> workload_choices = tvmm::common::names_of(workloads());
+  workload_choices.insert(workload_choices.end(), {"host-bandwidth", "vmm"});
   app.add_option("--workload", workload,
-                 "train (a training loop), infer (weight streaming), random (uniform, or Zipf with --zipf), scan "
-                 "(sequential), replay (a model trace, --trace), host-bandwidth (host-tier copies near, far and "
-                 "unbound), vmm (device call costs and page-move bandwidth)")
-      ->check(CLI::IsMember({"train", "infer", "random", "scan", "replay", "host-bandwidth", "vmm"}));
+                 tvmm::common::described(workloads()) +
+                     "; or a measurement: host-bandwidth (host-tier copies near, far and unbound), vmm (device call "
+                     "costs and page-move bandwidth)")
+      ->check(CLI::IsMember(workload_choices));
   app.add_option("--suite", suite,
                  "Run a matrix of every workload, policy and peer: quick (under 5 minutes on 2 cores) or full")
       ->check(CLI::IsMember({"quick", "full"}));
@@ -244,12 +231,13 @@ int main(int argc, char** argv) {
         out = "tvmm-bench-" + suite;
         std::fprintf(stderr, "tvmm-bench: no --out given; writing to %s/\n", out.c_str());
       }
-    } else if (workload == "replay") {
+    } else if (find_workload(workload)->needs_trace) {
       if (traces.empty()) {
-        std::fprintf(stderr, "tvmm-bench: --workload replay needs --trace FILE (e.g. bench/traces/gpt2.trace.gz)\n");
+        std::fprintf(stderr, "tvmm-bench: --workload %s needs --trace FILE (e.g. bench/traces/gpt2.trace.gz)\n",
+                     workload.c_str());
         return 2;
       }
-      for (const auto& t : traces) jobs.push_back({build("replay", sizes, t), ratios, true, profile_bus_gbs(sizes)});
+      for (const auto& t : traces) jobs.push_back({build(workload, sizes, t), ratios, true, profile_bus_gbs(sizes)});
     } else {
       if (quick) {
         sizes.layers = 6;

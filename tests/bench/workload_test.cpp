@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "bench/workloads/registry.hpp"
 #include "bench/workloads/runner.hpp"
 #include "test_support.hpp"
 
@@ -30,6 +31,31 @@ Trace hand_made() {
            {"sum", 1, {3, 3, 0}, {}},     // a storage named twice is pinned once
            {"empty", 2, {}, {}}};         // trailing time goes to the last kernel
   return t;
+}
+
+// Every registered workload builds from small sizes (a trace-replaying one from the hand-made trace)
+// into tensors and kernels whose pins name only its tensors: a new workload is its make_ function and
+// one registry line, and this test picks it up.
+TEST(Workloads, EveryRegisteredWorkloadBuildsIntoTensorsAndKernels) {
+  const test::TempDir dir;
+  const std::string trace_path = dir.path() + "/hand.trace.gz";
+  write_trace(trace_path, hand_made());
+  WorkloadSizes sizes{.layers = 2, .tensor_mib = 2, .tensors = 4, .accesses = 8, .compute_us = 10};
+  ASSERT_GE(workloads().size(), 5u);
+  for (const auto& info : workloads()) {
+    SCOPED_TRACE(std::string(info.name));
+    EXPECT_EQ(find_workload(info.name), &info);
+    EXPECT_FALSE(info.summary.empty());
+    const Workload w = info.make(sizes, info.needs_trace ? trace_path : std::string());
+    EXPECT_FALSE(w.tensor_bytes.empty());
+    EXPECT_FALSE(w.step.empty());
+    EXPECT_GT(w.total_bytes(), 0u);
+    for (const auto& k : w.step) {
+      for (const auto& p : k.pins) EXPECT_LT(p.tensor, w.tensor_bytes.size());
+    }
+  }
+  EXPECT_EQ(find_workload("no-such-workload"), nullptr);
+  EXPECT_THROW((void)find_workload("replay")->make(sizes, "/nonexistent/x.trace.gz"), std::exception);
 }
 
 TEST(Workloads, ReplayMapsStoragesToTensorsAndOpsToKernels) {
