@@ -30,10 +30,10 @@ std::unique_ptr<DeviceBackend> make_cuda(const Config& config) {
 #endif
 }
 
-// One line per backend: name, summary, factory.
+// One line per backend: name, summary, needs a GPU, factory.
 constexpr std::array kBackends{
-    DeviceBackendInfo{"sim", "the simulated GPU", &make_sim},
-    DeviceBackendInfo{"cuda", "an NVIDIA GPU through the driver, loaded at run time", &make_cuda},
+    DeviceBackendInfo{"sim", "the simulated GPU", false, &make_sim},
+    DeviceBackendInfo{"cuda", "an NVIDIA GPU through the driver, loaded at run time", true, &make_cuda},
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
-// The device-backend conformance suite: one typed suite, instantiated for every backend. Built into
-// tvmm_tests for the simulator, and again into tvmm_gpu_tests (TVMM_CONFORMANCE_CUDA, ctest label
-// "gpu") for the CUDA backend, where every test skips with the reason when there is no driver or GPU.
+// The device-backend conformance suite: one suite, instantiated for every backend in the device
+// registry (backends/device/registry.cpp), as Registered/DeviceBackendConformance.<test>/<backend>.
+// Built into tvmm_tests for the backends that need no GPU (the simulator), and again into
+// tvmm_gpu_tests (TVMM_CONFORMANCE_CUDA, ctest label "gpu", and on the CUDA emulator) for those that
+// do (CUDA), where every test skips with the reason when there is no driver or GPU.
 // Each test checks a contract in backends/device/device_backend.hpp.
-// Sections: the typed conformance suite (every backend); the simulator's own tests (modelled device
+// Sections: the conformance suite (every backend); the simulator's own tests (modelled device
 // time, model-timing queries and waits, faults on unmapped memory, throttling, VMM call costs) and the
 // FaultyDevice adaptor's; the CUDA backend's kernels (TVMM_CONFORMANCE_CUDA only).
 #include <gtest/gtest.h>
@@ -22,6 +24,7 @@
 #include "backends/device/cuda/cuda_device.hpp"
 #endif
 #include "backends/device/faulty/faulty_device.hpp"
+#include "backends/device/registry.hpp"
 #include "backends/device/sim/sim_device.hpp"
 #include "test_support.hpp"
 
@@ -30,57 +33,45 @@ using namespace tvmm::device;
 
 namespace {
 
-struct SimFactory {
-  static constexpr std::size_t kGranularity = 64 * KiB;
-  static std::unique_ptr<DeviceBackend> make(std::size_t capacity) {
-    SimDeviceConfig c;
-    c.granularity = kGranularity;
-    c.capacity = capacity;
-    return std::make_unique<SimDevice>(c, capacity);
-  }
-};
-
+// The registered backends this binary checks (backends/device/registry.cpp): those that need a GPU in
+// tvmm_gpu_tests, the others in tvmm_tests. A new backend is picked up by its registry line.
+std::vector<const DeviceBackendInfo*> backends_under_test() {
 #if defined(TVMM_CONFORMANCE_CUDA)
-// Why the CUDA factory made no device (the skip message).
-std::string& no_gpu_reason() {
-  static std::string reason;
-  return reason;
-}
+  constexpr bool gpu = true;
+#else
+  constexpr bool gpu = false;
 #endif
+  std::vector<const DeviceBackendInfo*> out;
+  for (const auto& b : device_backends()) {
+    if (b.needs_gpu == gpu) out.push_back(&b);
+  }
+  return out;
+}
 
-template <class Factory>
-class DeviceBackendConformance : public ::testing::Test {
+class DeviceBackendConformance : public ::testing::TestWithParam<const DeviceBackendInfo*> {
  protected:
   void SetUp() override {
-    dev_ = Factory::make(8 * Factory::kGranularity);
-#if defined(TVMM_CONFORMANCE_CUDA)
-    if (!dev_) TVMM_SKIP_WITHOUT_GPU("no CUDA device here: " << no_gpu_reason());
-#endif
+    Config c;  // a small simulated device (a real GPU has its own capacity and granularity)
+    c.sim.granularity = 64 * KiB;
+    c.sim.capacity = c.device_budget = 8 * c.sim.granularity;
+    c.cuda_device = 0;
+    try {
+      dev_ = GetParam()->make(c);
+    } catch (const device_error& e) {
+      if (!GetParam()->needs_gpu) throw;
+      TVMM_SKIP_WITHOUT_GPU("no " << GetParam()->name << " device here: " << e.what());
+    }
     g_ = dev_->properties().granularity;
   }
   std::unique_ptr<DeviceBackend> dev_;
   std::size_t g_ = 0;
 };
 
-#if defined(TVMM_CONFORMANCE_CUDA)
-struct CudaFactory {
-  static constexpr std::size_t kGranularity = 2 * MiB;
-  static std::unique_ptr<DeviceBackend> make(std::size_t /*capacity: a real GPU has its own*/) {
-    try {
-      return make_cuda_device(0);
-    } catch (const device_error& e) {
-      no_gpu_reason() = e.what();
-      return nullptr;
-    }
-  }
-};
-using Backends = ::testing::Types<CudaFactory>;
-#else
-using Backends = ::testing::Types<SimFactory>;
-#endif
-TYPED_TEST_SUITE(DeviceBackendConformance, Backends);
+INSTANTIATE_TEST_SUITE_P(Registered, DeviceBackendConformance, ::testing::ValuesIn(backends_under_test()),
+                         [](const auto& backend) { return std::string(backend.param->name); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DeviceBackendConformance);
 
-TYPED_TEST(DeviceBackendConformance, ReservationIsAlignedAndReleasable) {
+TEST_P(DeviceBackendConformance, ReservationIsAlignedAndReleasable) {
   auto& dev = *this->dev_;
   DevPtr va = 0;
   ASSERT_TRUE(dev.reserve(4 * this->g_, &va).ok());
@@ -89,7 +80,7 @@ TYPED_TEST(DeviceBackendConformance, ReservationIsAlignedAndReleasable) {
   EXPECT_EQ(dev.reserve(this->g_ + 1, &va).code, Errc::invalid_value);
 }
 
-TYPED_TEST(DeviceBackendConformance, MapSetAccessUnmapRoundTrip) {
+TEST_P(DeviceBackendConformance, MapSetAccessUnmapRoundTrip) {
   auto& dev = *this->dev_;
   const auto g = this->g_;
   DevPtr va = 0;
@@ -125,7 +116,7 @@ TYPED_TEST(DeviceBackendConformance, MapSetAccessUnmapRoundTrip) {
 // The contract's kernels: a fill and a verify run in stream order, or are not_supported, and then the
 // backend says why (the simulator has none: its workloads check bytes on the host). Bad arguments are
 // refused before reaching the backend.
-TYPED_TEST(DeviceBackendConformance, KernelsRunOrSayWhyNot) {
+TEST_P(DeviceBackendConformance, KernelsRunOrSayWhyNot) {
   auto& dev = *this->dev_;
   DeviceMemory memory(dev);  // one accessible granule
   ASSERT_TRUE(memory.open().ok());
@@ -146,7 +137,7 @@ TYPED_TEST(DeviceBackendConformance, KernelsRunOrSayWhyNot) {
   EXPECT_TRUE(dev.destroy_stream(s).ok());
 }
 
-TYPED_TEST(DeviceBackendConformance, MapOutsideReservationIsRejected) {
+TEST_P(DeviceBackendConformance, MapOutsideReservationIsRejected) {
   auto& dev = *this->dev_;
   DevPtr va = 0;
   ASSERT_TRUE(dev.reserve(2 * this->g_, &va).ok());
@@ -158,7 +149,7 @@ TYPED_TEST(DeviceBackendConformance, MapOutsideReservationIsRejected) {
   EXPECT_TRUE(dev.release_reservation(va, 2 * this->g_).ok());
 }
 
-TYPED_TEST(DeviceBackendConformance, CapacityIsAHardLimit) {
+TEST_P(DeviceBackendConformance, CapacityIsAHardLimit) {
   auto& dev = *this->dev_;
   if (dev.properties().name == "cuda") GTEST_SKIP() << "would take every byte of the GPU's memory";
   const auto cap = dev.properties().capacity / this->g_;
@@ -172,7 +163,7 @@ TYPED_TEST(DeviceBackendConformance, CapacityIsAHardLimit) {
 }
 
 // synchronize_device waits for the work of every stream (transparent mode drains the program's with it).
-TYPED_TEST(DeviceBackendConformance, SynchronizeDeviceWaitsForEveryStream) {
+TEST_P(DeviceBackendConformance, SynchronizeDeviceWaitsForEveryStream) {
   auto& dev = *this->dev_;
   StreamHandle s[2] = {nullptr, nullptr};
   ASSERT_TRUE(dev.create_stream(&s[0]).ok());
@@ -195,7 +186,7 @@ TYPED_TEST(DeviceBackendConformance, SynchronizeDeviceWaitsForEveryStream) {
 
 // memory_info: the driver's count of the device's memory, which a device chunk takes from; or
 // not_supported where nothing else allocates the device (the simulator).
-TYPED_TEST(DeviceBackendConformance, MemoryInfoCountsChunksOrIsNotSupported) {
+TEST_P(DeviceBackendConformance, MemoryInfoCountsChunksOrIsNotSupported) {
   auto& dev = *this->dev_;
   std::size_t free0 = 0, total = 0;
   const Status s = dev.memory_info(&free0, &total);
@@ -212,7 +203,7 @@ TYPED_TEST(DeviceBackendConformance, MemoryInfoCountsChunksOrIsNotSupported) {
   EXPECT_TRUE(dev.release_chunk(c).ok());
 }
 
-TYPED_TEST(DeviceBackendConformance, StreamRunsWorkInOrderAndEventsTrackIt) {
+TEST_P(DeviceBackendConformance, StreamRunsWorkInOrderAndEventsTrackIt) {
   auto& dev = *this->dev_;
   StreamHandle s = nullptr;
   ASSERT_TRUE(dev.create_stream(&s).ok());
@@ -248,7 +239,7 @@ TYPED_TEST(DeviceBackendConformance, StreamRunsWorkInOrderAndEventsTrackIt) {
   EXPECT_TRUE(dev.destroy_stream(s).ok());
 }
 
-TYPED_TEST(DeviceBackendConformance, StreamWaitEventOrdersAcrossStreams) {
+TEST_P(DeviceBackendConformance, StreamWaitEventOrdersAcrossStreams) {
   auto& dev = *this->dev_;
   StreamHandle a = nullptr, b = nullptr;
   ASSERT_TRUE(dev.create_stream(&a).ok());
@@ -289,7 +280,7 @@ TYPED_TEST(DeviceBackendConformance, StreamWaitEventOrdersAcrossStreams) {
   EXPECT_TRUE(dev.destroy_stream(b).ok());
 }
 
-TYPED_TEST(DeviceBackendConformance, BusyKernelsTakeAtLeastTheirDurationOfDeviceTime) {
+TEST_P(DeviceBackendConformance, BusyKernelsTakeAtLeastTheirDurationOfDeviceTime) {
   auto& dev = *this->dev_;
   StreamHandle s = nullptr;
   ASSERT_TRUE(dev.create_stream(&s).ok());
@@ -321,7 +312,7 @@ TYPED_TEST(DeviceBackendConformance, BusyKernelsTakeAtLeastTheirDurationOfDevice
   EXPECT_TRUE(dev.destroy_stream(s).ok());
 }
 
-TYPED_TEST(DeviceBackendConformance, CopiesMoveBytesBothWays) {
+TEST_P(DeviceBackendConformance, CopiesMoveBytesBothWays) {
   auto& dev = *this->dev_;
   const auto g = this->g_;
   DevPtr va = 0;
