@@ -1,4 +1,4 @@
-// PagerImpl, part 5: the NVMe tier. Host pages, and pages on their way from the device, spill to NVMe when
+// PagerImpl, part 6: the NVMe tier. Host pages, and pages on their way from the device, spill to NVMe when
 // the host tier is full; NVMe pages are read back through host slots and paged in. The I/O runs without
 // mu_, on pages claimed (in transit), so other threads keep pinning. Both directions are pipelined page
 // by page: a page's NVMe write starts as soon as its own device-to-host copy is done, and a page's copy

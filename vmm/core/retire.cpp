@@ -1,0 +1,115 @@
+// PagerImpl, part 5: retiring completed transfers (reap): page-ins become hits, write-backs free their
+// frames and publish their victims on the host; the victims' old addresses are unmapped, a call per run.
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "common/scope_guard.hpp"
+#include "vmm/core/check.hpp"
+#include "vmm/core/labels.hpp"
+#include "vmm/core/pager_impl.hpp"
+
+namespace tvmm::vmm {
+
+// Retires completed transfers, oldest first: page-ins release their host slots and clear their pages'
+// pending flags; write-backs unmap their victims' old addresses and publish the victims on the host
+// (or, for pages dropped without a copy, on NVMe, or nowhere if their contents were discarded).
+bool PagerImpl::reap(Lock& /*lk*/) {
+  bool retired = false;
+  while (!loads_.empty() && events_.is_done(loads_.front().done.get())) {
+    LoadBatch& b = loads_.front();
+    for (auto idx : b.pages) {
+      PageEntry& p = table_[idx];
+      // A page evicted or freed since then no longer refers to this batch (its slot is in use again).
+      if (p.ready != b.done.get() || p.state() != PageState::device) continue;
+      if (p.host_slot != kNoSlot) host_copies_->keep_or_release(p);
+      EventRef::drop(std::exchange(p.ready, nullptr));
+      p.clear_pending();
+    }
+    loads_.pop_front();
+    retired = true;
+  }
+  // Write-backs page by page (their events complete in the order they were recorded).
+  while (!evictions_.empty()) {
+    EvictionBatch& b = evictions_.front();
+    std::size_t done = b.retired;
+    while (done < b.pages.size() && (!b.done[done] || events_.is_done(b.done[done].get()))) ++done;
+    // Sorted in place: the events of these pages are all complete, so they are not looked at again.
+    unmap_victims(std::span(b.pages).subspan(b.retired, done - b.retired));
+    for (; b.retired < done; ++b.retired) {
+      PageEntry& v = table_[b.pages[b.retired]];
+      retired = true;
+      (void)v.clear_host_copy();  // off the device: its slot is the data
+      if (word::discarded(v.word.load(std::memory_order_acquire))) {
+        // Dropped with its contents: no tier holds data. A host slot kept from a failed eviction is
+        // free now (the write-backs queued into it ran before this event).
+        if (v.host_slot != kNoSlot) host_->release(std::exchange(v.host_slot, kNoSlot));
+        v.clear_discarded();
+        v.set_state(PageState::fresh);
+      } else if (v.spill != Spill::none) {
+        v.spill = Spill::arrived;  // a spill is writing it to NVMe: it publishes the page
+      } else if (v.host_slot != kNoSlot) {
+        v.set_state(PageState::host);
+        note_host(v);
+      } else {
+        v.set_state(PageState::nvme);
+      }
+    }
+    if (b.retired < b.pages.size()) break;
+    evictions_.pop_front();
+  }
+  if (retired) cv_.notify_all();
+  return retired;
+}
+
+// One cuMemUnmap per run of adjacent addresses (it takes several whole mappings at once: cuda.h,
+// cuMemUnmap, "The range must be the entire contiguous address range that was mapped to"; see
+// docs/cuda-emulator.md): fewer driver calls, though the driver's time still grows with the number of
+// mappings a range covers.
+void PagerImpl::unmap_victims(std::span<std::uint32_t> order) noexcept {
+  std::sort(order.begin(), order.end());
+  auto unmap_one = [&](std::uint32_t idx) {
+    if (xfer_->try_unmap(va_.addr(idx))) return;
+    // The data is safe on the host; the next load of this page unmaps before mapping again.
+    if (!dev_->lost())
+      std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
+                   hex(va_.addr(idx)).c_str());
+    table_[idx].stale_mapping = true;
+  };
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i + 1;
+    while (j < order.size() && order[j] == order[j - 1] + 1) ++j;
+    const auto n = static_cast<std::uint32_t>(j - i);
+    // A run that fails as a whole is retried page by page, so only the pages that fail are marked.
+    if (n == 1 || !xfer_->try_unmap(va_.addr(order[i]), n)) {
+      for (std::size_t k = i; k < j; ++k) unmap_one(order[k]);
+    }
+    i = j;
+  }
+}
+
+bool PagerImpl::wait_progress(Lock& lk, Clock::time_point deadline) {
+  if (reap(lk)) return true;  // that was the progress: the caller re-checks its condition
+  // Transfers in flight make progress by themselves: wait for the oldest, then retire it.
+  EventRef oldest;
+  if (!evictions_.empty()) {
+    oldest = evictions_.front().done[evictions_.front().retired];
+  } else if (!loads_.empty()) {
+    oldest = loads_.front().done;
+  }
+  if (oldest) {
+    lk.unlock();
+    try {
+      events_.wait(oldest.get());
+    } catch (...) {
+      lk.lock();
+      throw;
+    }
+    lk.lock();
+    reap(lk);
+    return true;
+  }
+  return wait_for_change(lk, deadline);
+}
+
+}  // namespace tvmm::vmm
