@@ -274,7 +274,7 @@ void walk(Config& cfg, const toml::table& table, const std::string& prefix, Keys
       continue;
     }
     const ConfigKey* spec = find_key(prefix, k);
-    if (spec == nullptr) spec = find_old_name(full);
+    if (spec == nullptr && !prefix.empty()) spec = find_old_name(full);  // in its old section, as a new key is
     if (spec == nullptr) {
       if (prefix.empty()) {
         throw config_error("key '" + k + "' outside a section; keys go in sections: " + join(sections()), loc);
@@ -286,9 +286,11 @@ void walk(Config& cfg, const toml::table& table, const std::string& prefix, Keys
                          loc);
     }
     for (const auto& [key_set, name] : set) {
-      if (key_set == spec) {
-        throw config_error(full + " sets " + name_of(*spec) + " again: " + name + " set it already (" + spec->old_name +
-                               " is the old name of " + name_of(*spec) + "); keep only " + name_of(*spec),
+      if (key_set == spec) {  // TOML refuses a key given twice under one name: this is the other name
+        const std::string current = name_of(*spec);
+        throw config_error(current + " is set twice, as " + current + " and as " +
+                               (spec->old_name != nullptr ? spec->old_name : name) + " (its old name); keep only " +
+                               current,
                            loc);
       }
     }

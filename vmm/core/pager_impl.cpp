@@ -117,7 +117,6 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
       table_(*table_storage_),
       events_(*dev_),
       arena_(page_size_),
-      observe_(cfg_),
       prefetch_(cfg_, policies::find_eviction_policy(cfg_.eviction)->needs_trace) {
   const auto frames = static_cast<std::uint32_t>(cfg_.device_budget / page_size_);
   const auto slots = static_cast<std::uint32_t>(cfg_.host_budget / page_size_);
@@ -158,6 +157,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
     return policies::PageOwner{a->id, a->released_at.load(std::memory_order_relaxed)};
   };
   policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);
+  observe_.open(cfg_);
   xfer_->set_timeline(observe_.timeline());
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe

@@ -22,21 +22,13 @@ std::vector<AccessTrace::Ahead> Prefetcher::keep_loads(std::vector<AccessTrace::
 
 std::vector<AccessTrace::Ahead> Prefetcher::on_pin(const Allocation* a, PageSpan span, Access access) noexcept {
   if (!recording_) return {};
-  try {
-    const policies::TraceAccess acc{a->id, span.count, access == Access::write, false, span.first};
-    return keep_loads(trace_.on_pin(acc, distance_));
-  } catch (...) {  // out of memory recording the pin: the trace diverges and is recorded afresh later
-    return {};
-  }
+  const policies::TraceAccess acc{a->id, span.count, access == Access::write, false, span.first};
+  return keep_loads(trace_.on_pin(acc, distance_));  // out of memory here ends the program, as any noexcept
 }
 
-std::vector<AccessTrace::Ahead> Prefetcher::on_iteration() noexcept {
+std::vector<AccessTrace::Ahead> Prefetcher::on_iteration() {
   if (!recording_) return {};
-  try {
-    return keep_loads(trace_.on_iteration(distance_));
-  } catch (...) {
-    return {};
-  }
+  return keep_loads(trace_.on_iteration(distance_));
 }
 
 std::optional<PageSpan> Prefetcher::after(const Allocation* a, PageSpan span) const noexcept {

@@ -35,7 +35,7 @@ class Prefetcher {
   //! pin maps fresh frames).
   std::vector<policies::AccessTrace::Ahead> on_pin(const Allocation* a, PageSpan span, Access access) noexcept;
   //! An iteration mark: as on_pin, for the first pins of the next iteration.
-  std::vector<policies::AccessTrace::Ahead> on_iteration() noexcept;
+  std::vector<policies::AccessTrace::Ahead> on_iteration();
   //! Sequential prefetch: the pages after `span` of `a` to load (up to the distance), or nothing in the
   //! other modes or past the tensor's end.
   [[nodiscard]] std::optional<PageSpan> after(const Allocation* a, PageSpan span) const noexcept;

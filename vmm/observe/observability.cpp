@@ -5,7 +5,7 @@
 
 namespace tvmm::vmm {
 
-Observability::Observability(const Config& config) {
+void Observability::open(const Config& config) {
   if (!config.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(config.stats_file, "stats.file");
   if (!config.pin_log_file.empty()) pin_log_ = std::make_unique<PinLog>(config.pin_log_file);
   if (!config.timeline_file.empty()) timeline_ = std::make_unique<Timeline>(config.timeline_file);
@@ -45,13 +45,20 @@ void Observability::stall(Clock::time_point since) noexcept {
 void Observability::evicted(std::span<const std::uint32_t> pages) noexcept {
   if (!timeline_) return;
   const auto now = Clock::now();
-  for (const std::uint32_t page : pages) {
-    timeline_->instant(timeline_->evictions, "evict", now, "\"page\": " + std::to_string(page));
+  try {
+    for (const std::uint32_t page : pages) {
+      timeline_->instant(timeline_->evictions, "evict", now, "\"page\": " + std::to_string(page));
+    }
+  } catch (...) {  // out of memory for the arguments: the timeline misses these evictions
   }
 }
 
 void Observability::nvme_batch(const char* what, Clock::time_point start, std::size_t pages) noexcept {
-  if (timeline_) timeline_->span(timeline_->nvme, what, start, Clock::now(), "\"pages\": " + std::to_string(pages));
+  if (!timeline_) return;
+  try {
+    timeline_->span(timeline_->nvme, what, start, Clock::now(), "\"pages\": " + std::to_string(pages));
+  } catch (...) {  // the timeline misses this batch
+  }
 }
 
 std::uint32_t Observability::stream_number(device::StreamHandle s) {

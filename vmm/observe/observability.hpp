@@ -27,8 +27,7 @@ class Observability {
  public:
   using Clock = std::chrono::steady_clock;
 
-  //! Opens the outputs `config` names (a bad path throws config_error now, not at exit).
-  explicit Observability(const Config& config);
+  Observability() = default;
   ~Observability();
   Observability(const Observability&) = delete;
   Observability& operator=(const Observability&) = delete;
@@ -39,6 +38,11 @@ class Observability {
         live_bytes{0}, live_tensors{0}, clean_evictions{0};
   };
   Counters counters;
+
+  //! Opens the outputs `config` names (a bad path throws config_error now, not at exit). Called once,
+  //! at the end of the pager's construction: the pin log's and the timeline's clocks start here, and a
+  //! pager that fails to build leaves no file behind.
+  void open(const Config& config);
 
   //! The timeline, or null when none was asked for (the transfer engine records page moves in it).
   [[nodiscard]] Timeline* timeline() const noexcept { return timeline_.get(); }
