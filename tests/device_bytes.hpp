@@ -15,6 +15,7 @@
 #include "backends/device/device_backend.hpp"
 #include "backends/device/device_memory.hpp"
 #include "test_support.hpp"
+#include "vmm/api/make_pager.hpp"
 #include "vmm/core/pager_impl.hpp"
 #if defined(TVMM_HAVE_CUDA)
 #include "backends/device/cuda/cuda_device.hpp"
@@ -117,7 +118,7 @@ class TestPager {
     std::call_once(said, [] { std::fprintf(stderr, "TestPager: on the CUDA backend (TVMM_TEST_DEVICE=cuda)\n"); });
     auto dev = device::make_cuda_device(0);
     *cuda = static_cast<device::CudaDevice*>(dev.get());
-    return vmm::PagerAccess::make(c, std::move(dev));
+    return vmm::make_pager(c, std::move(dev));
 #else
     throw std::runtime_error("TVMM_TEST_DEVICE=cuda, but this build has no CUDA backend");
 #endif

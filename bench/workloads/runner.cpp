@@ -11,7 +11,7 @@
 
 #include "kernels/pattern.hpp"
 #include "policies/belady.hpp"
-#include "vmm/core/pager_impl.hpp"
+#include "vmm/api/make_pager.hpp"
 #if defined(TVMM_HAVE_CUDA)
 #include "backends/device/cuda/cuda_device.hpp"
 #include "backends/device/device_memory.hpp"
@@ -296,7 +296,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
     gpu = dev.get();
   }
 #endif
-  Pager pager = dev ? vmm::PagerAccess::make(cfg, std::move(dev)) : Pager(cfg);
+  Pager pager = dev ? vmm::make_pager(cfg, std::move(dev)) : Pager(cfg);
   auto stream = pager.create_stream();
   std::vector<Tensor> ts;
   ts.reserve(w.tensor_bytes.size());

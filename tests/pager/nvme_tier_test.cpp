@@ -28,6 +28,7 @@
 #include "backends/storage/slot_files.hpp"
 #include "device_bytes.hpp"
 #include "test_support.hpp"
+#include "vmm/api/make_pager.hpp"
 #include "vmm/core/nvme_tier.hpp"
 #include "vmm/core/pager_impl.hpp"
 
@@ -338,7 +339,7 @@ class NvmePipeline : public ::testing::Test {
     storage::StorageOptions o{{dir_.path()}, kPage, 32, 32, true, true};
     auto st = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("auto", o));
     st_ = st.get();
-    pager_ = std::make_unique<Pager>(vmm::PagerAccess::make(c, std::move(dev), std::move(st)));
+    pager_ = std::make_unique<Pager>(vmm::make_pager(c, std::move(dev), std::move(st)));
   }
   // Lets everything held run (declared after a thread's future, so the thread can finish).
   struct ReleaseAll {
@@ -474,7 +475,7 @@ class NvmeFaults : public ::testing::TestWithParam<const char*> {
     storage::StorageOptions o{{dir_.path()}, kPage, 16, 8, true, true};
     auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend(GetParam(), o));
     faulty_ = faulty.get();
-    pager_ = std::make_unique<Pager>(vmm::PagerAccess::make(c, device::make_device_backend(c), std::move(faulty)));
+    pager_ = std::make_unique<Pager>(vmm::make_pager(c, device::make_device_backend(c), std::move(faulty)));
     for (int i = 0; i < 6; ++i) {
       ts_.push_back(pager_->allocate(kPage));
       auto pin = ts_.back().pin(Access::write);
@@ -677,7 +678,7 @@ TEST(NvmeTrace, NothingOfOursRemainsAfterSigkill) {
       ::close(ready[0]);
       const Config c = nvme_config(1, 2, 16, {dir.path()});
       storage::StorageOptions o{{dir.path()}, kPage, 16, 8, true, tmpfile};
-      Pager p = vmm::PagerAccess::make(c, device::make_device_backend(c), std::make_unique<storage::PosixStorage>(o));
+      Pager p = vmm::make_pager(c, device::make_device_backend(c), std::make_unique<storage::PosixStorage>(o));
       std::vector<Tensor> ts;
       for (int i = 0; i < 8; ++i) {
         ts.push_back(p.allocate(kPage));

@@ -5,6 +5,7 @@
 
 #include "backends/device/faulty/faulty_device.hpp"
 #include "test_support.hpp"
+#include "vmm/api/make_pager.hpp"
 #include "vmm/core/pager_impl.hpp"
 
 using namespace tvmm;
@@ -133,7 +134,7 @@ TEST(PagerErrors, AnAddressReservationTheDeviceRefusesNamesVaSize) {
     c.va_size = va;
     auto dev = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
     dev->fail_always(device::FaultyDevice::Op::reserve, device::Errc::out_of_memory);
-    const std::string m = test::message_of([&] { (void)vmm::PagerAccess::make(c, std::move(dev)); });
+    const std::string m = test::message_of([&] { (void)vmm::make_pager(c, std::move(dev)); });
     EXPECT_NE(m.find("cannot reserve"), std::string::npos) << m;
     EXPECT_NE(m.find("device address space"), std::string::npos) << m;
     EXPECT_NE(m.find(va == 0 ? "device.va_size is auto: 4 x (device budget 128 KiB + host budget 256 KiB)"
@@ -148,7 +149,7 @@ TEST(PagerErrors, AnAddressReservationTheDeviceRefusesNamesVaSize) {
   auto dev = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
   dev->fail_always(device::FaultyDevice::Op::reserve, device::Errc::driver_error);
   try {
-    (void)vmm::PagerAccess::make(c, std::move(dev));
+    (void)vmm::make_pager(c, std::move(dev));
     ADD_FAILURE() << "a failed reservation was accepted";
   } catch (const config_error& e) {
     ADD_FAILURE() << "a driver error was reported as a configuration error: " << e.what();

@@ -9,6 +9,7 @@
 
 #include "backends/device/faulty/faulty_device.hpp"
 #include "test_support.hpp"
+#include "vmm/api/make_pager.hpp"
 #include "vmm/core/pager_impl.hpp"
 
 using namespace tvmm;
@@ -21,7 +22,7 @@ namespace {
 Pager make_faulty_pager(const Config& c, device::FaultyDevice*& dev) {
   auto faulty = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
   dev = faulty.get();
-  return vmm::PagerAccess::make(c, std::move(faulty));
+  return vmm::make_pager(c, std::move(faulty));
 }
 
 // One device frame; `a` on the host and `b` on the device, each holding its own pattern.

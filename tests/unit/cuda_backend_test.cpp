@@ -14,6 +14,7 @@
 
 #include "backends/device/cuda/cuda_device.hpp"
 #include "test_support.hpp"
+#include "vmm/api/make_pager.hpp"
 #include "vmm/core/pager_impl.hpp"
 #include "vmm/transparent/managed_heap.hpp"
 #include "vmm/transparent/remap_heap.hpp"
@@ -402,7 +403,7 @@ TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
 
 TEST_F(CudaBackendFake, ThePagerReservesOnceCreatesFramesOnceAndRegistersTheHostTier) {
   {
-    auto p = vmm::PagerAccess::make(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
+    auto p = vmm::make_pager(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
     const auto reserves = calls("cuMemAddressReserve");
     ASSERT_EQ(reserves.size(), 1u);
     EXPECT_EQ(reserves[0].bytes, p.config().va_size);
@@ -427,7 +428,7 @@ TEST_F(CudaBackendFake, ThePagerReservesOnceCreatesFramesOnceAndRegistersTheHost
 }
 
 TEST_F(CudaBackendFake, AccessIsGrantedOncePerContiguousRun) {
-  auto p = vmm::PagerAccess::make(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
+  auto p = vmm::make_pager(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
   auto t = p.allocate(4 * kGranularity);
   auto s = p.create_stream();
   const std::size_t before_maps = calls("cuMemMap").size();
@@ -440,7 +441,7 @@ TEST_F(CudaBackendFake, AccessIsGrantedOncePerContiguousRun) {
 }
 
 TEST_F(CudaBackendFake, VictimsAreUnmappedAfterTheirWriteBackAndPageInsWaitForIt) {
-  auto p = vmm::PagerAccess::make(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
+  auto p = vmm::make_pager(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
   auto a = p.allocate(4 * kGranularity);
   auto b = p.allocate(4 * kGranularity);
   auto s = p.create_stream();

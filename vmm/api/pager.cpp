@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "vmm/api/make_pager.hpp"
 #include "vmm/core/pager_impl.hpp"
 
 namespace tvmm {
@@ -249,3 +250,12 @@ const char* Pager::backend_name() const noexcept { return impl_->device().proper
 Placement Pager::placement() const { return impl_->placement(); }
 
 }  // namespace tvmm
+
+namespace tvmm::vmm {
+
+Pager make_pager(const Config& config, std::unique_ptr<device::DeviceBackend> backend,
+                 std::unique_ptr<storage::StorageBackend> storage) {
+  return PagerAccess::make(config, std::move(backend), std::move(storage));
+}
+
+}  // namespace tvmm::vmm
