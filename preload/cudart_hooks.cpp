@@ -3,6 +3,7 @@
 // RTLD_NEXT. Exact names only: nothing here matches by prefix.
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "preload/runtime.hpp"
 
@@ -11,6 +12,19 @@ namespace {
 using namespace tvmm::preload;
 using cudaError_t = int;
 using cudaStream_t = void*;
+
+// The runtime's last error (cudaGetLastError, CUDA Runtime API reference: it "returns the last error
+// that has been produced by any of the runtime calls in the same instance of the CUDA Runtime library
+// in the host thread and resets it to cudaSuccess"; cudaPeekAtLastError returns it without the reset).
+// A call tvmm serves never reaches the runtime, so its error is kept here, per thread, and reported by
+// the next cudaGetLastError or cudaPeekAtLastError of this thread ahead of the runtime's own.
+thread_local int t_served_error = kSuccess;
+
+// The result of a call tvmm served: a failure becomes this thread's last error, as in the runtime.
+int served(int code) noexcept {
+  if (code != kSuccess) t_served_error = code;
+  return code;
+}
 
 int no_runtime(const char* call) noexcept {
   log(Level::error, "%s: no CUDA runtime below tvmm to pass this call to", call);
@@ -45,7 +59,7 @@ cudaError_t malloc_async(Real<MallocAsyncFn>& real, const char* call, void** ptr
     const auto next = real.get();
     return next != nullptr ? next(ptr, bytes, stream) : no_runtime(call);
   }
-  return allocate(call, ptr, bytes);
+  return served(allocate(call, ptr, bytes));
 }
 
 cudaError_t free_async(Real<FreeAsyncFn>& real, const char* call, void* ptr, cudaStream_t stream,
@@ -54,7 +68,7 @@ cudaError_t free_async(Real<FreeAsyncFn>& real, const char* call, void* ptr, cud
   int code = kSuccess;
   if (ptr != nullptr && !pass_through() &&
       free_if_ours(call, ptr, FreeKind::stream_ordered, stream != nullptr ? stream : null_stream, &code)) {
-    return code;
+    return served(code);
   }
   if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime(call);
   return next(ptr, stream);
@@ -81,7 +95,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
     const auto next = real_fn.get();
     return next != nullptr ? next(ptr, bytes) : no_runtime("cudaMalloc");
   }
-  return allocate("cudaMalloc", ptr, bytes);
+  return served(allocate("cudaMalloc", ptr, bytes));
 }
 
 cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream) {
@@ -110,10 +124,10 @@ cudaError_t cudaMallocPitch(void** ptr, std::size_t* pitch, std::size_t width, s
     return next != nullptr ? next(ptr, pitch, width, height) : no_runtime("cudaMallocPitch");
   }
   std::size_t p = 0, bytes = 0;
-  if (pitch == nullptr || !pitched_size(width, height, &p, &bytes)) return kInvalidValue;
+  if (pitch == nullptr || !pitched_size(width, height, &p, &bytes)) return served(kInvalidValue);
   const int r = allocate("cudaMallocPitch", ptr, bytes);
   if (r == kSuccess) *pitch = p;
-  return r;
+  return served(r);
 }
 
 cudaError_t cudaMalloc3D(PitchedPtr* out, Extent extent) {
@@ -126,12 +140,12 @@ cudaError_t cudaMalloc3D(PitchedPtr* out, Extent extent) {
   std::size_t p = 0, bytes = 0;
   if (out == nullptr || (extent.depth != 0 && extent.height > SIZE_MAX / extent.depth) ||
       !pitched_size(extent.width, extent.height * extent.depth, &p, &bytes)) {
-    return kInvalidValue;
+    return served(kInvalidValue);
   }
   void* base = nullptr;
   const int r = allocate("cudaMalloc3D", &base, bytes);
   if (r == kSuccess) *out = PitchedPtr{base, p, extent.width, extent.height};
-  return r;
+  return served(r);
 }
 
 cudaError_t cudaFree(void* ptr) {
@@ -139,7 +153,9 @@ cudaError_t cudaFree(void* ptr) {
   static Real<F> real_fn("cudaFree");
   const auto next = real_fn.get();
   int code = kSuccess;
-  if (ptr != nullptr && !pass_through() && free_if_ours("cudaFree", ptr, FreeKind::now, nullptr, &code)) return code;
+  if (ptr != nullptr && !pass_through() && free_if_ours("cudaFree", ptr, FreeKind::now, nullptr, &code)) {
+    return served(code);
+  }
   if (next == nullptr) return ptr == nullptr ? kSuccess : no_runtime("cudaFree");
   return next(ptr);
 }
@@ -161,7 +177,7 @@ cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
     const auto next = real_fn.get();
     return next != nullptr ? next(free, total) : no_runtime("cudaMemGetInfo");
   }
-  return mem_info("cudaMemGetInfo", free, total);
+  return served(mem_info("cudaMemGetInfo", free, total));
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
@@ -221,9 +237,28 @@ cudaError_t cudaIpcGetMemHandle(void* handle, void* ptr) {
         "device and host); run the exporting process without LD_PRELOAD of tvmm, or copy into memory allocated "
         "before tvmm was loaded",
         ptr);
-    return kNotSupported;
+    return served(kNotSupported);
   }
   return next != nullptr ? next(handle, ptr) : no_runtime("cudaIpcGetMemHandle");
+}
+
+// The last error: a failure of a call tvmm served first (it never reached the runtime), then the
+// runtime's own. cudaGetLastError resets both, cudaPeekAtLastError neither.
+cudaError_t cudaGetLastError(void) {
+  using F = cudaError_t (*)();
+  static Real<F> real_fn("cudaGetLastError");
+  const auto next = real_fn.get();
+  const cudaError_t runtime = next != nullptr ? next() : kSuccess;
+  const int ours = std::exchange(t_served_error, kSuccess);
+  return ours != kSuccess ? ours : runtime;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+  using F = cudaError_t (*)();
+  static Real<F> real_fn("cudaPeekAtLastError");
+  const auto next = real_fn.get();
+  const cudaError_t runtime = next != nullptr ? next() : kSuccess;
+  return t_served_error != kSuccess ? t_served_error : runtime;
 }
 
 }  // extern "C"

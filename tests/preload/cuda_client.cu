@@ -155,7 +155,15 @@ int passthrough() {
   auto* p = static_cast<char*>(must_alloc(3 << 20));
   fill(p, 3 << 20, 9);
   expect(cudaFree(p + 4096) == cudaErrorInvalidValue, "cudaFree of an interior pointer did not fail");
-  (void)cudaGetLastError();  // the runtime keeps the error for cudaGetLastError, as the real one does
+  // tvmm served the call, so the runtime never saw it: the interposer keeps its error for this thread's
+  // next cudaPeekAtLastError (no reset) and cudaGetLastError (which resets it), as the runtime would.
+  expect(cudaPeekAtLastError() == cudaErrorInvalidValue && cudaPeekAtLastError() == cudaErrorInvalidValue,
+         "cudaPeekAtLastError did not report the failed cudaFree tvmm served");
+  expect(cudaGetLastError() == cudaErrorInvalidValue && cudaGetLastError() == cudaSuccess,
+         "cudaGetLastError did not report the failed cudaFree tvmm served, once");
+  std::thread([] {
+    expect(cudaGetLastError() == cudaSuccess, "another thread saw this thread's last error");
+  }).join();
   expect(mismatches(p, 3 << 20, 9) == 0, "the allocation changed after a bad free");
   check(cudaFree(p), "cudaFree");
   expect(cudaFree(p) == cudaErrorInvalidValue, "a double free did not fail");
@@ -369,6 +377,9 @@ int capture() {
     void* refused = nullptr;
     expect(cudaMallocAsync(&refused, n, s) == cudaErrorNotSupported && refused == nullptr,
            "the um mechanism did not refuse an allocation during the capture with cudaErrorNotSupported");
+    // As the runtime would, the refusal is this thread's last error until read (the next launch check
+    // would see it otherwise).
+    expect(cudaGetLastError() == cudaErrorNotSupported, "cudaGetLastError did not report the refused allocation");
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     check(cudaStreamIsCapturing(s, &status), "cudaStreamIsCapturing");
     expect(status == cudaStreamCaptureStatusActive, "the refused allocation ended the capture");
@@ -661,7 +672,8 @@ int stats() {
   check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
   void* big = nullptr;
   expect(cudaMalloc(&big, total) == cudaErrorMemoryAllocation, "an allocation past the capacity did not fail");
-  (void)cudaGetLastError();
+  expect(cudaGetLastError() == cudaErrorMemoryAllocation && cudaGetLastError() == cudaSuccess,
+         "cudaGetLastError did not report the refused cudaMalloc once");
   check(cudaFree(p), "cudaFree");
   j = memory_stats(-1);
   expect(json_number(j, "num_ooms") == 1 && json_number(j, "allocated_bytes.all.current") == 0 &&
