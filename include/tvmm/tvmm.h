@@ -47,7 +47,7 @@ typedef struct tvmm_pin tvmm_pin;       /**< a tvmm::Pin */
 TVMM_API const char* tvmm_last_error(void);
 /** The status's name, e.g. "TVMM_ERROR_OUT_OF_MEMORY". */
 TVMM_API const char* tvmm_status_name(tvmm_status status);
-/** The version of the libtvmm.so in use, e.g. "0.1.0" (the project's version when it was built). Defined
+/** The version of the libtvmm.so in use, e.g. "0.2.0" (the project's version when it was built). Defined
  *  by libtvmm.so only, not by libtvmm_preload.so. */
 TVMM_API const char* tvmm_version(void);
 
