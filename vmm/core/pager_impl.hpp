@@ -1,6 +1,9 @@
 #pragma once
-// The pager: ties the address space, page table, device and host tiers, eviction policy and transfer
-// engine together, and implements pin, unpin, prefetch, eviction and free.
+// The pager's residency core: ties the address space, page table, device, host and NVMe tiers, eviction
+// policy and transfer engine together, and implements pin, unpin, page-in, eviction, retiring
+// transfers, spill, stage-in and free, which call one another under one lock. What is not residency
+// has its own owner, held here: prefetch decisions (Prefetcher), kept host copies (HostCopies), NUMA
+// placement (HostPlacement) and what the pager reports (Observability).
 //
 // Locking: one pager mutex (mu_) guards page-table fields other than the state word, the tiers, the
 // allocation map and the pending page-in list. The pin hit path takes no pager lock: it CASes the state
