@@ -4,6 +4,7 @@
 // the simulated GPU's, readable and writable from the host. Each subcommand prints "ok" on success
 // and exits 1 with the reason otherwise.
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -174,6 +175,18 @@ int threads() {
   return 0;
 }
 
+// Waits up to 20 s for `pid`; -1 if it is still running then (it is killed), else its exit status.
+int wait_for_child(pid_t pid) {
+  for (int waited_ms = 0; waited_ms < 20000; waited_ms += 10) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    ::usleep(10000);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return -1;
+}
+
 // fork: the child gets a heap of its own; the parent's memory stays the parent's.
 int fork_child() {
   void* parent = must_alloc(2 << 20);
@@ -196,10 +209,9 @@ int fork_child() {
     if (cudaFree(parent) != 1) _exit(13);  // the parent's: an error, not a crash
     _exit(0);
   }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-         "the child failed (status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
+  const int status = wait_for_child(pid);
+  expect(status == 0, status == -1 ? std::string("the child hung for 20 s")
+                                   : "the child failed (status " + std::to_string(status) + ")");
   expect(count_mismatches(parent, 2 << 20, 77) == 0, "the parent's memory changed across the fork");
   expect(cudaFree(parent) == 0, "the parent's free failed");
   std::puts("ok");

@@ -142,6 +142,11 @@ SimStream::SimStream(CopyEngine* h2d, CopyEngine* d2h, Timing timing)
     : h2d_(h2d), d2h_(d2h), timing_(timing), clock_(DeviceClock::now()) {
   progress_->advance(clock_);
   thread_ = std::thread([this] { run(); });
+  // The stream is handed out once its worker runs: a thread still starting up may be inside the C
+  // library or a sanitizer's allocator (thread set-up allocates), and a fork made meanwhile would give
+  // the child that lock held for good.
+  std::unique_lock lk(mu_);
+  idle_cv_.wait(lk, [&] { return started_; });
 }
 
 SimStream::~SimStream() {
@@ -180,6 +185,8 @@ void SimStream::synchronize() {
 
 void SimStream::run() {
   std::unique_lock lk(mu_);
+  started_ = true;
+  idle_cv_.notify_all();
   for (;;) {
     if (queue_.empty()) {
       if (stop_) return;

@@ -157,6 +157,7 @@ class SimStream {
   std::deque<SimOp> queue_;
   std::uint64_t submitted_ = 0;
   std::uint64_t completed_ = 0;
+  bool started_ = false;  // the worker has entered run() (the constructor waits for it)
   bool worker_waiting_ = false;
   bool stop_ = false;
   DeviceClock::time_point clock_;      // device time: when the last operation ended (worker thread only)
