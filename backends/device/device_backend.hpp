@@ -93,13 +93,17 @@ enum class Errc : std::uint8_t {
 //! Returns the error's name, e.g. "out_of_memory".
 const char* errc_name(Errc e) noexcept;
 
-//! The result of a primitive: a code and, for system errors, the errno.
+//! The result of a primitive: a code and, where one is known, the code behind it: an errno (an
+//! operating-system call failed), or the driver's own code (`driver_code`, e.g. a CUresult).
 struct [[nodiscard]] Status {
   Errc code = Errc::ok;
   int sys_errno = 0;
+  bool driver_code = false;  //!< sys_errno is the driver's code, not an errno
   [[nodiscard]] bool ok() const noexcept { return code == Errc::ok; }
   static Status success() noexcept { return {}; }
   static Status fail(Errc e, int err = 0) noexcept { return {e, err}; }
+  //! A failure the driver reported with its own code (e.g. a CUresult).
+  static Status driver_fail(Errc e, int driver) noexcept { return {e, driver, true}; }
 };
 
 //! Where a physical chunk lives.

@@ -1,11 +1,13 @@
 // Bad input gets a clear error and leaves the pager's state intact.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <string>
 
 #include "backends/device/faulty/faulty_device.hpp"
 #include "test_support.hpp"
 #include "vmm/api/make_pager.hpp"
+#include "vmm/core/check.hpp"
 #include "vmm/core/pager_impl.hpp"
 
 using namespace tvmm;
@@ -185,4 +187,19 @@ TEST(PagerErrors, AStreamOfAnotherPagerIsRefused) {
   auto mine = p.create_stream();
   { auto pin = t.pin(mine, Access::write); }
   p.check_invariants();
+}
+
+// A failed backend call names the code behind it for what it is: an errno with its meaning, or the
+// driver's own code (a CUresult is no errno: CUDA_ERROR_OUT_OF_MEMORY is 2, ENOENT is 2 too).
+TEST(PagerErrors, AFailedBackendCallSaysWhetherItsCodeIsAnErrnoOrTheDrivers) {
+  const auto message = [](device::Status s) { return test::message_of([&] { TVMM_CHECK(s); }); };
+  const std::string os = message(device::Status::fail(device::Errc::system_error, ENOSPC));
+  EXPECT_NE(os.find("failed with system_error (errno " + std::to_string(ENOSPC) + ": No space left on device)"),
+            std::string::npos)
+      << os;
+  const std::string driver = message(device::Status::driver_fail(device::Errc::out_of_memory, 2));
+  EXPECT_NE(driver.find("failed with out_of_memory (driver code 2)"), std::string::npos) << driver;
+  EXPECT_EQ(driver.find("errno"), std::string::npos) << driver;
+  const std::string plain = message(device::Status::fail(device::Errc::invalid_value));
+  EXPECT_NE(plain.find("failed with invalid_value at "), std::string::npos) << plain;
 }

@@ -1,4 +1,5 @@
 #include <string>
+#include <system_error>
 
 #include "tvmm/errors.hpp"
 #include "vmm/core/check.hpp"
@@ -8,9 +9,11 @@ namespace tvmm::vmm {
 void throw_status(device::Status status, const char* call, const char* file, int line) {
   std::string msg =
       std::string("tvmm: device backend call `") + call + "` failed with " + device::errc_name(status.code);
-  if (status.sys_errno != 0) {
-    msg += (status.code == device::Errc::driver_error ? " (driver code " : " (errno ") +
-           std::to_string(status.sys_errno) + ")";
+  if (status.sys_errno != 0 && (status.driver_code || status.code == device::Errc::driver_error)) {
+    msg += " (driver code " + std::to_string(status.sys_errno) + ")";
+  } else if (status.sys_errno != 0) {
+    msg +=
+        " (errno " + std::to_string(status.sys_errno) + ": " + std::generic_category().message(status.sys_errno) + ")";
   }
   msg += " at " + std::string(file) + ":" + std::to_string(line);
   if (status.code == device::Errc::out_of_memory) {

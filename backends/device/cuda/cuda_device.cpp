@@ -187,12 +187,12 @@ Status CudaDevice::check(CUresult r) const noexcept {
   switch (r) {
     case CUDA_SUCCESS: return Status::success();
     case CUDA_ERROR_NOT_READY: return Status::fail(Errc::not_ready);
-    case CUDA_ERROR_OUT_OF_MEMORY: return Status::fail(Errc::out_of_memory, r);
-    case CUDA_ERROR_INVALID_VALUE: return Status::fail(Errc::invalid_value, r);
+    case CUDA_ERROR_OUT_OF_MEMORY: return Status::driver_fail(Errc::out_of_memory, r);
+    case CUDA_ERROR_INVALID_VALUE: return Status::driver_fail(Errc::invalid_value, r);
     // A handle the driver does not know, or an event it cannot time (cuda.h 16150: cuEventElapsedTime on
     // a never-recorded or DISABLE_TIMING event): the contract's invalid_value.
-    case CUDA_ERROR_INVALID_HANDLE: return Status::fail(Errc::invalid_value, r);
-    case CUDA_ERROR_NOT_SUPPORTED: return Status::fail(Errc::not_supported, r);
+    case CUDA_ERROR_INVALID_HANDLE: return Status::driver_fail(Errc::invalid_value, r);
+    case CUDA_ERROR_NOT_SUPPORTED: return Status::driver_fail(Errc::not_supported, r);
     // The errors after which "any further CUDA work will return the same error. To continue using CUDA,
     // the process must be terminated and relaunched" (cuda.h 2763-3140).
     case CUDA_ERROR_ILLEGAL_ADDRESS:
@@ -206,8 +206,8 @@ Status CudaDevice::check(CUresult r) const noexcept {
     case CUDA_ERROR_CONTAINED:
     case CUDA_ERROR_ASSERT:
     case CUDA_ERROR_TENSOR_MEMORY_LEAK:
-    case CUDA_ERROR_EXTERNAL_DEVICE: return Status::fail(Errc::device_lost, r);
-    default: return Status::fail(Errc::driver_error, r);
+    case CUDA_ERROR_EXTERNAL_DEVICE: return Status::driver_fail(Errc::device_lost, r);
+    default: return Status::driver_fail(Errc::driver_error, r);
   }
 }
 
@@ -406,7 +406,7 @@ Status CudaDevice::kernel(Kernel k, CUfunction* out) {
                         cuda_version(TVMM_KERNELS_CUDA_VERSION) + " or newer to compile their PTX; " + failed + only;
       }
       if (module_status_.code == Errc::driver_error)
-        module_status_ = Status::fail(Errc::not_supported, module_status_.sys_errno);
+        module_status_ = Status::driver_fail(Errc::not_supported, module_status_.sys_errno);
     }
     static const char* const names[kKernels] = {"tvmm_fill", "tvmm_verify", "tvmm_checksum", "tvmm_compute",
                                                 "tvmm_busy"};
