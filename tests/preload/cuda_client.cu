@@ -161,9 +161,7 @@ int passthrough() {
          "cudaPeekAtLastError did not report the failed cudaFree tvmm served");
   expect(cudaGetLastError() == cudaErrorInvalidValue && cudaGetLastError() == cudaSuccess,
          "cudaGetLastError did not report the failed cudaFree tvmm served, once");
-  std::thread([] {
-    expect(cudaGetLastError() == cudaSuccess, "another thread saw this thread's last error");
-  }).join();
+  std::thread([] { expect(cudaGetLastError() == cudaSuccess, "another thread saw this thread's last error"); }).join();
   expect(mismatches(p, 3 << 20, 9) == 0, "the allocation changed after a bad free");
   check(cudaFree(p), "cudaFree");
   expect(cudaFree(p) == cudaErrorInvalidValue, "a double free did not fail");
