@@ -20,8 +20,7 @@ std::vector<AccessTrace::Ahead> Prefetcher::keep_loads(std::vector<AccessTrace::
   return ahead;
 }
 
-std::vector<AccessTrace::Ahead> Prefetcher::on_pin(const Allocation* a, PageSpan span, Access access) noexcept {
-  if (!recording_) return {};
+std::vector<AccessTrace::Ahead> Prefetcher::record_pin(const Allocation* a, PageSpan span, Access access) noexcept {
   const policies::TraceAccess acc{a->id, span.count, access == Access::write, false, span.first};
   return keep_loads(trace_.on_pin(acc, distance_));  // out of memory here ends the program, as any noexcept
 }
@@ -29,14 +28,6 @@ std::vector<AccessTrace::Ahead> Prefetcher::on_pin(const Allocation* a, PageSpan
 std::vector<AccessTrace::Ahead> Prefetcher::on_iteration() {
   if (!recording_) return {};
   return keep_loads(trace_.on_iteration(distance_));
-}
-
-std::optional<PageSpan> Prefetcher::after(const Allocation* a, PageSpan span) const noexcept {
-  if (!sequential_prefetch_) return std::nullopt;
-  const std::uint32_t first = span.first + span.count;
-  const auto count = static_cast<std::uint32_t>(std::min<std::size_t>(distance_, a->pages - std::min(a->pages, first)));
-  if (count == 0) return std::nullopt;
-  return PageSpan{first, count};
 }
 
 }  // namespace tvmm::vmm

@@ -5,6 +5,7 @@
 // loading (PagerImpl::prefetch_ahead / prefetch_after: no waiting, only free or evictable frames).
 // The eviction policy (Belady) and the NVMe spill read the same trace through trace().
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -33,12 +34,21 @@ class Prefetcher {
   //! A pin of `span` of `a` with `access` (every pin, hit or miss, after it succeeded). Returns the
   //! pins to load ahead for (trace prefetch; those that overwrite their tensor are left out: their own
   //! pin maps fresh frames).
-  std::vector<policies::AccessTrace::Ahead> on_pin(const Allocation* a, PageSpan span, Access access) noexcept;
+  std::vector<policies::AccessTrace::Ahead> on_pin(const Allocation* a, PageSpan span, Access access) noexcept {
+    return recording_ ? record_pin(a, span, access) : std::vector<policies::AccessTrace::Ahead>{};  // hit path
+  }
   //! An iteration mark: as on_pin, for the first pins of the next iteration.
   std::vector<policies::AccessTrace::Ahead> on_iteration();
   //! Sequential prefetch: the pages after `span` of `a` to load (up to the distance), or nothing in the
   //! other modes or past the tensor's end.
-  [[nodiscard]] std::optional<PageSpan> after(const Allocation* a, PageSpan span) const noexcept;
+  [[nodiscard]] std::optional<PageSpan> after(const Allocation* a, PageSpan span) const noexcept {
+    if (!sequential_prefetch_) return std::nullopt;
+    const std::uint32_t first = span.first + span.count;
+    const auto count =
+        static_cast<std::uint32_t>(std::min<std::size_t>(distance_, a->pages - std::min(a->pages, first)));
+    if (count == 0) return std::nullopt;
+    return PageSpan{first, count};
+  }
 
   //! Whether a load for `target` must leave the page of a tensor with id `owner` alone: `target`'s
   //! tensor itself, or one needed no later than it (its own pin would evict another, and loading early
@@ -53,6 +63,7 @@ class Prefetcher {
   }
 
  private:
+  std::vector<policies::AccessTrace::Ahead> record_pin(const Allocation* a, PageSpan span, Access access) noexcept;
   std::vector<policies::AccessTrace::Ahead> keep_loads(std::vector<policies::AccessTrace::Ahead> ahead) const;
 
   policies::AccessTrace trace_;

@@ -13,8 +13,8 @@ void Observability::open(const Config& config) {
 
 Observability::~Observability() = default;
 
-void Observability::pin(std::uint64_t tensor, std::uint32_t pages, Access access, bool hit,
-                        device::StreamHandle stream) noexcept {
+void Observability::record_pin(std::uint64_t tensor, std::uint32_t pages, Access access, bool hit,
+                               device::StreamHandle stream) noexcept {
   if (pin_log_) pin_log_->pin(tensor, pages, access, hit);
   if (!timeline_ || pages == 0) return;
   try {

@@ -50,7 +50,9 @@ class Observability {
   //! A pin of `pages` pages of tensor `tensor` (0 pages: in the small-object arena) with `access`;
   //! `hit`: every page was resident. Logged in the pin log and, unless it is an arena pin, as an
   //! instant on the timeline's lane of `stream` (or of the pinning thread for a host pin).
-  void pin(std::uint64_t tensor, std::uint32_t pages, Access access, bool hit, device::StreamHandle stream) noexcept;
+  void pin(std::uint64_t tensor, std::uint32_t pages, Access access, bool hit, device::StreamHandle stream) noexcept {
+    if (pin_log_ || timeline_) record_pin(tensor, pages, access, hit, stream);  // the hit path: usually neither
+  }
   //! An iteration mark (Pager::mark_iteration).
   void iteration() noexcept;
   //! The calling thread waited for the pager from `since` until now: counted, and a span on its lane.
@@ -69,6 +71,8 @@ class Observability {
   void close_timeline() noexcept;
 
  private:
+  void record_pin(std::uint64_t tensor, std::uint32_t pages, Access access, bool hit,
+                  device::StreamHandle stream) noexcept;
   // Streams are numbered from 1 in the order they first pin (the timeline's lane names).
   std::uint32_t stream_number(device::StreamHandle stream);
 
