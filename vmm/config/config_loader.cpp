@@ -308,11 +308,14 @@ void walk(Config& cfg, const toml::table& table, const std::string& prefix, Keys
   }
 }
 
-std::string env_name(const ConfigKey& k) {
-  std::string n = "TVMM_" + std::string(k.section) + "_" + std::string(k.key);
+// TVMM_ and a dotted key name ("device.sim.timing"), dots as underscores, in upper case.
+std::string env_name(std::string_view dotted) {
+  std::string n = "TVMM_" + std::string(dotted);
   for (auto& c : n) c = c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return n;
 }
+
+std::string env_name(const ConfigKey& k) { return env_name(name_of(k)); }
 
 }  // namespace
 
@@ -423,11 +426,7 @@ std::string environment_variable(const ConfigKey& key) { return env_name(key); }
 std::vector<std::string> environment_variables(const ConfigKey& key) {
   std::vector<std::string> out{env_name(key)};
   if (key.short_env != nullptr) out.emplace_back(key.short_env);
-  if (key.old_name != nullptr) {
-    std::string n = std::string("TVMM_") + key.old_name;
-    for (auto& c : n) c = c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    out.push_back(std::move(n));
-  }
+  if (key.old_name != nullptr) out.push_back(env_name(key.old_name));
   if (key.old_short_env != nullptr) out.emplace_back(key.old_short_env);
   return out;
 }
