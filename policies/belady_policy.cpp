@@ -8,7 +8,17 @@
 namespace tvmm::policies {
 
 std::size_t BeladyPolicy::select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) {
-  if (trace_.state() != AccessTrace::State::replaying) return ListPolicy::select(max, claim);
+  return rank_and_select(max, claim, {});
+}
+
+std::size_t BeladyPolicy::select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
+                                 std::span<const PageIndex> prefer) {
+  return rank_and_select(max, claim, prefer);
+}
+
+std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
+                                          std::span<const PageIndex> prefer) {
+  if (trace_.state() != AccessTrace::State::replaying) return ListPolicy::select(max, claim, prefer);
   std::lock_guard lk(mu_);
   struct Rank {
     bool old;          // not pinned in the last keep_recent_ pins: goes first
@@ -37,13 +47,23 @@ std::size_t BeladyPolicy::select(std::size_t max, common::FunctionRef<bool(PageI
     list_.erase(list_.iterator_to(*ranked[i].node));
     ++taken;
   };
+  const std::size_t left = trace_.pins_left_in_iteration();
+  // 0. Preferred pages first, among the farther half of the candidates or those not pinned again in
+  //    this iteration, and in the same keep_recent class as Belady's own choice.
+  if (!prefer.empty()) {
+    const std::size_t farther = ranked.size() / kPreferShare;
+    for (std::size_t i = 0;
+         i < ranked.size() && taken < max && (i < farther || ranked[i].next >= left) && ranked[i].old == ranked[0].old;
+         ++i) {
+      if (std::binary_search(prefer.begin(), prefer.end(), index_of(*ranked[i].node))) take(i);
+    }
+  }
   // 1. Within the window, skip the just-used pages while the others are, like them, not pinned again in
   //    this iteration; a candidate needed sooner ends the pass (there the order decides the bytes), and
   //    so does the first recently pinned one (keep_recent: those go only when nothing else can).
-  const std::size_t left = trace_.pins_left_in_iteration();
   const std::size_t window = max >= ranked.size() / kDeferWindow ? ranked.size() : kDeferWindow * max;
   for (std::size_t i = 0; i < window && taken < max && ranked[i].next >= left && ranked[i].old == ranked[0].old; ++i) {
-    if (!ranked[i].just_used) take(i);
+    if (!ranked[i].just_used && !tried[i]) take(i);
   }
   // 2. The rest in rank order, the deferred pages included.
   for (std::size_t i = 0; i < ranked.size() && taken < max; ++i) {

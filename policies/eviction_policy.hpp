@@ -14,10 +14,17 @@
 //                returns true is removed from the policy. Stops after k claims or when candidates run
 //                out; returns the number claimed. Claim decides pin/state checks, so the policy never
 //                evicts pinned pages on its own.
+//   select(k, claim, prefer)
+//                as select, but first offers the pages of `prefer` (sorted) that are candidates, among
+//                those the policy rates as good enough victims; the base class ignores `prefer`. The
+//                pager prefers the pages holding the frames that the pages it loads are still mapped
+//                to (PageEntry::mapped): evicting one of those saves the incoming page the driver's
+//                map, access grant and unmap.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "common/function_ref.hpp"
@@ -39,6 +46,10 @@ class EvictionPolicy {
   virtual void touch(PageIndex first, std::size_t n) = 0;
   virtual void remove(PageIndex page) = 0;
   virtual std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) = 0;
+  virtual std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
+                             std::span<const PageIndex> /*prefer*/) {
+    return select(max, claim);
+  }
   [[nodiscard]] virtual std::size_t size() const = 0;
 };
 

@@ -20,6 +20,11 @@ class LfuPolicy final : public ListPolicy {
   [[nodiscard]] const char* name() const noexcept override { return "lfu"; }
   void touch(PageIndex first, std::size_t n) override;
   std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) override;
+  //! Its own order, without preference (the list's front is not LFU's order).
+  std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
+                     std::span<const PageIndex> /*prefer*/) override {
+    return select(max, claim);
+  }
 
  private:
   void on_insert(PageIndex page) override;

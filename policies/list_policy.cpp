@@ -41,6 +41,21 @@ std::size_t ListPolicy::select(std::size_t max, common::FunctionRef<bool(PageInd
   return taken;
 }
 
+std::size_t ListPolicy::select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
+                               std::span<const PageIndex> prefer) {
+  std::size_t taken = 0;
+  {
+    std::lock_guard lk(mu_);
+    for (std::size_t i = 0; i < prefer.size() && taken < max; ++i) {
+      Node& n = node(prefer[i]);
+      if (!n.hook.is_linked() || !claim(prefer[i])) continue;
+      list_.erase(list_.iterator_to(n));
+      ++taken;
+    }
+  }
+  return taken + (taken < max ? ListPolicy::select(max - taken, claim) : 0);
+}
+
 void ListPolicy::move_to_back(PageIndex first, std::size_t n) {
   std::lock_guard lk(mu_);
   for (std::size_t i = 0; i < n; ++i) {

@@ -23,6 +23,13 @@ class ListPolicy : public EvictionPolicy {
   void insert(PageIndex page) final;
   void remove(PageIndex page) final;
   std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) override;
+  //! The preferred pages go first, wherever they are in the list (O(|prefer|), no walk of the list),
+  //! then the list's own order, second chances included. Recency is a weak guide in a training step's
+  //! loop (LRU evicts the page needed soonest there): measured on the six traces with the simulator's
+  //! VMM costs on, a window of the coldest pages kept fewer mappings and ran slower than the whole
+  //! list (docs/benchmarks.md, "VMM call costs").
+  std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
+                     std::span<const PageIndex> prefer) override;
   [[nodiscard]] std::size_t size() const final;
 
  protected:

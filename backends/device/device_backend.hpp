@@ -165,6 +165,12 @@ class DeviceBackend {
   //! `s` succeeded or the device is lost (every call fails then, and that was said once).
   void warn_failed(const Status& s, const char* what) const noexcept;
   [[nodiscard]] BackendCounters counters() const noexcept;
+  //! The calling thread's host clock, as the backend accounts for host time: the wall clock on a GPU;
+  //! on the simulator, the host time it has charged the thread for VMM calls (SimDeviceConfig::
+  //! vmm_costs). The pager times its own mapping calls with it.
+  [[nodiscard]] virtual std::chrono::steady_clock::time_point host_clock() const noexcept {
+    return std::chrono::steady_clock::now();
+  }
 
   Status reserve(std::size_t bytes, DevPtr* out);
   Status release_reservation(DevPtr base, std::size_t bytes);

@@ -28,6 +28,8 @@ struct Stats {
   std::uint64_t evictions = 0;           //!< Pages evicted from the device tier.
   std::uint64_t clean_evictions = 0;     //!< Of those, with a current host or NVMe copy, or discarded: no copy.
   std::uint64_t prefetched = 0;          //!< Pages made resident by prefetch() or trace prefetch.
+  std::uint64_t kept_mappings = 0;       //!< Page-ins into the frame the page's address was still mapped to
+                                         //!< (no map, access grant or unmap call; see PageEntry::mapped).
   std::uint64_t trace_divergences = 0;   //!< Times the program left the recorded trace (it was dropped).
   std::uint64_t stall_ns = 0;            //!< Time calling threads spent blocked inside pin().
   std::uint64_t allocations = 0;         //!< Tensors allocated so far.

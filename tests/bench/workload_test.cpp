@@ -342,16 +342,18 @@ TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
 // calls it. On a fast bus (the copies cost little, so the host's calls are what the step waits for) a
 // run that moves pages takes longer than the same run with free calls, by at least the modelled map
 // time of the pages it made resident; each run says which it was. (On a slow bus the device is the
-// bottleneck and the host's calls can hide behind it.)
+// bottleneck and the host's calls can hide behind it.) LFU, because its eviction ignores the frames
+// that incoming pages are still mapped to, so most page-ins are mapped anew; with LRU the pairing makes
+// this run faster with the costs than without them (a different eviction order).
 TEST(Workloads, VmmCostsSlowARunThatMovesPagesAndAreRecorded) {
   RunOptions o;
   o.iterations = 3;
   o.warmup = 1;
   o.bus_gbs = 1000;
   const auto w = make_train(4, 4 * MiB, 1);  // kernels too short to hide anything behind
-  const auto free_calls = run_pager(w, o, "lru", 2.0);
+  const auto free_calls = run_pager(w, o, "lfu", 2.0);
   o.vmm_costs = true;
-  const auto costly = run_pager(w, o, "lru", 2.0);
+  const auto costly = run_pager(w, o, "lfu", 2.0);
   EXPECT_EQ(free_calls.vmm_costs, "free");
   EXPECT_EQ(costly.vmm_costs, "modelled");
   ASSERT_GT(costly.misses, 0u);
@@ -362,8 +364,8 @@ TEST(Workloads, VmmCostsSlowARunThatMovesPagesAndAreRecorded) {
 
 // The all-in-memory peer (whole_workload) has a frame for every page of every tensor, where tensors
 // dead between their uses make the peak live set smaller: with only the peak's frames, a dead tensor's
-// frames move to the next one every step (free without VMM costs, not with them); with every tensor's,
-// nothing is evicted or mapped again.
+// frames move to the next one every step (in the steady state without VMM calls either: each page gets
+// back the frame its address is still mapped to); with every tensor's, nothing is evicted at all.
 TEST(Workloads, TheWholeWorkloadBudgetHoldsEveryTensor) {
   Workload w;  // two 8 MiB tensors, each written, read and dead in turn: one live at a time
   w.name = "one-live-at-a-time";
@@ -384,7 +386,9 @@ TEST(Workloads, TheWholeWorkloadBudgetHoldsEveryTensor) {
   EXPECT_EQ(peak.frames, 4u);   // 8 MiB in 2 MiB pages
   EXPECT_EQ(whole.frames, 8u);  // both tensors
   EXPECT_GT(peak_run.evictions, 0u);
-  EXPECT_GT(peak_run.step_time_s, peak_run.compute_s + 1e-4) << "frames moving between tensors cost VMM calls";
+  // The frames move between the two tensors, and each page comes back to the frame its address is still
+  // mapped to: after the warm-up, no VMM call either.
+  EXPECT_NEAR(peak_run.step_time_s, peak_run.compute_s, 1e-6) << "a page-in into its old frame makes no VMM call";
   EXPECT_EQ(whole_run.evictions, 0u);
   EXPECT_NEAR(whole_run.step_time_s, whole_run.compute_s, 1e-6) << "the steady state makes no VMM call";
 }

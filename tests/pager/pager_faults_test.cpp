@@ -81,18 +81,61 @@ class PagerFaults : public ::testing::Test {
 
 }  // namespace
 
-TEST_F(PagerFaults, MapFailsDuringPageIn) {
+// Two device frames and a third tensor `c`, set up so that pinning `a` must map its address at another
+// frame: `a` was evicted from the frame that `c` now holds (its address stays mapped there), and `c` is
+// pinned, so `a` takes `b`'s frame, and its old mapping is unmapped first.
+class PagerRemapFaults : public PagerFaults {
+ protected:
+  void SetUp() override {
+    pager_ = std::make_unique<Pager>(make_faulty_pager(test::small_config(2, 8), dev_));
+    a_ = pager_->allocate(64 * KiB, {"a"});
+    b_ = pager_->allocate(64 * KiB, {"b"});
+    c_ = pager_->allocate(64 * KiB, {"c"});
+    int pattern = 1;
+    for (Tensor* t : {&a_, &b_, &c_}) {
+      auto pin = t->pin(Access::write);  // c's pin evicts a, the least recently used
+      test::fill(pin.data(), t->size(), pattern++);
+    }
+    ASSERT_EQ(a_.tier(), Tier::host);
+    ASSERT_EQ(b_.tier(), Tier::device);
+    hold_c_ = c_.pin(Access::read);
+  }
+  void TearDown() override { hold_c_ = Pin(); }
+  Tensor c_;
+  Pin hold_c_;
+};
+
+TEST_F(PagerRemapFaults, MapFailsDuringPageIn) {
+  const auto unmaps = dev_->calls(Op::unmap);
   dev_->fail_once(Op::map, Errc::invalid_value);
   expect_pin_a_fails<device_error>("invalid_value");
-  EXPECT_EQ(a_.tier(), Tier::host);  // not loaded; its host copy is untouched
+  EXPECT_EQ(dev_->calls(Op::unmap) - unmaps, 1u);  // a's old mapping went first
+  EXPECT_EQ(a_.tier(), Tier::host);                // not loaded; its host copy is untouched
   expect_intact();
 }
 
-TEST_F(PagerFaults, SetAccessFailsDuringPageIn) {
+TEST_F(PagerRemapFaults, SetAccessFailsDuringPageIn) {
   dev_->fail_once(Op::set_access, Errc::invalid_value);
   expect_pin_a_fails<device_error>("set_access");
   EXPECT_EQ(a_.tier(), Tier::host);
   expect_intact();
+}
+
+// The old mapping cannot be unmapped: the map at the new frame then fails (the address is still
+// mapped), the pin says so, and the next pin unmaps the old mapping before mapping again.
+TEST_F(PagerRemapFaults, UnmappingTheOldMappingFails) {
+  dev_->fail_once(Op::unmap, Errc::invalid_value);
+  try {
+    auto pin = a_.pin(Access::read);
+    FAIL() << "expected an exception";
+  } catch (const device_error& e) {
+    EXPECT_NE(std::string(e.what()).find("map"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(dev_->injected(), 1u);
+  EXPECT_EQ(a_.tier(), Tier::host);
+  const auto unmaps = dev_->calls(Op::unmap);
+  expect_intact();
+  EXPECT_GT(dev_->calls(Op::unmap), unmaps);
 }
 
 TEST_F(PagerFaults, CopyInFailsDuringPageIn) {
@@ -142,21 +185,8 @@ TEST_F(PagerFaultsSlowBus, StreamWaitFailsAfterPageIn) {
   expect_intact();  // includes: no pin was left behind (check_invariants counts pins)
 }
 
-TEST_F(PagerFaults, UnmapFailsWhenRetiringAnEviction) {
-  // The victim's old address is unmapped when its write-back is retired, after the pin that evicted
-  // it has returned: the failure is logged, the data is safe on the host, and the page's next page-in
-  // unmaps the address before mapping it again.
-  dev_->fail_once(Op::unmap, Errc::invalid_value);
-  {
-    auto pin = a_.pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), a_.size(), 1), 0u);
-  }
-  EXPECT_EQ(b_.tier(), Tier::host);
-  EXPECT_EQ(dev_->injected(), 1u);
-  expect_intact();
-}
-
-// Four adjacent victims, evicted together by a pin of four pages: `b` holds pattern 5, `c` is pinned next.
+// Four adjacent pages `b` (pattern 5), evicted together by a pin of four pages of `c`: their addresses
+// stay mapped until `b` is freed, which unmaps them.
 class PagerUnmapRuns : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -166,48 +196,64 @@ class PagerUnmapRuns : public ::testing::Test {
     auto pin = b_.pin(Access::write);
     test::fill(pin.data(), b_.size(), 5);
   }
-  // Evicts all of b for c; the write-backs are retired (and b's addresses unmapped) by the next call.
+  // Evicts all of b for c: no unmap (b's addresses keep their mappings).
   void evict_b() {
+    const auto before = dev_->calls(Op::unmap);
     { auto pin = c_.pin(Access::write); }
     ASSERT_EQ(b_.tier(), Tier::host);  // tier() retires finished transfers
+    ASSERT_EQ(dev_->calls(Op::unmap), before);
   }
-  void expect_b_intact() {
+  // Frees b and returns the unmap calls that took.
+  std::uint64_t free_b() {
+    const auto before = dev_->calls(Op::unmap);
+    b_addr_ = b_.data();
+    b_.reset();
+    return dev_->calls(Op::unmap) - before;
+  }
+  // A new tensor over the freed range is mapped and holds what it is given.
+  void expect_reuse_works() {
     dev_->clear();
     pager_->check_invariants();
-    auto pin = b_.pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), b_.size(), 5), 0u);
+    Tensor d = pager_->allocate(4 * 64 * KiB, {"d"});
+    ASSERT_EQ(d.data(), b_addr_) << "the test needs d at b's freed addresses";
+    {
+      auto pin = d.pin(Access::write);
+      test::fill(pin.data(), d.size(), 7);
+    }
+    { auto pin = c_.pin(Access::write); }  // d is evicted, then read back
+    auto pin = d.pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), d.size(), 7), 0u);
+    pager_->check_invariants();
   }
   device::FaultyDevice* dev_ = nullptr;
   std::unique_ptr<Pager> pager_;
   Tensor b_, c_;
+  void* b_addr_ = nullptr;
 };
 
-// Adjacent victims are unmapped with one cuMemUnmap call (fewer driver calls).
-TEST_F(PagerUnmapRuns, AdjacentVictimsAreUnmappedInOneCall) {
-  const auto before = dev_->calls(Op::unmap);
+// Freeing a tensor unmaps its adjacent pages with one cuMemUnmap call (fewer driver calls).
+TEST_F(PagerUnmapRuns, AdjacentPagesAreUnmappedInOneCallWhenFreed) {
   evict_b();
-  EXPECT_EQ(dev_->calls(Op::unmap) - before, 1u);
-  expect_b_intact();
+  EXPECT_EQ(free_b(), 1u);
+  expect_reuse_works();
 }
 
-// A run whose unmap fails is unmapped page by page, so only pages that fail again keep a stale mapping
-// (unmapped before their next page-in), and nothing is lost either way.
+// A run whose unmap fails is unmapped page by page, so only pages that fail again stay mapped.
 TEST_F(PagerUnmapRuns, AFailedRunIsUnmappedPageByPage) {
-  dev_->fail_once(Op::unmap, Errc::invalid_value);
-  const auto before = dev_->calls(Op::unmap);
   evict_b();
-  EXPECT_EQ(dev_->calls(Op::unmap) - before, 1u + 4u);
+  dev_->fail_once(Op::unmap, Errc::invalid_value);
+  EXPECT_EQ(free_b(), 1u + 4u);
   EXPECT_EQ(dev_->injected(), 1u);
-  expect_b_intact();
+  expect_reuse_works();
 }
 
-TEST_F(PagerUnmapRuns, PagesWhoseUnmapFailsAreUnmappedAtTheirNextPageIn) {
-  dev_->fail_always(Op::unmap, Errc::invalid_value);
-  const auto before = dev_->calls(Op::unmap);
+// Addresses whose unmap fails at free are unmapped again before a later tensor maps them.
+TEST_F(PagerUnmapRuns, AddressesWhoseUnmapFailsAreUnmappedBeforeReuse) {
   evict_b();
-  EXPECT_EQ(dev_->calls(Op::unmap) - before, 1u + 4u);
+  dev_->fail_always(Op::unmap, Errc::invalid_value);
+  EXPECT_EQ(free_b(), 1u + 4u);
   EXPECT_EQ(dev_->injected(), 5u);
-  expect_b_intact();  // c is evicted for b, and b's stale addresses are unmapped before they are mapped
+  expect_reuse_works();
 }
 
 // A victim dropped without a copy (its contents discarded) hands its frame over at once: the new page

@@ -69,6 +69,10 @@ std::string pager_report(const json& j, const std::string& source) {
        static_cast<unsigned long long>(num(j, "evictions")), static_cast<unsigned long long>(num(j, "clean_evictions")),
        static_cast<unsigned long long>(num(j, "prefetched")),
        static_cast<unsigned long long>(num(j, "trace_divergences")));
+  if (j.contains("kept_mappings")) {  // stats files from before 0.2 lack it
+    line(o, "page-ins into the frame still mapped at their address (no driver call): %llu",
+         static_cast<unsigned long long>(num(j, "kept_mappings")));
+  }
   line(o, "tensors allocated %llu; live now %s", static_cast<unsigned long long>(num(j, "allocations")),
        bytes(num(j, "live_bytes")).c_str());
   const auto we = num(j, "nvme_write_errors"), re = num(j, "nvme_read_errors"), ce = num(j, "nvme_corrupt_reads");

@@ -86,6 +86,16 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
   return f;
 }
 
+bool DeviceTier::take(std::uint32_t frame) noexcept {
+  const auto it = std::find(free_.begin(), free_.end(), frame);
+  if (it == free_.end()) return false;
+  *it = free_.back();
+  free_.pop_back();
+  ++in_use_;
+  peak_ = std::max(peak_, in_use_);
+  return true;
+}
+
 void DeviceTier::release(std::uint32_t frame) noexcept {
   free_.push_back(frame);
   --in_use_;

@@ -27,6 +27,9 @@ class DeviceTier {
   //! are): the tier is then short (said once on stderr) and tries creating again a second later, or at
   //! once while it has no frame at all. Throws for other device failures.
   std::optional<std::uint32_t> try_acquire();
+  //! Takes `frame` if it is idle (a page whose address is still mapped to it gets it back without a
+  //! driver call); false if it is in use, or not created.
+  bool take(std::uint32_t frame) noexcept;
   void release(std::uint32_t frame) noexcept;
   //! Whether try_acquire would give a frame or try to create one now (false: all in use and none may be
   //! created, or the device is short and the next try is not due), without doing either.

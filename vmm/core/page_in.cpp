@@ -1,6 +1,7 @@
 // PagerImpl, part 3: frames for pages and page-ins (load_pages, load_chunk and its steps, acquire_frames).
 #include <algorithm>
 #include <cstdio>
+#include <unordered_map>
 
 #include "common/scope_guard.hpp"
 #include "vmm/core/check.hpp"
@@ -29,7 +30,7 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
   // swapping a tensor in never waits on its own slots.
   while (loaded < todo.size()) {
     // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
-    Frames got = acquire_frames(lk, todo.size() - loaded, deadline, may_wait, protect);
+    Frames got = acquire_frames(lk, std::span(todo).subspan(loaded), deadline, may_wait, protect);
     if (got.frames.empty()) break;  // only without may_wait: nothing evictable now
     const std::size_t n = got.frames.size();
     load_chunk(std::span(todo).subspan(loaded, n), std::span(before).subspan(loaded, n), got, access);
@@ -39,28 +40,45 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
 }
 
 void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) {
-  // A frame taken from a victim is still mapped at the victim's address until its write-back is
-  // retired: one physical frame may be mapped at two addresses, and every use at the new one is
-  // ordered after `got.after`.
-  for (PageEntry* p : pages) {
-    if (p->stale_mapping) {  // an earlier eviction could not unmap this address: try again first
-      (void)xfer_->try_unmap(va_of(*p));
-      p->stale_mapping = false;
+  // A frame stays mapped at the addresses of the pages that left it (PageEntry::mapped): one physical
+  // allocation may be mapped at several addresses (cuda.h, cuMemMap: "the same allocation handle can
+  // be mapped to multiple virtual address ranges"), and nothing uses an evicted page's address (the
+  // pin contract), so a mapping only has to go when its page returns to another frame. Every use at
+  // the new address is ordered after `got.after`.
+  std::vector<MapRequest> reqs;
+  std::vector<PageEntry*> remapped;
+  reqs.reserve(pages.size());
+  remapped.reserve(pages.size());
+  const auto started = dev_->host_clock();
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    PageEntry* p = pages[i];
+    if (p->mapped == got.frames[i]) continue;  // kept: no driver call
+    // A failed unmap leaves the address mapped, and the map below then fails and says so.
+    if (p->mapped != kNoFrame && xfer_->try_unmap(va_of(*p))) p->mapped = kNoFrame;
+    reqs.push_back({va_of(*p), device_->chunk(got.frames[i])});
+    remapped.push_back(p);
+  }
+  if (!reqs.empty()) {
+    xfer_->map(reqs);
+    const auto per_page = (dev_->host_clock() - started) / static_cast<std::int64_t>(reqs.size());
+    remap_cost_ = remap_cost_.count() == 0 ? per_page : (7 * remap_cost_ + per_page) / 8;
+  }
+  for (std::size_t i = 0, r = 0; i < pages.size(); ++i) {
+    if (r < remapped.size() && remapped[r] == pages[i]) {
+      pages[i]->mapped = got.frames[i];
+      ++r;
     }
   }
-  std::vector<MapRequest> reqs(pages.size());
-  for (std::size_t i = 0; i < pages.size(); ++i) reqs[i] = {va_of(*pages[i]), device_->chunk(got.frames[i])};
-  xfer_->map(reqs);
+  observe_.counters.kept_mappings.fetch_add(pages.size() - remapped.size(), std::memory_order_relaxed);
 }
 
-void PagerImpl::abort_chunk(std::span<PageEntry* const> pages, Frames& got) noexcept {
-  // Copies already queued may still run: drain them before unmapping and reusing the frames.
-  if (xfer_->drain()) {
-    for (PageEntry* p : pages) (void)xfer_->try_unmap(va_of(*p));
-  } else {
+void PagerImpl::abort_chunk(Frames& got) noexcept {
+  // Copies already queued may still run: drain them before the frames are reused. The pages keep their
+  // new mappings, as evicted pages do.
+  if (!xfer_->drain()) {
     // The device cannot tell when its copies end: keep the frames mapped and out of the pool rather
     // than let a copy land in reused memory.
-    std::fprintf(stderr, "tvmm: copy streams cannot be drained; retiring %zu device frames\n", pages.size());
+    std::fprintf(stderr, "tvmm: copy streams cannot be drained; retiring %zu device frames\n", got.frames.size());
     got.frames.clear();
   }
 }
@@ -71,6 +89,7 @@ void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const
   for (std::size_t i = 0; i < count; ++i) {
     PageEntry& p = *pages[i];
     p.frame = got.frames[i];
+    frame_page_[p.frame] = table_.index_of(p);
     if (!copied(i) && p.host_slot != kNoSlot) {
       host_->release(p.host_slot);  // contents discarded (Access::write): the host copy is dead
       p.host_slot = kNoSlot;
@@ -88,8 +107,7 @@ void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const
     for (std::size_t i = 0; i < count; ++i) idx[i] = table_.index_of(*pages[i]);
     loads_.push_back(LoadBatch{done, std::move(idx)});
   }
-  got.frames.clear();
-  got.after.clear();
+  got.clear();
 }
 
 void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
@@ -111,7 +129,7 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
       ordered = e;
       xfer_->order_copy_in_after(e);
     };
-    for (std::size_t i = 0; i < pages.size(); ++i) {
+    for (const std::size_t i : got.in_recording_order()) {
       if (!needs_copy(i)) continue;
       follow(got.after[i].get());
       xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot));
@@ -128,7 +146,7 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
       done = *latest;
     }
   } catch (...) {
-    abort_chunk(pages, got);  // the host copies were not touched: the pages stay readable where they were
+    abort_chunk(got);  // the host copies were not touched: the pages stay readable where they were
     throw;
   }
   // 5. Publish: resident, known to the policy, pending until `done` completes.
@@ -148,26 +166,63 @@ void PagerImpl::release_frames(Frames& got) noexcept {
     }
   }
   for (auto f : got.frames) device_->release(f);
-  got.frames.clear();
-  got.after.clear();
+  got.clear();
+}
+
+std::vector<std::size_t> PagerImpl::Frames::in_recording_order() const {
+  std::vector<std::size_t> order(frames.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[recorded.empty() ? i : recorded[i]] = i;
+  return order;
+}
+
+void PagerImpl::pair_frames(std::span<PageEntry* const> pages, Frames& got) const {
+  const std::size_t n = got.frames.size();
+  bool any = false;
+  for (std::size_t i = 0; i < n && !any; ++i) any = pages[i]->mapped != kNoFrame && pages[i]->mapped != got.frames[i];
+  if (!any) return;
+  std::unordered_map<std::uint32_t, std::size_t> at;  // frame -> its position in got
+  for (std::size_t i = 0; i < n; ++i) at.emplace(got.frames[i], i);
+  bool moved = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t want = pages[i]->mapped;
+    if (want == kNoFrame || got.frames[i] == want) continue;
+    const auto it = at.find(want);
+    if (it == at.end()) continue;
+    const std::size_t j = it->second;
+    if (pages[j]->mapped == got.frames[j]) continue;  // page j keeps that frame itself
+    if (!moved) {
+      got.recorded.resize(n);
+      for (std::size_t k = 0; k < n; ++k) got.recorded[k] = static_cast<std::uint32_t>(k);
+      moved = true;
+    }
+    std::swap(got.frames[i], got.frames[j]);
+    std::swap(got.after[i], got.after[j]);
+    std::swap(got.recorded[i], got.recorded[j]);
+    at[got.frames[i]] = i;
+    at[got.frames[j]] = j;
+  }
 }
 
 // Returns between 1 and `count` frames (0 only without may_wait): rather than block while holding
 // frames, it hands back what it has so the caller can start those page-ins.
-PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait,
-                                            const Protect* protect) {
+PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const> pages, Clock::time_point deadline,
+                                            bool may_wait, const Protect* protect) {
+  const std::size_t count = pages.size();
   Frames got;
   common::ScopeGuard give_back([&] { release_frames(got); });
+  // Idle frames the pages' addresses are still mapped to: using them costs no driver call.
+  for (PageEntry* p : pages) {
+    if (p->mapped != kNoFrame && device_->take(p->mapped)) got.add(p->mapped, EventRef());
+  }
   while (got.frames.size() < count) {
     while (got.frames.size() < count) {
       auto f = device_->try_acquire();
       if (!f) break;
-      got.frames.push_back(*f);
-      got.after.emplace_back();  // a free frame follows no write-back
+      got.add(*f, EventRef());  // a free frame follows no write-back
     }
     if (got.frames.size() == count) break;
     reap(lk);
-    std::vector<PageEntry*> victims = select_victims(count - got.frames.size(), protect);
+    std::vector<PageEntry*> victims = select_victims(count - got.frames.size(), protect, pages);
     if (!victims.empty()) {
       evict(victims, got);
       continue;
@@ -188,6 +243,7 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::size_t count, Clock::
                           " ms for pins to be released. The pinned working set exceeds the device budget");
     }
   }
+  pair_frames(pages, got);
   give_back.dismiss();
   return got;
 }

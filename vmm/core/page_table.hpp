@@ -92,11 +92,15 @@ struct PageEntry {
                                        //!< copy kept while resident (word::kHostCopy)
   std::uint32_t nvme_slot = kNoSlot;   //!< NVMe slot: the data (nvme state), or a copy kept while the
                                        //!< page is elsewhere (current unless the word says dirty)
-  bool stale_mapping = false;          //!< an eviction failed to unmap the address; unmap before mapping
-  Spill spill = Spill::none;           //!< being written to NVMe straight from an eviction (see Spill)
-  Allocation* owner = nullptr;         //!< the allocation this page belongs to
-  Event* ready = nullptr;              //!< page-in completion while pending (one reference held)
-  std::uint64_t checksum = 0;          //!< XXH3 of the NVMe slot's data, seeded with the slot
+  //! The frame the page's address is mapped to: its own frame while resident. When the page leaves the
+  //! device its mapping stays (a kept mapping: the frame may hold another page meanwhile), so that a
+  //! later page-in into the same frame needs no map, access grant or unmap; a page-in into another
+  //! frame unmaps it first. kNoFrame: nothing mapped.
+  std::uint32_t mapped = kNoFrame;
+  Spill spill = Spill::none;    //!< being written to NVMe straight from an eviction (see Spill)
+  Allocation* owner = nullptr;  //!< the allocation this page belongs to
+  Event* ready = nullptr;       //!< page-in completion while pending (one reference held)
+  std::uint64_t checksum = 0;   //!< XXH3 of the NVMe slot's data, seeded with the slot
 
   [[nodiscard]] PageState state() const noexcept { return word::state(word.load(std::memory_order_acquire)); }
 

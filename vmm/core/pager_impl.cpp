@@ -121,6 +121,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
   const auto frames = static_cast<std::uint32_t>(cfg_.device_budget / page_size_);
   const auto slots = static_cast<std::uint32_t>(cfg_.host_budget / page_size_);
   device_ = std::make_unique<DeviceTier>(*dev_, page_size_, frames);
+  frame_page_.assign(frames, kNoPage);
   placement_ = std::make_unique<HostPlacement>(cfg_, *dev_, std::size_t{slots} * page_size_);
   host_ = std::make_unique<HostTier>(*dev_, placement_->memory(), page_size_, slots);
   host_copies_ = std::make_unique<HostCopies>(table_, *host_);
@@ -189,10 +190,14 @@ PagerImpl::~PagerImpl() {
     Lock lk(mu_);
     (void)xfer_->drain();
     try {
-      reap(lk);  // unmaps the old addresses of finished evictions
+      reap(lk);  // publishes the victims of finished evictions
     } catch (const std::exception& ex) {
       if (!dev_->lost()) std::fprintf(stderr, "tvmm: retiring the last transfers failed: %s\n", ex.what());
     }
+    // Addresses whose unmap failed when their tensor was freed: tried once more before the reservation
+    // goes.
+    if (const std::size_t failed = unmap_range(0, table_.size()); failed != 0 && !dev_->lost())
+      std::fprintf(stderr, "tvmm: %zu page address(es) could not be unmapped\n", failed);
   }
   xfer_.reset();              // drains the copy streams before the tiers go away
   observe_.close_timeline();  // every copy's completion is in it now
@@ -428,17 +433,21 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
       std::fprintf(stderr, "tvmm: retiring transfers while freeing %s failed: %s\n", tensor_label(a).c_str(),
                    ex.what());
   }
-  // 4. Unmap, return frames and slots, and give the address range back.
+  // 4. Unmap (the resident pages, and the kept mappings of the others), return frames and slots, and
+  //    give the address range back.
+  //    An address whose unmap fails keeps PageEntry::mapped, like an evicted page's: nothing uses a
+  //    freed address, so its frame may serve other pages, and the unmap is tried again before the
+  //    address is mapped for a later tensor (map_chunk) or the pager goes.
+  if (const std::size_t failed = unmap_range(a->first_page, a->pages); failed != 0 && !dev_->lost()) {
+    std::fprintf(stderr,
+                 "tvmm: unmapping %zu page(s) of %s failed; each is unmapped again before its address is reused\n",
+                 failed, tensor_label(a).c_str());
+  }
   for (std::uint32_t i = 0; i < a->pages; ++i) {
     PageEntry& p = pages[i];
     if (p.frame != kNoFrame) {
-      try {
-        xfer_->unmap(va_of(p));
-        device_->release(p.frame);
-      } catch (const std::exception& ex) {
-        // The frame stays mapped at a dead address: leak it rather than hand out memory in use.
-        if (!dev_->lost()) std::fprintf(stderr, "tvmm: %s; leaking one device frame\n", ex.what());
-      }
+      frame_page_[p.frame] = kNoPage;
+      device_->release(p.frame);
       p.frame = kNoFrame;
     }
     if (p.host_slot != kNoSlot) {
@@ -588,6 +597,7 @@ Stats PagerImpl::stats() const {
   s.misses = observe_.counters.misses.load(std::memory_order_relaxed);
   s.evictions = observe_.counters.evictions.load(std::memory_order_relaxed);
   s.clean_evictions = observe_.counters.clean_evictions.load(std::memory_order_relaxed);
+  s.kept_mappings = observe_.counters.kept_mappings.load(std::memory_order_relaxed);
   if (nvme_) {
     const auto& c = nvme_->counters();
     const auto w = c.pages_written.load(std::memory_order_relaxed), r = c.pages_read.load(std::memory_order_relaxed);
@@ -656,6 +666,9 @@ void PagerImpl::check_invariants() const {
     const auto w = p.word.load();
     const auto s = word::state(w);
     const std::string where = "page " + std::to_string(i) + " (" + to_string(s) + ")";
+    // Any page may keep a mapping (an evicted page's, or a freed page's whose unmap failed).
+    if (p.mapped != kNoFrame && p.mapped >= device_->created())
+      fail(where + " is mapped to a frame that does not exist");
     if (s == PageState::unused) {
       if (p.owner != nullptr || p.frame != kNoFrame || p.host_slot != kNoSlot || p.nvme_slot != kNoSlot)
         fail(where + " holds resources");
@@ -682,12 +695,18 @@ void PagerImpl::check_invariants() const {
     }
     if (p.frame != kNoFrame) {
       if (p.frame >= frame_owner.size() || frame_owner[p.frame]++ != 0) fail(where + " shares its frame");
+      if (p.mapped != p.frame) fail(where + " is not mapped to its frame");
+      if (frame_page_[p.frame] != i) fail(where + " is not the page its frame records");
       ++frames;
     }
     if (p.host_slot != kNoSlot) {
       if (p.host_slot >= slot_owner.size() || slot_owner[p.host_slot]++ != 0) fail(where + " shares its host slot");
       ++slots;
     }
+  }
+  for (std::uint32_t f = 0; f < frame_page_.size(); ++f) {
+    if (frame_page_[f] != kNoPage && (f >= frame_owner.size() || frame_owner[f] == 0))
+      fail("frame " + std::to_string(f) + " records page " + std::to_string(frame_page_[f]) + ", which is not in it");
   }
   if (frames + frames_in_hand_ != device_->in_use())
     fail("device tier counts " + std::to_string(device_->in_use()) + " frames in use but pages hold " +

@@ -120,21 +120,29 @@ class PagerImpl {
   };
   // Frames for a chunk. after[i] is the write-back of frames[i]'s previous page (null for a frame that
   // was free): every use of the frame must follow it. All write-backs are recorded on one copy stream,
-  // so the later of two such events implies the earlier; frames are appended in recording order.
+  // so the later of two such events implies the earlier; frames are added in recording order, and
+  // pair_frames may then permute them (recorded[i]: where frames[i] was added).
   struct Frames {
     std::vector<std::uint32_t> frames;
     std::vector<EventRef> after;
+    std::vector<std::uint32_t> recorded;  // empty: in the order added
+    EventRef latest;                      // the last write-back added (it implies the others), or null
+    void add(std::uint32_t frame, EventRef e) {
+      if (e) latest = e;
+      frames.push_back(frame);
+      after.push_back(std::move(e));
+    }
+    void clear() noexcept {
+      frames.clear();
+      after.clear();
+      recorded.clear();
+      latest = EventRef();
+    }
     //! The latest write-back any frame follows (it implies the others), or null.
-    [[nodiscard]] Event* latest_after() const noexcept {
-      const EventRef* e = latest_after_ref();
-      return e != nullptr ? e->get() : nullptr;
-    }
-    [[nodiscard]] const EventRef* latest_after_ref() const noexcept {
-      for (auto e = after.rbegin(); e != after.rend(); ++e) {
-        if (*e) return &*e;
-      }
-      return nullptr;
-    }
+    [[nodiscard]] Event* latest_after() const noexcept { return latest.get(); }
+    [[nodiscard]] const EventRef* latest_after_ref() const noexcept { return latest ? &latest : nullptr; }
+    //! Indices into frames, in the order they were added (the write-backs' recording order).
+    [[nodiscard]] std::vector<std::size_t> in_recording_order() const;
   };
 
   [[nodiscard]] PageEntry* pages_of(const Allocation* a) noexcept { return &table_[a->first_page]; }
@@ -190,25 +198,35 @@ class PagerImpl {
   // Maps `got.frames` at `pages` and queues their page-ins; on success the pages are resident.
   void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got, Access access);
   // The steps of a chunk's page-in, shared by load_chunk and stage_in:
-  //! Maps got.frames[i] at pages[i] (retrying a stale unmap first); all or nothing.
+  //! Maps got.frames[i] at pages[i], unless pages[i]'s address is mapped there already (a kept
+  //! mapping: no driver call); a page mapped to another frame is unmapped first. All or nothing: on
+  //! failure no page has a new mapping.
   void map_chunk(std::span<PageEntry* const> pages, const Frames& got);
-  //! After a failure once mapped: drains the copies queued and unmaps the pages (or, if the device
-  //! cannot drain, keeps the frames out of the pool). The caller restores the pages' states.
-  void abort_chunk(std::span<PageEntry* const> pages, Frames& got) noexcept;
+  //! After a failure once mapped: drains the copies queued (or, if the device cannot drain, keeps the
+  //! frames out of the pool). The pages keep their mappings, as evicted pages do. The caller restores
+  //! the pages' states.
+  void abort_chunk(Frames& got) noexcept;
   //! The pages become resident with got.frames, pending until `done` (if any); `copied(i)`: page i's
   //! host slot is the source of its page-in (released at reap), else its host copy, if any, is dropped.
   void publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
                      const EventRef& done, common::FunctionRef<bool(std::size_t)> copied);
-  Frames acquire_frames(Lock& lk, std::size_t count, Clock::time_point deadline, bool may_wait,
+  //! Between 1 and pages.size() frames for the first pages of `pages` (0 only without may_wait),
+  //! paired by pair_frames. A page's kept frame is taken first when idle, and its resident page is
+  //! the preferred victim (see EvictionPolicy::select).
+  Frames acquire_frames(Lock& lk, std::span<PageEntry* const> pages, Clock::time_point deadline, bool may_wait,
                         const Protect* protect = nullptr);
+  //! Permutes got so that each of the first got.frames.size() pages whose address is still mapped to
+  //! one of the frames gets that frame.
+  void pair_frames(std::span<PageEntry* const> pages, Frames& got) const;
   void release_frames(Frames& got) noexcept;
-  // Claims up to `count` victims, skipping the pages `protect` names.
-  std::vector<PageEntry*> select_victims(std::size_t count, const Protect* protect = nullptr);
+  // Claims up to `count` victims, skipping the pages `protect` names and preferring the pages that hold
+  // the frames `loading`'s addresses are still mapped to.
+  std::vector<PageEntry*> select_victims(std::size_t count, const Protect* protect = nullptr,
+                                         std::span<PageEntry* const> loading = {});
   void evict(std::vector<PageEntry*>& victims, Frames& got);
-  //! Unmaps the old addresses of retired victims (page numbers, sorted in place), a call per run of
-  //! adjacent pages; a page whose unmap fails keeps a stale mapping (unmapped again before its next
-  //! page-in).
-  void unmap_victims(std::span<std::uint32_t> victims) noexcept;
+  //! Unmaps the mapped addresses among pages [first, first + count), a call per run of adjacent
+  //! mapped pages, and clears their PageEntry::mapped; returns how many failed (those keep `mapped`).
+  std::size_t unmap_range(std::uint32_t first, std::uint32_t count) noexcept;
   // Retires completed page-ins and write-backs; true if it retired any.
   bool reap(Lock& lk);
   void reclaim(Allocation* a) noexcept;
@@ -280,6 +298,21 @@ class PagerImpl {
   std::unordered_map<device::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
   std::deque<LoadBatch> loads_;                            // page-ins not yet retired
   std::deque<EvictionBatch> evictions_;                    // write-backs not yet retired
+  //! Per device frame: the page resident in it (its frame), or kNoPage; guarded by mu_.
+  std::vector<std::uint32_t> frame_page_;
+  static constexpr std::uint32_t kNoPage = UINT32_MAX;
+  //! The driver's host time per page that map_chunk maps anew (its old mapping's unmap, the map and its
+  //! share of the access grant), a moving average of what the device's host clock measured; guarded by
+  //! mu_. 0 until a page has been mapped.
+  std::chrono::nanoseconds remap_cost_{0};
+  //! Whether a remap costs enough that eviction should prefer the page holding an incoming page's old
+  //! frame (select_victims): at least 10 µs per 2 MiB of page (at least 10 µs), a quarter of copying it
+  //! at 50 GB/s. A GPU's driver takes tens of µs (docs/benchmarks.md, "VMM call costs"); the
+  //! simulator's host clock counts only the costs it models (none unless configured). Where mapping is
+  //! cheaper, a remap is not worth a possible extra page-in.
+  [[nodiscard]] bool remaps_costly() const noexcept {
+    return remap_cost_ >= std::chrono::microseconds(10) * std::max<std::int64_t>(1, page_size_ >> 21);
+  }
 };
 
 //! Builds a public Pager around an implementation (for tests that supply their own backend).

@@ -1,5 +1,5 @@
-// PagerImpl, part 5: retiring completed transfers (reap): page-ins become hits, write-backs free their
-// frames and publish their victims on the host; the victims' old addresses are unmapped, a call per run.
+// PagerImpl, part 5: retiring completed transfers (reap): page-ins become hits, write-backs publish their
+// victims on the host; and unmapping pages' addresses, a call per run (unmap_pages).
 #include <algorithm>
 #include <cstdio>
 #include <utility>
@@ -12,8 +12,9 @@
 namespace tvmm::vmm {
 
 // Retires completed transfers, oldest first: page-ins release their host slots and clear their pages'
-// pending flags; write-backs unmap their victims' old addresses and publish the victims on the host
-// (or, for pages dropped without a copy, on NVMe, or nowhere if their contents were discarded).
+// pending flags; write-backs publish their victims on the host (or, for pages dropped without a copy,
+// on NVMe, or nowhere if their contents were discarded). The victims' addresses stay mapped to their
+// old frames (PageEntry::mapped).
 bool PagerImpl::reap(Lock& /*lk*/) {
   bool retired = false;
   while (!loads_.empty() && events_.is_done(loads_.front().done.get())) {
@@ -34,8 +35,6 @@ bool PagerImpl::reap(Lock& /*lk*/) {
     EvictionBatch& b = evictions_.front();
     std::size_t done = b.retired;
     while (done < b.pages.size() && (!b.done[done] || events_.is_done(b.done[done].get()))) ++done;
-    // Sorted in place: the events of these pages are all complete, so they are not looked at again.
-    unmap_victims(std::span(b.pages).subspan(b.retired, done - b.retired));
     for (; b.retired < done; ++b.retired) {
       PageEntry& v = table_[b.pages[b.retired]];
       retired = true;
@@ -66,26 +65,31 @@ bool PagerImpl::reap(Lock& /*lk*/) {
 // cuMemUnmap, "The range must be the entire contiguous address range that was mapped to"; see
 // docs/cuda-emulator.md): fewer driver calls, though the driver's time still grows with the number of
 // mappings a range covers.
-void PagerImpl::unmap_victims(std::span<std::uint32_t> order) noexcept {
-  std::sort(order.begin(), order.end());
-  auto unmap_one = [&](std::uint32_t idx) {
-    if (xfer_->try_unmap(va_.addr(idx))) return;
-    // The data is safe on the host; the next load of this page unmaps before mapping again.
-    if (!dev_->lost())
-      std::fprintf(stderr, "tvmm: unmapping an evicted page at %s failed; retrying at its next page-in\n",
-                   hex(va_.addr(idx)).c_str());
-    table_[idx].stale_mapping = true;
-  };
-  for (std::size_t i = 0; i < order.size();) {
-    std::size_t j = i + 1;
-    while (j < order.size() && order[j] == order[j - 1] + 1) ++j;
-    const auto n = static_cast<std::uint32_t>(j - i);
-    // A run that fails as a whole is retried page by page, so only the pages that fail are marked.
-    if (n == 1 || !xfer_->try_unmap(va_.addr(order[i]), n)) {
-      for (std::size_t k = i; k < j; ++k) unmap_one(order[k]);
+std::size_t PagerImpl::unmap_range(std::uint32_t first, std::uint32_t count) noexcept {
+  std::size_t failed = 0;
+  const std::uint32_t end = first + count;
+  for (std::uint32_t i = first; i < end;) {
+    if (table_[i].mapped == kNoFrame) {
+      ++i;
+      continue;
+    }
+    std::uint32_t j = i + 1;
+    while (j < end && table_[j].mapped != kNoFrame) ++j;
+    if (xfer_->try_unmap(va_.addr(i), j - i)) {
+      for (std::uint32_t k = i; k < j; ++k) table_[k].mapped = kNoFrame;
+    } else {
+      // A run that fails as a whole is retried page by page, so only the pages that fail stay mapped.
+      for (std::uint32_t k = i; k < j; ++k) {
+        if (j - i > 1 && xfer_->try_unmap(va_.addr(k))) {
+          table_[k].mapped = kNoFrame;
+        } else {
+          ++failed;
+        }
+      }
     }
     i = j;
   }
+  return failed;
 }
 
 bool PagerImpl::wait_progress(Lock& lk, Clock::time_point deadline) {

@@ -275,7 +275,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   });
   // 2. Frames (this may evict, spill or wait, and so unlock; the claimed pages stay ours). With fewer
   //    frames than pages, the batch shrinks to fit.
-  Frames got = acquire_frames(lk, batch.size(), deadline, true);
+  Frames got = acquire_frames(lk, batch, deadline, true);
   common::ScopeGuard give_back([&] { release_frames(got); });
   while (batch.size() > got.frames.size()) {
     put_back(*batch.back());
@@ -295,7 +295,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
     // others) costs nothing and keeps the copies unordered among themselves.
     if (Event* latest = got.latest_after()) xfer_->order_copy_in_after(latest);
   } catch (...) {
-    abort_chunk(batch, got);
+    abort_chunk(got);
     throw;
   }
   auto page_in = [&](std::size_t i) noexcept {
@@ -315,12 +315,13 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
     if (copy_error) std::rethrow_exception(copy_error);
     done = xfer_->record_in();
   } catch (...) {
-    abort_chunk(batch, got);  // the NVMe copies are untouched: `restore` puts the pages back there
+    abort_chunk(got);  // the NVMe copies are untouched: `restore` puts the pages back there
     throw;
   }
   // 4. Publish the pages that arrived: resident, keeping their NVMe slots as clean copies. A failed
-  //    read leaves its page on NVMe (its slot untouched) with nothing mapped, so nothing wrong is
-  //    ever handed out; its frame returns to the pool after the victims' write-backs.
+  //    read leaves its page on NVMe (its slot untouched; its address keeps its new mapping, as an
+  //    evicted page's does), so nothing wrong is ever handed out; its frame returns to the pool after
+  //    the victims' write-backs.
   std::vector<PageEntry*> arrived;
   Frames arrived_frames, unused;
   const NvmeTier::Io* failed = nullptr;
@@ -328,13 +329,10 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   for (std::size_t i = 0; i < batch.size(); ++i) {
     if (copied[i] != 0) {
       arrived.push_back(batch[i]);
-      arrived_frames.frames.push_back(got.frames[i]);
-      arrived_frames.after.push_back(got.after[i]);
+      arrived_frames.add(got.frames[i], got.after[i]);
       continue;
     }
-    if (!xfer_->try_unmap(va_of(*batch[i]))) batch[i]->stale_mapping = true;
-    unused.frames.push_back(got.frames[i]);
-    unused.after.push_back(got.after[i]);
+    unused.add(got.frames[i], got.after[i]);
     put_back(*batch[i]);
     if (failed == nullptr) {
       failed = &ios[i];

@@ -93,6 +93,9 @@ class FaultyDevice final : public DeviceBackend {
   Status do_fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed) override;
   Status do_verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) override;
   [[nodiscard]] std::string kernels_unavailable() override { return inner_->kernels_unavailable(); }
+  [[nodiscard]] std::chrono::steady_clock::time_point host_clock() const noexcept override {
+    return inner_->host_clock();
+  }
   Status do_synchronize_stream(StreamHandle stream) override;
   Status do_synchronize_device() override;
   Status do_memory_info(std::size_t* free, std::size_t* total) override;

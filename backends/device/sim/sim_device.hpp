@@ -29,6 +29,11 @@ class SimDevice final : public DeviceBackend {
   // capacity 0 in `config` means `device_budget` rounded up to the granularity.
   SimDevice(const SimDeviceConfig& config, std::size_t device_budget);
   ~SimDevice() override;
+  //! Only the host time the simulator charges this thread for VMM calls (SimDeviceConfig::vmm_costs):
+  //! its own bookkeeping is not a GPU's cost, so with the costs off the clock stands still.
+  [[nodiscard]] std::chrono::steady_clock::time_point host_clock() const noexcept override {
+    return std::chrono::steady_clock::time_point(sim::charged_host_time());
+  }
 
  private:
   Status do_reserve(std::size_t bytes, DevPtr* out) override;

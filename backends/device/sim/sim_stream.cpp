@@ -13,6 +13,7 @@ namespace {
 // Timing::model t_seen.
 thread_local DeviceClock::duration t_lag{0};
 thread_local DeviceClock::time_point t_seen{};
+thread_local DeviceClock::duration t_charged{0};  // host time spent in modelled driver calls
 DeviceClock::time_point host_now(Timing timing) noexcept {
   return timing == Timing::model ? t_seen : DeviceClock::now() - t_lag;
 }
@@ -28,8 +29,11 @@ void observe(Timing timing, DeviceClock::time_point at, DeviceClock::time_point 
 }
 }  // namespace
 
+DeviceClock::duration charged_host_time() noexcept { return t_charged; }
+
 void spend_host_time(Timing timing, DeviceClock::duration d) {
   if (d <= DeviceClock::duration::zero()) return;
+  t_charged += d;
   if (timing == Timing::model) {
     t_seen += d;
     return;

@@ -1,0 +1,145 @@
+// Kept mappings (PageEntry::mapped): an evicted page's address stays mapped to its old frame, a page-in
+// into that frame makes no driver call, and where the device's mapping calls are costly eviction
+// prefers the page that holds an incoming page's old frame.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "backends/device/faulty/faulty_device.hpp"
+#include "test_support.hpp"
+#include "vmm/api/make_pager.hpp"
+
+using namespace tvmm;
+using Op = device::FaultyDevice::Op;
+
+namespace {
+
+// A pager over the simulated device wrapped in a FaultyDevice (to count calls); `dev` receives it.
+Pager make_counting_pager(const Config& c, device::FaultyDevice*& dev) {
+  auto faulty = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
+  dev = faulty.get();
+  return vmm::make_pager(c, std::move(faulty));
+}
+
+void write(Tensor& t, std::uint64_t seed) {
+  auto pin = t.pin(Access::write);
+  test::fill(pin.data(), t.size(), seed);
+}
+
+std::size_t read_mismatches(Tensor& t, std::uint64_t seed) {
+  auto pin = t.pin(Access::read);
+  return test::mismatches(pin.data(), t.size(), seed);
+}
+
+}  // namespace
+
+// With one frame, `a` and `b` take turns in it: after their first maps, neither is mapped, granted
+// access or unmapped again, and both read back whole.
+TEST(KeptMappings, APageBackInItsOldFrameMakesNoDriverCall) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_counting_pager(test::small_config(1, 8), dev);
+  Tensor a = p.allocate(64 * KiB, {"a"});
+  Tensor b = p.allocate(64 * KiB, {"b"});
+  write(a, 1);
+  write(b, 2);  // evicts a; a's address stays mapped to the frame
+  const auto maps = dev->calls(Op::map), grants = dev->calls(Op::set_access), unmaps = dev->calls(Op::unmap);
+  const auto kept = p.stats().kept_mappings;
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(read_mismatches(a, 1), 0u);
+    EXPECT_EQ(read_mismatches(b, 2), 0u);
+  }
+  EXPECT_EQ(dev->calls(Op::map), maps);
+  EXPECT_EQ(dev->calls(Op::set_access), grants);
+  EXPECT_EQ(dev->calls(Op::unmap), unmaps);
+  EXPECT_EQ(p.stats().kept_mappings - kept, 6u);
+  p.check_invariants();
+}
+
+// A page coming back into another frame has its old mapping unmapped first, then is mapped there.
+TEST(KeptMappings, APageInAnotherFrameIsUnmappedThenMapped) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_counting_pager(test::small_config(2, 8), dev);
+  Tensor a = p.allocate(64 * KiB, {"a"});
+  Tensor b = p.allocate(64 * KiB, {"b"});
+  Tensor c = p.allocate(64 * KiB, {"c"});
+  write(a, 1);
+  write(b, 2);
+  write(c, 3);                             // evicts a (least recently used) into c's frame
+  const Pin hold_c = c.pin(Access::read);  // so a must take b's frame
+  const auto maps = dev->calls(Op::map), unmaps = dev->calls(Op::unmap);
+  EXPECT_EQ(read_mismatches(a, 1), 0u);
+  EXPECT_EQ(dev->calls(Op::unmap) - unmaps, 1u);
+  EXPECT_EQ(dev->calls(Op::map) - maps, 1u);
+  EXPECT_EQ(b.tier(), Tier::host);
+  p.check_invariants();
+}
+
+namespace {
+
+// Three frames and four one-page tensors: a, b, c written in turn, then d evicts a (the least recently
+// used) and takes its frame. Pinning a then needs a frame: LRU's choice is b, while d holds the frame
+// a's address is still mapped to.
+struct HolderScenario {
+  explicit HolderScenario(bool costly_maps) {
+    Config c = test::small_config(3, 8);
+    c.eviction = "lru";
+    if (costly_maps) c.sim.vmm_costs = SimDeviceConfig::VmmCosts::published();
+    pager = std::make_unique<Pager>(make_counting_pager(c, dev));
+    for (std::size_t i = 0; i < 4; ++i) ts.push_back(pager->allocate(64 * KiB));
+    for (std::size_t i = 0; i < 4; ++i) write(ts[i], i + 1);
+  }
+  Tensor& operator[](std::size_t i) { return ts[i]; }
+  device::FaultyDevice* dev = nullptr;
+  std::unique_ptr<Pager> pager;
+  std::vector<Tensor> ts;
+};
+
+enum { A, B, C, D };
+
+}  // namespace
+
+// Where mapping costs tens of microseconds (the simulator charging the published driver times), a's
+// page-in evicts d, the page in a's old frame, rather than LRU's b: a goes back into its frame and its
+// mapping is kept.
+TEST(KeptMappings, WhereMapsAreCostlyEvictionPrefersThePageInTheOldFrame) {
+  HolderScenario s(true);
+  const auto maps = s.dev->calls(Op::map);
+  const auto kept = s.pager->stats().kept_mappings;
+  EXPECT_EQ(read_mismatches(s[A], 1), 0u);
+  EXPECT_EQ(s[D].tier(), Tier::host);
+  EXPECT_EQ(s[B].tier(), Tier::device);
+  EXPECT_EQ(s.dev->calls(Op::map), maps);
+  EXPECT_EQ(s.pager->stats().kept_mappings - kept, 1u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(read_mismatches(s[i], i + 1), 0u);
+  s.pager->check_invariants();
+}
+
+// Where mapping is cheap (the simulator charging nothing), the policy's own choice stands.
+TEST(KeptMappings, WhereMapsAreCheapThePolicyChooses) {
+  HolderScenario s(false);
+  const auto maps = s.dev->calls(Op::map);
+  EXPECT_EQ(read_mismatches(s[A], 1), 0u);
+  EXPECT_EQ(s[B].tier(), Tier::host);
+  EXPECT_EQ(s[D].tier(), Tier::device);
+  EXPECT_EQ(s.dev->calls(Op::map) - maps, 1u);
+  s.pager->check_invariants();
+}
+
+// Freeing a tensor whose pages were evicted unmaps their kept mappings; the addresses serve a new
+// tensor.
+TEST(KeptMappings, FreeingUnmapsKeptMappings) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_counting_pager(test::small_config(1, 8), dev);
+  Tensor a = p.allocate(64 * KiB, {"a"});
+  Tensor b = p.allocate(64 * KiB, {"b"});
+  write(a, 1);
+  write(b, 2);  // a evicted, still mapped
+  const auto unmaps = dev->calls(Op::unmap);
+  a.reset();
+  EXPECT_EQ(dev->calls(Op::unmap) - unmaps, 1u);
+  Tensor c = p.allocate(64 * KiB, {"c"});
+  write(c, 3);
+  EXPECT_EQ(read_mismatches(b, 2), 0u);
+  EXPECT_EQ(read_mismatches(c, 3), 0u);
+  p.check_invariants();
+}
