@@ -95,6 +95,7 @@ json record_json(const Record& rec) {
           {"misses", r.misses},
           {"evictions", r.evictions},
           {"prefetched", r.prefetched},
+          {"kept_mappings", r.kept_mappings},
           {"verified_bytes", r.verified_bytes},
           {"mismatched_bytes", r.mismatched_bytes},
           {"peers", rec.peers ? peers_json(*rec.peers) : json::object()}};
@@ -289,6 +290,7 @@ const std::vector<std::string>& summary_fields() {
                                                   "misses",
                                                   "evictions",
                                                   "prefetched",
+                                                  "kept_mappings",
                                                   "verified_bytes",
                                                   "mismatched_bytes",
                                                   "peers"};
@@ -310,8 +312,8 @@ void print_table(const std::vector<Record>& records) {
       std::printf("\nworkload %s: %.1f MiB in %s pages, compute %.2f ms per iteration\n", rec.workload.c_str(),
                   static_cast<double>(rec.working_set_bytes) / MiB, format_bytes(rec.page_bytes).c_str(),
                   r.compute_s * 1e3);
-      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s %9s\n", "policy", "ratio", "step ms", "MiB moved",
-                  "disk MiB", "vs Belady", "vs bound", "vs window", "vs lower", "prefetch");
+      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s %9s %7s\n", "policy", "ratio", "step ms", "MiB moved",
+                  "disk MiB", "vs Belady", "vs bound", "vs window", "vs lower", "prefetch", "kept %");
       last_workload = rec.workload;
     }
     if (rec.peers.get() != last && rec.peers) {
@@ -339,9 +341,13 @@ void print_table(const std::vector<Record>& records) {
         std::printf("  Unified Memory skipped: %s\n", um.c_str());
       }
     }
-    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9llu\n", r.policy.c_str(), r.ratio,
+    // kept %: of the pages made resident, those that went back into the frame still mapped at their
+    // address (no VMM call).
+    const auto resident = static_cast<double>(r.misses + r.prefetched);
+    const double kept = resident == 0 ? 0.0 : 100.0 * static_cast<double>(r.kept_mappings) / resident;
+    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9llu %7.0f\n", r.policy.c_str(), r.ratio,
                 r.step_time_s * 1e3, r.bytes_moved / MiB, r.disk_read_bytes / MiB, r.bytes_vs_belady, r.time_vs_bound,
-                r.time_vs_window_bound, r.time_vs_lower_bound, static_cast<unsigned long long>(r.prefetched));
+                r.time_vs_window_bound, r.time_vs_lower_bound, static_cast<unsigned long long>(r.prefetched), kept);
   }
 }
 

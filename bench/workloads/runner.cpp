@@ -401,6 +401,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.misses = after.misses - before.misses;
   r.evictions = after.evictions - before.evictions;
   r.prefetched = after.prefetched - before.prefetched;
+  r.kept_mappings = after.kept_mappings - before.kept_mappings;
   if (bytes_check) {
     r.verified_bytes = verified;
     r.mismatched_bytes = bytes_check->mismatches(stream);
