@@ -129,9 +129,22 @@ TEST_F(PagerRemapFaults, UnmappingTheOldMappingFails) {
     auto pin = a_.pin(Access::read);
     FAIL() << "expected an exception";
   } catch (const device_error& e) {
-    EXPECT_NE(std::string(e.what()).find("map"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dev_.map("), std::string::npos) << e.what();
   }
   EXPECT_EQ(dev_->injected(), 1u);
+  EXPECT_EQ(a_.tier(), Tier::host);
+  const auto unmaps = dev_->calls(Op::unmap);
+  expect_intact();
+  EXPECT_GT(dev_->calls(Op::unmap), unmaps);
+}
+
+// The access grant fails, and so does the rollback's unmap of the new mapping: the address stays mapped
+// (perhaps without access), so a's next page-in unmaps it before mapping again instead of keeping it.
+TEST_F(PagerRemapFaults, AFailedRollbackIsUnmappedBeforeTheNextMap) {
+  dev_->fail_once(Op::set_access, Errc::invalid_value);
+  dev_->fail_once(Op::unmap, Errc::invalid_value, 1);  // a's old mapping goes; the rollback's unmap fails
+  expect_pin_a_fails<device_error>("set_access");
+  EXPECT_EQ(dev_->injected(), 2u);
   EXPECT_EQ(a_.tier(), Tier::host);
   const auto unmaps = dev_->calls(Op::unmap);
   expect_intact();
@@ -247,8 +260,9 @@ TEST_F(PagerUnmapRuns, AFailedRunIsUnmappedPageByPage) {
   expect_reuse_works();
 }
 
-// Addresses whose unmap fails at free are unmapped again before a later tensor maps them.
-TEST_F(PagerUnmapRuns, AddressesWhoseUnmapFailsAreUnmappedBeforeReuse) {
+// Addresses whose unmap fails at free still serve a new tensor over the same range (here its pages go
+// back to the frames they are still mapped to, so no unmap is needed).
+TEST_F(PagerUnmapRuns, AddressesWhoseUnmapFailsServeANewTensor) {
   evict_b();
   dev_->fail_always(Op::unmap, Errc::invalid_value);
   EXPECT_EQ(free_b(), 1u + 4u);
@@ -331,4 +345,36 @@ TEST_F(PagerFaults, ReleaseEventFailureSynchronizesTheStream) {
     EXPECT_EQ(test::mismatches(pin.data(), b_.size(), 2), 0u);
   }
   expect_intact();
+}
+
+// An address whose unmap failed at free is unmapped again before a later tensor maps it at another
+// frame: `d` gets `b`'s freed address, still mapped to the frame that pinned `e` now holds.
+TEST(PagerUnmapRetry, AnAddressWhoseUnmapFailedIsUnmappedBeforeItIsMappedAgain) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(test::small_config(2, 16), dev);
+  Tensor b = p.allocate(64 * KiB, {"b"});
+  Tensor c = p.allocate(64 * KiB, {"c"});
+  for (Tensor* t : {&b, &c}) {
+    auto pin = t->pin(Access::write);
+    test::fill(pin.data(), t->size(), 3);
+  }
+  void* const b_addr = b.data();
+  dev->fail_always(Op::unmap, Errc::invalid_value);
+  b.reset();  // b's address stays mapped to its frame, which is idle now
+  dev->clear();
+  Tensor d = p.allocate(64 * KiB, {"d"});
+  ASSERT_EQ(d.data(), b_addr) << "the test needs d at b's freed address";
+  Tensor e = p.allocate(64 * KiB, {"e"});
+  Pin hold_e = e.pin(Access::write);  // takes b's old frame, the only idle one
+  const auto unmaps = dev->calls(Op::unmap), maps = dev->calls(Op::map);
+  {
+    auto pin = d.pin(Access::write);  // evicts c and maps d at c's frame, after unmapping the old mapping
+    test::fill(pin.data(), d.size(), 9);
+  }
+  EXPECT_EQ(dev->calls(Op::unmap) - unmaps, 1u);
+  EXPECT_EQ(dev->calls(Op::map) - maps, 1u);
+  hold_e = Pin();
+  auto pin = d.pin(Access::read);
+  EXPECT_EQ(test::mismatches(pin.data(), d.size(), 9), 0u);
+  p.check_invariants();
 }

@@ -12,6 +12,7 @@ DeviceTier::DeviceTier(device::DeviceBackend& dev, std::size_t page_size, std::u
     : dev_(dev), page_size_(page_size), budget_(budget_frames), where_(where) {
   chunks_.reserve(budget_frames);
   free_.reserve(budget_frames);
+  free_at_.assign(budget_frames, kNotFree);
   gone_.reserve(budget_frames);  // release_idle (noexcept) never allocates
 }
 
@@ -32,7 +33,7 @@ std::uint32_t DeviceTier::release_idle(std::uint32_t frames) noexcept {
       dev_.warn_failed(st, "giving a frame's memory back");
       break;  // the frame stays idle, with its memory
     }
-    free_.pop_back();
+    (void)pop_free();
     gone_.push_back(f);
     ++done;
   }
@@ -46,8 +47,7 @@ std::uint32_t DeviceTier::release_idle(std::uint32_t frames) noexcept {
 std::optional<std::uint32_t> DeviceTier::try_acquire() {
   std::uint32_t f;
   if (!free_.empty()) {
-    f = free_.back();
-    free_.pop_back();
+    f = pop_free();
   } else if (may_create()) {
     device::ChunkHandle c;
     const device::Status st = dev_.create_chunk(page_size_, &c, where_);
@@ -86,18 +86,33 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
   return f;
 }
 
-bool DeviceTier::take(std::uint32_t frame) noexcept {
-  const auto it = std::find(free_.begin(), free_.end(), frame);
-  if (it == free_.end()) return false;
-  *it = free_.back();
+std::uint32_t DeviceTier::pop_free() noexcept {
+  const std::uint32_t f = free_.back();
   free_.pop_back();
+  free_at_[f] = kNotFree;
+  return f;
+}
+
+void DeviceTier::push_free(std::uint32_t frame) noexcept {
+  free_at_[frame] = static_cast<std::uint32_t>(free_.size());
+  free_.push_back(frame);  // never reallocates: reserved for the budget
+}
+
+bool DeviceTier::take(std::uint32_t frame) noexcept {
+  if (frame >= free_at_.size() || free_at_[frame] == kNotFree) return false;
+  const std::uint32_t at = free_at_[frame];
+  const std::uint32_t last = free_.back();
+  free_[at] = last;
+  free_at_[last] = at;
+  free_.pop_back();
+  free_at_[frame] = kNotFree;
   ++in_use_;
   peak_ = std::max(peak_, in_use_);
   return true;
 }
 
 void DeviceTier::release(std::uint32_t frame) noexcept {
-  free_.push_back(frame);
+  push_free(frame);
   --in_use_;
 }
 

@@ -28,7 +28,7 @@ class DeviceTier {
   //! once while it has no frame at all. Throws for other device failures.
   std::optional<std::uint32_t> try_acquire();
   //! Takes `frame` if it is idle (a page whose address is still mapped to it gets it back without a
-  //! driver call); false if it is in use, or not created.
+  //! driver call); false if it is in use, or not created. O(1).
   bool take(std::uint32_t frame) noexcept;
   void release(std::uint32_t frame) noexcept;
   //! Whether try_acquire would give a frame or try to create one now (false: all in use and none may be
@@ -64,7 +64,11 @@ class DeviceTier {
   std::uint32_t peak_ = 0;
   std::vector<device::ChunkHandle> chunks_;  // by frame number; those in gone_ hold no memory
   std::vector<std::uint32_t> free_;          // created and idle
-  std::vector<std::uint32_t> gone_;          // frame numbers whose memory was given back (release_idle)
+  std::vector<std::uint32_t> free_at_;       // by frame number: its index in free_, or kNotFree (take())
+  static constexpr std::uint32_t kNotFree = UINT32_MAX;
+  void push_free(std::uint32_t frame) noexcept;
+  std::uint32_t pop_free() noexcept;
+  std::vector<std::uint32_t> gone_;  // frame numbers whose memory was given back (release_idle)
   using Clock = std::chrono::steady_clock;
   //! A new frame may be tried: within the budget, and the device is not short (or the next try is due;
   //! a tier with no frame at all always tries).

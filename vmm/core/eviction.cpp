@@ -53,7 +53,9 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
     std::vector<std::uint32_t> holders;
     if (remaps_costly()) {
       for (const PageEntry* p : loading) {
-        if (p->mapped != kNoFrame && frame_page_[p->mapped] != kNoPage) holders.push_back(frame_page_[p->mapped]);
+        // (kNoFrame and kUnknownMapping are past the end of frame_page_.)
+        if (p->mapped < frame_page_.size() && frame_page_[p->mapped] != kNoPage)
+          holders.push_back(frame_page_[p->mapped]);
       }
     }
     std::sort(holders.begin(), holders.end());

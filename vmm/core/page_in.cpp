@@ -59,7 +59,17 @@ void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) 
     remapped.push_back(p);
   }
   if (!reqs.empty()) {
-    xfer_->map(reqs);
+    std::vector<std::uint8_t> left_mapped(reqs.size(), 0);
+    try {
+      xfer_->map(reqs, left_mapped);
+    } catch (...) {
+      // An address whose rollback unmap failed is still mapped, perhaps without access: unmapped
+      // before its next map, never kept.
+      for (std::size_t r = 0; r < remapped.size(); ++r) {
+        if (left_mapped[r] != 0) remapped[r]->mapped = kUnknownMapping;
+      }
+      throw;
+    }
     const auto per_page = (dev_->host_clock() - started) / static_cast<std::int64_t>(reqs.size());
     remap_cost_ = remap_cost_.count() == 0 ? per_page : (7 * remap_cost_ + per_page) / 8;
   }

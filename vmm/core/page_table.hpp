@@ -18,10 +18,10 @@ struct Event;
 enum class PageState : std::uint8_t {
   unused = 0,   //!< Not part of a live allocation.
   fresh = 1,    //!< Allocated, never made resident: no tier holds data.
-  host = 2,     //!< Data in a host-tier slot; address unmapped.
+  host = 2,     //!< Data in a host-tier slot; address not in use (PageEntry::mapped may keep a mapping).
   device = 3,   //!< Data in a device frame mapped at the page's address.
   transit = 4,  //!< Locked by one thread that is moving or releasing it; others wait.
-  nvme = 5,     //!< Data in an NVMe-tier slot (checksum in the entry); address unmapped.
+  nvme = 5,     //!< Data in an NVMe-tier slot (checksum in the entry); address not in use, as for host.
 };
 
 const char* to_string(PageState s) noexcept;
@@ -78,10 +78,12 @@ constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = fal
 enum class Spill : std::uint8_t {
   none = 0,
   claimed = 1,  //!< the write-back may still be running; reap() retires it and marks it `arrived`
-  arrived = 2,  //!< write-back retired, address unmapped: the spill publishes the page when done
+  arrived = 2,  //!< write-back retired: the spill publishes the page when done
 };
 
 inline constexpr std::uint32_t kNoFrame = UINT32_MAX;
+//! PageEntry::mapped of an address whose mapping is there but not to be kept (see there).
+inline constexpr std::uint32_t kUnknownMapping = UINT32_MAX - 1;
 inline constexpr std::uint32_t kNoSlot = UINT32_MAX;
 
 struct PageEntry {
@@ -95,7 +97,8 @@ struct PageEntry {
   //! The frame the page's address is mapped to: its own frame while resident. When the page leaves the
   //! device its mapping stays (a kept mapping: the frame may hold another page meanwhile), so that a
   //! later page-in into the same frame needs no map, access grant or unmap; a page-in into another
-  //! frame unmaps it first. kNoFrame: nothing mapped.
+  //! frame unmaps it first. kNoFrame: nothing mapped; kUnknownMapping: mapped where a failed rollback
+  //! left it (access not known to be granted), so always unmapped before the next map.
   std::uint32_t mapped = kNoFrame;
   Spill spill = Spill::none;    //!< being written to NVMe straight from an eviction (see Spill)
   Allocation* owner = nullptr;  //!< the allocation this page belongs to

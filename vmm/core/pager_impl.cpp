@@ -667,7 +667,7 @@ void PagerImpl::check_invariants() const {
     const auto s = word::state(w);
     const std::string where = "page " + std::to_string(i) + " (" + to_string(s) + ")";
     // Any page may keep a mapping (an evicted page's, or a freed page's whose unmap failed).
-    if (p.mapped != kNoFrame && p.mapped >= device_->created())
+    if (p.mapped != kNoFrame && p.mapped != kUnknownMapping && p.mapped >= device_->created())
       fail(where + " is mapped to a frame that does not exist");
     if (s == PageState::unused) {
       if (p.owner != nullptr || p.frame != kNoFrame || p.host_slot != kNoSlot || p.nvme_slot != kNoSlot)

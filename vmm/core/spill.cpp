@@ -339,6 +339,9 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
       failed_page = batch[i];
     }
   }
+  // The split lost pair_frames' recording order: the whole batch's latest write-back implies each part's.
+  arrived_frames.latest = got.latest;
+  unused.latest = got.latest;
   give_back.dismiss();
   if (!unused.frames.empty()) release_frames(unused);
   const std::vector<PageState> before(arrived.size(), PageState::nvme);

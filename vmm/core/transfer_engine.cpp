@@ -26,7 +26,7 @@ TransferEngine::~TransferEngine() {
   }
 }
 
-void TransferEngine::map(std::span<const MapRequest> reqs) {
+void TransferEngine::map(std::span<const MapRequest> reqs, std::span<std::uint8_t> left_mapped) {
   std::size_t mapped = 0;
   try {
     std::size_t run_start = 0;
@@ -41,7 +41,9 @@ void TransferEngine::map(std::span<const MapRequest> reqs) {
     }
   } catch (...) {
     // All or nothing: the caller gets its frames back unmapped.
-    for (std::size_t i = 0; i < mapped; ++i) (void)dev_.unmap(reqs[i].va, page_size_);
+    for (std::size_t i = 0; i < mapped; ++i) {
+      if (!dev_.unmap(reqs[i].va, page_size_).ok() && i < left_mapped.size()) left_mapped[i] = 1;
+    }
     throw;
   }
 }

@@ -28,8 +28,10 @@ class TransferEngine {
   TransferEngine& operator=(const TransferEngine&) = delete;
 
   //! Maps one frame per page, then grants access once per contiguous run of addresses (one
-  //! set-access call per run, not per page). `reqs` must be sorted by address.
-  void map(std::span<const MapRequest> reqs);
+  //! set-access call per run, not per page). `reqs` must be sorted by address. All or nothing: on a
+  //! failure it unmaps what it mapped and rethrows; `left_mapped` (reqs.size() entries, if given) then
+  //! says which of those unmaps failed too, so those addresses are still mapped.
+  void map(std::span<const MapRequest> reqs, std::span<std::uint8_t> left_mapped = {});
   //! Unmaps one page. Not stream-ordered: callers wait for every use of the page first.
   void unmap(device::DevPtr va);
   //! Unmaps the `pages` adjacent pages from `va`, each mapped on its own, with one call (cuMemUnmap
