@@ -136,6 +136,9 @@ class TVMM_API StreamTimer {
 //! A host-synchronous pin (from `Tensor::pin(Access)`) releases at once. A stream-ordered pin (from
 //! `Tensor::pin(Stream&, Access)`) records the release point on its stream: the pages are evicted only
 //! after the stream's work queued before the release has completed.
+//!
+//! Device work may touch a tensor's addresses only under a pin: an evicted page's address stays mapped
+//! to the frame it left, which may hold another page's data by then (no fault).
 class TVMM_API Pin {
  public:
   Pin() = default;
