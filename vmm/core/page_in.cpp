@@ -41,12 +41,15 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
 
 void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) {
   // A frame stays mapped at the addresses of the pages that left it (PageEntry::mapped): one physical
-  // allocation may be mapped at several addresses (cuda.h, cuMemMap: "the same allocation handle can
-  // be mapped to multiple virtual address ranges"), and nothing uses an evicted page's address (the
-  // pin contract), so a mapping only has to go when its page returns to another frame. Every use at
-  // the new address is ordered after `got.after`.
+  // allocation may be mapped at several addresses (CUDA Programming Guide, Virtual Memory Management,
+  // "Virtual Aliasing Support": several cuMemMap calls of one allocation at different addresses;
+  // cuda.h, cuMemRelease: memory is freed when "all outstanding mappings to the memory are
+  // unmapped"), and nothing uses an evicted page's address (the pin contract), so a mapping only has
+  // to go when its page returns to another frame. cuMemMap "can only create mappings on VA range
+  // reservations that are not currently mapped" (cuda.h): hence the unmap first. Every use at the new
+  // address is ordered after `got.after`.
   std::vector<MapRequest> reqs;
-  std::vector<PageEntry*> remapped;
+  std::vector<std::size_t> remapped;  // reqs[r] maps pages[remapped[r]]
   reqs.reserve(pages.size());
   remapped.reserve(pages.size());
   const auto started = dev_->host_clock();
@@ -56,7 +59,7 @@ void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) 
     // A failed unmap leaves the address mapped, and the map below then fails and says so.
     if (p->mapped != kNoFrame && xfer_->try_unmap(va_of(*p))) p->mapped = kNoFrame;
     reqs.push_back({va_of(*p), device_->chunk(got.frames[i])});
-    remapped.push_back(p);
+    remapped.push_back(i);
   }
   if (!reqs.empty()) {
     std::vector<std::uint8_t> left_mapped(reqs.size(), 0);
@@ -66,19 +69,14 @@ void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) 
       // An address whose rollback unmap failed is still mapped, perhaps without access: unmapped
       // before its next map, never kept.
       for (std::size_t r = 0; r < remapped.size(); ++r) {
-        if (left_mapped[r] != 0) remapped[r]->mapped = kUnknownMapping;
+        if (left_mapped[r] != 0) pages[remapped[r]]->mapped = kUnknownMapping;
       }
       throw;
     }
     const auto per_page = (dev_->host_clock() - started) / static_cast<std::int64_t>(reqs.size());
     remap_cost_ = remap_cost_.count() == 0 ? per_page : (7 * remap_cost_ + per_page) / 8;
   }
-  for (std::size_t i = 0, r = 0; i < pages.size(); ++i) {
-    if (r < remapped.size() && remapped[r] == pages[i]) {
-      pages[i]->mapped = got.frames[i];
-      ++r;
-    }
-  }
+  for (const std::size_t i : remapped) pages[i]->mapped = got.frames[i];
   observe_.counters.kept_mappings.fetch_add(pages.size() - remapped.size(), std::memory_order_relaxed);
 }
 
