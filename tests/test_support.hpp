@@ -82,6 +82,18 @@ inline std::size_t mismatches(const void* p, std::size_t n, std::uint64_t seed) 
 }
 
 //! What `f` throws, as its what() ("" if it throws nothing).
+//! Writes pattern `seed` into all of `t` through a host pin.
+inline void write(Tensor& t, std::uint64_t seed) {
+  auto pin = t.pin(Access::write);
+  fill(pin.data(), t.size(), seed);
+}
+
+//! The bytes of `t` that differ from pattern `seed`, read through a host pin.
+inline std::size_t mismatches(Tensor& t, std::uint64_t seed) {
+  auto pin = t.pin(Access::read);
+  return mismatches(pin.data(), t.size(), seed);
+}
+
 inline std::string message_of(const std::function<void()>& f) {
   try {
     f();

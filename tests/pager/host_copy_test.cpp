@@ -8,21 +8,12 @@
 #include "test_support.hpp"
 
 using namespace tvmm;
+using test::mismatches;
+using test::write;
 
 namespace {
 
 constexpr std::size_t kPage = 64 * KiB;
-
-// Writes pattern `seed` into `t` through a host pin.
-void write(Tensor& t, std::uint64_t seed) {
-  auto pin = t.pin(Access::write);
-  test::fill(pin.data(), t.size(), seed);
-}
-
-std::size_t mismatches(Tensor& t, std::uint64_t seed) {
-  auto pin = t.pin(Access::read);
-  return test::mismatches(pin.data(), t.size(), seed);
-}
 
 }  // namespace
 

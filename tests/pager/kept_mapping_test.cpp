@@ -5,39 +5,21 @@
 
 #include <memory>
 
-#include "backends/device/faulty/faulty_device.hpp"
+#include "faulty_pager.hpp"
 #include "test_support.hpp"
-#include "vmm/api/make_pager.hpp"
 
 using namespace tvmm;
 using Op = device::FaultyDevice::Op;
 
-namespace {
-
-// A pager over the simulated device wrapped in a FaultyDevice (to count calls); `dev` receives it.
-Pager make_counting_pager(const Config& c, device::FaultyDevice*& dev) {
-  auto faulty = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
-  dev = faulty.get();
-  return vmm::make_pager(c, std::move(faulty));
-}
-
-void write(Tensor& t, std::uint64_t seed) {
-  auto pin = t.pin(Access::write);
-  test::fill(pin.data(), t.size(), seed);
-}
-
-std::size_t read_mismatches(Tensor& t, std::uint64_t seed) {
-  auto pin = t.pin(Access::read);
-  return test::mismatches(pin.data(), t.size(), seed);
-}
-
-}  // namespace
+using test::make_faulty_pager;
+using test::mismatches;
+using test::write;
 
 // With one frame, `a` and `b` take turns in it: after their first maps, neither is mapped, granted
 // access or unmapped again, and both read back whole.
 TEST(KeptMappings, APageBackInItsOldFrameMakesNoDriverCall) {
   device::FaultyDevice* dev = nullptr;
-  Pager p = make_counting_pager(test::small_config(1, 8), dev);
+  Pager p = make_faulty_pager(test::small_config(1, 8), dev);
   Tensor a = p.allocate(64 * KiB, {"a"});
   Tensor b = p.allocate(64 * KiB, {"b"});
   write(a, 1);
@@ -45,8 +27,8 @@ TEST(KeptMappings, APageBackInItsOldFrameMakesNoDriverCall) {
   const auto maps = dev->calls(Op::map), grants = dev->calls(Op::set_access), unmaps = dev->calls(Op::unmap);
   const auto kept = p.stats().kept_mappings;
   for (int round = 0; round < 3; ++round) {
-    EXPECT_EQ(read_mismatches(a, 1), 0u);
-    EXPECT_EQ(read_mismatches(b, 2), 0u);
+    EXPECT_EQ(mismatches(a, 1), 0u);
+    EXPECT_EQ(mismatches(b, 2), 0u);
   }
   EXPECT_EQ(dev->calls(Op::map), maps);
   EXPECT_EQ(dev->calls(Op::set_access), grants);
@@ -58,7 +40,7 @@ TEST(KeptMappings, APageBackInItsOldFrameMakesNoDriverCall) {
 // A page coming back into another frame has its old mapping unmapped first, then is mapped there.
 TEST(KeptMappings, APageInAnotherFrameIsUnmappedThenMapped) {
   device::FaultyDevice* dev = nullptr;
-  Pager p = make_counting_pager(test::small_config(2, 8), dev);
+  Pager p = make_faulty_pager(test::small_config(2, 8), dev);
   Tensor a = p.allocate(64 * KiB, {"a"});
   Tensor b = p.allocate(64 * KiB, {"b"});
   Tensor c = p.allocate(64 * KiB, {"c"});
@@ -67,7 +49,7 @@ TEST(KeptMappings, APageInAnotherFrameIsUnmappedThenMapped) {
   write(c, 3);                             // evicts a (least recently used) into c's frame
   const Pin hold_c = c.pin(Access::read);  // so a must take b's frame
   const auto maps = dev->calls(Op::map), unmaps = dev->calls(Op::unmap);
-  EXPECT_EQ(read_mismatches(a, 1), 0u);
+  EXPECT_EQ(mismatches(a, 1), 0u);
   EXPECT_EQ(dev->calls(Op::unmap) - unmaps, 1u);
   EXPECT_EQ(dev->calls(Op::map) - maps, 1u);
   EXPECT_EQ(b.tier(), Tier::host);
@@ -84,7 +66,7 @@ struct HolderScenario {
     Config c = test::small_config(3, 8);
     c.eviction = "lru";
     if (costly_maps) c.sim.vmm_costs = SimDeviceConfig::VmmCosts::published();
-    pager = std::make_unique<Pager>(make_counting_pager(c, dev));
+    pager = std::make_unique<Pager>(make_faulty_pager(c, dev));
     for (std::size_t i = 0; i < 4; ++i) ts.push_back(pager->allocate(64 * KiB));
     for (std::size_t i = 0; i < 4; ++i) write(ts[i], i + 1);
   }
@@ -105,12 +87,12 @@ TEST(KeptMappings, WhereMapsAreCostlyEvictionPrefersThePageInTheOldFrame) {
   HolderScenario s(true);
   const auto maps = s.dev->calls(Op::map);
   const auto kept = s.pager->stats().kept_mappings;
-  EXPECT_EQ(read_mismatches(s[A], 1), 0u);
+  EXPECT_EQ(mismatches(s[A], 1), 0u);
   EXPECT_EQ(s[D].tier(), Tier::host);
   EXPECT_EQ(s[B].tier(), Tier::device);
   EXPECT_EQ(s.dev->calls(Op::map), maps);
   EXPECT_EQ(s.pager->stats().kept_mappings - kept, 1u);
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(read_mismatches(s[i], i + 1), 0u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(mismatches(s[i], i + 1), 0u);
   s.pager->check_invariants();
 }
 
@@ -118,7 +100,7 @@ TEST(KeptMappings, WhereMapsAreCostlyEvictionPrefersThePageInTheOldFrame) {
 TEST(KeptMappings, WhereMapsAreCheapThePolicyChooses) {
   HolderScenario s(false);
   const auto maps = s.dev->calls(Op::map);
-  EXPECT_EQ(read_mismatches(s[A], 1), 0u);
+  EXPECT_EQ(mismatches(s[A], 1), 0u);
   EXPECT_EQ(s[B].tier(), Tier::host);
   EXPECT_EQ(s[D].tier(), Tier::device);
   EXPECT_EQ(s.dev->calls(Op::map) - maps, 1u);
@@ -129,7 +111,7 @@ TEST(KeptMappings, WhereMapsAreCheapThePolicyChooses) {
 // tensor.
 TEST(KeptMappings, FreeingUnmapsKeptMappings) {
   device::FaultyDevice* dev = nullptr;
-  Pager p = make_counting_pager(test::small_config(1, 8), dev);
+  Pager p = make_faulty_pager(test::small_config(1, 8), dev);
   Tensor a = p.allocate(64 * KiB, {"a"});
   Tensor b = p.allocate(64 * KiB, {"b"});
   write(a, 1);
@@ -139,7 +121,7 @@ TEST(KeptMappings, FreeingUnmapsKeptMappings) {
   EXPECT_EQ(dev->calls(Op::unmap) - unmaps, 1u);
   Tensor c = p.allocate(64 * KiB, {"c"});
   write(c, 3);
-  EXPECT_EQ(read_mismatches(b, 2), 0u);
-  EXPECT_EQ(read_mismatches(c, 3), 0u);
+  EXPECT_EQ(mismatches(b, 2), 0u);
+  EXPECT_EQ(mismatches(c, 3), 0u);
   p.check_invariants();
 }

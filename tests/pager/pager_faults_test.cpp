@@ -8,22 +8,16 @@
 #include <thread>
 
 #include "backends/device/faulty/faulty_device.hpp"
+#include "faulty_pager.hpp"
 #include "test_support.hpp"
-#include "vmm/api/make_pager.hpp"
 #include "vmm/core/pager_impl.hpp"
 
 using namespace tvmm;
 using device::Errc;
 using Op = device::FaultyDevice::Op;
+using test::make_faulty_pager;
 
 namespace {
-
-// A pager over the simulated device wrapped in a FaultyDevice; `dev` receives the wrapper.
-Pager make_faulty_pager(const Config& c, device::FaultyDevice*& dev) {
-  auto faulty = std::make_unique<device::FaultyDevice>(device::make_device_backend(c));
-  dev = faulty.get();
-  return vmm::make_pager(c, std::move(faulty));
-}
 
 // One device frame; `a` on the host and `b` on the device, each holding its own pattern.
 class PagerFaults : public ::testing::Test {
@@ -125,12 +119,7 @@ TEST_F(PagerRemapFaults, SetAccessFailsDuringPageIn) {
 // mapped), the pin says so, and the next pin unmaps the old mapping before mapping again.
 TEST_F(PagerRemapFaults, UnmappingTheOldMappingFails) {
   dev_->fail_once(Op::unmap, Errc::invalid_value);
-  try {
-    auto pin = a_.pin(Access::read);
-    FAIL() << "expected an exception";
-  } catch (const device_error& e) {
-    EXPECT_NE(std::string(e.what()).find("dev_.map("), std::string::npos) << e.what();
-  }
+  expect_pin_a_fails<device_error>("dev_.map(");
   EXPECT_EQ(dev_->injected(), 1u);
   EXPECT_EQ(a_.tier(), Tier::host);
   const auto unmaps = dev_->calls(Op::unmap);
