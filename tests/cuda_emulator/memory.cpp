@@ -27,9 +27,11 @@ void protect_none(CUdeviceptr va, std::size_t size) {
   (void)::mmap(as_ptr(va), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
-std::map<std::uintptr_t, std::vector<int>>& managed_pages() {  // base -> per 2 MiB page: -1 host, else device
-  static std::map<std::uintptr_t, std::vector<int>> pages;
-  return pages;
+// base -> per 2 MiB page: -1 host, else device. Guarded by Driver::mu. Never destroyed, like the
+// Driver: a prefetch still queued on a stream worker at exit migrates pages after static destruction.
+std::map<std::uintptr_t, std::vector<int>>& managed_pages() {
+  static auto* pages = new std::map<std::uintptr_t, std::vector<int>>;
+  return *pages;
 }
 constexpr std::size_t kManagedPage = std::size_t{2} << 20;
 
