@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# tvmm on a real GPU, in one run: the "gpu" tests, the interposer under PyTorch, and the benchmarks that
+# need the card (docs/gpu.md). For a GPU machine that cannot install packages: run tools/gpu/pack.sh
+# here first, carry its folder there, then, in the repository root on that machine:
+#   tools/gpu/check.sh CARRY_DIR OUT_DIR [STEP...]
+# STEP: env tests torch vmm train replay (default: all, in that order). Every step runs under a time
+# limit and its log goes to OUT_DIR/check.log; the table of steps, their status and seconds comes last.
+set -uo pipefail
+carry=$(realpath "$1")
+out=$(realpath -m "$2")
+shift 2
+steps=("$@")
+((${#steps[@]})) || steps=(env tests torch vmm train replay)
+mkdir -p "$out"
+exec > >(tee "$out/check.log") 2>&1
+
+# The build's paths are absolute: put this tree and the carried build where it was configured.
+src=$(cat "$carry/source-dir")
+build=$(cat "$carry/build-dir")
+if [[ $(realpath "$src" 2>/dev/null) != "$(realpath .)" ]]; then
+  [[ -e $src ]] && { echo "check.sh: $src exists and is not this tree" >&2; exit 1; }
+  mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
+fi
+[[ -e $build ]] || ln -s "$carry/build" "$build"
+export LD_LIBRARY_PATH=$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if ! "$build/bin/tvmm" --help >/dev/null 2>&1; then
+  echo "check.sh: the machine's libstdc++ does not do; using the carried one"
+  export LD_LIBRARY_PATH=$carry/libcxx:$LD_LIBRARY_PATH
+fi
+bin=$build/bin
+preload=$build/lib/libtvmm_preload.so
+
+results=()
+step() {  # step NAME SECONDS COMMAND...
+  local name=$1 limit=$2 start=$SECONDS rc
+  shift 2
+  echo "=== $name (limit ${limit}s): $*"
+  timeout -k 5 "$limit" "$@"
+  rc=$?
+  results+=("$(printf '%-34s rc %-4s %4ss' "$name" "$rc" $((SECONDS - start)))")
+  echo "=== $name: rc $rc in $((SECONDS - start))s"
+}
+losses() { sed -n 's/^step \([0-9]*\) loss \([0-9.]*\).*/\1 \2/p' "$1"; }
+step_ms() { sed -n 's/.* time_ms \([0-9.]*\)$/\1/p' "$1" | tail -n +3 | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+for s in "${steps[@]}"; do
+  case $s in
+    env)
+      step nvidia-smi 20 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv
+      step "tvmm info" 30 "$bin/tvmm" info
+      ;;
+    tests)
+      step "ctest -L gpu" 200 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 40 -j1
+      ;;
+    torch)  # 8 GiB of parameters, gradients and Adam state under a 4 GiB device budget
+      mlp=(python3 examples/pytorch_mlp.py --steps 8 --width 8192 --layers 8)
+      budget=(TVMM_DEVICE_BACKEND=cuda TVMM_DEVICE_BUDGET=4GiB TVMM_HOST_BUDGET=16GiB TVMM_LOG=warn)
+      step "pytorch reference" 90 "${mlp[@]}" --peak >"$out/torch-ref.txt"
+      step "pytorch preload 4GiB" 120 env LD_PRELOAD="$preload" "${budget[@]}" \
+        TVMM_STATS_FILE="$out/torch-preload-stats.json" "${mlp[@]}" >"$out/torch-preload.txt"
+      step "pytorch pluggable 4GiB" 120 env "${budget[@]}" "${mlp[@]}" --pluggable "$preload" >"$out/torch-pluggable.txt"
+      for f in ref preload pluggable; do
+        echo "--- torch-$f:"; cat "$out/torch-$f.txt"
+      done
+      for f in preload pluggable; do
+        if [[ -n $(losses "$out/torch-ref.txt") ]] && diff <(losses "$out/torch-ref.txt") <(losses "$out/torch-$f.txt") >/dev/null; then
+          results+=("$(printf '%-34s %s' "torch $f losses" "same as the reference")")
+        else
+          results+=("$(printf '%-34s %s' "torch $f losses" "DIFFER or missing")")
+        fi
+        results+=("$(printf '%-34s %s ms (reference %s ms)' "torch $f median step" "$(step_ms "$out/torch-$f.txt")" \
+                      "$(step_ms "$out/torch-ref.txt")")")
+      done
+      ;;
+    vmm)
+      step "bench vmm" 60 "$bin/tvmm-bench" --device cuda --workload vmm --json "$out/vmm.json"
+      ;;
+    train)
+      step "bench train" 90 "$bin/tvmm-bench" --device cuda --workload train --ratios 1.5 2 3 \
+        --policies lru trace --peers memory naive um --json "$out/train.json"
+      ;;
+    replay)
+      traces=()
+      for t in resnet18 gpt2 mobilenet_v2 widefc encoder lstm; do traces+=("bench/traces/$t.trace.gz"); done
+      step "bench replay 2x" 120 "$bin/tvmm-bench" --device cuda --workload replay --trace "${traces[@]}" --ratios 2 \
+        --op-time h100-sxm --policies trace belady lru --peers memory naive --host-fraction 0 --iterations 5 \
+        --json "$out/replay.json"
+      ;;
+    *) echo "check.sh: no step '$s' (env tests torch vmm train replay)" ;;
+  esac
+done
+echo
+echo "=== summary"
+printf '%s\n' "${results[@]}"
