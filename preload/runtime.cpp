@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,8 +70,31 @@ std::atomic<std::uintptr_t> g_parent_hi[kMaxParents];
 
 struct sigaction g_old_segv;
 bool g_handler_installed = false;
-__attribute__((tls_model("initial-exec"))) thread_local const void* t_fault_addr = nullptr;
-__attribute__((tls_model("initial-exec"))) thread_local std::uint64_t t_fault_epoch = 0;
+// The fault handler's retry state, per thread. Not thread_local: a signal handler must not touch a
+// dynamic TLS variable (its first use in a thread allocates), and initial-exec TLS would make this
+// library need static TLS, which a process that has loaded many libraries has run out of: dlopen then
+// fails ("cannot allocate memory in static TLS block"), as PyTorch's CUDAPluggableAllocator loads it. So
+// a table keyed by thread id, claimed by compare-and-swap (async-signal-safe). Slots are never given
+// back; a thread that finds the table full shares one, which costs at most an extra retry.
+struct FaultRetry {
+  std::atomic<pid_t> tid{0};
+  std::atomic<const void*> addr{nullptr};
+  std::atomic<std::uint64_t> epoch{0};
+};
+constexpr std::size_t kFaultRetrySlots = 256;
+FaultRetry g_fault_retry[kFaultRetrySlots];
+
+FaultRetry& fault_retry_slot() noexcept {
+  const auto tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  const std::size_t home = static_cast<std::size_t>(tid) % kFaultRetrySlots;
+  for (std::size_t i = 0; i < kFaultRetrySlots; ++i) {
+    FaultRetry& r = g_fault_retry[(home + i) % kFaultRetrySlots];
+    pid_t owner = r.tid.load(std::memory_order_acquire);
+    if (owner == 0 && r.tid.compare_exchange_strong(owner, tid, std::memory_order_acq_rel)) return r;
+    if (owner == tid) return r;
+  }
+  return g_fault_retry[home];
+}
 
 static_assert(kMaxGates == kMaxDevices, "a launch gate per heap slot");
 // The compact list of the heaps created, with their slots, for gate_of and note_use: a launch hook's
@@ -110,9 +134,11 @@ void on_fault(int sig, siginfo_t* info, void* context) {
     }
     // The remap may have ended between the fault and this check: retry once per remap epoch.
     const std::uint64_t epoch = h->remap_epoch();
-    if (t_fault_addr != info->si_addr || t_fault_epoch != epoch) {
-      t_fault_addr = info->si_addr;
-      t_fault_epoch = epoch;
+    FaultRetry& last = fault_retry_slot();
+    if (last.addr.load(std::memory_order_relaxed) != info->si_addr ||
+        last.epoch.load(std::memory_order_relaxed) != epoch) {
+      last.addr.store(info->si_addr, std::memory_order_relaxed);
+      last.epoch.store(epoch, std::memory_order_relaxed);
       errno = saved_errno;
       return;
     }
