@@ -73,10 +73,20 @@ Layout describe(void* function) {
 }
 
 // Every layout ever made (a thread may still hold one while another forgets them), the current ones by
-// function, and the generation that module unloads advance.
-std::mutex g_mu;
-std::deque<Layout> g_all;                                // under g_mu
-std::unordered_map<void*, const Layout*> g_by_function;  // under g_mu
+// function, and the generation that module unloads advance. The tables are never destroyed: the hooks
+// run during exit too, after this library's static destructors (a CUDA runtime's own destructor, run by
+// the dynamic linker last, unloads its modules: cuLibraryUnload, then forget_layouts). Clearing a
+// destroyed map there wrote into freed memory and corrupted the heap (seen on an H200 with the toolkit's
+// libcudart: "malloc_consolidate(): unaligned fastbin chunk detected" at exit).
+struct Layouts {
+  std::mutex mu;
+  std::deque<Layout> all;                                // under mu
+  std::unordered_map<void*, const Layout*> by_function;  // under mu
+};
+Layouts& layouts() {
+  static Layouts* const tables = new Layouts;  // deliberately never deleted (above)
+  return *tables;
+}
 std::atomic<std::uint64_t> g_generation{1};
 
 // A per-thread direct-mapped cache in front of the table: a launch of a known function takes no lock.
@@ -94,13 +104,14 @@ const Layout* layout_of(void* function) noexcept {
   if (c.function == function && c.generation == gen) return c.layout;
   const Layout* l = nullptr;
   try {
-    std::lock_guard lk(g_mu);
-    if (auto it = g_by_function.find(function); it != g_by_function.end()) {
+    Layouts& t = layouts();
+    std::lock_guard lk(t.mu);
+    if (auto it = t.by_function.find(function); it != t.by_function.end()) {
       l = it->second;
     } else {
-      g_all.push_back(describe(function));
-      l = &g_all.back();
-      g_by_function.emplace(function, l);
+      t.all.push_back(describe(function));
+      l = &t.all.back();
+      t.by_function.emplace(function, l);
     }
   } catch (...) {  // out of memory: this launch is not read
     return nullptr;
@@ -154,8 +165,9 @@ void note_address(std::uint64_t address) noexcept {
 
 void forget_layouts() noexcept {
   try {
-    std::lock_guard lk(g_mu);
-    g_by_function.clear();
+    Layouts& t = layouts();
+    std::lock_guard lk(t.mu);
+    t.by_function.clear();
   } catch (...) {  // std::mutex::lock does not fail in practice; the generation below still advances
   }
   g_generation.fetch_add(1, std::memory_order_acq_rel);

@@ -347,11 +347,33 @@ extern "C" {
 
 // --- nvcc's registration and launch ABI ------------------------------------------------------------------------
 
+}  // extern "C"
+
+namespace {
+// The modules of unregistered binaries, unloaded when the runtime itself is torn down. Never destroyed:
+// that is after every static destructor.
+std::vector<CUmodule>& modules_to_unload() {
+  static auto* m = new std::vector<CUmodule>;
+  return *m;
+}
+
+// The toolkit's libcudart unloads its modules in its own destructor, which the dynamic linker runs after
+// the program's exit handlers and every library's static destructors: a preloaded library's driver
+// hooks (cuModuleUnload, cuLibraryUnload) then run after its own statics are gone (seen on an H200 with
+// tvmm's interposer, tools/gpu/check.sh). The emulated runtime unloads as late.
+__attribute__((destructor)) void unload_at_teardown() {
+  for (CUmodule m : modules_to_unload()) (void)drv().ModuleUnload(m);
+  modules_to_unload().clear();
+}
+}  // namespace
+
+extern "C" {
+
 void** __cudaRegisterFatBinary(void* wrapper) { return reinterpret_cast<void**>(new Binary{wrapper}); }
 void __cudaRegisterFatBinaryEnd(void** /*handle*/) {}
 void __cudaUnregisterFatBinary(void** handle) {
-  // At exit (nvcc registers this with atexit): the binary's kernels can no longer be launched, and its
-  // modules are unloaded from every context that loaded them.
+  // At exit (nvcc registers this with atexit): the binary's kernels can no longer be launched; its
+  // modules are unloaded from every context that loaded them when the runtime is torn down (above).
   auto* b = reinterpret_cast<Binary*>(handle);
   std::lock_guard lk(g_mu);
   std::erase_if(g_functions, [&](const auto& entry) {
@@ -361,7 +383,7 @@ void __cudaUnregisterFatBinary(void** handle) {
   });
   std::erase_if(g_modules, [&](const auto& entry) {
     if (entry.first.first != b) return false;
-    (void)drv().ModuleUnload(entry.second);
+    modules_to_unload().push_back(entry.second);
     return true;
   });
   delete b;
