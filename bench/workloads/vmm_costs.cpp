@@ -25,7 +25,8 @@ void check(device::Status s, const char* what) {
 }
 
 struct Costs {
-  double map_ns = 0, access_ns = 0, access_run_ns = 0, unmap_ns = 0;  // per call
+  double map_ns = 0, access_ns = 0, access_run_ns = 0, unmap_ns = 0, unmap_run_ns = 0;  // per call
+  double create_ns = 0, release_ns = 0;                                                 // per chunk of one page
   double plain_h2d_gbs = 0, plain_d2h_gbs = 0, pager_gbs = 0;
   std::string device_name;
   std::size_t page = 0;
@@ -50,32 +51,42 @@ void call_costs(const VmmOptions& o, Costs& r) {
   device::DevPtr va = 0;
   check(dev->reserve(o.pages * g, &va), "reserve");
   std::vector<device::ChunkHandle> chunks(o.pages);
+  auto t_create = clock::now();
   for (auto& ch : chunks) check(dev->create_chunk(g, &ch), "create_chunk");
-  double map = 0, access = 0, run = 0, unmap = 0;
+  r.create_ns = ns_since(t_create) / static_cast<double>(o.pages);
+  double map = 0, access = 0, run = 0, unmap = 0, unmap_run = 0;
   for (int round = 0; round < o.rounds; ++round) {
     auto t0 = clock::now();
     for (std::size_t i = 0; i < o.pages; ++i) check(dev->map(va + i * g, g, chunks[i]), "map");
     map += ns_since(t0);
-    // Half the rounds grant access page by page, half over the whole run (as the transfer engine does).
+    // Half the rounds grant access and unmap page by page, half over the whole run in one call each (as
+    // the transfer engine grants access, and as the pager unmaps a freed tensor's run of pages).
     if (round % 2 == 0) {
       t0 = clock::now();
       for (std::size_t i = 0; i < o.pages; ++i) check(dev->set_access(va + i * g, g), "set_access");
       access += ns_since(t0);
+      t0 = clock::now();
+      for (std::size_t i = 0; i < o.pages; ++i) check(dev->unmap(va + i * g, g), "unmap");
+      unmap += ns_since(t0);
     } else {
       t0 = clock::now();
       check(dev->set_access(va, o.pages * g), "set_access (run)");
       run += ns_since(t0);
+      t0 = clock::now();
+      check(dev->unmap(va, o.pages * g), "unmap (run)");
+      unmap_run += ns_since(t0);
     }
-    t0 = clock::now();
-    for (std::size_t i = 0; i < o.pages; ++i) check(dev->unmap(va + i * g, g), "unmap");
-    unmap += ns_since(t0);
   }
   const double calls = static_cast<double>(o.pages) * o.rounds;
+  const double page_rounds = static_cast<double>(o.pages) * ((o.rounds + 1) / 2);
   r.map_ns = map / calls;
-  r.access_ns = access / (static_cast<double>(o.pages) * ((o.rounds + 1) / 2));
+  r.access_ns = access / page_rounds;
   r.access_run_ns = o.rounds > 1 ? run / (o.rounds / 2) : 0;
-  r.unmap_ns = unmap / calls;
+  r.unmap_ns = unmap / page_rounds;
+  r.unmap_run_ns = o.rounds > 1 ? unmap_run / (o.rounds / 2) : 0;
+  const auto t_release = clock::now();
   for (auto& ch : chunks) check(dev->release_chunk(ch), "release_chunk");
+  r.release_ns = ns_since(t_release) / static_cast<double>(o.pages);
   check(dev->release_reservation(va, o.pages * g), "release_reservation");
 
   // Plain copies of pinned host memory into and out of mapped pages, page by page on one stream.
@@ -136,8 +147,12 @@ int run_vmm(const VmmOptions& o) {
   const double pager_each = r.pager_gbs / 2;
   std::printf("workload vmm on %s: %zu pages of %zu MiB, %d rounds\n", r.device_name.c_str(), o.pages, r.page / MiB,
               o.rounds);
-  std::printf("  per call: map %.1f us, set_access %.1f us (one page) / %.1f us (a run of %zu pages), unmap %.1f us\n",
-              r.map_ns / 1e3, r.access_ns / 1e3, r.access_run_ns / 1e3, o.pages, r.unmap_ns / 1e3);
+  std::printf(
+      "  per call: map %.1f us, set_access %.1f us (one page) / %.1f us (a run of %zu pages), unmap %.1f us "
+      "(one page) / %.1f us (a run of %zu pages)\n",
+      r.map_ns / 1e3, r.access_ns / 1e3, r.access_run_ns / 1e3, o.pages, r.unmap_ns / 1e3, r.unmap_run_ns / 1e3,
+      o.pages);
+  std::printf("  per chunk of one page: create %.1f us, release %.1f us\n", r.create_ns / 1e3, r.release_ns / 1e3);
   std::printf("  plain pinned copies: H2D %.2f GB/s, D2H %.2f GB/s\n", r.plain_h2d_gbs, r.plain_d2h_gbs);
   std::printf("  pager page moves: %.2f GB/s in and out at once, %.2f GB/s per direction = %.2fx the plain copies\n",
               r.pager_gbs, pager_each, plain_each > 0 ? pager_each / plain_each : 0.0);
@@ -146,8 +161,9 @@ int run_vmm(const VmmOptions& o) {
     out << "{\"workload\": \"vmm\", \"backend\": \"" << r.device_name << "\", \"page_bytes\": " << r.page
         << ", \"map_ns\": " << r.map_ns << ", \"set_access_ns\": " << r.access_ns
         << ", \"set_access_run_ns\": " << r.access_run_ns << ", \"unmap_ns\": " << r.unmap_ns
-        << ", \"plain_h2d_gbs\": " << r.plain_h2d_gbs << ", \"plain_d2h_gbs\": " << r.plain_d2h_gbs
-        << ", \"pager_gbs\": " << r.pager_gbs
+        << ", \"unmap_run_ns\": " << r.unmap_run_ns << ", \"create_ns\": " << r.create_ns
+        << ", \"release_ns\": " << r.release_ns << ", \"plain_h2d_gbs\": " << r.plain_h2d_gbs
+        << ", \"plain_d2h_gbs\": " << r.plain_d2h_gbs << ", \"pager_gbs\": " << r.pager_gbs
         << ", \"pager_vs_plain\": " << (plain_each > 0 ? pager_each / plain_each : 0.0) << "}";
     if (!write_json_records(o.json, {out.str()})) return 1;
   }

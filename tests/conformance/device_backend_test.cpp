@@ -113,6 +113,34 @@ TEST_P(DeviceBackendConformance, MapSetAccessUnmapRoundTrip) {
   EXPECT_TRUE(dev.release_reservation(va, 4 * g).ok());
 }
 
+// The pager frees a tensor's pages with one unmap per run of adjacent mappings (PagerImpl::unmap_range):
+// one call over whole mappings made by separate map calls. cuda.h forbids only a sub-range of one
+// mapping ("cuMemUnmap cannot unmap a sub-range of an address range mapped by cuMemCreate / cuMemMap").
+TEST_P(DeviceBackendConformance, OneUnmapCoversARunOfMappings) {
+  auto& dev = *this->dev_;
+  const auto g = this->g_;
+  DevPtr va = 0;
+  ASSERT_TRUE(dev.reserve(4 * g, &va).ok());
+  ChunkHandle a, b, c;
+  ASSERT_TRUE(dev.create_chunk(g, &a).ok());
+  ASSERT_TRUE(dev.create_chunk(g, &b).ok());
+  ASSERT_TRUE(dev.create_chunk(2 * g, &c).ok());
+  ASSERT_TRUE(dev.map(va, g, a).ok());
+  ASSERT_TRUE(dev.map(va + g, g, b).ok());
+  ASSERT_TRUE(dev.map(va + 2 * g, 2 * g, c).ok());
+  ASSERT_TRUE(dev.set_access(va, 4 * g).ok());
+  EXPECT_TRUE(dev.unmap(va, 4 * g).ok());  // three mappings, one call
+  // Every page is free again: each maps anew (and none is still mapped).
+  EXPECT_EQ(dev.unmap(va, g).code, Errc::not_mapped);
+  ASSERT_TRUE(dev.map(va, g, b).ok());
+  ASSERT_TRUE(dev.map(va + g, 2 * g, c).ok());
+  EXPECT_TRUE(dev.unmap(va, 3 * g).ok());
+  EXPECT_TRUE(dev.release_chunk(a).ok());
+  EXPECT_TRUE(dev.release_chunk(b).ok());
+  EXPECT_TRUE(dev.release_chunk(c).ok());
+  EXPECT_TRUE(dev.release_reservation(va, 4 * g).ok());
+}
+
 // The contract's kernels: a fill and a verify run in stream order, or are not_supported, and then the
 // backend says why (the simulator has none: its workloads check bytes on the host). Bad arguments are
 // refused before reaching the backend.

@@ -3,8 +3,9 @@
 # need the card (docs/gpu.md). For a GPU machine that cannot install packages: run tools/gpu/pack.sh
 # here first, carry its folder there, then, in the repository root on that machine:
 #   tools/gpu/check.sh CARRY_DIR OUT_DIR [STEP...]
-# STEP: env tests torch vmm train replay (default: all, in that order). Every step runs under a time
-# limit and its log goes to OUT_DIR/check.log; the table of steps, their status and seconds comes last.
+# STEP: env tests torch vmm train replay nvme (default: all but nvme, in that order). Every step runs
+# under a time limit and its log goes to OUT_DIR/check.log; the table of steps, their status and seconds
+# comes last. TORCH_BUDGET sets the device budget of the torch step (default 4GiB, of about 11 GiB).
 set -uo pipefail
 carry=$(realpath "$1")
 out=$(realpath -m "$2")
@@ -52,13 +53,14 @@ for s in "${steps[@]}"; do
     tests)
       step "ctest -L gpu" 200 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 40 -j1
       ;;
-    torch)  # 8 GiB of parameters, gradients and Adam state under a 4 GiB device budget
+    torch)  # 8 GiB of parameters, gradients and Adam state (10.8 GB at the peak) under the device budget
       mlp=(python3 examples/pytorch_mlp.py --steps 8 --width 8192 --layers 8)
-      budget=(TVMM_DEVICE_BACKEND=cuda TVMM_DEVICE_BUDGET=4GiB TVMM_HOST_BUDGET=16GiB TVMM_LOG=warn)
+      tb=${TORCH_BUDGET:-4GiB}
+      budget=(TVMM_DEVICE_BACKEND=cuda TVMM_DEVICE_BUDGET=$tb TVMM_HOST_BUDGET=16GiB TVMM_LOG=warn)
       step "pytorch reference" 90 "${mlp[@]}" --peak >"$out/torch-ref.txt"
-      step "pytorch preload 4GiB" 120 env LD_PRELOAD="$preload" "${budget[@]}" \
+      step "pytorch preload $tb" 120 env LD_PRELOAD="$preload" "${budget[@]}" \
         TVMM_STATS_FILE="$out/torch-preload-stats.json" "${mlp[@]}" >"$out/torch-preload.txt"
-      step "pytorch pluggable 4GiB" 120 env "${budget[@]}" "${mlp[@]}" --pluggable "$preload" >"$out/torch-pluggable.txt"
+      step "pytorch pluggable $tb" 120 env "${budget[@]}" "${mlp[@]}" --pluggable "$preload" >"$out/torch-pluggable.txt"
       for f in ref preload pluggable; do
         echo "--- torch-$f:"; cat "$out/torch-$f.txt"
       done
@@ -86,7 +88,15 @@ for s in "${steps[@]}"; do
         --op-time h100-sxm --policies trace belady lru --peers memory naive --host-fraction 0 --iterations 5 \
         --json "$out/replay.json"
       ;;
-    *) echo "check.sh: no step '$s' (env tests torch vmm train replay)" ;;
+    nvme)  # two traces with half the device budget in host memory, the rest in files on this disk
+      disk=$(mktemp -d /var/tmp/tvmm-nvme.XXXXXX)
+      step "bench replay 2x, NVMe tier" 120 "$bin/tvmm-bench" --device cuda --workload replay \
+        --trace bench/traces/resnet18.trace.gz bench/traces/gpt2.trace.gz --ratios 2 3 --op-time h100-sxm \
+        --policies trace lru --peers memory naive --host-fraction 0.5 --disk-dir "$disk" --iterations 5 \
+        --json "$out/nvme.json"
+      rm -rf "$disk"
+      ;;
+    *) echo "check.sh: no step '$s' (env tests torch vmm train replay nvme)" ;;
   esac
 done
 echo
