@@ -279,7 +279,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   cfg.sim.bandwidth_bytes_per_s = o.bus_gbs * 1e9;
   cfg.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(o.latency_us * 1e3));
   cfg.sim.timing = o.timing;
-  if (o.vmm_costs) cfg.sim.vmm_costs = SimDeviceConfig::VmmCosts::published();
+  if (o.vmm_costs) cfg.sim.vmm_costs = modelled_vmm_costs();
   cfg.device_backend = o.device;  // on "cuda" the bus and the kernels are real (busy kernels; GPU timers)
   cfg.eviction = policy == "trace" ? "belady" : naive ? "lru" : policy;  // with a trace, evict by next use too
   cfg.prefetch = policy == "trace" ? "trace" : "none";

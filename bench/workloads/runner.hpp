@@ -8,8 +8,15 @@
 #include <vector>
 
 #include "bench/workloads/workload.hpp"
+#include "tvmm/config.hpp"
 
 namespace tvmm::bench {
+
+//! The driver-call costs the simulator charges with RunOptions::vmm_costs (--vmm-costs on): those
+//! measured on an H200 (SimDeviceConfig::VmmCosts::measured_h200()).
+[[nodiscard]] inline SimDeviceConfig::VmmCosts modelled_vmm_costs() noexcept {
+  return SimDeviceConfig::VmmCosts::measured_h200();
+}
 
 struct RunOptions {
   std::size_t page_bytes = 2 * MiB;
@@ -27,8 +34,8 @@ struct RunOptions {
   //! free of this host's noise, but blind to disk I/O) or "wall" (host work, NVMe I/O included,
   //! delays what it enqueues, as on a real GPU).
   std::string timing = "model";
-  //! The simulator charges each VMM call the host time of SimDeviceConfig::VmmCosts::published()
-  //! (false: the calls are free, as in unit tests).
+  //! The simulator charges each VMM call the host time of modelled_vmm_costs() (false: the calls are
+  //! free, as in unit tests).
   bool vmm_costs = false;
   //! A frame for every page of every tensor, whatever the ratio: nothing is ever evicted or mapped
   //! again (the all-in-memory peer: the program run with enough memory).

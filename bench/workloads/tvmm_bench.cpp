@@ -190,8 +190,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"model", "wall"}));
   std::string vmm_costs = "on";
   app.add_option("--vmm-costs", vmm_costs,
-                 "The simulator charges cuMemMap, cuMemSetAccess, cuMemUnmap and cuMemCreate the host time a GPU's "
-                 "driver takes (on, the default; docs/benchmarks.md \"VMM call costs\"), or nothing (off)")
+                 "The simulator charges cuMemMap, cuMemSetAccess, cuMemUnmap and cuMemCreate the host time an H200's "
+                 "driver took (on, the default; docs/benchmarks.md \"VMM call costs\"), or nothing (off)")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--json", json, "Also write the records (as in summary.json) to this file");
   app.add_flag("--verify", o.verify,

@@ -41,21 +41,28 @@ struct SimDeviceConfig {
   std::string timing = "wall";
   //! Host-side time of the VMM calls, spent by the calling thread: with timing "model" its host time
   //! advances by the cost (work it queues afterwards starts that much later), with "wall" it sleeps.
-  //! A real driver takes tens of microseconds per mapping for cuMemMap / cuMemSetAccess / cuMemUnmap
-  //! (the time grows with the number of separately created allocations the range covers, not with a
-  //! call's count) and about 200 us per 2 MiB cuMemCreate, the order of copying the page
-  //! (docs/benchmarks.md, "VMM call costs"). All 0 = free, the default (unit tests);
-  //! VmmCosts::published() gives those figures.
+  //! A real driver takes microseconds to tens of microseconds per mapping for cuMemMap / cuMemSetAccess
+  //! / cuMemUnmap (the time grows with the number of separately created allocations the range covers,
+  //! not with a call's count), the order of copying the page (docs/benchmarks.md, "VMM call costs";
+  //! docs/gpu.md). All 0 = free, the default (unit tests); VmmCosts::measured_h200() and
+  //! VmmCosts::published() give figures.
   struct VmmCosts {
     std::chrono::nanoseconds map{0};         //!< per cuMemMap call (it maps one allocation)
     std::chrono::nanoseconds set_access{0};  //!< per mapping a cuMemSetAccess range covers
     std::chrono::nanoseconds unmap{0};       //!< per mapping a cuMemUnmap range covers
     std::chrono::nanoseconds create{0};      //!< per granule of a cuMemCreate
-    //! The modelled figures tvmm-bench uses (--vmm-costs on): map 20 us, set_access 30 us, unmap
-    //! 30 us, create 200 us per 2 MiB granule.
+    //! The A100 figures of published measurements (issue 23 cites kvcached's): map 20 us,
+    //! set_access 30 us, unmap 30 us, create 200 us per 2 MiB granule.
     [[nodiscard]] static VmmCosts published() noexcept {
       using std::chrono::microseconds;
       return {microseconds(20), microseconds(30), microseconds(30), microseconds(200)};
+    }
+    //! Measured on an NVIDIA H200 with driver 580.159.04 (`tvmm-bench --device cuda --workload vmm`,
+    //! 2026-11-26, docs/gpu.md), and what tvmm-bench uses (--vmm-costs on): map 1.1 us, set_access
+    //! 22.8 us, unmap 14.4 us per 2 MiB mapping, create 8.7 us per 2 MiB granule.
+    [[nodiscard]] static VmmCosts measured_h200() noexcept {
+      using std::chrono::nanoseconds;
+      return {nanoseconds(1100), nanoseconds(22800), nanoseconds(14400), nanoseconds(8700)};
     }
   };
   VmmCosts vmm_costs;
