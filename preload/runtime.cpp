@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -74,8 +75,9 @@ bool g_handler_installed = false;
 // dynamic TLS variable (its first use in a thread allocates), and initial-exec TLS would make this
 // library need static TLS, which a process that has loaded many libraries has run out of: dlopen then
 // fails ("cannot allocate memory in static TLS block"), as PyTorch's CUDAPluggableAllocator loads it. So
-// a table keyed by thread id, claimed by compare-and-swap (async-signal-safe). Slots are never given
-// back; a thread that finds the table full shares one, which costs at most an extra retry.
+// a table keyed by thread id, claimed by compare-and-swap (async-signal-safe); a slot whose thread has
+// exited is taken over (tgkill with signal 0 finds it gone). A thread that finds every slot held by a
+// live thread gets none, and its fault is taken as the program's own (passed on at once).
 struct FaultRetry {
   std::atomic<pid_t> tid{0};
   std::atomic<const void*> addr{nullptr};
@@ -84,16 +86,27 @@ struct FaultRetry {
 constexpr std::size_t kFaultRetrySlots = 256;
 FaultRetry g_fault_retry[kFaultRetrySlots];
 
-FaultRetry& fault_retry_slot() noexcept {
+bool thread_gone(pid_t tid) noexcept { return ::syscall(SYS_tgkill, ::getpid(), tid, 0) == -1 && errno == ESRCH; }
+
+FaultRetry* fault_retry_slot() noexcept {
   const auto tid = static_cast<pid_t>(::syscall(SYS_gettid));
   const std::size_t home = static_cast<std::size_t>(tid) % kFaultRetrySlots;
-  for (std::size_t i = 0; i < kFaultRetrySlots; ++i) {
+  for (std::size_t i = 0; i < kFaultRetrySlots; ++i) {  // this thread's own slot, or a free one
     FaultRetry& r = g_fault_retry[(home + i) % kFaultRetrySlots];
     pid_t owner = r.tid.load(std::memory_order_acquire);
-    if (owner == 0 && r.tid.compare_exchange_strong(owner, tid, std::memory_order_acq_rel)) return r;
-    if (owner == tid) return r;
+    if (owner == 0 && r.tid.compare_exchange_strong(owner, tid, std::memory_order_acq_rel)) return &r;
+    if (owner == tid) return &r;
   }
-  return g_fault_retry[home];
+  for (std::size_t i = 0; i < kFaultRetrySlots; ++i) {  // one whose thread has exited
+    FaultRetry& r = g_fault_retry[(home + i) % kFaultRetrySlots];
+    pid_t owner = r.tid.load(std::memory_order_acquire);
+    if (owner != 0 && owner != tid && thread_gone(owner) &&
+        r.tid.compare_exchange_strong(owner, tid, std::memory_order_acq_rel)) {
+      r.addr.store(nullptr, std::memory_order_relaxed);  // the old thread's record is not this one's
+      return &r;
+    }
+  }
+  return nullptr;
 }
 
 static_assert(kMaxGates == kMaxDevices, "a launch gate per heap slot");
@@ -134,11 +147,11 @@ void on_fault(int sig, siginfo_t* info, void* context) {
     }
     // The remap may have ended between the fault and this check: retry once per remap epoch.
     const std::uint64_t epoch = h->remap_epoch();
-    FaultRetry& last = fault_retry_slot();
-    if (last.addr.load(std::memory_order_relaxed) != info->si_addr ||
-        last.epoch.load(std::memory_order_relaxed) != epoch) {
-      last.addr.store(info->si_addr, std::memory_order_relaxed);
-      last.epoch.store(epoch, std::memory_order_relaxed);
+    FaultRetry* last = fault_retry_slot();
+    if (last != nullptr && (last->addr.load(std::memory_order_relaxed) != info->si_addr ||
+                            last->epoch.load(std::memory_order_relaxed) != epoch)) {
+      last->addr.store(info->si_addr, std::memory_order_relaxed);
+      last->epoch.store(epoch, std::memory_order_relaxed);
       errno = saved_errno;
       return;
     }

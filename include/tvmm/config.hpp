@@ -41,11 +41,11 @@ struct SimDeviceConfig {
   std::string timing = "wall";
   //! Host-side time of the VMM calls, spent by the calling thread: with timing "model" its host time
   //! advances by the cost (work it queues afterwards starts that much later), with "wall" it sleeps.
-  //! A real driver takes microseconds to tens of microseconds per mapping for cuMemMap / cuMemSetAccess
-  //! / cuMemUnmap (the time grows with the number of separately created allocations the range covers,
-  //! not with a call's count), the order of copying the page (docs/benchmarks.md, "VMM call costs";
-  //! docs/gpu.md). All 0 = free, the default (unit tests); VmmCosts::measured_h200() and
-  //! VmmCosts::published() give figures.
+  //! A real driver takes 1 to 30 microseconds per mapping for each of cuMemMap / cuMemSetAccess /
+  //! cuMemUnmap (the time grows with the number of separately created allocations the range covers,
+  //! not with a call's count); a remap's three calls together cost about as long as copying the page
+  //! (docs/benchmarks.md, "VMM call costs"; docs/gpu.md). All 0 = free, the default (unit tests);
+  //! VmmCosts::measured_h200() and VmmCosts::published() give figures.
   struct VmmCosts {
     std::chrono::nanoseconds map{0};         //!< per cuMemMap call (it maps one allocation)
     std::chrono::nanoseconds set_access{0};  //!< per mapping a cuMemSetAccess range covers

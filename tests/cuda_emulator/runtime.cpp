@@ -341,15 +341,6 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
   }
 }
 
-}  // namespace
-
-extern "C" {
-
-// --- nvcc's registration and launch ABI ------------------------------------------------------------------------
-
-}  // extern "C"
-
-namespace {
 // The modules of unregistered binaries, unloaded when the runtime itself is torn down. Never destroyed:
 // that is after every static destructor.
 std::vector<CUmodule>& modules_to_unload() {
@@ -365,9 +356,12 @@ __attribute__((destructor)) void unload_at_teardown() {
   for (CUmodule m : modules_to_unload()) (void)drv().ModuleUnload(m);
   modules_to_unload().clear();
 }
+
 }  // namespace
 
 extern "C" {
+
+// --- nvcc's registration and launch ABI ------------------------------------------------------------------------
 
 void** __cudaRegisterFatBinary(void* wrapper) { return reinterpret_cast<void**>(new Binary{wrapper}); }
 void __cudaRegisterFatBinaryEnd(void** /*handle*/) {}

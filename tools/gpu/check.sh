@@ -5,24 +5,32 @@
 #   tools/gpu/check.sh CARRY_DIR OUT_DIR [STEP...]
 # STEP: env tests torch vmm train replay nvme (default: all but nvme, in that order). Every step runs
 # under a time limit and its log goes to OUT_DIR/check.log; the table of steps, their status and seconds
-# comes last. TORCH_BUDGET sets the device budget of the torch step (default 4GiB, of about 11 GiB).
+# comes last. TORCH_BUDGET sets the device budget of the torch step (default 4GiB, of 11.4 GB the program holds).
 set -uo pipefail
+die() { echo "check.sh: $*" >&2; exit 1; }
+(($# >= 2)) || die "usage: check.sh CARRY_DIR OUT_DIR [STEP...]"
+[[ -f $1/source-dir && -f $1/build-dir && -d $1/build ]] || die "$1 is not a folder tools/gpu/pack.sh made"
 carry=$(realpath "$1")
 out=$(realpath -m "$2")
 shift 2
 steps=("$@")
 ((${#steps[@]})) || steps=(env tests torch vmm train replay)
-mkdir -p "$out"
+mkdir -p "$out" || die "cannot make $out"
 exec > >(tee "$out/check.log") 2>&1
+tee_pid=$!
 
 # The build's paths are absolute: put this tree and the carried build where it was configured.
 src=$(cat "$carry/source-dir")
 build=$(cat "$carry/build-dir")
 if [[ $(realpath "$src" 2>/dev/null) != "$(realpath .)" ]]; then
-  [[ -e $src ]] && { echo "check.sh: $src exists and is not this tree" >&2; exit 1; }
-  mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
+  [[ -e $src || -L $src ]] && die "$src exists and is not this tree"
+  mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src" || die "cannot link $src to this tree"
 fi
-[[ -e $build ]] || ln -s "$carry/build" "$build"
+if [[ ! -e $build ]]; then
+  [[ -L $build ]] && rm "$build"  # a dangling link from an earlier carry
+  ln -s "$carry/build" "$build" || die "cannot link $build to the carried build"
+fi
+[[ -x $build/bin/tvmm ]] || die "$build/bin/tvmm is missing: is $build the carried build?"
 export LD_LIBRARY_PATH=$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 if ! "$build/bin/tvmm" --help >/dev/null 2>&1; then
   echo "check.sh: the machine's libstdc++ does not do; using the carried one"
@@ -32,11 +40,16 @@ bin=$build/bin
 preload=$build/lib/libtvmm_preload.so
 
 results=()
-step() {  # step NAME SECONDS COMMAND...
+step() {  # step [--stdout FILE] NAME SECONDS COMMAND...: the command's standard output to FILE if given
+  local to=/dev/stdout
+  if [[ $1 == --stdout ]]; then
+    to=$2
+    shift 2
+  fi
   local name=$1 limit=$2 start=$SECONDS rc
   shift 2
   echo "=== $name (limit ${limit}s): $*"
-  timeout -k 5 "$limit" "$@"
+  timeout -k 5 "$limit" "$@" >"$to"
   rc=$?
   results+=("$(printf '%-34s rc %-4s %4ss' "$name" "$rc" $((SECONDS - start)))")
   echo "=== $name: rc $rc in $((SECONDS - start))s"
@@ -53,14 +66,15 @@ for s in "${steps[@]}"; do
     tests)
       step "ctest -L gpu" 200 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 40 -j1
       ;;
-    torch)  # 8 GiB of parameters, gradients and Adam state (10.8 GB at the peak) under the device budget
+    torch)  # 8 GiB of parameters, gradients and Adam state (10.8 GB at PyTorch's peak) under the budget
       mlp=(python3 examples/pytorch_mlp.py --steps 8 --width 8192 --layers 8)
       tb=${TORCH_BUDGET:-4GiB}
       budget=(TVMM_DEVICE_BACKEND=cuda TVMM_DEVICE_BUDGET=$tb TVMM_HOST_BUDGET=16GiB TVMM_LOG=warn)
-      step "pytorch reference" 90 "${mlp[@]}" --peak >"$out/torch-ref.txt"
-      step "pytorch preload $tb" 120 env LD_PRELOAD="$preload" "${budget[@]}" \
-        TVMM_STATS_FILE="$out/torch-preload-stats.json" "${mlp[@]}" >"$out/torch-preload.txt"
-      step "pytorch pluggable $tb" 120 env "${budget[@]}" "${mlp[@]}" --pluggable "$preload" >"$out/torch-pluggable.txt"
+      step --stdout "$out/torch-ref.txt" "pytorch reference" 90 "${mlp[@]}" --peak
+      step --stdout "$out/torch-preload.txt" "pytorch preload $tb" 120 env LD_PRELOAD="$preload" "${budget[@]}" \
+        TVMM_STATS_FILE="$out/torch-preload-stats.json" "${mlp[@]}"
+      step --stdout "$out/torch-pluggable.txt" "pytorch pluggable $tb" 120 env "${budget[@]}" "${mlp[@]}" \
+        --pluggable "$preload"
       for f in ref preload pluggable; do
         echo "--- torch-$f:"; cat "$out/torch-$f.txt"
       done
@@ -102,3 +116,5 @@ done
 echo
 echo "=== summary"
 printf '%s\n' "${results[@]}"
+exec >&- 2>&-
+wait "$tee_pid"  # the log is whole before the script ends
