@@ -98,12 +98,14 @@ const char* errc_name(Errc e) noexcept;
 struct [[nodiscard]] Status {
   Errc code = Errc::ok;
   int sys_errno = 0;
-  bool driver_code = false;  //!< sys_errno is the driver's code, not an errno
+  bool driver_code = false;           //!< sys_errno is the driver's code, not an errno
+  const char* driver_name = nullptr;  //!< the driver's name for that code (its static storage), if known
   [[nodiscard]] bool ok() const noexcept { return code == Errc::ok; }
   static Status success() noexcept { return {}; }
   static Status fail(Errc e, int err = 0) noexcept { return {e, err}; }
-  //! A failure the driver reported with its own code (e.g. a CUresult).
-  static Status driver_fail(Errc e, int driver) noexcept { return {e, driver, true}; }
+  //! A failure the driver reported with its own code (e.g. a CUresult), and its name where the driver
+  //! gives one (cuGetErrorName: "CUDA_ERROR_OUT_OF_MEMORY").
+  static Status driver_fail(Errc e, int driver, const char* name = nullptr) noexcept { return {e, driver, true, name}; }
 };
 
 //! Where a physical chunk lives.

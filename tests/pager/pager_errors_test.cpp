@@ -200,6 +200,11 @@ TEST(PagerErrors, AFailedBackendCallSaysWhetherItsCodeIsAnErrnoOrTheDrivers) {
   const std::string driver = message(device::Status::driver_fail(device::Errc::out_of_memory, 2));
   EXPECT_NE(driver.find("failed with out_of_memory (driver code 2)"), std::string::npos) << driver;
   EXPECT_EQ(driver.find("errno"), std::string::npos) << driver;
+  // With the driver's name for its code (cuGetErrorName), the name comes first.
+  const std::string named =
+      message(device::Status::driver_fail(device::Errc::out_of_memory, 2, "CUDA_ERROR_OUT_OF_MEMORY"));
+  EXPECT_NE(named.find("failed with out_of_memory (CUDA_ERROR_OUT_OF_MEMORY, driver code 2)"), std::string::npos)
+      << named;
   const std::string plain = message(device::Status::fail(device::Errc::invalid_value));
   EXPECT_NE(plain.find("failed with invalid_value at "), std::string::npos) << plain;
 }

@@ -15,6 +15,7 @@
 #include "backends/device/cuda/cuda_device.hpp"
 #include "test_support.hpp"
 #include "vmm/api/make_pager.hpp"
+#include "vmm/core/check.hpp"
 #include "vmm/core/pager_impl.hpp"
 #include "vmm/transparent/managed_heap.hpp"
 #include "vmm/transparent/remap_heap.hpp"
@@ -43,9 +44,10 @@ struct Fake {
   std::vector<std::pair<void*, std::size_t>> reservations;
   std::uint64_t next_handle = 1;
   int streams = 0, events = 0;
-  bool host_numa = false;   // the device supports host-located VMM chunks (on host node 1)
-  bool managed = false;     // the device supports managed memory with concurrent access
-  int current_device = -1;  // cuCtxGetDevice: -1 = no current context
+  bool host_numa = false;              // the device supports host-located VMM chunks (on host node 1)
+  bool managed = false;                // the device supports managed memory with concurrent access
+  int current_device = -1;             // cuCtxGetDevice: -1 = no current context
+  CUresult map_result = CUDA_SUCCESS;  // what cuMemMap returns (a failure maps nothing)
   void add(Call c) {
     std::lock_guard lk(mu);
     log.push_back(std::move(c));
@@ -186,6 +188,7 @@ std::shared_ptr<const cu::Api> fake_api() {
     return CUDA_SUCCESS;
   };
   api->MemMap = [](CUdeviceptr p, std::size_t size, std::size_t, CUmemGenericAllocationHandle, unsigned long long) {
+    if (g_fake->map_result != CUDA_SUCCESS) return g_fake->map_result;
     g_fake->add({"cuMemMap", static_cast<std::uintptr_t>(p), size});
     return CUDA_SUCCESS;
   };
@@ -355,6 +358,27 @@ TEST(CudaBackend, WithoutADriverCreatingItFailsWithAClearError) {
   auto pin = t.pin(Access::write);
   test::fill(pin.data(), t.size(), 3);
   EXPECT_EQ(test::mismatches(pin.data(), t.size(), 3), 0u);
+}
+
+// A failed driver call carries the driver's name for its code (cuGetErrorName), and the pager's error
+// message gives it: a user reads CUDA_ERROR_..., not only a number.
+TEST_F(CudaBackendFake, AFailedDriverCallIsNamedInTheError) {
+  device::CudaDevice dev(fake_api(), 0);
+  device::DevPtr va = 0;
+  ASSERT_TRUE(dev.reserve(kGranularity, &va).ok());
+  device::ChunkHandle chunk;
+  ASSERT_TRUE(dev.create_chunk(kGranularity, &chunk).ok());
+  fake_.map_result = CUDA_ERROR_UNKNOWN;
+  const device::Status s = dev.map(va, kGranularity, chunk);
+  EXPECT_EQ(s.code, device::Errc::driver_error);
+  EXPECT_EQ(s.sys_errno, static_cast<int>(CUDA_ERROR_UNKNOWN));
+  ASSERT_NE(s.driver_name, nullptr);
+  EXPECT_STREQ(s.driver_name, "CUDA_ERROR_FAKE");  // what the fake's cuGetErrorName answers
+  const std::string m = test::message_of([&] { TVMM_CHECK(s); });
+  EXPECT_NE(m.find("failed with driver_error (CUDA_ERROR_FAKE, driver code 999)"), std::string::npos) << m;
+  fake_.map_result = CUDA_SUCCESS;
+  EXPECT_TRUE(dev.release_chunk(chunk).ok());
+  EXPECT_TRUE(dev.release_reservation(va, kGranularity).ok());
 }
 
 TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {

@@ -10,7 +10,9 @@ void throw_status(device::Status status, const char* call, const char* file, int
   std::string msg =
       std::string("tvmm: device backend call `") + call + "` failed with " + device::errc_name(status.code);
   if (status.sys_errno != 0 && (status.driver_code || status.code == device::Errc::driver_error)) {
-    msg += " (driver code " + std::to_string(status.sys_errno) + ")";
+    msg += " (";
+    if (status.driver_name != nullptr) msg += std::string(status.driver_name) + ", ";
+    msg += "driver code " + std::to_string(status.sys_errno) + ")";
   } else if (status.sys_errno != 0) {
     msg +=
         " (errno " + std::to_string(status.sys_errno) + ": " + std::generic_category().message(status.sys_errno) + ")";

@@ -184,15 +184,18 @@ std::string CudaDevice::describe(const Status& s) const {
 }
 
 Status CudaDevice::check(CUresult r) const noexcept {
+  if (r == CUDA_SUCCESS) return Status::success();
+  if (r == CUDA_ERROR_NOT_READY) return Status::fail(Errc::not_ready);
+  // The name, for messages (cuda.h: cuGetErrorName's strings are the driver's, never freed).
+  const char* name = nullptr;
+  if (api_->GetErrorName == nullptr || api_->GetErrorName(r, &name) != CUDA_SUCCESS) name = nullptr;
   switch (r) {
-    case CUDA_SUCCESS: return Status::success();
-    case CUDA_ERROR_NOT_READY: return Status::fail(Errc::not_ready);
-    case CUDA_ERROR_OUT_OF_MEMORY: return Status::driver_fail(Errc::out_of_memory, r);
-    case CUDA_ERROR_INVALID_VALUE: return Status::driver_fail(Errc::invalid_value, r);
+    case CUDA_ERROR_OUT_OF_MEMORY: return Status::driver_fail(Errc::out_of_memory, r, name);
+    case CUDA_ERROR_INVALID_VALUE: return Status::driver_fail(Errc::invalid_value, r, name);
     // A handle the driver does not know, or an event it cannot time (cuda.h 16150: cuEventElapsedTime on
     // a never-recorded or DISABLE_TIMING event): the contract's invalid_value.
-    case CUDA_ERROR_INVALID_HANDLE: return Status::driver_fail(Errc::invalid_value, r);
-    case CUDA_ERROR_NOT_SUPPORTED: return Status::driver_fail(Errc::not_supported, r);
+    case CUDA_ERROR_INVALID_HANDLE: return Status::driver_fail(Errc::invalid_value, r, name);
+    case CUDA_ERROR_NOT_SUPPORTED: return Status::driver_fail(Errc::not_supported, r, name);
     // The errors after which "any further CUDA work will return the same error. To continue using CUDA,
     // the process must be terminated and relaunched" (cuda.h 2763-3140).
     case CUDA_ERROR_ILLEGAL_ADDRESS:
@@ -206,8 +209,8 @@ Status CudaDevice::check(CUresult r) const noexcept {
     case CUDA_ERROR_CONTAINED:
     case CUDA_ERROR_ASSERT:
     case CUDA_ERROR_TENSOR_MEMORY_LEAK:
-    case CUDA_ERROR_EXTERNAL_DEVICE: return Status::driver_fail(Errc::device_lost, r);
-    default: return Status::driver_fail(Errc::driver_error, r);
+    case CUDA_ERROR_EXTERNAL_DEVICE: return Status::driver_fail(Errc::device_lost, r, name);
+    default: return Status::driver_fail(Errc::driver_error, r, name);
   }
 }
 
