@@ -75,9 +75,10 @@ Layout describe(void* function) {
 // Every layout ever made (a thread may still hold one while another forgets them), the current ones by
 // function, and the generation that module unloads advance. The tables are never destroyed: the hooks
 // run during exit too, after this library's static destructors (a CUDA runtime's own destructor, run by
-// the dynamic linker last, unloads its modules: cuLibraryUnload, then forget_layouts). Clearing a
-// destroyed map there wrote into freed memory and corrupted the heap (seen on an H200 with the toolkit's
-// libcudart: "malloc_consolidate(): unaligned fastbin chunk detected" at exit).
+// the dynamic linker last, unloads its modules, and the unload hooks call forget_layouts). Clearing a
+// destroyed map there wrote into freed memory and corrupted the heap: seen on an H200 with the toolkit's
+// libcudart ("malloc_consolidate(): unaligned fastbin chunk detected" at exit; the cause found by
+// bisection there, docs/gpu.md), and reproduced with the emulated runtime, which unloads as late.
 struct Layouts {
   std::mutex mu;
   std::deque<Layout> all;                                // under mu
