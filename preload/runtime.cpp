@@ -71,6 +71,18 @@ std::atomic<std::uintptr_t> g_parent_hi[kMaxParents];
 
 struct sigaction g_old_segv;
 bool g_handler_installed = false;
+
+static_assert(kMaxGates == kMaxDevices, "a launch gate per heap slot");
+// The compact list of the heaps created, with their slots, for gate_of and note_use: a launch hook's
+// lookup reads only these.
+std::atomic<vmm::TransparentHeap*> g_created[kMaxDevices];
+std::atomic<int> g_created_slot[kMaxDevices];
+std::atomic<int> g_created_count{0};
+
+// ---- the fault handler (the simulator only) ------------------------------------------------------------
+// The program's host threads touch simulated device memory directly, so a page being remapped is
+// read-only (or briefly unmapped): an access to it faults, waits here until the remap ends, and retries.
+
 // The fault handler's retry state, per thread. Not thread_local: a signal handler must not touch a
 // dynamic TLS variable (its first use in a thread allocates), and initial-exec TLS would make this
 // library need static TLS, which a process that has loaded many libraries has run out of: dlopen then
@@ -108,17 +120,6 @@ FaultRetry* fault_retry_slot() noexcept {
   }
   return nullptr;
 }
-
-static_assert(kMaxGates == kMaxDevices, "a launch gate per heap slot");
-// The compact list of the heaps created, with their slots, for gate_of and note_use: a launch hook's
-// lookup reads only these.
-std::atomic<vmm::TransparentHeap*> g_created[kMaxDevices];
-std::atomic<int> g_created_slot[kMaxDevices];
-std::atomic<int> g_created_count{0};
-
-// ---- the fault handler (the simulator only) ------------------------------------------------------------
-// The program's host threads touch simulated device memory directly, so a page being remapped is
-// read-only (or briefly unmapped): an access to it faults, waits here until the remap ends, and retries.
 
 void chain(int sig, siginfo_t* info, void* context) {
   if ((g_old_segv.sa_flags & SA_SIGINFO) != 0 && g_old_segv.sa_sigaction != nullptr) {
