@@ -15,15 +15,24 @@ using test::make_faulty_pager;
 using test::mismatches;
 using test::write;
 
-// With one frame, `a` and `b` take turns in it: after their first maps, neither is mapped, granted
-// access or unmapped again, and both read back whole.
-TEST(KeptMappings, APageBackInItsOldFrameMakesNoDriverCall) {
+// One frame, `a` and `b` of one page each, written with seeds 1 and 2: b's write evicted a, whose
+// address stays mapped to the frame.
+struct OneFrameTwoTensors {
   device::FaultyDevice* dev = nullptr;
   Pager p = make_faulty_pager(test::small_config(1, 8), dev);
   Tensor a = p.allocate(64 * KiB, {"a"});
   Tensor b = p.allocate(64 * KiB, {"b"});
-  write(a, 1);
-  write(b, 2);  // evicts a; a's address stays mapped to the frame
+  OneFrameTwoTensors() {
+    write(a, 1);
+    write(b, 2);
+  }
+};
+
+// `a` and `b` take turns in the one frame: after their first maps, neither is mapped, granted access
+// or unmapped again, and both read back whole.
+TEST(KeptMappings, APageBackInItsOldFrameMakesNoDriverCall) {
+  OneFrameTwoTensors t;
+  auto& [dev, p, a, b] = t;
   const auto maps = dev->calls(Op::map), grants = dev->calls(Op::set_access), unmaps = dev->calls(Op::unmap);
   const auto kept = p.stats().kept_mappings;
   for (int round = 0; round < 3; ++round) {
@@ -110,12 +119,8 @@ TEST(KeptMappings, WhereMapsAreCheapThePolicyChooses) {
 // Freeing a tensor whose pages were evicted unmaps their kept mappings; the addresses serve a new
 // tensor.
 TEST(KeptMappings, FreeingUnmapsKeptMappings) {
-  device::FaultyDevice* dev = nullptr;
-  Pager p = make_faulty_pager(test::small_config(1, 8), dev);
-  Tensor a = p.allocate(64 * KiB, {"a"});
-  Tensor b = p.allocate(64 * KiB, {"b"});
-  write(a, 1);
-  write(b, 2);  // a evicted, still mapped
+  OneFrameTwoTensors t;
+  auto& [dev, p, a, b] = t;
   const auto unmaps = dev->calls(Op::unmap);
   a.reset();
   EXPECT_EQ(dev->calls(Op::unmap) - unmaps, 1u);
