@@ -47,6 +47,14 @@ struct Costs {
   double kernel_left_ms = 0, launch_ns = 0, launch_remapping_ns = 0, launch_d2h_ns = 0, launch_d2h_remapping_ns = 0;
   double h2d_gbs = 0, d2h_gbs = 0, h2d_remapping_gbs = 0, d2h_remapping_gbs = 0;
   double run_access_ns = 0, run_access_d2h_ns = 0;  // one set_access over the remapper's pages
+  // One set_access right after n copies were queued one way: its time, and how much of the copies was
+  // left when it returned.
+  struct AfterCopies {
+    std::size_t copies = 0;
+    bool d2h = false;
+    double access_ns = 0, left_ms = 0, copies_ms = 0;
+  };
+  std::vector<AfterCopies> after;
   std::string device_name;
   std::size_t page = 0;
 };
@@ -181,6 +189,19 @@ class Remapper {
     }
     return total;
   }
+  // Moves the next page to its other chunk without granting access; grant() then grants it.
+  device::DevPtr prepare() {
+    const std::size_t i = next_++ % n_;
+    at_[i] = (at_[i] + 1) % per_page_;
+    check(dev_.unmap(va_ + i * g_, g_), "unmap");
+    check(dev_.map(va_ + i * g_, g_, chunks_[per_page_ * i + at_[i]]), "map");
+    return va_ + i * g_;
+  }
+  double grant(device::DevPtr va) {
+    const auto t0 = clock::now();
+    check(dev_.set_access(va, g_), "set_access");
+    return ns_since(t0);
+  }
   // Remaps every page, with one access grant over them all; returns the grant's host time in ns.
   double run_access() {
     for (std::size_t i = 0; i < n_; ++i) {
@@ -305,6 +326,32 @@ void concurrency(const VmmOptions& o, Costs& r) {
   sync();
   r.run_access_ns = remap.run_access();
 
+  // One access grant right after n copies were queued: does it wait for them?
+  for (const bool away : {false, true}) {
+    for (const std::size_t n : {std::size_t{1}, std::size_t{8}, o.pages, o.pages * o.rounds}) {
+      Costs::AfterCopies a{n, away};
+      const device::DevPtr page = remap.prepare();
+      auto t0 = clock::now();
+      for (std::size_t k = 0; k < n; ++k) {
+        void* d = reinterpret_cast<void*>(va + (k % o.pages) * g);
+        if (away)
+          check(dev->memcpy_async(static_cast<char*>(back) + (k % o.pages) * g, d, g, device::CopyKind::device_to_host,
+                                  out),
+                "memcpy_async");
+        else
+          check(dev->memcpy_async(d, static_cast<char*>(host) + (k % o.pages) * g, g, device::CopyKind::host_to_device,
+                                  s),
+                "memcpy_async");
+      }
+      a.access_ns = remap.grant(page);
+      const auto t1 = clock::now();
+      sync();
+      a.left_ms = ns_since(t1) / 1e6;
+      a.copies_ms = ns_since(t0) / 1e6;
+      r.after.push_back(a);
+    }
+  }
+
   // Another thread remaps without pause while this one launches and copies: does the driver serialize
   // them? Launches alone and while device-to-host copies run, then the same with the remapping thread.
   r.h2d_gbs = copies(true);
@@ -412,6 +459,10 @@ int run_vmm(const VmmOptions& o) {
       parts(r.idle).c_str(), parts(r.during_h2d).c_str(), parts(r.during_d2h).c_str(), parts(r.during_both).c_str());
   std::printf("  one set_access over %d remapped pages: %.1f us alone, %.1f us during D2H copies\n", kRemapPages,
               r.run_access_ns / 1e3, r.run_access_d2h_ns / 1e3);
+  for (const auto& a : r.after) {
+    std::printf("  set_access after %zu %s copies of a page: %.1f us, %.2f of their %.2f ms left after it\n", a.copies,
+                a.d2h ? "D2H" : "H2D", a.access_ns / 1e3, a.left_ms, a.copies_ms);
+  }
   std::printf(
       "  a launch call: %.2f us alone, %.2f us while another thread remaps; during D2H copies %.2f us, %.2f us "
       "while another thread remaps\n",
@@ -435,6 +486,14 @@ int run_vmm(const VmmOptions& o) {
       out << ", \"remap_" << name << "\": {\"unmap_ns\": " << p.unmap_ns << ", \"map_ns\": " << p.map_ns
           << ", \"set_access_ns\": " << p.access_ns << "}";
     }
+    out << ", \"set_access_after_copies\": [";
+    for (std::size_t i = 0; i < r.after.size(); ++i) {
+      const auto& a = r.after[i];
+      out << (i ? ", " : "") << "{\"copies\": " << a.copies << ", \"direction\": \"" << (a.d2h ? "d2h" : "h2d")
+          << "\", \"set_access_ns\": " << a.access_ns << ", \"left_ms\": " << a.left_ms
+          << ", \"copies_ms\": " << a.copies_ms << "}";
+    }
+    out << "]";
     out << ", \"run_access_ns\": " << r.run_access_ns << ", \"run_access_d2h_ns\": " << r.run_access_d2h_ns
         << ", \"launch_ns\": " << r.launch_ns << ", \"launch_beside_remaps_ns\": " << r.launch_remapping_ns
         << ", \"launch_d2h_ns\": " << r.launch_d2h_ns
