@@ -42,4 +42,7 @@ grep -Eq '^unbound +none +[0-9.]+ +unbound' <<<"$hb" || { echo "no unbound row:"
 vmm=$("$bench" --workload vmm --quick)
 grep -Eq 'per call: map [0-9.]+ us' <<<"$vmm" || { echo "no call costs:"; echo "$vmm"; exit 1; }
 grep -Eq 'pager page moves: [0-9.]+ GB/s' <<<"$vmm" || { echo "no page-move bandwidth:"; echo "$vmm"; exit 1; }
+grep -Eq 'set_access after [0-9]+ D2H copies of a page: [0-9.]+ us' <<<"$vmm" || { echo "no grant after copies:"; echo "$vmm"; exit 1; }
+grep -Eq 'a launch call: [0-9.]+ us alone, [0-9.]+ us while another thread remaps' <<<"$vmm" ||
+  { echo "no launches beside remaps:"; echo "$vmm"; exit 1; }
 echo "tvmm-bench smoke: ok"

@@ -51,6 +51,13 @@ struct SimDeviceConfig {
     std::chrono::nanoseconds set_access{0};  //!< per mapping a cuMemSetAccess range covers
     std::chrono::nanoseconds unmap{0};       //!< per mapping a cuMemUnmap range covers
     std::chrono::nanoseconds create{0};      //!< per granule of a cuMemCreate
+    //! While device-to-host copies run, each mapping a cuMemSetAccess covers also waits for them, up to
+    //! this much. An H200 does so (docs/gpu.md, "Access grants wait for device-to-host copies"): a grant
+    //! right after 8 queued 2 MiB copies returned when they had all completed (0.31 ms), one during a
+    //! steady stream of them took 0.39-0.43 ms, and copies the other way or a running kernel did not
+    //! slow it. The simulator counts the copies the thread's host time has not yet passed, as if each
+    //! ran at its queueing time or right after the one queued before it.
+    std::chrono::nanoseconds set_access_d2h_wait{0};
     //! The A100 figures of published measurements (issue 23 cites kvcached's): map 20 us,
     //! set_access 30 us, unmap 30 us, create 200 us per 2 MiB granule.
     [[nodiscard]] static VmmCosts published() noexcept {
@@ -59,10 +66,11 @@ struct SimDeviceConfig {
     }
     //! Measured on an NVIDIA H200 with driver 580.159.04 (`tvmm-bench --device cuda --workload vmm`,
     //! 2026-11-26, docs/gpu.md), and what tvmm-bench uses (--vmm-costs on): map 1.1 us, set_access
-    //! 22.8 us, unmap 14.4 us per 2 MiB mapping, create 8.7 us per 2 MiB granule.
+    //! 22.8 us, unmap 14.4 us per 2 MiB mapping, create 8.7 us per 2 MiB granule; a grant waits up to
+    //! 400 us per mapping for device-to-host copies.
     [[nodiscard]] static VmmCosts measured_h200() noexcept {
       using std::chrono::nanoseconds;
-      return {nanoseconds(1100), nanoseconds(22800), nanoseconds(14400), nanoseconds(8700)};
+      return {nanoseconds(1100), nanoseconds(22800), nanoseconds(14400), nanoseconds(8700), nanoseconds(400000)};
     }
   };
   VmmCosts vmm_costs;

@@ -645,6 +645,64 @@ TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
   EXPECT_EQ(measure(costs), microseconds(2 * 100 + 2 * 200 + 2 * 400 + 3 * 1000));
 }
 
+// VmmCosts::set_access_d2h_wait: a set_access waits for the device-to-host copies still running, up to the
+// cap per mapping, as an H200's does (docs/gpu.md); copies the other way do not hold it up.
+TEST(SimDevice, AnAccessGrantWaitsForDeviceToHostCopiesUpToItsCap) {
+  using std::chrono::microseconds;
+  constexpr std::size_t g = 64 * KiB;
+  auto measure = [](CopyKind kind) {
+    SimDeviceConfig c;
+    c.granularity = g;
+    c.timing = "model";
+    c.bandwidth_bytes_per_s = static_cast<double>(g) * 1000;  // a page per millisecond
+    c.vmm_costs.set_access = microseconds(10);
+    c.vmm_costs.set_access_d2h_wait = microseconds(300);
+    SimDevice dev(c, 4 * g);
+    StreamHandle s = nullptr, idle = nullptr;
+    EventHandle start = nullptr, end = nullptr;
+    EXPECT_TRUE(dev.create_stream(&s).ok());
+    EXPECT_TRUE(dev.create_stream(&idle).ok());
+    EXPECT_TRUE(dev.create_event(&start, EventKind::timing).ok());
+    EXPECT_TRUE(dev.create_event(&end, EventKind::timing).ok());
+    EXPECT_TRUE(dev.record_event(start, idle).ok());
+    EXPECT_TRUE(dev.synchronize_stream(idle).ok());  // host time now = the start event's time
+    DevPtr va = 0;
+    ChunkHandle chunks[3];
+    EXPECT_TRUE(dev.reserve(3 * g, &va).ok());
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_TRUE(dev.create_chunk(g, &chunks[i]).ok());
+      EXPECT_TRUE(dev.map(va + i * g, g, chunks[i]).ok());
+    }
+    EXPECT_TRUE(dev.set_access(va + 2 * g, g).ok());  // nothing running yet: 10 us
+    void* host = nullptr;
+    EXPECT_TRUE(dev.alloc_host(2 * g, &host).ok());
+    auto* page = reinterpret_cast<void*>(va + 2 * g);
+    for (int k = 0; k < 2; ++k) {  // 2 ms of copies
+      EXPECT_TRUE((kind == CopyKind::device_to_host ? dev.memcpy_async(host, page, g, kind, s)
+                                                    : dev.memcpy_async(page, host, g, kind, s))
+                      .ok());
+    }
+    EXPECT_TRUE(dev.set_access(va, g).ok());        // 10 us, then 300 of the 2 ms still to run
+    EXPECT_TRUE(dev.set_access(va + g, g).ok());    // the same
+    EXPECT_TRUE(dev.record_event(end, idle).ok());  // at the host's time: the idle stream has no work
+    EXPECT_TRUE(dev.synchronize_stream(idle).ok());
+    EXPECT_TRUE(dev.synchronize_stream(s).ok());
+    std::chrono::nanoseconds took{};
+    EXPECT_TRUE(dev.event_elapsed(start, end, &took).ok());
+    EXPECT_TRUE(dev.unmap(va, 3 * g).ok());
+    for (auto& ch : chunks) EXPECT_TRUE(dev.release_chunk(ch).ok());
+    EXPECT_TRUE(dev.release_reservation(va, 3 * g).ok());
+    EXPECT_TRUE(dev.free_host(host, 2 * g).ok());
+    EXPECT_TRUE(dev.destroy_event(start).ok());
+    EXPECT_TRUE(dev.destroy_event(end).ok());
+    EXPECT_TRUE(dev.destroy_stream(s).ok());
+    EXPECT_TRUE(dev.destroy_stream(idle).ok());
+    return took;
+  };
+  EXPECT_EQ(measure(CopyKind::device_to_host), microseconds(10 + 2 * (10 + 300)));
+  EXPECT_EQ(measure(CopyKind::host_to_device), microseconds(3 * 10));
+}
+
 // The test adaptor's hold: copies of one direction run only as released, in order; the other direction
 // and the stream's later work follow them.
 TEST(FaultyDevice, HeldCopiesRunOnlyOnceReleasedInOrder) {

@@ -296,6 +296,11 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back(micros_key("device.sim", "set_access_us",
                             "modelled host time of cuMemSetAccess per mapping its range covers (0 = free)",
                             [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.set_access; }));
+  keys.push_back(micros_key(
+      "device.sim", "set_access_d2h_wait_us",
+      "modelled wait of cuMemSetAccess, per mapping, for device-to-host copies still running, at most this long "
+      "(0 = none)",
+      [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.set_access_d2h_wait; }));
   keys.push_back(micros_key("device.sim", "unmap_us",
                             "modelled host time of cuMemUnmap per mapping its range covers (0 = free)",
                             [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.unmap; }));

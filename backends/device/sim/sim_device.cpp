@@ -86,6 +86,8 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
   }
   timing_ = config.timing == "model" ? sim::Timing::model : sim::Timing::wall;
   costs_ = config.vmm_costs;
+  bandwidth_ = config.bandwidth_bytes_per_s;
+  copy_latency_ = config.copy_latency;
   h2d_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
   d2h_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
 }
@@ -173,12 +175,28 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   return Status::success();
 }
 
+void SimDevice::note_d2h(std::size_t bytes) {
+  if (costs_.set_access_d2h_wait.count() == 0 || bandwidth_ <= 0) return;
+  const auto slot = copy_latency_ +
+                    std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) / bandwidth_ * 1e9));
+  std::lock_guard lk(mu_);
+  d2h_queued_until_ = std::max(d2h_queued_until_, sim::host_time(timing_)) + slot;
+}
+
 Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
   std::unique_lock lk(mu_);
   std::size_t mappings = 0;
   if (auto s = book_.check_whole_mappings(va, bytes, &mappings); !s.ok()) return s;
   if (::mprotect(as_ptr(va), bytes, PROT_READ | PROT_WRITE) != 0) return sys_fail();
-  charge(lk, costs_.set_access * static_cast<std::int64_t>(mappings));
+  // Each mapping also waits for the device-to-host copies still running, up to set_access_d2h_wait.
+  std::chrono::nanoseconds cost{0};
+  const auto now = sim::host_time(timing_);
+  for (std::size_t m = 0; m < mappings; ++m) {
+    cost += costs_.set_access;
+    if (d2h_queued_until_ > now + cost)
+      cost += std::min<std::chrono::nanoseconds>(d2h_queued_until_ - (now + cost), costs_.set_access_d2h_wait);
+  }
+  charge(lk, cost);
   return Status::success();
 }
 
@@ -265,6 +283,7 @@ Status SimDevice::do_prefetch_managed(void* ptr, std::size_t bytes, ChunkLocatio
   op.kind = sim::SimOp::Kind::copy;
   op.copy_kind = where == ChunkLocation::device ? CopyKind::host_to_device : CopyKind::device_to_host;
   op.bytes = bytes;
+  if (op.copy_kind == CopyKind::device_to_host) note_d2h(bytes);
   as_stream(stream)->enqueue(op);
   return Status::success();
 }
@@ -302,6 +321,7 @@ Status SimDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes,
   op.dst = dst;
   op.src = src;
   op.bytes = bytes;
+  if (kind == CopyKind::device_to_host) note_d2h(bytes);
   as_stream(stream)->enqueue(op);
   return Status::success();
 }
@@ -325,6 +345,7 @@ Status SimDevice::do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, Copy
     op.file_src = {memory_of(from).fd, static_cast<std::int64_t>(chunk_offset(from) + from_off)};
     op.file_dst = {memory_of(to).fd, static_cast<std::int64_t>(chunk_offset(to) + to_off)};
   }
+  if (bus == CopyKind::device_to_host) note_d2h(bytes);
   as_stream(stream)->enqueue(op);
   return Status::success();
 }

@@ -30,6 +30,7 @@ void observe(Timing timing, DeviceClock::time_point at, DeviceClock::time_point 
 }  // namespace
 
 DeviceClock::duration charged_host_time() noexcept { return t_charged; }
+DeviceClock::time_point host_time(Timing timing) noexcept { return host_now(timing); }
 
 void spend_host_time(Timing timing, DeviceClock::duration d) {
   if (d <= DeviceClock::duration::zero()) return;

@@ -55,6 +55,8 @@ enum class Timing : std::uint8_t {
 // The calling thread spends `d` of host time in a driver call (SimDeviceConfig::vmm_costs): with
 // Timing::model its host time advances by `d`, with Timing::wall it sleeps for `d`.
 void spend_host_time(Timing timing, DeviceClock::duration d);
+// The calling thread's host time (see above).
+DeviceClock::time_point host_time(Timing timing) noexcept;
 // The host time the calling thread has spent in driver calls so far (spend_host_time), in either timing.
 DeviceClock::duration charged_host_time() noexcept;
 
