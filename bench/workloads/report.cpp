@@ -96,6 +96,7 @@ json record_json(const Record& rec) {
           {"evictions", r.evictions},
           {"prefetched", r.prefetched},
           {"kept_mappings", r.kept_mappings},
+          {"remap_s", number(r.remap_s)},
           {"verified_bytes", r.verified_bytes},
           {"mismatched_bytes", r.mismatched_bytes},
           {"peers", rec.peers ? peers_json(*rec.peers) : json::object()}};
@@ -291,6 +292,7 @@ const std::vector<std::string>& summary_fields() {
                                                   "evictions",
                                                   "prefetched",
                                                   "kept_mappings",
+                                                  "remap_s",
                                                   "verified_bytes",
                                                   "mismatched_bytes",
                                                   "peers"};
@@ -312,8 +314,8 @@ void print_table(const std::vector<Record>& records) {
       std::printf("\nworkload %s: %.1f MiB in %s pages, compute %.2f ms per iteration\n", rec.workload.c_str(),
                   static_cast<double>(rec.working_set_bytes) / MiB, format_bytes(rec.page_bytes).c_str(),
                   r.compute_s * 1e3);
-      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s %9s %7s\n", "policy", "ratio", "step ms", "MiB moved",
-                  "disk MiB", "vs Belady", "vs bound", "vs window", "vs lower", "prefetch", "kept %");
+      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s %9s %7s %9s\n", "policy", "ratio", "step ms", "MiB moved",
+                  "disk MiB", "vs Belady", "vs bound", "vs window", "vs lower", "prefetch", "kept %", "remap ms");
       last_workload = rec.workload;
     }
     if (rec.peers.get() != last && rec.peers) {
@@ -345,9 +347,10 @@ void print_table(const std::vector<Record>& records) {
     // address (no VMM call).
     const auto resident = static_cast<double>(r.misses + r.prefetched);
     const double kept = resident == 0 ? 0.0 : 100.0 * static_cast<double>(r.kept_mappings) / resident;
-    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9llu %7.0f\n", r.policy.c_str(), r.ratio,
-                r.step_time_s * 1e3, r.bytes_moved / MiB, r.disk_read_bytes / MiB, r.bytes_vs_belady, r.time_vs_bound,
-                r.time_vs_window_bound, r.time_vs_lower_bound, static_cast<unsigned long long>(r.prefetched), kept);
+    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9llu %7.0f %9.2f\n", r.policy.c_str(),
+                r.ratio, r.step_time_s * 1e3, r.bytes_moved / MiB, r.disk_read_bytes / MiB, r.bytes_vs_belady,
+                r.time_vs_bound, r.time_vs_window_bound, r.time_vs_lower_bound,
+                static_cast<unsigned long long>(r.prefetched), kept, r.remap_s * 1e3);
   }
 }
 

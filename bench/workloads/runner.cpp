@@ -402,6 +402,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.evictions = after.evictions - before.evictions;
   r.prefetched = after.prefetched - before.prefetched;
   r.kept_mappings = after.kept_mappings - before.kept_mappings;
+  r.remap_s = static_cast<double>(after.remap_ns - before.remap_ns) * 1e-9 / measured;
   if (bytes_check) {
     r.verified_bytes = verified;
     r.mismatched_bytes = bytes_check->mismatches(stream);

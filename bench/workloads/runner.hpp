@@ -79,6 +79,7 @@ struct RunResult {
   double time_vs_lower_bound = 0;
   std::uint64_t misses = 0, evictions = 0, prefetched = 0;
   std::uint64_t kept_mappings = 0;  // page-ins into the frame the page's address was still mapped to
+  double remap_s = 0;               // host seconds per iteration in the other page-ins' unmap, map and access calls
   std::uint64_t verified_bytes = 0, mismatched_bytes = 0;
 };
 

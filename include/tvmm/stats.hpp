@@ -30,6 +30,10 @@ struct Stats {
   std::uint64_t prefetched = 0;          //!< Pages made resident by prefetch() or trace prefetch.
   std::uint64_t kept_mappings = 0;       //!< Page-ins into the frame the page's address was still mapped to
                                          //!< (no map, access grant or unmap call; see PageEntry::mapped).
+  std::uint64_t remap_ns = 0;            //!< Host time in the driver calls of the other page-ins: unmapping
+                                         //!< the address's old mapping, mapping it, granting access. Read
+                                         //!< on the device's host clock: the wall clock on a GPU, the
+                                         //!< modelled call costs on the simulator (device.sim.*_us).
   std::uint64_t trace_divergences = 0;   //!< Times the program left the recorded trace (it was dropped).
   std::uint64_t stall_ns = 0;            //!< Time calling threads spent blocked inside pin().
   std::uint64_t allocations = 0;         //!< Tensors allocated so far.

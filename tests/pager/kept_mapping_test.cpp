@@ -65,6 +65,40 @@ TEST(KeptMappings, APageInAnotherFrameIsUnmappedThenMapped) {
   p.check_invariants();
 }
 
+// Stats::remap_ns counts the host time of a remap's calls (the simulator's modelled costs here: unmap,
+// map, access grant), and nothing for a page back in its old frame.
+TEST(KeptMappings, RemapTimeCountsTheCallsOfAPageMovedToAnotherFrameOnly) {
+  using std::chrono::microseconds;
+  Config c = test::small_config(2, 8);
+  c.sim.timing = "model";
+  c.sim.vmm_costs.map = microseconds(1);
+  c.sim.vmm_costs.set_access = microseconds(20);
+  c.sim.vmm_costs.unmap = microseconds(300);
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(c, dev);
+  Tensor a = p.allocate(64 * KiB, {"a"});
+  Tensor b = p.allocate(64 * KiB, {"b"});
+  Tensor c3 = p.allocate(64 * KiB, {"c"});
+  write(a, 1);
+  write(b, 2);
+  write(c3, 3);  // evicts a into c's frame
+  {
+    const Pin hold_c = c3.pin(Access::read);  // so a must take b's frame
+    const auto before = p.stats().remap_ns;
+    EXPECT_EQ(mismatches(a, 1), 0u);
+    EXPECT_EQ(p.stats().remap_ns - before, 321'000u);  // its old mapping unmapped, mapped, granted access
+  }
+  // b's address is still mapped to the frame a took: with calls this costly, eviction prefers a, and b
+  // goes back into its old frame with no call.
+  const auto kept = p.stats().kept_mappings;
+  const auto before = p.stats().remap_ns;
+  EXPECT_EQ(mismatches(b, 2), 0u);
+  EXPECT_EQ(p.stats().kept_mappings - kept, 1u);
+  EXPECT_EQ(p.stats().remap_ns, before);
+  EXPECT_EQ(a.tier(), Tier::host);
+  p.check_invariants();
+}
+
 namespace {
 
 // Three frames and four one-page tensors: a, b, c written in turn, then d evicts a (the least recently

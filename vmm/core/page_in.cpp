@@ -62,6 +62,11 @@ void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) 
     remapped.push_back(i);
   }
   if (!reqs.empty()) {
+    common::ScopeGuard timed([&] {  // failed calls took host time too
+      const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(dev_->host_clock() - started);
+      observe_.counters.remap_ns.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(took.count(), 0)),
+                                           std::memory_order_relaxed);
+    });
     std::vector<std::uint8_t> left_mapped(reqs.size(), 0);
     try {
       xfer_->map(reqs, left_mapped);

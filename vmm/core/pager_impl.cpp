@@ -598,6 +598,7 @@ Stats PagerImpl::stats() const {
   s.evictions = observe_.counters.evictions.load(std::memory_order_relaxed);
   s.clean_evictions = observe_.counters.clean_evictions.load(std::memory_order_relaxed);
   s.kept_mappings = observe_.counters.kept_mappings.load(std::memory_order_relaxed);
+  s.remap_ns = observe_.counters.remap_ns.load(std::memory_order_relaxed);
   if (nvme_) {
     const auto& c = nvme_->counters();
     const auto w = c.pages_written.load(std::memory_order_relaxed), r = c.pages_read.load(std::memory_order_relaxed);

@@ -33,6 +33,7 @@ std::string to_json(const Stats& s) {
   field("evictions", s.evictions);
   field("clean_evictions", s.clean_evictions);
   field("kept_mappings", s.kept_mappings);
+  field("remap_ns", s.remap_ns);
   field("prefetched", s.prefetched);
   field("trace_divergences", s.trace_divergences);
   field("stall_ns", s.stall_ns);
