@@ -71,6 +71,29 @@ constexpr auto relaxed = std::memory_order_relaxed;
 Status invalid() noexcept { return Status::fail(Errc::invalid_value); }
 }  // namespace
 
+class DeviceBackend::Timed {
+ public:
+  Timed(DeviceBackend& b, TimedCall c) noexcept : t_(b.times_[static_cast<std::size_t>(c)]) {}
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+  ~Timed() {
+    const auto took = std::chrono::steady_clock::now() - start_;
+    t_.calls.fetch_add(1, relaxed);
+    t_.ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
+                    relaxed);
+  }
+
+ private:
+  AtomicCallTime& t_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+std::array<CallTime, kTimedCalls> DeviceBackend::call_times() const noexcept {
+  std::array<CallTime, kTimedCalls> out{};
+  for (std::size_t i = 0; i < kTimedCalls; ++i) out[i] = {times_[i].calls.load(relaxed), times_[i].ns.load(relaxed)};
+  return out;
+}
+
 Status DeviceBackend::reserve(std::size_t bytes, DevPtr* out) {
   if (bytes == 0 || !aligned(bytes) || out == nullptr) return invalid();
   return noted(do_reserve(bytes, out));
@@ -97,18 +120,21 @@ Status DeviceBackend::release_chunk(ChunkHandle chunk) { return noted(do_release
 Status DeviceBackend::map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
   maps_.fetch_add(1, relaxed);
+  const Timed timed(*this, TimedCall::map);
   return noted(do_map(va, bytes, chunk));
 }
 
 Status DeviceBackend::set_access(DevPtr va, std::size_t bytes) {
   if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
   set_access_.fetch_add(1, relaxed);
+  const Timed timed(*this, TimedCall::set_access);
   return noted(do_set_access(va, bytes));
 }
 
 Status DeviceBackend::unmap(DevPtr va, std::size_t bytes) {
   if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
   unmaps_.fetch_add(1, relaxed);
+  const Timed timed(*this, TimedCall::unmap);
   return noted(do_unmap(va, bytes));
 }
 
@@ -174,6 +200,7 @@ Status DeviceBackend::memcpy_async(void* dst, const void* src, std::size_t bytes
   if (dst == nullptr || src == nullptr || stream == nullptr) return invalid();
   copies_.fetch_add(1, relaxed);
   copy_bytes_.fetch_add(bytes, relaxed);
+  const Timed timed(*this, TimedCall::copy);
   return noted(do_memcpy_async(dst, src, bytes, kind, stream));
 }
 
@@ -181,35 +208,44 @@ Status DeviceBackend::copy_device(DevPtr dst, DevPtr src, std::size_t bytes, Cop
   if (dst == 0 || src == 0 || bytes == 0 || stream == nullptr) return invalid();
   copies_.fetch_add(1, relaxed);
   copy_bytes_.fetch_add(bytes, relaxed);
+  const Timed timed(*this, TimedCall::copy);
   return noted(do_copy_device(dst, src, bytes, bus, stream));
 }
 
 Status DeviceBackend::launch_host(StreamHandle stream, HostFn fn, void* user) {
   if (stream == nullptr || fn == nullptr) return invalid();
+  const Timed timed(*this, TimedCall::launch);
   return noted(do_launch_host(stream, fn, user));
 }
 
 Status DeviceBackend::launch_busy(StreamHandle stream, std::chrono::nanoseconds duration) {
   if (stream == nullptr || duration.count() < 0) return invalid();
+  const Timed timed(*this, TimedCall::launch);
   return noted(do_launch_busy(stream, duration));
 }
 
 Status DeviceBackend::fill(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed) {
   if (stream == nullptr || va == 0) return invalid();
+  const Timed timed(*this, TimedCall::launch);
   return noted(do_fill(stream, va, bytes, seed));
 }
 
 Status DeviceBackend::verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) {
   if (stream == nullptr || va == 0 || bad == 0) return invalid();
+  const Timed timed(*this, TimedCall::launch);
   return noted(do_verify(stream, va, bytes, seed, bad));
 }
 
 Status DeviceBackend::synchronize_stream(StreamHandle stream) {
   if (stream == nullptr) return invalid();
+  const Timed timed(*this, TimedCall::synchronize);
   return noted(do_synchronize_stream(stream));
 }
 
-Status DeviceBackend::synchronize_device() { return noted(do_synchronize_device()); }
+Status DeviceBackend::synchronize_device() {
+  const Timed timed(*this, TimedCall::synchronize);
+  return noted(do_synchronize_device());
+}
 
 Status DeviceBackend::memory_info(std::size_t* free, std::size_t* total) {
   if (free == nullptr || total == nullptr) return invalid();
@@ -228,21 +264,25 @@ Status DeviceBackend::destroy_event(EventHandle event) {
 
 Status DeviceBackend::record_event(EventHandle event, StreamHandle stream) {
   if (event == nullptr || stream == nullptr) return invalid();
+  const Timed timed(*this, TimedCall::record);
   return noted(do_record_event(event, stream));
 }
 
 Status DeviceBackend::stream_wait_event(StreamHandle stream, EventHandle event) {
   if (event == nullptr || stream == nullptr) return invalid();
+  const Timed timed(*this, TimedCall::stream_wait);
   return noted(do_stream_wait_event(stream, event));
 }
 
 Status DeviceBackend::query_event(EventHandle event) {
   if (event == nullptr) return invalid();
+  const Timed timed(*this, TimedCall::query);
   return noted(do_query_event(event));
 }
 
 Status DeviceBackend::synchronize_event(EventHandle event) {
   if (event == nullptr) return invalid();
+  const Timed timed(*this, TimedCall::synchronize);
   return noted(do_synchronize_event(event));
 }
 

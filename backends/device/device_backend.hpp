@@ -57,6 +57,7 @@
 //                       both have completed, invalid_value if either was never recorded or is a `sync`
 //                       event.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -151,6 +152,13 @@ struct BackendCounters {
   std::uint64_t maps = 0, unmaps = 0, set_access = 0, copies = 0, copy_bytes = 0, chunks_created = 0;
 };
 
+//! The calls whose host time the backend keeps (call_times()).
+enum class TimedCall : std::uint8_t { map, set_access, unmap, copy, record, stream_wait, query, synchronize, launch };
+inline constexpr std::size_t kTimedCalls = 9;
+struct CallTime {
+  std::uint64_t calls = 0, ns = 0;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend();
@@ -167,6 +175,8 @@ class DeviceBackend {
   //! `s` succeeded or the device is lost (every call fails then, and that was said once).
   void warn_failed(const Status& s, const char* what) const noexcept;
   [[nodiscard]] BackendCounters counters() const noexcept;
+  //! Calls made so far and the wall-clock time inside them, by TimedCall: on a GPU, the driver's host time.
+  [[nodiscard]] std::array<CallTime, kTimedCalls> call_times() const noexcept;
   //! The calling thread's host clock, as the backend accounts for host time: the wall clock on a GPU;
   //! on the simulator, the host time it has charged the thread for VMM calls (SimDeviceConfig::
   //! vmm_costs). The pager times its own mapping calls with it.
@@ -281,6 +291,11 @@ class DeviceBackend {
   DeviceProperties props_;
   std::atomic<std::uint64_t> maps_{0}, unmaps_{0}, set_access_{0}, copies_{0}, copy_bytes_{0}, chunks_{0};
   std::atomic<bool> lost_{false};
+  struct AtomicCallTime {
+    std::atomic<std::uint64_t> calls{0}, ns{0};
+  };
+  std::array<AtomicCallTime, kTimedCalls> times_;
+  class Timed;  // adds a call's wall-clock time to times_
 };
 
 //! Creates the backend registered (backends/device/registry.cpp) as `config.device_backend`; throws

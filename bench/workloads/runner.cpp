@@ -403,6 +403,12 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.prefetched = after.prefetched - before.prefetched;
   r.kept_mappings = after.kept_mappings - before.kept_mappings;
   r.remap_s = static_cast<double>(after.remap_ns - before.remap_ns) * 1e-9 / measured;
+  const auto was = driver_times(before.driver);
+  const auto now = driver_times(after.driver);
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    r.driver.push_back({now[i].first, static_cast<double>(now[i].second.calls - was[i].second.calls) / measured,
+                        static_cast<double>(now[i].second.ns - was[i].second.ns) * 1e-9 / measured});
+  }
   if (bytes_check) {
     r.verified_bytes = verified;
     r.mismatched_bytes = bytes_check->mismatches(stream);

@@ -80,6 +80,12 @@ struct RunResult {
   std::uint64_t misses = 0, evictions = 0, prefetched = 0;
   std::uint64_t kept_mappings = 0;  // page-ins into the frame the page's address was still mapped to
   double remap_s = 0;               // host seconds per iteration in the other page-ins' unmap, map and access calls
+  struct DriverRow {
+    const char* call = "";  // a DriverTimes kind: "map", "set_access", ...
+    double calls = 0;       // per iteration
+    double seconds = 0;     // host time inside them, per iteration
+  };
+  std::vector<DriverRow> driver;  // the device backend's calls by kind (Stats::driver), per measured iteration
   std::uint64_t verified_bytes = 0, mismatched_bytes = 0;
 };
 

@@ -2,8 +2,10 @@
 //! @file stats.hpp
 //! `tvmm::Stats`: a snapshot of a pager's counters.
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "tvmm/export.h"
 
@@ -14,6 +16,31 @@ struct Traffic {
   std::uint64_t bytes = 0;  //!< Bytes moved.
   std::uint64_t pages = 0;  //!< Pages moved.
 };
+
+//! Calls of one kind to the device backend (the GPU driver), and the host time they took.
+struct DriverTime {
+  std::uint64_t calls = 0;  //!< Calls made.
+  std::uint64_t ns = 0;     //!< Host time inside them: the wall clock around each call.
+};
+
+//! Host time in the device backend's calls, by kind: where a pager's host time goes on a GPU, where
+//! every such call is a driver call. On the simulator the same calls take its own time (mmap for a map,
+//! memcpy-free queueing for a copy); its modelled VMM costs count only with timing "wall".
+struct DriverTimes {
+  DriverTime map;          //!< cuMemMap
+  DriverTime set_access;   //!< cuMemSetAccess
+  DriverTime unmap;        //!< cuMemUnmap
+  DriverTime copy;         //!< cuMemcpyAsync and device-to-device copies queued
+  DriverTime record;       //!< cuEventRecord
+  DriverTime stream_wait;  //!< cuStreamWaitEvent
+  DriverTime query;        //!< cuEventQuery
+  DriverTime synchronize;  //!< cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize
+  DriverTime launch;       //!< kernels and host functions launched (the pager's own and its users')
+};
+
+//! Each kind of DriverTimes with its name ("map", "set_access", "unmap", "copy", "record",
+//! "stream_wait", "query", "synchronize", "launch"), in that order.
+[[nodiscard]] TVMM_API std::array<std::pair<const char*, DriverTime>, 9> driver_times(const DriverTimes& d);
 
 //! A consistent-enough snapshot of a pager's counters (each counter is read atomically; the set is
 //! not one atomic snapshot while other threads run).
@@ -51,6 +78,7 @@ struct Stats {
   std::uint64_t nvme_read_errors = 0;    //!< Failed reads from the NVMe tier (each page stayed there).
   std::uint64_t nvme_corrupt_reads = 0;  //!< Reads whose data failed the page checksum (never handed out).
   std::uint64_t page_size = 0;           //!< Page size in bytes.
+  DriverTimes driver;                    //!< The device backend's calls, by kind, and their host time.
 
   //! Pages found resident over pages asked for by pins, in [0, 1]; 1 when nothing was pinned.
   [[nodiscard]] double hit_rate() const noexcept {

@@ -43,6 +43,11 @@ TEST(KeptMappings, APageBackInItsOldFrameMakesNoDriverCall) {
   EXPECT_EQ(dev->calls(Op::set_access), grants);
   EXPECT_EQ(dev->calls(Op::unmap), unmaps);
   EXPECT_EQ(p.stats().kept_mappings - kept, 6u);
+  // Stats::driver counts every call the device saw.
+  EXPECT_EQ(p.stats().driver.map.calls, dev->calls(Op::map));
+  EXPECT_EQ(p.stats().driver.set_access.calls, dev->calls(Op::set_access));
+  EXPECT_EQ(p.stats().driver.unmap.calls, dev->calls(Op::unmap));
+  EXPECT_GT(p.stats().driver.copy.calls, 0u);
   p.check_invariants();
 }
 

@@ -352,6 +352,8 @@ TEST(Pager, StatsAndPinLogFilesAreWritten) {
   const std::string stats = test::read_file(stats_path);
   EXPECT_NE(stats.find("\"pins\": 4"), std::string::npos) << stats;  // with the arena page's pin for life
   EXPECT_NE(stats.find("\"device_to_host\": {\"bytes\": 65536, \"pages\": 1}"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"driver\": {\"map\": {\"calls\": "), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"launch\": {\"calls\": "), std::string::npos) << stats;
   EXPECT_EQ(stats.back(), '\n');
   const std::string log = test::read_file(log_path);
   std::vector<std::string> lines;

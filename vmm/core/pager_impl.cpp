@@ -599,6 +599,15 @@ Stats PagerImpl::stats() const {
   s.clean_evictions = observe_.counters.clean_evictions.load(std::memory_order_relaxed);
   s.kept_mappings = observe_.counters.kept_mappings.load(std::memory_order_relaxed);
   s.remap_ns = observe_.counters.remap_ns.load(std::memory_order_relaxed);
+  const auto times = dev_->call_times();
+  auto driver = [&](device::TimedCall c) {
+    const auto& t = times[static_cast<std::size_t>(c)];
+    return DriverTime{t.calls, t.ns};
+  };
+  using C = device::TimedCall;
+  s.driver = {driver(C::map),   driver(C::set_access),  driver(C::unmap),
+              driver(C::copy),  driver(C::record),      driver(C::stream_wait),
+              driver(C::query), driver(C::synchronize), driver(C::launch)};
   if (nvme_) {
     const auto& c = nvme_->counters();
     const auto w = c.pages_written.load(std::memory_order_relaxed), r = c.pages_read.load(std::memory_order_relaxed);

@@ -8,6 +8,18 @@
 
 namespace tvmm {
 
+std::array<std::pair<const char*, DriverTime>, 9> driver_times(const DriverTimes& d) {
+  return {{{"map", d.map},
+           {"set_access", d.set_access},
+           {"unmap", d.unmap},
+           {"copy", d.copy},
+           {"record", d.record},
+           {"stream_wait", d.stream_wait},
+           {"query", d.query},
+           {"synchronize", d.synchronize},
+           {"launch", d.launch}}};
+}
+
 std::string to_json(const Stats& s) {
   std::string out = "{";
   auto field = [&](const char* name, std::uint64_t v) {
@@ -52,6 +64,14 @@ std::string to_json(const Stats& s) {
   field("nvme_read_errors", s.nvme_read_errors);
   field("nvme_corrupt_reads", s.nvme_corrupt_reads);
   field("page_size", s.page_size);
+  out += ", \"driver\": {";
+  bool first = true;
+  for (const auto& [name, t] : driver_times(s.driver)) {
+    out += (first ? "\"" : ", \"") + std::string(name) + "\": {\"calls\": " + std::to_string(t.calls) +
+           ", \"ns\": " + std::to_string(t.ns) + "}";
+    first = false;
+  }
+  out += "}";
   return out + "}";
 }
 
