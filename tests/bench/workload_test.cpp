@@ -394,5 +394,27 @@ TEST(Workloads, TheWholeWorkloadBudgetHoldsEveryTensor) {
   EXPECT_NEAR(whole_run.step_time_s, whole_run.compute_s, 1e-6) << "the steady state makes no VMM call";
 }
 
+
+// Sampling residency (the plots' timeline) reads every page's tier after every kernel: host work that on a
+// GPU delays the kernels it runs between. It happens in an extra iteration after the measured ones, so the
+// measured iterations make the same driver calls, move the same bytes and take the same time with or
+// without it.
+TEST(Workloads, SamplingResidencyLeavesTheMeasuredIterationsAlone) {
+  RunOptions o;
+  o.iterations = 3;
+  o.warmup = 1;
+  const auto w = make_train(4, 4 * MiB, 100);
+  const auto plain = run_pager(w, o, "trace", 2.0);
+  Residency residency;
+  const auto sampled = run_pager(w, o, "trace", 2.0, &residency);
+  EXPECT_EQ(residency.size(), w.step.size());  // a row per kernel of one iteration
+  EXPECT_EQ(sampled.step_time_s, plain.step_time_s);
+  EXPECT_EQ(sampled.bytes_moved, plain.bytes_moved);
+  ASSERT_EQ(sampled.driver.size(), plain.driver.size());
+  for (std::size_t i = 0; i < plain.driver.size(); ++i) {
+    EXPECT_EQ(sampled.driver[i].calls, plain.driver[i].calls) << plain.driver[i].call;
+  }
+}
+
 }  // namespace
 }  // namespace tvmm::bench
