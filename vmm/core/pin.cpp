@@ -132,12 +132,20 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
   if (ahead.empty()) return;
   try {
     Lock lk(mu_);
-    reap(lk);
+    // Most targets are resident already (each pin adds one target `distance` pins ahead): reap, which
+    // queries the oldest transfers' events (a driver call each on a GPU), only for a target with pages
+    // on the host or on their way there.
+    bool reaped = false;
     for (const auto& target : ahead) {
       auto it = by_id_.find(target.tensor);
       if (it == by_id_.end() || it->second->arena != nullptr) continue;
       Allocation* a = it->second;
-      std::vector<PageEntry*> todo = host_pages(a, {target.first, target.pages});
+      const PageSpan span{target.first, target.pages};
+      if (!reaped && leaving_or_away(a, span)) {
+        reap(lk);
+        reaped = true;
+      }
+      std::vector<PageEntry*> todo = host_pages(a, span);
       if (todo.empty()) continue;
       const std::size_t horizon = prefetch_.horizon_of(target);
       auto needed_sooner = [&](const PageEntry& p) { return prefetch_.needed_sooner(p.owner->id, target, horizon); };
@@ -220,6 +228,15 @@ std::vector<EventRef> PagerImpl::pending_page_ins(const Allocation* a, PageSpan 
     if (e != nullptr && (out.empty() || out.back().get() != e) && !events_.is_done(e)) out.emplace_back(e);
   }
   return out;
+}
+
+bool PagerImpl::leaving_or_away(const Allocation* a, PageSpan span) const noexcept {
+  const PageEntry* pages = &table_[a->first_page + span.first];
+  for (std::uint32_t i = 0; i < span.count; ++i) {
+    const auto st = pages[i].state();
+    if (st != PageState::device && st != PageState::fresh) return true;
+  }
+  return false;
 }
 
 std::vector<PageEntry*> PagerImpl::host_pages(const Allocation* a, PageSpan span, std::size_t limit) {
