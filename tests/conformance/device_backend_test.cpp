@@ -472,9 +472,20 @@ struct SlowCopyDevice {
   StreamHandle s = nullptr, t = nullptr;
   SlowCopyDevice() {
     if (!dev.alloc_host(bytes, &h).ok() || !dev.alloc_host(bytes, &d).ok() || !dev.create_stream(&s).ok() ||
-        !dev.create_stream(&t).ok()) {
+        !dev.create_stream(&t).ok() || !align_clocks()) {
       throw std::runtime_error("SlowCopyDevice: the simulator refused its setup");
     }
+  }
+  // A stream's device clock starts when it is created, and creating one waits for its worker thread,
+  // which can take milliseconds on a loaded machine: t's clock may start that much after s's. Waiting
+  // for an event on each brings the host's time past both, so the tests' work on either stream starts
+  // at the host's time.
+  bool align_clocks() {
+    EventHandle e = nullptr;
+    if (!dev.create_event(&e, EventKind::sync).ok()) return false;
+    const bool ok = dev.record_event(e, s).ok() && dev.synchronize_event(e).ok() && dev.record_event(e, t).ok() &&
+                    dev.synchronize_event(e).ok();
+    return dev.destroy_event(e).ok() && ok;
   }
   ~SlowCopyDevice() {  // runs only after a complete setup (the constructor throws otherwise)
     EXPECT_TRUE(dev.destroy_stream(s).ok());
