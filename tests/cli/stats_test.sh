@@ -9,7 +9,8 @@ fail() { echo "$1"; shift; printf '%s\n' "$@"; exit 1; }
 
 TVMM_STATS="$dir/pager.json" "$demo" --quick >/dev/null
 out=$("$tvmm" stats "$dir/pager.json")
-for want in "a pager's stats, pages of 2 MiB" "device " "host " "host to device" "device to host" "pins " "evictions " "page-ins into the frame still mapped at their address"; do
+for want in "a pager's stats, pages of 2 MiB" "device " "host " "host to device" "device to host" "pins " "evictions " "page-ins into the frame still mapped at their address" \
+  "host time in the driver calls of the other page-ins" "driver call " "copy "; do
   grep -qF "$want" <<<"$out" || fail "missing '$want' in the pager report:" "$out"
 done
 

@@ -73,6 +73,19 @@ std::string pager_report(const json& j, const std::string& source) {
     line(o, "page-ins into the frame still mapped at their address (no driver call): %llu",
          static_cast<unsigned long long>(num(j, "kept_mappings")));
   }
+  if (j.contains("remap_ns")) {  // written since the second H200 run
+    line(o, "host time in the driver calls of the other page-ins (unmap, map, access grant): %.1f ms",
+         static_cast<double>(num(j, "remap_ns")) / 1e6);
+  }
+  if (const auto driver = j.find("driver"); driver != j.end() && driver->is_object()) {
+    line(o, "%-12s %12s %12s %10s", "driver call", "calls", "host ms", "us each");
+    for (const auto& [name, t] : driver->items()) {
+      const auto calls = num(t, "calls"), ns = num(t, "ns");
+      if (calls == 0) continue;
+      line(o, "%-12s %12llu %12.1f %10.1f", name.c_str(), static_cast<unsigned long long>(calls),
+           static_cast<double>(ns) / 1e6, static_cast<double>(ns) / 1e3 / static_cast<double>(calls));
+    }
+  }
   line(o, "tensors allocated %llu; live now %s", static_cast<unsigned long long>(num(j, "allocations")),
        bytes(num(j, "live_bytes")).c_str());
   const auto we = num(j, "nvme_write_errors"), re = num(j, "nvme_read_errors"), ce = num(j, "nvme_corrupt_reads");
