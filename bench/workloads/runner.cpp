@@ -323,25 +323,10 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   Stats before{};
   StreamTimer timer(stream);
   double device_secs = 0;
-  double secs = 0;
-  Stats after{};
   std::vector<Pin> pins;
-  // Residency is sampled in one more iteration after the measured ones: reading every page's tier after
-  // every kernel takes the pager's lock and queries events, host time that on a GPU would delay the
-  // kernels of a measured iteration (a GPT-2 step on an H200 took 10 ms longer with it).
+  // One iteration of the step; with `sample`, the residency of every tensor after each kernel.
   const int total = o.iterations + (residency != nullptr ? 1 : 0);
-  for (int it = 0; it < total; ++it) {
-    if (it == o.warmup) {
-      stream.synchronize();
-      before = pager.stats();
-      t0 = clock::now();
-    }
-    const bool sample = it == o.iterations;
-    if (sample) {  // the iteration before ended with the stream synchronized
-      secs = std::chrono::duration<double>(clock::now() - t0).count();
-      after = pager.stats();
-      residency->clear();
-    }
+  auto iteration = [&](int it, bool sample) {
     pager.mark_iteration();
     timer.start();
     for (const auto& k : w.step) {
@@ -380,12 +365,25 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
     }
     timer.stop();
     stream.synchronize();
-    if (it >= o.warmup && it < o.iterations) device_secs += std::chrono::duration<double>(timer.elapsed()).count();
     if (!o.progress.empty()) std::fprintf(stderr, "\r%s: iteration %d/%d   ", o.progress.c_str(), it + 1, total);
+  };
+  for (int it = 0; it < o.iterations; ++it) {
+    if (it == o.warmup) {
+      stream.synchronize();
+      before = pager.stats();
+      t0 = clock::now();
+    }
+    iteration(it, false);
+    if (it >= o.warmup) device_secs += std::chrono::duration<double>(timer.elapsed()).count();
   }
-  if (residency == nullptr) {
-    secs = std::chrono::duration<double>(clock::now() - t0).count();
-    after = pager.stats();
+  const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+  const auto after = pager.stats();
+  // Residency is sampled in one more iteration after the measured ones: reading every page's tier after
+  // every kernel takes the pager's lock and queries events, host time that on a GPU would delay the
+  // kernels of a measured iteration (a GPT-2 step on an H200 took 10 ms longer with it).
+  if (residency != nullptr) {
+    residency->clear();
+    iteration(o.iterations, true);
   }
   const int measured = o.iterations - o.warmup;
 

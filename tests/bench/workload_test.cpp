@@ -394,7 +394,6 @@ TEST(Workloads, TheWholeWorkloadBudgetHoldsEveryTensor) {
   EXPECT_NEAR(whole_run.step_time_s, whole_run.compute_s, 1e-6) << "the steady state makes no VMM call";
 }
 
-
 // Sampling residency (the plots' timeline) reads every page's tier after every kernel: host work that on a
 // GPU delays the kernels it runs between. It happens in an extra iteration after the measured ones, so the
 // measured iterations make the same driver calls, move the same bytes and take the same time with or
