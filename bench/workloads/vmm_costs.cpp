@@ -68,92 +68,13 @@ Config base_config(const VmmOptions& o) {
   return c;
 }
 
-// Map, set access and unmap `pages` pages `rounds` times through the backend directly.
-void call_costs(const VmmOptions& o, Costs& r) {
-  Config c = base_config(o);
-  auto dev = device::make_device_backend(c);
-  const std::size_t g = dev->properties().granularity;
-  r.page = g;
-  r.device_name = dev->properties().name;
-  device::DevPtr va = 0;
-  check(dev->reserve(o.pages * g, &va), "reserve");
-  std::vector<device::ChunkHandle> chunks(o.pages);
-  auto t_create = clock::now();
-  for (auto& ch : chunks) check(dev->create_chunk(g, &ch), "create_chunk");
-  r.create_ns = ns_since(t_create) / static_cast<double>(o.pages);
-  double map = 0, access = 0, run = 0, unmap = 0, unmap_run = 0;
-  for (int round = 0; round < o.rounds; ++round) {
-    auto t0 = clock::now();
-    for (std::size_t i = 0; i < o.pages; ++i) check(dev->map(va + i * g, g, chunks[i]), "map");
-    map += ns_since(t0);
-    // Half the rounds grant access and unmap page by page, half over the whole run in one call each (as
-    // the transfer engine grants access, and as the pager unmaps a freed tensor's run of pages).
-    if (round % 2 == 0) {
-      t0 = clock::now();
-      for (std::size_t i = 0; i < o.pages; ++i) check(dev->set_access(va + i * g, g), "set_access");
-      access += ns_since(t0);
-      t0 = clock::now();
-      for (std::size_t i = 0; i < o.pages; ++i) check(dev->unmap(va + i * g, g), "unmap");
-      unmap += ns_since(t0);
-    } else {
-      t0 = clock::now();
-      check(dev->set_access(va, o.pages * g), "set_access (run)");
-      run += ns_since(t0);
-      t0 = clock::now();
-      check(dev->unmap(va, o.pages * g), "unmap (run)");
-      unmap_run += ns_since(t0);
-    }
-  }
-  const double calls = static_cast<double>(o.pages) * o.rounds;
-  const double page_rounds = static_cast<double>(o.pages) * ((o.rounds + 1) / 2);
-  r.map_ns = map / calls;
-  r.access_ns = access / page_rounds;
-  r.access_run_ns = o.rounds > 1 ? run / (o.rounds / 2) : 0;
-  r.unmap_ns = unmap / page_rounds;
-  r.unmap_run_ns = o.rounds > 1 ? unmap_run / (o.rounds / 2) : 0;
-  const auto t_release = clock::now();
-  for (auto& ch : chunks) check(dev->release_chunk(ch), "release_chunk");
-  r.release_ns = ns_since(t_release) / static_cast<double>(o.pages);
-  check(dev->release_reservation(va, o.pages * g), "release_reservation");
-
-  // Plain copies of pinned host memory into and out of mapped pages, page by page on one stream.
-  check(dev->reserve(o.pages * g, &va), "reserve");
-  for (auto& ch : chunks) check(dev->create_chunk(g, &ch), "create_chunk");
-  for (std::size_t i = 0; i < o.pages; ++i) check(dev->map(va + i * g, g, chunks[i]), "map");
-  check(dev->set_access(va, o.pages * g), "set_access");
-  void* host = nullptr;
-  check(dev->alloc_host(o.pages * g, &host), "alloc_host");
-  std::memset(host, 1, o.pages * g);
-  device::StreamHandle s = nullptr;
-  check(dev->create_stream(&s), "create_stream");
-  for (auto kind : {device::CopyKind::host_to_device, device::CopyKind::device_to_host}) {
-    const auto t0 = clock::now();
-    for (int round = 0; round < o.rounds; ++round) {
-      for (std::size_t i = 0; i < o.pages; ++i) {
-        void* d = reinterpret_cast<void*>(va + i * g);
-        void* h = static_cast<char*>(host) + i * g;
-        check(kind == device::CopyKind::host_to_device ? dev->memcpy_async(d, h, g, kind, s)
-                                                       : dev->memcpy_async(h, d, g, kind, s),
-              "memcpy_async");
-      }
-    }
-    check(dev->synchronize_stream(s), "synchronize");
-    const double gbs = static_cast<double>(o.pages * g) * o.rounds / (ns_since(t0));
-    (kind == device::CopyKind::host_to_device ? r.plain_h2d_gbs : r.plain_d2h_gbs) = gbs;
-  }
-  check(dev->destroy_stream(s), "destroy_stream");
-  check(dev->free_host(host, o.pages * g), "free_host");
-  for (std::size_t i = 0; i < o.pages; ++i) check(dev->unmap(va + i * g, g), "unmap");
-  for (auto& ch : chunks) check(dev->release_chunk(ch), "release_chunk");
-  check(dev->release_reservation(va, o.pages * g), "release_reservation");
-}
-
-// Remaps `n` pages of a reservation between two chunks each, as the pager moves a page's address to
-// another frame: unmap, map, access grant.
-class Remapper {
+// `n` pages of a reservation, each mapped to a chunk of its own and accessible. With `spare`, each page
+// has a second chunk, and the remap calls move it between the two as the pager moves a page's address
+// to another frame: unmap, map, access grant.
+class MappedPages {
  public:
   // `spare`: a second chunk per page to remap it to; without, the pages only hold mappings.
-  Remapper(device::DeviceBackend& dev, std::size_t n, bool spare = true)
+  MappedPages(device::DeviceBackend& dev, std::size_t n, bool spare = true)
       : dev_(dev), g_(dev.properties().granularity), n_(n), per_page_(spare ? 2 : 1) {
     check(dev_.reserve(n_ * g_, &va_), "reserve");
     chunks_.resize(per_page_ * n_);
@@ -162,13 +83,14 @@ class Remapper {
     check(dev_.set_access(va_, n_ * g_), "set_access");
     at_.assign(n_, 0);
   }
-  Remapper(const Remapper&) = delete;
-  Remapper& operator=(const Remapper&) = delete;
-  ~Remapper() {
-    for (std::size_t i = 0; i < n_; ++i) (void)dev_.unmap(va_ + i * g_, g_);
-    for (auto& ch : chunks_) (void)dev_.release_chunk(ch);
-    (void)dev_.release_reservation(va_, n_ * g_);
+  MappedPages(const MappedPages&) = delete;
+  MappedPages& operator=(const MappedPages&) = delete;
+  ~MappedPages() {
+    for (std::size_t i = 0; i < n_; ++i) dev_.warn_failed(dev_.unmap(va_ + i * g_, g_), "unmapping a page");
+    for (auto& ch : chunks_) dev_.warn_failed(dev_.release_chunk(ch), "releasing a chunk");
+    dev_.warn_failed(dev_.release_reservation(va_, n_ * g_), "releasing a reservation");
   }
+  [[nodiscard]] device::DevPtr base() const noexcept { return va_; }
   // One remap of the next page; returns its host time in ns, and adds each call's to `parts`.
   double one(Parts* parts = nullptr) {
     const std::size_t i = next_++ % n_;
@@ -235,6 +157,81 @@ class Remapper {
   std::size_t next_ = 0;
 };
 
+// Map, set access and unmap `pages` pages `rounds` times through the backend directly.
+void call_costs(const VmmOptions& o, Costs& r) {
+  Config c = base_config(o);
+  auto dev = device::make_device_backend(c);
+  const std::size_t g = dev->properties().granularity;
+  r.page = g;
+  r.device_name = dev->properties().name;
+  device::DevPtr va = 0;
+  check(dev->reserve(o.pages * g, &va), "reserve");
+  std::vector<device::ChunkHandle> chunks(o.pages);
+  auto t_create = clock::now();
+  for (auto& ch : chunks) check(dev->create_chunk(g, &ch), "create_chunk");
+  r.create_ns = ns_since(t_create) / static_cast<double>(o.pages);
+  double map = 0, access = 0, run = 0, unmap = 0, unmap_run = 0;
+  for (int round = 0; round < o.rounds; ++round) {
+    auto t0 = clock::now();
+    for (std::size_t i = 0; i < o.pages; ++i) check(dev->map(va + i * g, g, chunks[i]), "map");
+    map += ns_since(t0);
+    // Half the rounds grant access and unmap page by page, half over the whole run in one call each (as
+    // the transfer engine grants access, and as the pager unmaps a freed tensor's run of pages).
+    if (round % 2 == 0) {
+      t0 = clock::now();
+      for (std::size_t i = 0; i < o.pages; ++i) check(dev->set_access(va + i * g, g), "set_access");
+      access += ns_since(t0);
+      t0 = clock::now();
+      for (std::size_t i = 0; i < o.pages; ++i) check(dev->unmap(va + i * g, g), "unmap");
+      unmap += ns_since(t0);
+    } else {
+      t0 = clock::now();
+      check(dev->set_access(va, o.pages * g), "set_access (run)");
+      run += ns_since(t0);
+      t0 = clock::now();
+      check(dev->unmap(va, o.pages * g), "unmap (run)");
+      unmap_run += ns_since(t0);
+    }
+  }
+  const double calls = static_cast<double>(o.pages) * o.rounds;
+  const double page_rounds = static_cast<double>(o.pages) * ((o.rounds + 1) / 2);
+  r.map_ns = map / calls;
+  r.access_ns = access / page_rounds;
+  r.access_run_ns = o.rounds > 1 ? run / (o.rounds / 2) : 0;
+  r.unmap_ns = unmap / page_rounds;
+  r.unmap_run_ns = o.rounds > 1 ? unmap_run / (o.rounds / 2) : 0;
+  const auto t_release = clock::now();
+  for (auto& ch : chunks) check(dev->release_chunk(ch), "release_chunk");
+  r.release_ns = ns_since(t_release) / static_cast<double>(o.pages);
+  check(dev->release_reservation(va, o.pages * g), "release_reservation");
+
+  // Plain copies of pinned host memory into and out of mapped pages, page by page on one stream.
+  const MappedPages mapped(*dev, o.pages, false);
+  va = mapped.base();
+  void* host = nullptr;
+  check(dev->alloc_host(o.pages * g, &host), "alloc_host");
+  std::memset(host, 1, o.pages * g);
+  device::StreamHandle s = nullptr;
+  check(dev->create_stream(&s), "create_stream");
+  for (auto kind : {device::CopyKind::host_to_device, device::CopyKind::device_to_host}) {
+    const auto t0 = clock::now();
+    for (int round = 0; round < o.rounds; ++round) {
+      for (std::size_t i = 0; i < o.pages; ++i) {
+        void* d = reinterpret_cast<void*>(va + i * g);
+        void* h = static_cast<char*>(host) + i * g;
+        check(kind == device::CopyKind::host_to_device ? dev->memcpy_async(d, h, g, kind, s)
+                                                       : dev->memcpy_async(h, d, g, kind, s),
+              "memcpy_async");
+      }
+    }
+    check(dev->synchronize_stream(s), "synchronize");
+    const double gbs = static_cast<double>(o.pages * g) * o.rounds / (ns_since(t0));
+    (kind == device::CopyKind::host_to_device ? r.plain_h2d_gbs : r.plain_d2h_gbs) = gbs;
+  }
+  check(dev->destroy_stream(s), "destroy_stream");
+  check(dev->free_host(host, o.pages * g), "free_host");
+}
+
 constexpr int kRemapPages = 8;
 
 // Can a mapping worker hide the driver's time? The host time of a remap alone, while a long kernel
@@ -246,7 +243,7 @@ void concurrency(const VmmOptions& o, Costs& r) {
   c.sim.capacity = (16 + 9 * o.pages) * 2 * MiB;  // the remapped pages, the copies' and the crowd's
   auto dev = device::make_device_backend(c);
   const std::size_t g = dev->properties().granularity;
-  Remapper remap(*dev, kRemapPages);
+  MappedPages remap(*dev, kRemapPages);
   const int remaps = o.rounds * 16;
   (void)remap.mean(4);  // warm-up
   r.remap_ns = remap.mean(remaps);
@@ -264,12 +261,8 @@ void concurrency(const VmmOptions& o, Costs& r) {
   r.kernel_left_ms = ns_since(t_sync) / 1e6;
 
   // Copies into mapped pages from pinned memory; remaps while they run.
-  device::DevPtr va = 0;
-  check(dev->reserve(o.pages * g, &va), "reserve");
-  std::vector<device::ChunkHandle> chunks(o.pages);
-  for (auto& ch : chunks) check(dev->create_chunk(g, &ch), "create_chunk");
-  for (std::size_t i = 0; i < o.pages; ++i) check(dev->map(va + i * g, g, chunks[i]), "map");
-  check(dev->set_access(va, o.pages * g), "set_access");
+  const MappedPages copied(*dev, o.pages, false);
+  const device::DevPtr va = copied.base();
   void* host = nullptr;
   check(dev->alloc_host(o.pages * g, &host), "alloc_host");
   std::memset(host, 1, o.pages * g);
@@ -398,14 +391,11 @@ void concurrency(const VmmOptions& o, Costs& r) {
 
   check(dev->destroy_stream(s), "destroy_stream");
   check(dev->free_host(host, o.pages * g), "free_host");
-  check(dev->unmap(va, o.pages * g), "unmap");
-  for (auto& ch : chunks) check(dev->release_chunk(ch), "release_chunk");
-  check(dev->release_reservation(va, o.pages * g), "release_reservation");
 
   // The same remaps with many other pages mapped, as in a pager that holds gigabytes: does a call's
   // time grow with the mappings the address space holds?
   r.crowd = o.pages * 8;
-  const Remapper crowd(*dev, r.crowd, false);
+  const MappedPages crowd(*dev, r.crowd, false);
   r.remap_crowded_ns = remap.mean(remaps);
 }
 
