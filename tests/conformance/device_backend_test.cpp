@@ -611,6 +611,35 @@ TEST(SimDevice, ThrottledCopyTakesAtLeastTheModelledTime) {
   EXPECT_TRUE(dev.free_host(b, MiB).ok());
 }
 
+// The host's modelled time from construction to elapsed(): timing events recorded on a stream of its own
+// that runs nothing else, so each completes at the host's time when it is recorded.
+struct ModelledHostTime {
+  SimDevice& dev;
+  StreamHandle idle = nullptr;
+  EventHandle start = nullptr, end = nullptr;
+  explicit ModelledHostTime(SimDevice& d) : dev(d) {
+    EXPECT_TRUE(dev.create_stream(&idle).ok());
+    EXPECT_TRUE(dev.create_event(&start, EventKind::timing).ok());
+    EXPECT_TRUE(dev.create_event(&end, EventKind::timing).ok());
+    EXPECT_TRUE(dev.record_event(start, idle).ok());
+    EXPECT_TRUE(dev.synchronize_stream(idle).ok());  // the host's time now = the start event's
+  }
+  ModelledHostTime(const ModelledHostTime&) = delete;
+  ModelledHostTime& operator=(const ModelledHostTime&) = delete;
+  std::chrono::nanoseconds elapsed() {
+    EXPECT_TRUE(dev.record_event(end, idle).ok());
+    EXPECT_TRUE(dev.synchronize_stream(idle).ok());
+    std::chrono::nanoseconds took{};
+    EXPECT_TRUE(dev.event_elapsed(start, end, &took).ok());
+    return took;
+  }
+  ~ModelledHostTime() {
+    EXPECT_TRUE(dev.destroy_event(start).ok());
+    EXPECT_TRUE(dev.destroy_event(end).ok());
+    EXPECT_TRUE(dev.destroy_stream(idle).ok());
+  }
+};
+
 // SimDeviceConfig::vmm_costs with model timing: each VMM call advances the calling thread's host time by
 // its cost (set_access and unmap per mapping their range covers, create per granule), so work queued
 // after the calls starts that much later in device time; free calls move nothing.
@@ -623,13 +652,7 @@ TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
     c.timing = "model";
     c.vmm_costs = costs;
     SimDevice dev(c, 4 * g);
-    StreamHandle s = nullptr;
-    EventHandle start = nullptr, end = nullptr;
-    EXPECT_TRUE(dev.create_stream(&s).ok());
-    EXPECT_TRUE(dev.create_event(&start, EventKind::timing).ok());
-    EXPECT_TRUE(dev.create_event(&end, EventKind::timing).ok());
-    EXPECT_TRUE(dev.record_event(start, s).ok());
-    EXPECT_TRUE(dev.synchronize_stream(s).ok());  // host time now = the start event's time
+    ModelledHostTime host_time(dev);
     DevPtr va = 0;
     ChunkHandle one, two;
     EXPECT_TRUE(dev.reserve(3 * g, &va).ok());
@@ -639,16 +662,10 @@ TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
     EXPECT_TRUE(dev.map(va + g, 2 * g, two).ok());
     EXPECT_TRUE(dev.set_access(va, 3 * g).ok());  // two mappings
     EXPECT_TRUE(dev.unmap(va, 3 * g).ok());       // two mappings
-    EXPECT_TRUE(dev.record_event(end, s).ok());
-    EXPECT_TRUE(dev.synchronize_stream(s).ok());
-    std::chrono::nanoseconds took{};
-    EXPECT_TRUE(dev.event_elapsed(start, end, &took).ok());
+    const auto took = host_time.elapsed();
     EXPECT_TRUE(dev.release_chunk(one).ok());
     EXPECT_TRUE(dev.release_chunk(two).ok());
     EXPECT_TRUE(dev.release_reservation(va, 3 * g).ok());
-    EXPECT_TRUE(dev.destroy_event(start).ok());
-    EXPECT_TRUE(dev.destroy_event(end).ok());
-    EXPECT_TRUE(dev.destroy_stream(s).ok());
     return took;
   };
   EXPECT_EQ(measure({}), std::chrono::nanoseconds(0));
@@ -669,14 +686,9 @@ TEST(SimDevice, AnAccessGrantWaitsForDeviceToHostCopiesUpToItsCap) {
     c.vmm_costs.set_access = microseconds(10);
     c.vmm_costs.set_access_d2h_wait = microseconds(300);
     SimDevice dev(c, 4 * g);
-    StreamHandle s = nullptr, idle = nullptr;
-    EventHandle start = nullptr, end = nullptr;
+    StreamHandle s = nullptr;
     EXPECT_TRUE(dev.create_stream(&s).ok());
-    EXPECT_TRUE(dev.create_stream(&idle).ok());
-    EXPECT_TRUE(dev.create_event(&start, EventKind::timing).ok());
-    EXPECT_TRUE(dev.create_event(&end, EventKind::timing).ok());
-    EXPECT_TRUE(dev.record_event(start, idle).ok());
-    EXPECT_TRUE(dev.synchronize_stream(idle).ok());  // host time now = the start event's time
+    ModelledHostTime host_time(dev);
     DevPtr va = 0;
     ChunkHandle chunks[3];
     EXPECT_TRUE(dev.reserve(3 * g, &va).ok());
@@ -693,21 +705,15 @@ TEST(SimDevice, AnAccessGrantWaitsForDeviceToHostCopiesUpToItsCap) {
                                                     : dev.memcpy_async(page, host, g, kind, s))
                       .ok());
     }
-    EXPECT_TRUE(dev.set_access(va, g).ok());        // 10 us, then 300 of the 2 ms still to run
-    EXPECT_TRUE(dev.set_access(va + g, g).ok());    // the same
-    EXPECT_TRUE(dev.record_event(end, idle).ok());  // at the host's time: the idle stream has no work
-    EXPECT_TRUE(dev.synchronize_stream(idle).ok());
+    EXPECT_TRUE(dev.set_access(va, g).ok());      // 10 us, then 300 of the 2 ms still to run
+    EXPECT_TRUE(dev.set_access(va + g, g).ok());  // the same
+    const auto took = host_time.elapsed();
     EXPECT_TRUE(dev.synchronize_stream(s).ok());
-    std::chrono::nanoseconds took{};
-    EXPECT_TRUE(dev.event_elapsed(start, end, &took).ok());
     EXPECT_TRUE(dev.unmap(va, 3 * g).ok());
     for (auto& ch : chunks) EXPECT_TRUE(dev.release_chunk(ch).ok());
     EXPECT_TRUE(dev.release_reservation(va, 3 * g).ok());
     EXPECT_TRUE(dev.free_host(host, 2 * g).ok());
-    EXPECT_TRUE(dev.destroy_event(start).ok());
-    EXPECT_TRUE(dev.destroy_event(end).ok());
     EXPECT_TRUE(dev.destroy_stream(s).ok());
-    EXPECT_TRUE(dev.destroy_stream(idle).ok());
     return took;
   };
   EXPECT_EQ(measure(CopyKind::device_to_host), microseconds(10 + 2 * (10 + 300)));
