@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -604,7 +605,8 @@ Stats PagerImpl::stats() const {
     const auto& t = times[static_cast<std::size_t>(c)];
     return DriverTime{t.calls, t.ns};
   };
-  using C = device::TimedCall;
+  using C = device::TimedCall;  // in DriverTimes' order (driver_times() names them)
+  static_assert(device::kTimedCalls == std::tuple_size_v<decltype(driver_times(DriverTimes{}))>);
   s.driver = {driver(C::map),   driver(C::set_access),  driver(C::unmap),
               driver(C::copy),  driver(C::record),      driver(C::stream_wait),
               driver(C::query), driver(C::synchronize), driver(C::launch)};

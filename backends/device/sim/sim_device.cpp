@@ -188,7 +188,8 @@ Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
   std::size_t mappings = 0;
   if (auto s = book_.check_whole_mappings(va, bytes, &mappings); !s.ok()) return s;
   if (::mprotect(as_ptr(va), bytes, PROT_READ | PROT_WRITE) != 0) return sys_fail();
-  // Each mapping also waits for the device-to-host copies still running, up to set_access_d2h_wait.
+  // Each mapping also waits for the device-to-host copies still running, up to set_access_d2h_wait, as
+  // an H200's did (docs/gpu.md); cuda.h marks cuMemSetAccess \note_sync ("may be synchronous").
   std::chrono::nanoseconds cost{0};
   const auto now = sim::host_time(timing_);
   for (std::size_t m = 0; m < mappings; ++m) {
