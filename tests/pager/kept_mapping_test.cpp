@@ -169,3 +169,48 @@ TEST(KeptMappings, FreeingUnmapsKeptMappings) {
   EXPECT_EQ(mismatches(c, 3), 0u);
   p.check_invariants();
 }
+
+// Among discarded pages (the first victims), eviction takes the one holding an incoming page's old
+// frame first where mapping is costly: b and d are discarded in that order, d holds a's old frame, and
+// a goes back into it with no call while b, discarded first, stays resident.
+TEST(KeptMappings, WhereMapsAreCostlyADiscardedHolderGoesBeforeEarlierDiscards) {
+  HolderScenario s(true);
+  s[B].discard();
+  s[D].discard();
+  const auto maps = s.dev->calls(Op::map);
+  const auto kept = s.pager->stats().kept_mappings;
+  EXPECT_EQ(mismatches(s[A], 1), 0u);
+  EXPECT_EQ(s.dev->calls(Op::map), maps);
+  EXPECT_EQ(s.pager->stats().kept_mappings - kept, 1u);
+  EXPECT_EQ(s[B].tier(), Tier::device);
+  EXPECT_EQ(mismatches(s[C], 3), 0u);
+  s.pager->check_invariants();
+}
+
+// The same holder, released by the work a stream queued last, waits its turn: its frame would have to
+// wait for that work, so the earlier discard goes first and a is mapped anew.
+TEST(KeptMappings, ADiscardedHolderJustReleasedByTheStreamWaitsItsTurn) {
+  HolderScenario s(true);
+  Stream st = s.pager->create_stream();
+  s[B].discard();
+  { const Pin use = s[D].pin(st, Access::read); }  // the stream's latest release
+  s[D].discard();
+  const auto maps = s.dev->calls(Op::map);
+  EXPECT_EQ(mismatches(s[A], 1), 0u);
+  EXPECT_EQ(s.dev->calls(Op::map) - maps, 1u);
+  EXPECT_EQ(s[D].tier(), Tier::device);
+  st.synchronize();
+  s.pager->check_invariants();
+}
+
+// Where mapping is cheap, discarded pages go in the order they were discarded.
+TEST(KeptMappings, WhereMapsAreCheapDiscardedPagesGoInOrder) {
+  HolderScenario s(false);
+  s[B].discard();
+  s[D].discard();
+  const auto maps = s.dev->calls(Op::map);
+  EXPECT_EQ(mismatches(s[A], 1), 0u);
+  EXPECT_EQ(s.dev->calls(Op::map) - maps, 1u);
+  EXPECT_EQ(s[D].tier(), Tier::device);
+  s.pager->check_invariants();
+}
