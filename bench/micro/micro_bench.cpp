@@ -255,6 +255,30 @@ void BM_PagerSwap(benchmark::State& state) {
 }
 BENCHMARK(BM_PagerSwap)->UseRealTime();
 
+// Allocation churn, as a framework's step allocates and frees its activations: a tensor of 8 pages is
+// allocated, written (first touch: its pages are mapped) and freed, again and again, on a device with
+// the driver costs measured on an H200 (map, access grant, unmap; spent as host time). The freed
+// addresses keep their mappings and first fit hands the next tensor the same addresses, so after the
+// first iteration it maps nothing. Counters: driver calls per iteration.
+void BM_AllocateTouchFree(benchmark::State& state) {
+  tvmm::Config c = sim_config(16, 16);
+  c.sim.vmm_costs = tvmm::SimDeviceConfig::VmmCosts::measured_h200();
+  tvmm::Pager pager(c);
+  const auto before = pager.stats().driver;
+  for (auto _ : state) {
+    auto t = pager.allocate(8 * kPage);
+    { auto pin = t.pin(tvmm::Access::write); }
+  }
+  const auto after = pager.stats().driver;
+  const auto per_iteration = [&](std::uint64_t calls) {
+    return benchmark::Counter(static_cast<double>(calls), benchmark::Counter::kAvgIterations);
+  };
+  state.counters["maps"] = per_iteration(after.map.calls - before.map.calls);
+  state.counters["grants"] = per_iteration(after.set_access.calls - before.set_access.calls);
+  state.counters["unmaps"] = per_iteration(after.unmap.calls - before.unmap.calls);
+}
+BENCHMARK(BM_AllocateTouchFree)->UseRealTime();
+
 // Three tiers, streaming: 8 tensors of 8 pages over 8 device and 8 host pages, so every pin reads its
 // tensor back from NVMe and pushes another one out to NVMe through the host. Copies are throttled to
 // the argument (MB/s per direction; this VM's disk does about 1.5 GB/s), so that overlapping the

@@ -187,12 +187,14 @@ TEST_F(PagerFaultsSlowBus, StreamWaitFailsAfterPageIn) {
   expect_intact();  // includes: no pin was left behind (check_invariants counts pins)
 }
 
-// Four adjacent pages `b` (pattern 5), evicted together by a pin of four pages of `c`: their addresses
-// stay mapped until `b` is freed, which unmaps them.
+// Four adjacent pages `b` (pattern 5), evicted together by a pin of four pages of `c` (the four pages
+// after b's): their addresses stay mapped, also once `b` is freed, until the pager goes, which unmaps
+// them.
 class PagerUnmapRuns : public ::testing::Test {
  protected:
   void SetUp() override {
     pager_ = std::make_unique<Pager>(make_faulty_pager(test::small_config(4, 16), dev_));
+    calls_ = dev_->counts();
     b_ = pager_->allocate(4 * 64 * KiB, {"b"});
     c_ = pager_->allocate(4 * 64 * KiB, {"c"});
     auto pin = b_.pin(Access::write);
@@ -212,51 +214,61 @@ class PagerUnmapRuns : public ::testing::Test {
     b_.reset();
     return dev_->calls(Op::unmap) - before;
   }
-  // A new tensor over the freed range is mapped and holds what it is given.
-  void expect_reuse_works() {
-    dev_->clear();
+  // Frees c and destroys the pager; returns the unmap calls its destructor made.
+  std::uint64_t destroy_pager() {
+    c_.reset();
     pager_->check_invariants();
-    Tensor d = pager_->allocate(4 * 64 * KiB, {"d"});
-    ASSERT_EQ(d.data(), b_addr_) << "the test needs d at b's freed addresses";
-    {
-      auto pin = d.pin(Access::write);
-      test::fill(pin.data(), d.size(), 7);
-    }
-    { auto pin = c_.pin(Access::write); }  // d is evicted, then read back
-    auto pin = d.pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), d.size(), 7), 0u);
-    pager_->check_invariants();
+    const auto before = unmaps();
+    pager_.reset();
+    return unmaps() - before;
   }
+  [[nodiscard]] std::uint64_t unmaps() const { return (*calls_)[static_cast<std::size_t>(Op::unmap)]; }
+  [[nodiscard]] std::uint64_t maps() const { return (*calls_)[static_cast<std::size_t>(Op::map)]; }
   device::FaultyDevice* dev_ = nullptr;
   std::unique_ptr<Pager> pager_;
+  std::shared_ptr<const device::FaultyDevice::Counts> calls_;
   Tensor b_, c_;
   void* b_addr_ = nullptr;
 };
 
-// Freeing a tensor unmaps its adjacent pages with one cuMemUnmap call (fewer driver calls).
-TEST_F(PagerUnmapRuns, AdjacentPagesAreUnmappedInOneCallWhenFreed) {
+// Freeing a tensor makes no driver call: its addresses keep their mappings. A new tensor given the
+// same addresses (first fit) goes into the frames they are mapped to without a map, an access grant or
+// an unmap, here by evicting c, which holds them, and holds what it is given.
+TEST_F(PagerUnmapRuns, FreedAddressesKeepTheirMappingsForTheNextTensor) {
   evict_b();
-  EXPECT_EQ(free_b(), 1u);
-  expect_reuse_works();
+  EXPECT_EQ(free_b(), 0u);
+  Tensor d = pager_->allocate(4 * 64 * KiB, {"d"});
+  ASSERT_EQ(d.data(), b_addr_) << "the test needs d at b's freed addresses";
+  const auto maps_before = maps(), unmaps_before = unmaps();
+  const auto kept = pager_->stats().kept_mappings;
+  {
+    auto pin = d.pin(Access::write);
+    test::fill(pin.data(), d.size(), 7);
+  }
+  EXPECT_EQ(maps(), maps_before);
+  EXPECT_EQ(unmaps(), unmaps_before);
+  EXPECT_EQ(pager_->stats().kept_mappings - kept, 4u);
+  EXPECT_EQ(c_.tier(), Tier::host);
+  { auto pin = c_.pin(Access::write); }  // d is evicted, then read back
+  auto pin = d.pin(Access::read);
+  EXPECT_EQ(test::mismatches(pin.data(), d.size(), 7), 0u);
+  pager_->check_invariants();
+}
+
+// The pager's destructor unmaps adjacent mapped addresses with one cuMemUnmap call: b's kept mappings
+// (b freed) and c's, eight adjacent pages.
+TEST_F(PagerUnmapRuns, ThePagerUnmapsAdjacentPagesInOneCall) {
+  evict_b();
+  EXPECT_EQ(free_b(), 0u);
+  EXPECT_EQ(destroy_pager(), 1u);
 }
 
 // A run whose unmap fails is unmapped page by page, so only pages that fail again stay mapped.
 TEST_F(PagerUnmapRuns, AFailedRunIsUnmappedPageByPage) {
   evict_b();
+  EXPECT_EQ(free_b(), 0u);
   dev_->fail_once(Op::unmap, Errc::invalid_value);
-  EXPECT_EQ(free_b(), 1u + 4u);
-  EXPECT_EQ(dev_->injected(), 1u);
-  expect_reuse_works();
-}
-
-// Addresses whose unmap fails at free still serve a new tensor over the same range (here its pages go
-// back to the frames they are still mapped to, so no unmap is needed).
-TEST_F(PagerUnmapRuns, AddressesWhoseUnmapFailsServeANewTensor) {
-  evict_b();
-  dev_->fail_always(Op::unmap, Errc::invalid_value);
-  EXPECT_EQ(free_b(), 1u + 4u);
-  EXPECT_EQ(dev_->injected(), 5u);
-  expect_reuse_works();
+  EXPECT_EQ(destroy_pager(), 1u + 8u);
 }
 
 // A victim dropped without a copy (its contents discarded) hands its frame over at once: the new page

@@ -195,8 +195,8 @@ PagerImpl::~PagerImpl() {
     } catch (const std::exception& ex) {
       if (!dev_->lost()) std::fprintf(stderr, "tvmm: retiring the last transfers failed: %s\n", ex.what());
     }
-    // Addresses whose unmap failed when their tensor was freed: tried once more before the reservation
-    // goes.
+    // Every address still mapped (kept mappings of evicted and freed pages, the resident pages of
+    // tensors still alive): the reservation can go only once nothing in it is mapped.
     if (const std::size_t failed = unmap_range(0, table_.size()); failed != 0 && !dev_->lost())
       std::fprintf(stderr, "tvmm: %zu page address(es) could not be unmapped\n", failed);
   }
@@ -434,16 +434,11 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
       std::fprintf(stderr, "tvmm: retiring transfers while freeing %s failed: %s\n", tensor_label(a).c_str(),
                    ex.what());
   }
-  // 4. Unmap (the resident pages, and the kept mappings of the others), return frames and slots, and
-  //    give the address range back.
-  //    An address whose unmap fails keeps PageEntry::mapped, like an evicted page's: nothing uses a
-  //    freed address, so its frame may serve other pages, and the unmap is tried again before the
-  //    address is mapped for a later tensor (map_chunk) or the pager goes.
-  if (const std::size_t failed = unmap_range(a->first_page, a->pages); failed != 0 && !dev_->lost()) {
-    std::fprintf(stderr,
-                 "tvmm: unmapping %zu page(s) of %s failed; each is unmapped again before its address is reused\n",
-                 failed, tensor_label(a).c_str());
-  }
+  // 4. Return frames and slots, and give the address range back. The addresses stay mapped
+  //    (PageEntry::mapped), as an evicted page's do: nothing uses a freed address, so its frame may
+  //    serve other pages, and a later tensor given the range (first fit hands a repeated allocation the
+  //    same addresses) gets its pages into those frames with no driver call while they are idle. A
+  //    mapping goes when its address is mapped to another frame (map_chunk) or the pager goes.
   for (std::uint32_t i = 0; i < a->pages; ++i) {
     PageEntry& p = pages[i];
     if (p.frame != kNoFrame) {

@@ -37,7 +37,7 @@ void FaultyDevice::clear() {
 
 std::uint64_t FaultyDevice::calls(Op op) const {
   std::lock_guard lk(mu_);
-  return calls_[idx(op)];
+  return (*calls_)[idx(op)];
 }
 
 namespace {
@@ -94,7 +94,7 @@ std::uint64_t FaultyDevice::injected() const {
 
 bool FaultyDevice::should_fail(Op op, Errc* err) {
   std::lock_guard lk(mu_);
-  ++calls_[idx(op)];
+  ++(*calls_)[idx(op)];
   Rule& r = rules_[idx(op)];
   switch (r.mode) {
     case Rule::Mode::none: return false;

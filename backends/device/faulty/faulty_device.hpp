@@ -44,6 +44,10 @@ class FaultyDevice final : public DeviceBackend {
   [[nodiscard]] std::uint64_t calls(Op op) const;
   //! Failures injected so far.
   [[nodiscard]] std::uint64_t injected() const;
+  //! Calls per operation (indexed by Op), shared so that they stay readable once the device is gone:
+  //! a test reads what a pager's destructor called. Read them only while no call runs.
+  using Counts = std::array<std::uint64_t, static_cast<std::size_t>(Op::count_)>;
+  [[nodiscard]] std::shared_ptr<const Counts> counts() const { return calls_; }
 
   //! Holds the copies of `op` (copy_in or copy_out) queued from now on: each runs only once released,
   //! in queue order, behind a host step on its own stream (later work on that stream waits too). Lets
@@ -124,7 +128,7 @@ class FaultyDevice final : public DeviceBackend {
   std::condition_variable gate_cv_;
   std::array<Gate, 2> gates_{};  // copy_in, copy_out
   std::array<Rule, static_cast<std::size_t>(Op::count_)> rules_{};
-  std::array<std::uint64_t, static_cast<std::size_t>(Op::count_)> calls_{};
+  std::shared_ptr<Counts> calls_ = std::make_shared<Counts>();
   std::uint64_t injected_ = 0;
 };
 
