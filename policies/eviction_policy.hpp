@@ -43,6 +43,9 @@ class EvictionPolicy {
 
   [[nodiscard]] virtual const char* name() const noexcept = 0;
   virtual void insert(PageIndex page) = 0;
+  //! A page whose eviction failed rejoins (it was removed by select's claim), keeping what the policy
+  //! knew of it (LFU's count, CLOCK's reference bit): its eviction did not make it new.
+  virtual void restore(PageIndex page) { insert(page); }
   virtual void touch(PageIndex first, std::size_t n) = 0;
   virtual void remove(PageIndex page) = 0;
   virtual std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) = 0;

@@ -14,6 +14,11 @@ void ListPolicy::insert(PageIndex page) {
   list_.push_back(node(page));
 }
 
+void ListPolicy::restore(PageIndex page) {
+  std::lock_guard lk(mu_);
+  list_.push_back(node(page));
+}
+
 void ListPolicy::remove(PageIndex page) {
   std::lock_guard lk(mu_);
   Node& n = node(page);

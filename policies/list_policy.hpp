@@ -21,6 +21,8 @@ class ListPolicy : public EvictionPolicy {
   ~ListPolicy() override;
 
   void insert(PageIndex page) final;
+  //! Joins at the back, as insert does, but without on_insert: per-page state stays.
+  void restore(PageIndex page) final;
   void remove(PageIndex page) final;
   std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) override;
   //! The preferred pages go first, wherever they are in the list (O(|prefer|), no walk of the list),

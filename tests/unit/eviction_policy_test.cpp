@@ -157,6 +157,37 @@ TEST(Lfu, APageCountsItsUsesAfreshEachTimeItBecomesResident) {
   EXPECT_EQ(take(lfu, 1), (std::vector<std::size_t>{0}));  // 0 uses now, against 1
 }
 
+// A page whose eviction failed rejoins with the uses it had: a failed eviction does not make it new.
+TEST(Lfu, APageWhoseEvictionFailedKeepsItsUses) {
+  LfuPolicy lfu(2);
+  lfu.insert(0);
+  lfu.insert(1);
+  lfu.touch(0, 1);
+  lfu.touch(1, 1);
+  lfu.touch(1, 1);
+  lfu.touch(1, 1);  // 0: once, 1: three times
+  ASSERT_EQ(take(lfu, 2), (std::vector<std::size_t>{0, 1}));
+  lfu.restore(0);  // both evictions failed
+  lfu.restore(1);
+  lfu.touch(1, 1);  // 1: four uses
+  lfu.touch(0, 1);
+  lfu.touch(0, 1);                                            // 0: three uses
+  EXPECT_EQ(take(lfu, 2), (std::vector<std::size_t>{0, 1}));  // with counts reset: 1 (one use) first
+}
+
+// Likewise CLOCK's reference bit: a referenced page restored still gets its second chance.
+TEST(Clock, APageWhoseEvictionFailedKeepsItsReferenceBit) {
+  ClockPolicy clock(2);
+  clock.insert(0);
+  clock.insert(1);
+  ASSERT_EQ(take(clock, 1), (std::vector<std::size_t>{0}));
+  clock.touch(0, 1);  // its bit set while it was out of the list
+  clock.restore(0);   // the eviction failed: 0 is behind 1 and keeps its bit
+  clock.touch(1, 1);
+  // The sweep: 1 loses its bit, then 0 loses its bit, then 1 goes.
+  EXPECT_EQ(take(clock, 1), (std::vector<std::size_t>{1}));
+}
+
 TEST(Policies, TheRegistryBuildsEachNameAndRejectsOthers) {
   AccessTrace trace;
   PolicyContext ctx;

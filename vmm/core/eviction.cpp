@@ -143,7 +143,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
     // queued into it, so no other page may take it; the page's next eviction reuses it, after that copy.
     for (PageEntry* v : victims) {
-      policy_->insert(table_.index_of(*v));
+      policy_->restore(table_.index_of(*v));
       v->set_state(PageState::device, v->ready != nullptr);
     }
     cv_.notify_all();
