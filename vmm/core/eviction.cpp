@@ -54,8 +54,8 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
   // page saves that page a remap (on MobileNetV2 at 2x, 300 of 693 remaps were of pages whose old
   // frame a discarded page held; docs/benchmarks.md, "VMM call costs"). Not a holder that the work
   // queued last released, though: its frame waits for that work, and the queue's order, oldest
-  // discard first, frees frames whose last uses are likelier to have completed (without this exception, the
-  // wide-FC CNN's steps were 5% longer).
+  // discard first, frees frames whose last uses are likelier to have completed (without this
+  // exception, the wide-FC CNN's steps were 5% longer).
   const std::uint64_t latest = latest_release_.load(std::memory_order_relaxed);
   for (std::size_t k = 0; k < holders.size() && victims.size() < count; ++k) {
     PageEntry& p = table_[holders[k]];
@@ -73,10 +73,11 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
   }
   if (victims.size() < count) {
     // The policy prefers the holders too: evicting one saves the incoming page its remap, for at most
-    // one extra page-in of its own later (Belady's exchange argument). A holder that the work queued
-    // last used is not left out, although its write-back will wait for that work: measured on the six
-    // traces, leaving it out made LRU's steps 1.30x those with free calls instead of 1.09x, and did not
-    // change Belady's (docs/benchmarks.md, "VMM call costs").
+    // one extra page-in of its own later (Belady's exchange argument). Here a holder that the work
+    // queued last used is not left out (unlike a discarded one above, the alternative is the policy's
+    // own choice, not an equally free drop), although its write-back will wait for that work:
+    // measured on the six traces, leaving it out made LRU's steps 1.30x those with free calls instead
+    // of 1.09x, and did not change Belady's (docs/benchmarks.md, "VMM call costs").
     policy_->select(
         count - victims.size(), [&](policies::PageIndex i) { return claim(table_[i]); }, holders);
   }

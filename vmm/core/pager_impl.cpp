@@ -423,7 +423,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   }
   for (auto& e : take_uses(a)) waits.push_back(std::move(e));
   // 3. Wait, without the lock, for queued work that may still touch the pages: their last stream uses
-  //    and page-ins. Unmapping is not stream-ordered.
+  //    and page-ins. Returning a frame to the pool is not stream-ordered: another page may take it.
   lk.unlock();
   wait_quietly(waits, a);
   lk.lock();
