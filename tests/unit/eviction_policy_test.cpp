@@ -167,12 +167,14 @@ TEST(Lfu, APageWhoseEvictionFailedKeepsItsUses) {
   lfu.touch(1, 1);
   lfu.touch(1, 1);  // 0: once, 1: three times
   ASSERT_EQ(take(lfu, 2), (std::vector<std::size_t>{0, 1}));
-  lfu.restore(0);  // both evictions failed
+  // Both evictions failed. Then 1 is used once more (four uses) and 0 twice (three uses).
+  lfu.restore(0);
   lfu.restore(1);
-  lfu.touch(1, 1);  // 1: four uses
+  lfu.touch(1, 1);
   lfu.touch(0, 1);
-  lfu.touch(0, 1);                                            // 0: three uses
-  EXPECT_EQ(take(lfu, 2), (std::vector<std::size_t>{0, 1}));  // with counts reset: 1 (one use) first
+  lfu.touch(0, 1);
+  // With the counts reset by the failure, 1 (one use since) would go first.
+  EXPECT_EQ(take(lfu, 2), (std::vector<std::size_t>{0, 1}));
 }
 
 // Likewise CLOCK's reference bit: a referenced page restored still gets its second chance.
