@@ -57,9 +57,10 @@ void DeviceBackend::warn_failed(const Status& s, const char* what) const noexcep
 
 BackendCounters DeviceBackend::counters() const noexcept {
   BackendCounters c;
-  c.maps = maps_.load(std::memory_order_relaxed);
-  c.unmaps = unmaps_.load(std::memory_order_relaxed);
-  c.set_access = set_access_.load(std::memory_order_relaxed);
+  // The mapping calls are counted once, with their time (Timed).
+  c.maps = times_[static_cast<std::size_t>(TimedCall::map)].calls.load(std::memory_order_relaxed);
+  c.unmaps = times_[static_cast<std::size_t>(TimedCall::unmap)].calls.load(std::memory_order_relaxed);
+  c.set_access = times_[static_cast<std::size_t>(TimedCall::set_access)].calls.load(std::memory_order_relaxed);
   c.copies = copies_.load(std::memory_order_relaxed);
   c.copy_bytes = copy_bytes_.load(std::memory_order_relaxed);
   c.chunks_created = chunks_.load(std::memory_order_relaxed);
@@ -119,21 +120,18 @@ Status DeviceBackend::release_chunk(ChunkHandle chunk) { return noted(do_release
 
 Status DeviceBackend::map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
-  maps_.fetch_add(1, relaxed);
   const Timed timed(*this, TimedCall::map);
   return noted(do_map(va, bytes, chunk));
 }
 
 Status DeviceBackend::set_access(DevPtr va, std::size_t bytes) {
   if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
-  set_access_.fetch_add(1, relaxed);
   const Timed timed(*this, TimedCall::set_access);
   return noted(do_set_access(va, bytes));
 }
 
 Status DeviceBackend::unmap(DevPtr va, std::size_t bytes) {
   if (va == 0 || bytes == 0 || !aligned(va) || !aligned(bytes)) return invalid();
-  unmaps_.fetch_add(1, relaxed);
   const Timed timed(*this, TimedCall::unmap);
   return noted(do_unmap(va, bytes));
 }

@@ -289,7 +289,7 @@ class DeviceBackend {
   [[nodiscard]] bool aligned(std::size_t v) const noexcept { return v % props_.granularity == 0; }
 
   DeviceProperties props_;
-  std::atomic<std::uint64_t> maps_{0}, unmaps_{0}, set_access_{0}, copies_{0}, copy_bytes_{0}, chunks_{0};
+  std::atomic<std::uint64_t> copies_{0}, copy_bytes_{0}, chunks_{0};  // maps, unmaps, grants: in times_
   std::atomic<bool> lost_{false};
   struct AtomicCallTime {
     std::atomic<std::uint64_t> calls{0}, ns{0};
