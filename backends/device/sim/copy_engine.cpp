@@ -32,6 +32,14 @@ void move_bytes(void* dst, const void* src, std::size_t bytes, const FileSpan* f
 
 }  // namespace
 
+std::chrono::nanoseconds CopyEngine::slot(std::size_t bytes) const noexcept {
+  const auto transfer =
+      bandwidth_ > 0.0
+          ? std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) / bandwidth_ * 1e9))
+          : std::chrono::nanoseconds{0};
+  return latency_ + transfer;
+}
+
 std::chrono::steady_clock::time_point CopyEngine::copy(void* dst, const void* src, std::size_t bytes,
                                                        std::chrono::steady_clock::time_point start,
                                                        const FileSpan* from, const FileSpan* to) {
@@ -43,11 +51,7 @@ std::chrono::steady_clock::time_point CopyEngine::copy(void* dst, const void* sr
     const auto begin = std::max(start, busy_until_);
     if (throttled) {
       // Reserve the next slot on the bus: it starts when the previous copy's slot ends (or at start).
-      const auto transfer =
-          bandwidth_ > 0.0
-              ? std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) / bandwidth_ * 1e9))
-              : std::chrono::nanoseconds{0};
-      finish = begin + latency_ + transfer;
+      finish = begin + slot(bytes);
       move_bytes(dst, src, bytes, from, to);
     } else {
       const auto t0 = clock::now();

@@ -36,6 +36,11 @@ class CopyEngine {
                                              std::chrono::steady_clock::time_point start,
                                              const FileSpan* from = nullptr, const FileSpan* to = nullptr);
 
+  //! A throttled copy's time on the bus: the latency plus bytes / bandwidth (the latency alone without
+  //! a bandwidth).
+  [[nodiscard]] std::chrono::nanoseconds slot(std::size_t bytes) const noexcept;
+  [[nodiscard]] double bandwidth() const noexcept { return bandwidth_; }
+
  private:
   const double bandwidth_;
   const std::chrono::nanoseconds latency_;

@@ -86,8 +86,6 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
   }
   timing_ = config.timing == "model" ? sim::Timing::model : sim::Timing::wall;
   costs_ = config.vmm_costs;
-  bandwidth_ = config.bandwidth_bytes_per_s;
-  copy_latency_ = config.copy_latency;
   h2d_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
   d2h_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
 }
@@ -176,11 +174,9 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
 }
 
 void SimDevice::note_d2h(std::size_t bytes) {
-  if (costs_.set_access_d2h_wait.count() == 0 || bandwidth_ <= 0) return;
-  const auto slot = copy_latency_ +
-                    std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) / bandwidth_ * 1e9));
+  if (costs_.set_access_d2h_wait.count() == 0 || d2h_->bandwidth() <= 0) return;
   std::lock_guard lk(mu_);
-  d2h_queued_until_ = std::max(d2h_queued_until_, sim::host_time(timing_)) + slot;
+  d2h_queued_until_ = std::max(d2h_queued_until_, sim::host_time(timing_)) + d2h_->slot(bytes);
 }
 
 Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {

@@ -92,8 +92,6 @@ class SimDevice final : public DeviceBackend {
   // When the device-to-host copies queued so far would end if each ran at its queueing host time or
   // right after the one before it (under mu_): what a set_access waits for (VmmCosts::set_access_d2h_wait).
   std::chrono::steady_clock::time_point d2h_queued_until_{};
-  double bandwidth_ = 0;
-  std::chrono::nanoseconds copy_latency_{0};
   void note_d2h(std::size_t bytes);
   // A VMM call succeeded: releases mu_ (held by `lk`), then spends the call's modelled host time.
   void charge(std::unique_lock<std::mutex>& lk, std::chrono::nanoseconds cost);
