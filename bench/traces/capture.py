@@ -8,7 +8,7 @@ measured time. Weights are randomly initialised; nothing is downloaded.
 
     python3 bench/traces/capture.py resnet18 bench/traces/resnet18.trace.gz
     python3 bench/traces/capture.py gpt2 bench/traces/gpt2.trace.gz
-    (also mobilenet_v2, widefc, encoder, lstm: capture.py --help)
+    (also mobilenet_v2, widefc, encoder, lstm, unet, vit: capture.py --help)
 
 Each op also gets its floating-point operations and the bytes of the tensors it read and wrote, so that
 replay can model its time on a GPU (trace format version 2).
@@ -239,6 +239,37 @@ class WideFC(nn.Module):
         return self.classifier(self.features(x))
 
 
+class UNet(nn.Module):
+    """A U-Net: conv blocks that halve the image on the way down and double it on the way up, each block
+    on the way up concatenating the map of the same size from the way down (skip connections: the
+    first activations of the forward pass are read again at its end)."""
+
+    def __init__(self, classes, base, depth):
+        super().__init__()
+
+        def block(a, b):
+            return nn.Sequential(nn.Conv2d(a, b, 3, padding=1), nn.BatchNorm2d(b), nn.ReLU(inplace=True),
+                                 nn.Conv2d(b, b, 3, padding=1), nn.BatchNorm2d(b), nn.ReLU(inplace=True))
+
+        chans = [base * 2**i for i in range(depth + 1)]
+        self.down = nn.ModuleList(block(a, b) for a, b in zip([3] + chans[:-2], chans[:-1]))
+        self.mid = block(chans[-2], chans[-1])
+        self.up = nn.ModuleList(nn.ConvTranspose2d(2 * c, c, 2, stride=2) for c in reversed(chans[:-1]))
+        self.dec = nn.ModuleList(block(2 * c, c) for c in reversed(chans[:-1]))
+        self.head = nn.Conv2d(chans[0], classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for down in self.down:
+            x = down(x)
+            skips.append(x)
+            x = F.max_pool2d(x, 2)
+        x = self.mid(x)
+        for up, dec, skip in zip(self.up, self.dec, reversed(skips)):
+            x = dec(torch.cat([up(x), skip], 1))
+        return self.head(x)
+
+
 def build(model, args):
     torch.manual_seed(0)
     if model in ("mobilenet_v2", "widefc"):
@@ -269,6 +300,26 @@ def build(model, args):
                     "hidden": args.hidden, "layers": args.layers, "optimizer": "SGD(momentum=0.9)"}
         loss_fn = lambda: F.cross_entropy(net(x).flatten(0, 1), y.flatten())
         return net, opt, loss_fn, (x, y), meta
+    if model in ("unet", "vit"):
+        import torchvision
+        if model == "unet":
+            net = UNet(args.classes, args.width, args.layers)
+            y = torch.randint(0, args.classes, (args.batch, args.image, args.image))
+            meta = {"batch": args.batch, "image": args.image, "base_channels": args.width, "depth": args.layers,
+                    "classes": args.classes, "optimizer": "SGD(momentum=0.9)"}
+            opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        else:
+            net = torchvision.models.VisionTransformer(image_size=args.image, patch_size=args.patch,
+                                                       num_layers=args.layers, num_heads=args.heads,
+                                                       hidden_dim=args.width, mlp_dim=4 * args.width,
+                                                       num_classes=args.classes)
+            y = torch.randint(0, args.classes, (args.batch,))
+            meta = {"batch": args.batch, "image": args.image, "patch": args.patch, "width": args.width,
+                    "layers": args.layers, "heads": args.heads, "classes": args.classes, "optimizer": "AdamW"}
+            opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        x = torch.randn(args.batch, 3, args.image, args.image)
+        loss_fn = lambda: F.cross_entropy(net(x), y)
+        return net, opt, loss_fn, (x, y), meta
     if model == "resnet18":
         import torchvision
         net = torchvision.models.resnet18(num_classes=100)
@@ -290,28 +341,32 @@ def build(model, args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    models = ["resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm"]
+    models = ["resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm", "unet", "vit"]
     p.add_argument("model", choices=models)
     p.add_argument("out", help="trace file to write (.gz: gzip-compressed)")
     p.add_argument("--batch", type=int, default=None,
-                   help="batch size (resnet18, widefc: 16; mobilenet_v2, lstm: 8; gpt2, encoder: 4)")
+                   help="batch size (resnet18, widefc, vit: 16; mobilenet_v2, lstm, unet: 8; gpt2, encoder: 4)")
     p.add_argument("--image", type=int, default=None,
-                   help="resnet18, mobilenet_v2: image side in pixels (128); widefc: (64)")
+                   help="resnet18, mobilenet_v2, unet: image side in pixels (128); widefc, vit: (64)")
     p.add_argument("--seq", type=int, default=None, help="gpt2, encoder: sequence length (128); lstm: 32")
     p.add_argument("--vocab", type=int, default=None, help="gpt2, encoder, lstm: vocabulary size (8192)")
     p.add_argument("--width", type=int, default=None,
                    help="gpt2, encoder: embedding width (512); lstm: embedding (256); widefc: fully connected "
-                        "units (4096)")
+                        "units (4096); unet: channels of the first level (32); vit: hidden width (384)")
     p.add_argument("--hidden", type=int, default=512, help="lstm: hidden units")
-    p.add_argument("--layers", type=int, default=None, help="gpt2: blocks (6); encoder: blocks (4); lstm: layers (2)")
-    p.add_argument("--heads", type=int, default=8, help="gpt2, encoder: attention heads")
+    p.add_argument("--layers", type=int, default=None,
+                   help="gpt2, vit: blocks (6); encoder: blocks (4); lstm: layers (2); unet: levels down (4)")
+    p.add_argument("--heads", type=int, default=8, help="gpt2, encoder, vit: attention heads")
+    p.add_argument("--patch", type=int, default=8, help="vit: patch side in pixels")
+    p.add_argument("--classes", type=int, default=None, help="unet: classes per pixel (8); vit: classes (100)")
     args = p.parse_args()
-    defaults = {"batch": {"gpt2": 4, "encoder": 4, "mobilenet_v2": 8, "lstm": 8}.get(args.model, 16),
+    defaults = {"batch": {"gpt2": 4, "encoder": 4, "mobilenet_v2": 8, "lstm": 8, "unet": 8}.get(args.model, 16),
                 "seq": 32 if args.model == "lstm" else 128,
                 "vocab": 8192,
-                "width": {"widefc": 4096, "lstm": 256}.get(args.model, 512),
-                "image": 64 if args.model == "widefc" else 128,
-                "layers": {"lstm": 2, "encoder": 4}.get(args.model, 6)}
+                "width": {"widefc": 4096, "lstm": 256, "unet": 32, "vit": 384}.get(args.model, 512),
+                "image": 64 if args.model in ("widefc", "vit") else 128,
+                "layers": {"lstm": 2, "encoder": 4, "unet": 4}.get(args.model, 6),
+                "classes": 8 if args.model == "unet" else 100}
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)

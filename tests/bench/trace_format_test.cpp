@@ -50,7 +50,7 @@ TEST(TraceFormat, RoundTripsAsTextPlainFileAndGzip) {
 }
 
 TEST(TraceFormat, ShippedTracesAreRealTrainingSteps) {
-  for (const char* name : {"resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm"}) {
+  for (const char* name : {"resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm", "unet", "vit"}) {
     const auto t = read_trace(std::string(TVMM_SOURCE_DIR) + "/bench/traces/" + name + ".trace.gz");
     SCOPED_TRACE(name);
     EXPECT_EQ(t.meta.at("model"), name);
