@@ -28,6 +28,15 @@ try:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 except ImportError as e:  # pragma: no cover - depends on the machine
+    import os
+    import subprocess
+    system = "/usr/bin/python3"
+    # Debian's python3-torch installs for the system interpreter; another python3 first on PATH (a
+    # virtual environment, pyenv) does not see it.
+    if (os.path.realpath(sys.executable) != os.path.realpath(system) and os.access(system, os.X_OK)
+            and subprocess.run([system, "-c", "import torch, torchvision"], capture_output=True).returncode == 0):
+        sys.exit(f"capture.py: {e} in {sys.executable}, but {system} has torch and torchvision "
+                 f"(Debian's python3-torch): run {system} {' '.join(sys.argv)}")
     sys.exit(f"capture.py: {e}; install python3-torch and python3-torchvision "
              "(tools/setup/install-deps.sh traces)")
 
