@@ -349,7 +349,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
       // no copy overlaps compute.
       if (naive) stream.synchronize();
       stream.busy_for(std::chrono::nanoseconds(static_cast<std::int64_t>(k.compute_us * 1e3)));
-      if (naive) stream.synchronize();
+      if (naive || o.sync_kernels) stream.synchronize();
       pins.clear();
       for (const auto t : k.discards) ts[t].discard();
       if (sample) {
@@ -392,6 +392,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.ratio = ratio;
   r.step_time_s = device_secs / measured;
   r.vmm_costs = o.device == "cuda" ? "real" : o.vmm_costs ? "modelled" : "free";
+  r.host = o.sync_kernels ? "synchronous" : "ahead";
   r.wall_step_time_s = secs / measured;
   r.bytes_moved = static_cast<double>((after.host_to_device.bytes + after.device_to_host.bytes) -
                                       (before.host_to_device.bytes + before.device_to_host.bytes)) /

@@ -40,6 +40,11 @@ struct RunOptions {
   //! A frame for every page of every tensor, whatever the ratio: nothing is ever evicted or mapped
   //! again (the all-in-memory peer: the program run with enough memory).
   bool whole_workload = false;
+  //! The host waits for each kernel before the next kernel's pins (a stream synchronize after each), as
+  //! a program that reads results between kernels does: demand page-ins cannot run ahead of the
+  //! device, and only prefetch overlaps them with compute. False: the host queues pins and kernels as
+  //! far ahead as the pager lets it.
+  bool sync_kernels = false;
   std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
   bool verify = false;         // write and check every tensor's bytes (always on with --device cuda)
   std::string pin_log;         // the pager's pin_log.file (tests read the pins it saw)
@@ -64,6 +69,7 @@ struct RunResult {
   double ratio = 0;
   double step_time_s = 0;       // device time (on the simulator, its model)
   std::string vmm_costs;        // "modelled" or "free" (the simulator), "real" (--device cuda)
+  std::string host;             // "ahead" or "synchronous" (RunOptions::sync_kernels)
   double wall_step_time_s = 0;  // wall clock, host and NVMe I/O included
   double bytes_moved = 0;       // host<->device, per iteration
   double disk_read_bytes = 0;   // from the NVMe tier, per iteration

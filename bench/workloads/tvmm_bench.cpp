@@ -193,6 +193,9 @@ int main(int argc, char** argv) {
                  "The simulator charges cuMemMap, cuMemSetAccess, cuMemUnmap and cuMemCreate the host time an H200's "
                  "driver took (on, the default; docs/benchmarks.md \"VMM call costs\"), or nothing (off)")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_flag("--sync-kernels", o.sync_kernels,
+               "The host waits for each kernel before the next kernel's pins, as a program that reads results "
+               "between kernels: only prefetch overlaps page-ins with compute (summary.json: host = synchronous)");
   app.add_option("--json", json, "Also write the records (as in summary.json) to this file");
   app.add_flag("--verify", o.verify,
                "Write and check every tensor's bytes with the pattern kernels (always on with --device cuda; on "

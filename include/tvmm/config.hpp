@@ -164,10 +164,10 @@ struct TVMM_API Config {
   //! the next `prefetch_distance` pages of the same tensor that are on the host tier (for tensors
   //! pinned a range at a time, front to back). Prefetch never waits and never evicts pinned pages.
   std::string prefetch = "none";
-  //! How far ahead prefetch runs: pins (trace) or pages (sequential). The default suits host pins; a
-  //! program that pins on streams runs ahead of the device already, and 1 suits it better
-  //! (docs/configuration.md, policy.prefetch.distance).
-  std::size_t prefetch_distance = 4;
+  //! How far ahead prefetch runs: pins (trace) or pages (sequential); 0 = the mode's default, 1 pin
+  //! for trace prefetch and 4 pages for sequential (docs/configuration.md, policy.prefetch.distance,
+  //! says why 1 pin).
+  std::size_t prefetch_distance = 0;
   //! How long a pin may wait for other threads to unpin pages before failing with
   //! `tvmm::out_of_memory`: a pinned working set that never fits is an error, never a hang.
   std::chrono::milliseconds wait_timeout{30'000};

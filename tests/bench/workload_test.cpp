@@ -338,6 +338,32 @@ TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
   }
 }
 
+// RunOptions::sync_kernels: the host waits for each kernel before the next kernel's pins, so a demand
+// page-in cannot start before the kernel ahead of it has ended. Every policy is then slower than with a
+// host that runs ahead, and trace prefetch, which loads the next pin's pages while a kernel runs, is
+// faster than the same eviction without it (with a host that runs ahead it changes nothing here: the
+// pins themselves load early).
+TEST(Workloads, AHostThatWaitsForEachKernelLeavesPrefetchTheOnlyOverlap) {
+  RunOptions o;
+  o.iterations = 3;
+  o.warmup = 1;
+  o.bus_gbs = 4;
+  const auto w = make_train(4, 4 * MiB, 300);
+  RunOptions sync = o;
+  sync.sync_kernels = true;
+  for (const char* policy : {"lru", "belady"}) {
+    const auto ahead = run_pager(w, o, policy, 2.0);
+    const auto waits = run_pager(w, sync, policy, 2.0);
+    EXPECT_EQ(ahead.host, "ahead");
+    EXPECT_EQ(waits.host, "synchronous");
+    EXPECT_GT(waits.step_time_s, ahead.step_time_s * 1.05) << policy;
+  }
+  const auto belady = run_pager(w, sync, "belady", 2.0);
+  const auto trace = run_pager(w, sync, "trace", 2.0);
+  EXPECT_GT(trace.prefetched, 0u);
+  EXPECT_LT(trace.step_time_s, belady.step_time_s);
+}
+
 // With RunOptions::vmm_costs the simulator charges every map, set_access and unmap to the thread that
 // calls it. On a fast bus (the copies cost little, so the host's calls are what the step waits for) a
 // run that moves pages takes longer than the same run with free calls, by at least the modelled map

@@ -114,3 +114,18 @@ TEST(SequentialPrefetch, AScanFindsThePagesAheadAlreadyLoaded) {
   EXPECT_LE(seq_misses * 3, none_misses) << "sequential prefetch should load most pages ahead of the scan: "
                                          << seq_misses << " misses, " << seq_prefetched << " prefetched";
 }
+
+// Config::prefetch_distance = 0 (the default) is sequential prefetch's own default, four pages: a pin
+// of page 0 of a 16-page tensor loads pages 1 to 4 and not 5 (the device holds 8).
+TEST(SequentialPrefetch, ByDefaultLoadsFourPagesAhead) {
+  Config c = test::small_config(8, 32);
+  c.prefetch = "sequential";
+  Pager p(c);
+  auto t = p.allocate(16 * kPage);
+  write_pages(t, 60);  // leaves the last 8 pages resident
+  ASSERT_EQ(t.tier(0), Tier::host);
+  { auto pin = t.pin_range(0, kPage, Access::read); }
+  for (std::size_t i = 1; i <= 4; ++i) EXPECT_EQ(t.tier(i * kPage), Tier::device) << "page " << i;
+  EXPECT_EQ(t.tier(5 * kPage), Tier::host);
+  p.check_invariants();
+}

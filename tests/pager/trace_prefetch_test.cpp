@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "test_support.hpp"
+#include "vmm/core/prefetcher.hpp"
 
 using namespace tvmm;
 
@@ -85,6 +86,46 @@ TEST(TracePrefetch, TurnsMissesIntoHitsOnARepeatedWorkload) {
       << none.misses_last_iterations;
   EXPECT_GT(trace.stats.prefetched, 0u);
   EXPECT_EQ(trace.stats.trace_divergences, 0u);
+}
+
+// Config::prefetch_distance = 0 (the default) stands for each mode's own distance: one pin for trace
+// prefetch, four pages for sequential prefetch; any other value is used as it is.
+TEST(Prefetcher, ZeroDistanceIsTheModesDefault) {
+  auto distance = [](const char* mode, std::size_t set) {
+    Config c;
+    c.prefetch = mode;
+    c.prefetch_distance = set;
+    return vmm::Prefetcher(c, false).distance();
+  };
+  EXPECT_EQ(distance("trace", 0), 1u);
+  EXPECT_EQ(distance("sequential", 0), 4u);
+  EXPECT_EQ(distance("trace", 3), 3u);
+  EXPECT_EQ(distance("sequential", 2), 2u);
+  EXPECT_EQ(Config{}.prefetch_distance, 0u);
+}
+
+// At the default distance a pin loads the next pin's tensor and no further. 8 one-page tensors pinned
+// 0..7 every iteration over 4 frames: when the replayed iteration pins tensor 0, tensor 1 follows it
+// onto the device and tensor 2 stays on the host.
+TEST(TracePrefetch, ByDefaultLoadsOnePinAhead) {
+  Config c = test::small_config(4, 16);
+  c.prefetch = "trace";
+  Pager p(c);
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 8; ++i) ts.push_back(p.allocate(64 * KiB));
+  for (int it = 0; it < 3; ++it) {  // recorded, replayed, replayed
+    p.mark_iteration();
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      auto pin = ts[i].pin(Access::read_write);
+      test::fill(pin.data(), 64 * KiB, static_cast<std::uint64_t>(it * 10) + i + 1);
+    }
+  }
+  p.mark_iteration();
+  { auto pin = ts[0].pin(Access::read); }
+  EXPECT_EQ(ts[1].tier(), Tier::device);
+  EXPECT_EQ(ts[2].tier(), Tier::host);
+  EXPECT_EQ(p.stats().trace_divergences, 0u);
+  p.check_invariants();
 }
 
 TEST(TracePrefetch, DivergenceDropsTheTraceAndStaysCorrect) {

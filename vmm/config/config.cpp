@@ -49,10 +49,6 @@ void Config::validate() const {
   if (wait_timeout.count() <= 0) {
     throw config_error("wait_timeout must be positive (it bounds how long a pin waits for others to unpin)");
   }
-  if (prefetch != "none" && prefetch_distance == 0) {
-    throw config_error("prefetch_distance is 0: " + prefetch + " prefetch needs to look at least one " +
-                       (prefetch == "trace" ? "pin" : "page") + " ahead");
-  }
   if (sim.granularity == 0 || (sim.granularity & (sim.granularity - 1)) != 0) {
     throw config_error("sim.granularity = " + std::to_string(sim.granularity) +
                        " must be a power of two (a real GPU reports 2 MiB)");

@@ -424,10 +424,10 @@ std::vector<ConfigKey> make_keys() {
       {"policy.prefetch",
        "distance",
        KeyType::number,
-       "a whole number >= 1",
-       "how far ahead prefetch runs: pins (trace) or pages (sequential)",
+       "a whole number >= 0",
+       "how far ahead prefetch runs: pins (trace) or pages (sequential); 0 = the mode's default (1 pin, 4 pages)",
        false,
-       1.0,
+       0.0,
        {},
        [](Config& c, const KeyValue& v) { c.prefetch_distance = static_cast<std::size_t>(whole(v.number, 1e9)); },
        [](const Config& c) { return std::to_string(c.prefetch_distance); }});

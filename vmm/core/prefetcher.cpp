@@ -7,7 +7,9 @@ namespace tvmm::vmm {
 using policies::AccessTrace;
 
 Prefetcher::Prefetcher(const Config& config, bool policy_needs_trace)
-    : distance_(config.prefetch_distance),
+    : distance_(config.prefetch_distance != 0     ? config.prefetch_distance
+                : config.prefetch == "sequential" ? kSequentialPages
+                                                  : kTracePins),
       trace_prefetch_(config.prefetch == "trace"),
       sequential_prefetch_(config.prefetch == "sequential"),
       recording_(trace_prefetch_ || policy_needs_trace) {}

@@ -19,6 +19,15 @@ namespace tvmm::vmm {
 
 class Prefetcher {
  public:
+  //! The distances Config::prefetch_distance = 0 stands for. One pin for trace prefetch: on the
+  //! benchmark's model traces a program that pins on streams runs ahead of the device, so its pins
+  //! load early by themselves, and 4 pins took up to 1.11x the time of no prefetch against 1.00x at 1;
+  //! where the host waits for each kernel, 1 pin was the fastest with the driver's call costs
+  //! (docs/benchmarks.md, "Held-out models"). Four pages for sequential prefetch, as before.
+  static constexpr std::size_t kTracePins = 1;
+  static constexpr std::size_t kSequentialPages = 4;
+  //! The distance in use (Config::prefetch_distance, or the mode's default for 0).
+  [[nodiscard]] std::size_t distance() const noexcept { return distance_; }
   //! `policy_needs_trace`: the eviction policy reads the trace, so pins are recorded even without
   //! trace prefetch.
   Prefetcher(const Config& config, bool policy_needs_trace);
