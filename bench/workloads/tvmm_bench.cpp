@@ -185,8 +185,9 @@ int main(int argc, char** argv) {
                  "The trace policy's eviction spares tensors pinned in the last N pins (0 = pure next use)")
       ->check(CLI::Range(0, 1000));
   app.add_option("--timing", o.timing,
-                 "The simulator's clock: model (host work and disk I/O take no device time; steady figures) or "
-                 "wall (they delay what they enqueue, as on a GPU; the suites use wall)")
+                 "The simulator's clock: model (host work and disk I/O take no device time; steady figures; the "
+                 "default, and the suites') or wall (they delay what they enqueue, as on a GPU; the suites use it "
+                 "only for the tvmm_wall figure beside the kernel peer)")
       ->check(CLI::IsMember({"model", "wall"}));
   std::string vmm_costs = "on";
   app.add_option("--vmm-costs", vmm_costs,
