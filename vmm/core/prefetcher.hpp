@@ -20,10 +20,11 @@ namespace tvmm::vmm {
 class Prefetcher {
  public:
   //! The distances Config::prefetch_distance = 0 stands for. One pin for trace prefetch: on the
-  //! benchmark's model traces a program that pins on streams runs ahead of the device, so its pins
-  //! load early by themselves, and 4 pins took up to 1.11x the time of no prefetch against 1.00x at 1;
-  //! where the host waits for each kernel, 1 pin was the fastest with the driver's call costs
-  //! (docs/benchmarks.md, "Held-out models"). Four pages for sequential prefetch, as before.
+  //! benchmark's eight model traces, where the program pins on streams and so runs ahead of the
+  //! device (its pins load early by themselves), 4 pins took 1.025x the time of no prefetch (geometric
+  //! mean; up to 1.11x) and 1 pin 0.999x; where the host waits for each kernel, 1 pin was the fastest
+  //! with the driver's call costs, 0.978x against 0.999x at 4 (docs/benchmarks.md, "Held-out
+  //! models"). Four pages for sequential prefetch, as before.
   static constexpr std::size_t kTracePins = 1;
   static constexpr std::size_t kSequentialPages = 4;
   //! The distance in use (Config::prefetch_distance, or the mode's default for 0).
