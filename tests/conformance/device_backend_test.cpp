@@ -422,6 +422,35 @@ TEST(SimDevice, DeviceTimeIsTheModelledTimeExactly) {
   EXPECT_TRUE(dev.free_host(d, 2 * mb).ok());
 }
 
+// With timing "model" the device's time lags the wall clock by however long the simulation has been
+// idle or slow. A stream created mid-run by a thread that has waited for device work starts at that
+// thread's host time, not at the wall clock: its first kernel runs right after the work the thread saw
+// complete, not 100 ms of idle wall time later.
+TEST(SimDevice, AModelledStreamCreatedMidRunStartsAtTheCreatorsHostTime) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  c.timing = "model";
+  SimDevice dev(c, 4 * 64 * KiB);
+  StreamHandle s = nullptr, t = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  EventHandle e0 = nullptr, e1 = nullptr;
+  for (EventHandle* e : {&e0, &e1}) ASSERT_TRUE(dev.create_event(e, EventKind::timing).ok());
+  ASSERT_TRUE(dev.record_event(e0, s).ok());
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::milliseconds(2)).ok());
+  ASSERT_TRUE(dev.synchronize_stream(s).ok());  // the host's time: e0 + 2 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(dev.create_stream(&t).ok());
+  ASSERT_TRUE(dev.launch_busy(t, std::chrono::milliseconds(1)).ok());
+  ASSERT_TRUE(dev.record_event(e1, t).ok());
+  ASSERT_TRUE(dev.synchronize_stream(t).ok());
+  std::chrono::nanoseconds elapsed{0};
+  ASSERT_TRUE(dev.event_elapsed(e0, e1, &elapsed).ok());
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count(), 3'000);
+  for (EventHandle e : {e0, e1}) EXPECT_TRUE(dev.destroy_event(e).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+  EXPECT_TRUE(dev.destroy_stream(t).ok());
+}
+
 // With timing "model" a thread's host time moves only when it waits, so an event query answers at that
 // time: work the simulator has already run, but that completes later in device time, is not ready.
 // (Otherwise what a query sees, and so every decision made on it, would depend on how fast the

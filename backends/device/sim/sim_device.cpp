@@ -294,7 +294,7 @@ bool SimDevice::managed_range(const void* ptr, std::size_t bytes) const {
 }
 
 Status SimDevice::do_create_stream(StreamHandle* out) {
-  auto* s = new sim::SimStream(h2d_.get(), d2h_.get(), timing_);
+  auto* s = new sim::SimStream(h2d_.get(), d2h_.get(), timing_, origin_);
   std::lock_guard lk(streams_mu_);
   if (!worker_cpus_.empty()) (void)s->bind(worker_cpus_);  // checked when the set was accepted
   streams_.insert(s);

@@ -85,6 +85,7 @@ class SimDevice final : public DeviceBackend {
   std::unique_ptr<sim::CopyEngine> h2d_;
   std::unique_ptr<sim::CopyEngine> d2h_;
   sim::Timing timing_ = sim::Timing::wall;
+  const sim::DeviceClock::time_point origin_ = sim::DeviceClock::now();  // streams' clocks start after it
   SimDeviceConfig::VmmCosts costs_;                   // host time each VMM call spends (charged after it succeeds)
   std::map<std::uintptr_t, std::size_t> registered_;  // register_host ranges (under mu_)
   std::map<std::uintptr_t, std::size_t> managed_;     // alloc_managed ranges (under mu_)

@@ -143,8 +143,17 @@ void SimEvent::wait_latest() const {
   observe(timing_, at_, since);
 }
 
-SimStream::SimStream(CopyEngine* h2d, CopyEngine* d2h, Timing timing)
-    : h2d_(h2d), d2h_(d2h), timing_(timing), clock_(DeviceClock::now()) {
+namespace {
+DeviceClock::time_point start_clock(Timing timing, DeviceClock::time_point origin) noexcept {
+  const auto now = DeviceClock::now();
+  if (timing != Timing::model) return now;
+  const auto host = host_now(timing);
+  return host > origin && host < now ? host : now;
+}
+}  // namespace
+
+SimStream::SimStream(CopyEngine* h2d, CopyEngine* d2h, Timing timing, DeviceClock::time_point origin)
+    : h2d_(h2d), d2h_(d2h), timing_(timing), clock_(start_clock(timing, origin)) {
   progress_->advance(clock_);
   thread_ = std::thread([this] { run(); });
   // The stream is handed out once its worker runs: a thread still starting up may be inside the C

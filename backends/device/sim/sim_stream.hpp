@@ -14,7 +14,10 @@
 // time is not ready). To know that, a query waits in wall time until the simulator has run the
 // recorded work or has got past the thread's host time on that stream (StreamProgress), so what a
 // thread sees does not depend on how fast the simulator runs against the host, and a run's modelled
-// figures repeat exactly. (A stream's host function must therefore not wait for a thread that
+// figures repeat exactly, as long as one stream at a time copies in each direction: a copy engine
+// (CopyEngine) serves two streams' copies in the order their workers reach it, which the OS's
+// scheduling decides (the pager's write-behind copies, on a stream of their own beside its
+// write-backs, make runs differ by about 1-2%). (A stream's host function must therefore not wait for a thread that
 // queries an event recorded after it; CUDA forbids API calls from host functions anyway:
 // cuLaunchHostFunc. The same holds for FaultyDevice's gates, which block a stream in a host step
 // until a test releases them: tests that use them keep wall timing.) A copy takes its slot on the
@@ -137,7 +140,12 @@ struct SimOp {
 class SimStream {
  public:
   // engines[0] copies host-to-device, engines[1] device-to-host.
-  SimStream(CopyEngine* h2d, CopyEngine* d2h, Timing timing);
+  // `origin`: when the device was created. A stream's device clock starts at the wall clock; with
+  // Timing::model, a stream created by a thread whose host time is past `origin` (it has observed
+  // device work) starts at that host time instead: the model's device time lags the wall clock by
+  // however long the simulation has run, and a stream created mid-run at the wall clock would put its
+  // first operation that far in the device's future.
+  SimStream(CopyEngine* h2d, CopyEngine* d2h, Timing timing, DeviceClock::time_point origin);
   ~SimStream();  // drains queued work, then joins the worker
   SimStream(const SimStream&) = delete;
   SimStream& operator=(const SimStream&) = delete;
