@@ -112,6 +112,12 @@ std::size_t AccessTrace::since_last_use(std::uint64_t tensor) const {
   return cursor_ + trace_.size() - 1 - pos.back();  // last pinned in the previous iteration
 }
 
+AccessTrace::Position AccessTrace::position() const {
+  std::lock_guard lk(mu_);
+  if (state_ != State::replaying || cursor_ == 0) return {kNever, trace_.size(), divergences_};
+  return {cursor_ - 1, trace_.size(), divergences_};
+}
+
 std::size_t AccessTrace::pins_left_in_iteration() const {
   std::lock_guard lk(mu_);
   return state_ == State::replaying ? trace_.size() - cursor_ : kNever;

@@ -53,6 +53,16 @@ class AccessTrace {
   //! or kNever when not replaying.
   [[nodiscard]] std::size_t pins_left_in_iteration() const;
 
+  //! Where the latest pin stands in the recorded iteration. `index` means the same pin of the program
+  //! in every iteration as long as `length` and `drops` (the trace dropped and recorded again) stay the
+  //! same.
+  struct Position {
+    std::size_t index = kNever;  // 0 = the iteration's first pin; kNever when not replaying
+    std::size_t length = 0;      // pins in the recorded iteration
+    std::uint64_t drops = 0;     // divergences()
+  };
+  [[nodiscard]] Position position() const;
+
   [[nodiscard]] State state() const;
   [[nodiscard]] std::vector<TraceAccess> recorded() const;
   [[nodiscard]] std::uint64_t divergences() const;

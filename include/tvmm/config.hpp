@@ -157,6 +157,15 @@ struct TVMM_API Config {
   //! when both are not needed again in this iteration (docs/architecture.md, "Access trace, trace
   //! prefetch and Belady").
   std::size_t keep_recent = 0;
+  //! Write-behind (off by default), while the access trace replays (`eviction = "belady"` or
+  //! `prefetch = "trace"`): a write whose data earlier iterations evicted before the tensor's next
+  //! write is copied to the host tier as soon as its kernel is done, on a copy stream of its own, while
+  //! the page stays resident; the eviction that follows then moves nothing. It moves write-backs from
+  //! where fresh data waits for frames (a forward pass) to where the device-to-host bus is idle (a
+  //! backward pass), and takes host slots only while a quarter of the tier is free. Its copies also
+  //! take the bus from write-backs that pins wait for, so it is slower on some workloads
+  //! (docs/architecture.md and docs/benchmarks.md, "Write-behind").
+  bool write_behind = false;
   //! Prefetch policy: "none" (only explicit Tensor::prefetch); "trace": record the pins of one
   //! iteration (between the first two Pager::mark_iteration calls), then in later iterations start the
   //! page-ins of the tensors `prefetch_distance` pins ahead (a pin that differs from the trace drops it

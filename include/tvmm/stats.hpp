@@ -46,7 +46,8 @@ struct DriverTimes {
 //! not one atomic snapshot while other threads run).
 struct Stats {
   Traffic host_to_device;                //!< Page-ins from the host tier.
-  Traffic device_to_host;                //!< Write-backs of evicted pages to the host tier.
+  Traffic device_to_host;                //!< Write-backs of evicted pages to the host tier, and
+                                         //!< write-behind copies of resident ones (`written_behind`).
   Traffic host_to_nvme;                  //!< Pages written to the NVMe tier.
   Traffic nvme_to_host;                  //!< Pages read back from the NVMe tier (checksums verified).
   std::uint64_t pins = 0;                //!< Pin calls.
@@ -55,6 +56,8 @@ struct Stats {
   std::uint64_t evictions = 0;           //!< Pages evicted from the device tier.
   std::uint64_t clean_evictions = 0;     //!< Of those, with a current host or NVMe copy, or discarded: no copy.
   std::uint64_t prefetched = 0;          //!< Pages made resident by prefetch() or trace prefetch.
+  std::uint64_t written_behind = 0;      //!< Pages copied to the host tier while they stayed resident
+                                         //!< (Config::write_behind), counted in device_to_host too.
   std::uint64_t kept_mappings = 0;       //!< Page-ins into the frame the page's address was still mapped to
                                          //!< (no map, access grant or unmap call; see PageEntry::mapped).
   std::uint64_t remap_ns = 0;            //!< Host time in the driver calls of the other page-ins: unmapping

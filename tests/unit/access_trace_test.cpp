@@ -113,3 +113,22 @@ TEST(AccessTrace, APinOfOtherPagesOfTheSameTensorIsADivergence) {
   (void)tr.on_pin({1, 2, false, false, 3}, 1);  // expected pages [2, 4)
   EXPECT_EQ(tr.divergences(), 1u);
 }
+
+TEST(AccessTrace, PositionNamesTheLatestPinWhileReplaying) {
+  AccessTrace tr;
+  EXPECT_EQ(tr.position().index, AccessTrace::kNever);
+  (void)tr.on_iteration(1);
+  for (std::uint64_t t : {1, 2, 3}) (void)tr.on_pin(acc(t), 1);
+  EXPECT_EQ(tr.position().index, AccessTrace::kNever) << "recording: no position yet";
+  (void)tr.on_iteration(1);
+  EXPECT_EQ(tr.position().index, AccessTrace::kNever) << "no pin of this iteration yet";
+  (void)tr.on_pin(acc(1), 1);
+  (void)tr.on_pin(acc(2), 1);
+  const auto at = tr.position();
+  EXPECT_EQ(at.index, 1u);
+  EXPECT_EQ(at.length, 3u);
+  EXPECT_EQ(at.drops, 0u);
+  (void)tr.on_pin(acc(9), 1);  // leaves the trace: dropped
+  EXPECT_EQ(tr.position().index, AccessTrace::kNever);
+  EXPECT_EQ(tr.position().drops, 1u);
+}

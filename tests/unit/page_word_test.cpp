@@ -129,3 +129,29 @@ TEST(PageWord, DroppableWhenACopyIsCurrentOrTheContentsAreDead) {
   e.host_slot = kNoSlot;
   EXPECT_TRUE(e.droppable(e.word.load() | word::kDiscarded));
 }
+
+TEST(PageWord, AWriteBehindStartsOnlyOnAnUnpinnedResidentPageAndOutlivesStateChanges) {
+  PageEntry p;
+  p.word.store(word::with_state(0, PageState::device));
+  ASSERT_TRUE(p.start_writing_behind(p.word.load()));
+  auto w = p.word.load();
+  EXPECT_TRUE(word::host_copy(w));
+  EXPECT_TRUE(word::writing_behind(w));
+  EXPECT_FALSE(p.start_writing_behind(w)) << "one at a time";
+  p.set_state(PageState::transit);  // evicted meanwhile: the bit stays until the copy is retired
+  EXPECT_TRUE(word::writing_behind(p.word.load()));
+  EXPECT_TRUE(word::writing_behind(p.end_writing_behind()));
+  EXPECT_FALSE(word::writing_behind(p.word.load()));
+
+  PageEntry pinned;
+  pinned.word.store(word::with_state(0, PageState::device) + word::kPinOne);
+  EXPECT_FALSE(pinned.start_writing_behind(pinned.word.load()));
+  PageEntry host;
+  host.word.store(word::with_state(0, PageState::host));
+  EXPECT_FALSE(host.start_writing_behind(host.word.load()));
+  PageEntry stale;  // the word changed since it was read: no start
+  stale.word.store(word::with_state(0, PageState::device));
+  const auto old = stale.word.load();
+  stale.word.fetch_add(word::kPinOne);
+  EXPECT_FALSE(stale.start_writing_behind(old));
+}

@@ -69,6 +69,10 @@ std::string pager_report(const json& j, const std::string& source) {
        static_cast<unsigned long long>(num(j, "evictions")), static_cast<unsigned long long>(num(j, "clean_evictions")),
        static_cast<unsigned long long>(num(j, "prefetched")),
        static_cast<unsigned long long>(num(j, "trace_divergences")));
+  if (j.contains("written_behind")) {  // stats files from before write-behind lack it
+    line(o, "written behind (copied to the host while resident, so that their eviction moves nothing): %llu pages",
+         static_cast<unsigned long long>(num(j, "written_behind")));
+  }
   if (j.contains("kept_mappings")) {  // stats files from before 0.2 lack it
     line(o, "page-ins into the frame still mapped at their address (no driver call): %llu",
          static_cast<unsigned long long>(num(j, "kept_mappings")));

@@ -455,6 +455,12 @@ std::vector<ConfigKey> make_keys() {
                   {},
                   [](Config& c, const KeyValue& v) { c.keep_recent = static_cast<std::size_t>(whole(v.number, 1e9)); },
                   [](const Config& c) { return std::to_string(c.keep_recent); }});
+  keys.push_back(bool_key("policy.eviction", "write_behind",
+                          "while the access trace replays (belady, or trace prefetch): copy a write to the host tier "
+                          "right after its kernel, keeping the page resident, where earlier iterations evicted that "
+                          "write's data before its next write, so that the eviction later moves nothing (off by "
+                          "default: the copies take the bus from write-backs that pins wait for)",
+                          [](Config& c) -> bool& { return c.write_behind; }));
   keys.push_back({"transparent",
                   "memory",
                   KeyType::text,

@@ -1,6 +1,8 @@
-// PagerImpl, part 4: eviction: choosing victims and queueing their write-backs (retire.cpp retires them).
+// PagerImpl, part 4: eviction: choosing victims and queueing their write-backs (retire.cpp retires them),
+// and write-behind: copying written pages to the host ahead of their eviction.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "common/scope_guard.hpp"
@@ -108,6 +110,13 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   for (PageEntry* v : victims) {
     std::vector<Event*> after;
     if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
+    const auto vw = v->word.load(std::memory_order_acquire);
+    // A write-behind copy still reading the frame: its own batch's event (a later one may wait for
+    // kernels queued since, which the frame's next user need not).
+    if (word::writing_behind(vw)) {
+      if (Event* e = behind_event_of(table_.index_of(*v)); e != nullptr && !events_.is_done(e)) after.push_back(e);
+    }
+    if (!word::discarded(vw)) write_behind_.evicted(v->owner->id, v->droppable(vw));
     std::lock_guard ul(v->owner->uses_mu);
     prune_uses(*v->owner);
     for (auto& u : v->owner->uses) after.push_back(u.done.get());
@@ -164,6 +173,122 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   evictions_.push_back(std::move(batch));
   observe_.counters.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
   observe_.counters.clean_evictions.fetch_add(dropped, std::memory_order_relaxed);
+}
+
+// --- write-behind ----------------------------------------------------------------------------------------
+
+Event* PagerImpl::behind_event_of(std::uint32_t page) const noexcept {
+  for (auto b = behind_.rbegin(); b != behind_.rend(); ++b) {
+    if (std::find(b->pages.begin(), b->pages.end(), page) != b->pages.end()) return b->done.get();
+  }
+  return nullptr;
+}
+
+void PagerImpl::write_behind(const Allocation* a, Access access) noexcept {
+  if (!cfg_.write_behind) return;
+  const bool writes = access != Access::read && a->arena == nullptr;
+  if (!writes && !behind_waiting_.load(std::memory_order_relaxed)) return;
+  if (!prefetch_.replaying()) return;
+  try {
+    Lock lk(mu_);
+    copy_behind();
+    if (writes) {
+      // This write supersedes an earlier one still waiting to be copied: only this one's fate counts.
+      std::erase(behind_todo_, a->id);
+      if (write_behind_.on_write(a->id, prefetch_.trace().position())) behind_todo_.push_back(a->id);
+    }
+    behind_waiting_.store(!behind_todo_.empty(), std::memory_order_relaxed);
+  } catch (const std::exception& ex) {
+    // A hint: without the copy, the page is written back when it is evicted, as without write-behind.
+    std::fprintf(stderr, "tvmm: write-behind failed: %s\n", ex.what());
+  }
+}
+
+// The copies go on a stream of their own, each after the work queued on the tensor's release points
+// (the kernel that wrote it) and after its page-ins still running; a page keeps its frame and stays
+// pinnable throughout. kHostCopy is set at once, so that a write pin takes the slow path, which marks
+// the copy stale; kWritingBehind keeps the slot with the page until the copy is retired (reap), and an
+// eviction meanwhile orders its frame's next user after the copy (evict).
+void PagerImpl::copy_behind() {
+  std::vector<PageEntry*> claimed;     // pages whose copy is being queued
+  std::vector<std::uint8_t> own_slot;  // per claimed page: it got a new slot (else it refreshes its own)
+  std::vector<std::uint32_t> indices;
+  bool room = true;
+  try {
+    for (std::size_t k = 0; k < behind_todo_.size() && room;) {
+      const auto it = by_id_.find(behind_todo_[k]);
+      if (it == by_id_.end()) {  // freed meanwhile
+        behind_todo_.erase(behind_todo_.begin() + static_cast<std::ptrdiff_t>(k));
+        continue;
+      }
+      Allocation* t = it->second;
+      PageEntry* pages = pages_of(t);
+      bool pinned = false;
+      for (std::uint32_t i = 0; i < t->pages && !pinned; ++i) pinned = word::pins(pages[i].word.load()) != 0;
+      if (pinned) {  // its kernel is not queued yet, or another pin uses it: later
+        ++k;
+        continue;
+      }
+      behind_todo_.erase(behind_todo_.begin() + static_cast<std::ptrdiff_t>(k));
+      const std::size_t first = claimed.size();
+      for (std::uint32_t i = 0; i < t->pages; ++i) {
+        PageEntry& p = pages[i];
+        const auto w = p.word.load(std::memory_order_acquire);
+        if (word::state(w) != PageState::device || word::discarded(w) || word::host_copy(w) ||
+            word::writing_behind(w) || p.clean_on_nvme(w))
+          continue;
+        // A slot the page holds already is the source of its page-in, still running, whose copy a write
+        // made stale: the copy refreshes it, after that page-in. Any other slot is left alone (a failed
+        // eviction's: a write-back into it may still be queued).
+        const bool reuse = p.host_slot != kNoSlot;
+        if (reuse && !word::pending(w)) continue;
+        std::optional<std::uint32_t> slot;
+        if (!reuse) {
+          // As for kept copies (HostCopies::keep_or_release), a quarter of the host tier stays free for
+          // the write-backs of evictions: a copy taken back for one of them saved nothing.
+          if (host_->free_count() <= host_->budget() / 4 || !(slot = host_->try_acquire())) {
+            room = false;
+            break;
+          }
+        }
+        if (!p.start_writing_behind(w)) {  // a pin came meanwhile
+          if (slot) host_->release(*slot);
+          continue;
+        }
+        if (slot) p.host_slot = *slot;
+        claimed.push_back(&p);
+        own_slot.push_back(slot ? 1 : 0);
+      }
+      if (claimed.size() == first) continue;
+      {
+        std::lock_guard ul(t->uses_mu);
+        prune_uses(*t);
+        for (auto& u : t->uses) xfer_->order_behind_after(u.done.get());
+      }
+      for (std::size_t c = first; c < claimed.size(); ++c) {
+        PageEntry& p = *claimed[c];
+        if (p.ready != nullptr && !events_.is_done(p.ready)) xfer_->order_behind_after(p.ready);
+        xfer_->copy_behind(host_->ptr(p.host_slot), va_of(p));
+        indices.push_back(table_.index_of(p));
+      }
+      write_behind_.copied(t->id);
+    }
+    if (!room) behind_todo_.clear();  // the host tier is short of slots now: copy none of the others
+    if (claimed.empty()) return;
+    behind_.push_back(LoadBatch{xfer_->record_behind(), std::move(indices)});
+  } catch (...) {
+    // No event says when the queued copies end: wait for every copy stream, then give the claims back.
+    // Where the device cannot say (lost), the slots stay with their pages, out of use.
+    const bool drained = xfer_->drain();
+    for (std::size_t c = 0; c < claimed.size(); ++c) {
+      PageEntry& p = *claimed[c];
+      (void)p.clear_host_copy();
+      (void)p.end_writing_behind();
+      if (drained && own_slot[c] != 0) host_->release(std::exchange(p.host_slot, kNoSlot));
+    }
+    throw;
+  }
+  observe_.counters.written_behind.fetch_add(claimed.size(), std::memory_order_relaxed);
 }
 
 }  // namespace tvmm::vmm

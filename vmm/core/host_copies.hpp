@@ -1,8 +1,8 @@
 #pragma once
 // Host copies of resident pages, in one owner. After a page-in from a host slot completes, the slot
 // may be kept as a copy while the page's contents are unchanged (word::kHostCopy), so that evicting the
-// page again needs no write-back. Copies live only in the host tier's spare room and are the first
-// thing taken back when a slot is needed. All methods require the pager lock.
+// page again needs no write-back; so may the slot a write-behind copied a page to. Copies live only in the host tier's
+// spare room and are the first thing taken back when a slot is needed. All methods require the pager lock.
 
 #include <cstdint>
 #include <deque>
@@ -20,6 +20,10 @@ class HostCopies {
   //! After `p`'s page-in from its host slot completed: keeps the slot as a copy while the contents are
   //! unchanged (word::kHostCopy still set) and the tier has room, else lets it go.
   void keep_or_release(PageEntry& p) noexcept;
+  //! After a write-behind copy into `p`'s slot was retired, its contents unchanged since: keeps the slot
+  //! as a copy whatever the room (the copy was made for an eviction expected soon; it is still the first
+  //! thing taken back when a slot is needed).
+  void keep(PageEntry& p) noexcept;
   //! A pin that may write changes `p`'s contents: its kept copy is stale. Lets the slot go unless a
   //! page-in from it is still running (then the page-in's retirement does).
   void drop(PageEntry& p) noexcept;

@@ -26,7 +26,7 @@ enum class PageState : std::uint8_t {
 
 const char* to_string(PageState s) noexcept;
 
-//! Layout of the state word: state (3 bits) | page-in pending (1) | unused (1) | dirty (1) |
+//! Layout of the state word: state (3 bits) | page-in pending (1) | writing behind (1) | dirty (1) |
 //! discarded (1) | host copy (1) | pins (23, from bit 8) | frozen (1) | version (32). (Eviction
 //! policies keep their per-page state, such as CLOCK's referenced bit, in arrays of their own.)
 //! "Dirty" means the page's NVMe slot (if it keeps one) no longer holds its current data: set by every
@@ -36,12 +36,18 @@ const char* to_string(PageState s) noexcept;
 namespace word {
 inline constexpr std::uint64_t kStateMask = 0x7;
 inline constexpr std::uint64_t kPending = 0x8;
+//! A write-behind copy (PagerImpl::write_behind) from the page's frame into its host slot may still be
+//! running: the slot is not let go (not even when a write makes the copy stale) and the frame is not
+//! handed to another page before that copy completes. Set with kHostCopy while the page is resident
+//! and unpinned; kept across state changes; cleared only when the copy is retired (reap).
+inline constexpr std::uint64_t kWritingBehind = 0x10;
 inline constexpr std::uint64_t kDirty = 0x20;  //!< the NVMe copy is stale (kept across state changes)
 //! The contents are dead (Tensor::discard): evicting the page drops it without a write-back. Kept across
 //! state changes; cleared by a pin that may write, and when the page is dropped or freed.
 inline constexpr std::uint64_t kDiscarded = 0x40;
-//! A resident page's host slot still holds its current contents (the slot it was paged in from, kept):
-//! evicting it drops it without a write-back. Set when a page-in from the slot is published; cleared
+//! A resident page's host slot still holds its current contents (the slot it was paged in from, kept,
+//! or one a write-behind copies it to): evicting it drops it without a write-back. Set when a page-in
+//! from the slot is published or a write-behind starts; cleared
 //! by a pin that may write (always on the slow path, which lets the slot go), by discard, when the slot
 //! is taken back for another page (HostCopies::take_back_one), and when the page leaves the device.
 inline constexpr std::uint64_t kHostCopy = 0x80;
@@ -61,14 +67,15 @@ constexpr bool pending(std::uint64_t w) noexcept { return (w & kPending) != 0; }
 constexpr bool dirty(std::uint64_t w) noexcept { return (w & kDirty) != 0; }
 constexpr bool discarded(std::uint64_t w) noexcept { return (w & kDiscarded) != 0; }
 constexpr bool host_copy(std::uint64_t w) noexcept { return (w & kHostCopy) != 0; }
+constexpr bool writing_behind(std::uint64_t w) noexcept { return (w & kWritingBehind) != 0; }
 constexpr bool frozen(std::uint64_t w) noexcept { return (w & kFrozen) != 0; }
 constexpr std::uint64_t pins(std::uint64_t w) noexcept { return (w & kPinMask) >> kPinShift; }
 constexpr std::uint32_t version(std::uint64_t w) noexcept { return static_cast<std::uint32_t>(w >> kVersionShift); }
-//! `w` with a new state and pending flag, the same pins, dirty, discarded, host-copy and frozen bits,
-//! and the version advanced.
+//! `w` with a new state and pending flag, the same pins, dirty, discarded, host-copy, writing-behind and
+//! frozen bits, and the version advanced.
 constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = false) noexcept {
-  return ((w & (kPinMask | kDirty | kDiscarded | kHostCopy | kFrozen)) | static_cast<std::uint64_t>(s) |
-          (pend ? kPending : 0)) +
+  return ((w & (kPinMask | kDirty | kDiscarded | kHostCopy | kWritingBehind | kFrozen)) |
+          static_cast<std::uint64_t>(s) | (pend ? kPending : 0)) +
          ((w >> kVersionShift) + 1) * kVersionOne;
 }
 }  // namespace word
@@ -143,6 +150,19 @@ struct PageEntry {
   void set_host_copy() noexcept { word.fetch_or(word::kHostCopy, std::memory_order_acq_rel); }
   //! The host slot no longer holds a copy of the resident contents; returns the word before.
   std::uint64_t clear_host_copy() noexcept { return word.fetch_and(~word::kHostCopy, std::memory_order_acq_rel); }
+  //! A resident page with no pin, no host copy and no write-behind running starts one: sets kHostCopy
+  //! and kWritingBehind in one CAS from `w`; false if the word changed (a pin came, say).
+  bool start_writing_behind(std::uint64_t w) noexcept {
+    if (word::state(w) != PageState::device || word::pins(w) != 0 || word::host_copy(w) || word::writing_behind(w) ||
+        word::frozen(w))
+      return false;
+    return word.compare_exchange_strong(w, w | word::kHostCopy | word::kWritingBehind, std::memory_order_acq_rel,
+                                        std::memory_order_relaxed);
+  }
+  //! The write-behind copy was retired; returns the word before.
+  std::uint64_t end_writing_behind() noexcept {
+    return word.fetch_and(~word::kWritingBehind, std::memory_order_acq_rel);
+  }
   //! Freed: no contents, no copies (the lock holds every other writer off).
   void forget_contents() noexcept {
     word.fetch_and(~(word::kDirty | word::kDiscarded | word::kHostCopy), std::memory_order_relaxed);

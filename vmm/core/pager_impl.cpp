@@ -401,9 +401,13 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   // 1. Wait for transfers other threads run on these pages (eviction picks any unpinned page), retiring
   //    completed write-backs as they finish. Pages leave transit only under mu_. A lost device completes
   //    nothing any more: its transfers are abandoned (their data is gone with it).
+  //    A write-behind copy into a page's host slot counts as such a transfer: the slot is let go below.
   for (;;) {
     bool busy = false;
-    for (std::uint32_t i = 0; i < a->pages && !busy; ++i) busy = pages[i].state() == PageState::transit;
+    for (std::uint32_t i = 0; i < a->pages && !busy; ++i) {
+      const auto w = pages[i].word.load(std::memory_order_acquire);
+      busy = word::state(w) == PageState::transit || word::writing_behind(w);
+    }
     if (!busy || dev_->lost()) break;
     try {
       (void)wait_progress(lk, Clock::time_point::max());
@@ -463,6 +467,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   allocated_pages_ -= a->pages;
   if (a->host_only) host_only_pages_ -= a->pages;
   by_id_.erase(a->id);
+  write_behind_.forget(a->id);
   if (a->owned) {
     observe_.counters.live_bytes.fetch_sub(std::uint64_t{a->pages} * page_size_, std::memory_order_relaxed);
     observe_.counters.live_tensors.fetch_sub(1, std::memory_order_relaxed);
@@ -595,6 +600,7 @@ Stats PagerImpl::stats() const {
   s.clean_evictions = observe_.counters.clean_evictions.load(std::memory_order_relaxed);
   s.kept_mappings = observe_.counters.kept_mappings.load(std::memory_order_relaxed);
   s.remap_ns = observe_.counters.remap_ns.load(std::memory_order_relaxed);
+  s.written_behind = observe_.counters.written_behind.load(std::memory_order_relaxed);
   const auto times = dev_->call_times();
   auto driver = [&](device::TimedCall c) {
     const auto& t = times[static_cast<std::size_t>(c)];
@@ -692,6 +698,8 @@ void PagerImpl::check_invariants() const {
     if (s == PageState::host && (p.host_slot == kNoSlot || p.frame != kNoFrame)) fail(where + " misplaced");
     if (word::host_copy(w) && (p.host_slot == kNoSlot || (s != PageState::device && s != PageState::transit)))
       fail(where + " keeps a host copy it cannot have");
+    if (word::writing_behind(w) && (p.host_slot == kNoSlot || (s != PageState::device && s != PageState::transit)))
+      fail(where + " writes behind into no host slot");
     if (s == PageState::fresh && (p.host_slot != kNoSlot || p.frame != kNoFrame || p.nvme_slot != kNoSlot))
       fail(where + " holds resources");
     if (s == PageState::nvme && (p.nvme_slot == kNoSlot || p.frame != kNoFrame || p.host_slot != kNoSlot))

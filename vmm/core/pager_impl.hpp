@@ -36,6 +36,7 @@
 #include "vmm/core/resolve_config.hpp"
 #include "vmm/core/small_arena.hpp"
 #include "vmm/core/transfer_engine.hpp"
+#include "vmm/core/write_behind.hpp"
 #include "vmm/observe/observability.hpp"
 
 namespace tvmm::vmm {
@@ -168,6 +169,14 @@ class PagerImpl {
   // Trace prefetch: starts the page-ins of the pins ahead that prefetch_ names, evicting only unpinned
   // pages it does not protect.
   void prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept;
+  // Write-behind (Config::write_behind), after each pin while the trace replays: copies behind the
+  // tensors written by earlier pins that are unpinned now, then, if `access` may write, asks
+  // write_behind_ whether this write is to be copied behind once its kernel is done.
+  void write_behind(const Allocation* a, Access access) noexcept;
+  // Queues the write-behind copies of the tensors in behind_todo_ that no pin holds (under mu_).
+  void copy_behind();
+  // The event of the write-behind batch that copies `page` (the latest, if several), or null (under mu_).
+  [[nodiscard]] Event* behind_event_of(std::uint32_t page) const noexcept;
   // Sequential prefetch: starts the page-ins of the host pages of `next` (Prefetcher::after).
   void prefetch_after(Allocation* a, PageSpan next) noexcept;
   void pin_slow(Allocation* a, PageSpan span, Access access, device::StreamHandle stream);
@@ -300,6 +309,10 @@ class PagerImpl {
   std::unordered_map<device::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
   std::deque<LoadBatch> loads_;                            // page-ins not yet retired
   std::deque<EvictionBatch> evictions_;                    // write-backs not yet retired
+  std::deque<LoadBatch> behind_;                           // write-behind copies not yet retired
+  WriteBehind write_behind_;                               // which writes to copy behind; guarded by mu_
+  std::vector<std::uint64_t> behind_todo_;                 // tensors to copy behind once unpinned (mu_)
+  std::atomic<bool> behind_waiting_{false};                // behind_todo_ is not empty (a hint for pin)
   //! Per device frame: the page resident in it (its frame), or kNoPage; guarded by mu_.
   std::vector<std::uint32_t> frame_page_;
   static constexpr std::uint32_t kNoPage = UINT32_MAX;

@@ -117,6 +117,7 @@ void PagerImpl::pin(Allocation* a, PageSpan span, Access access, device::StreamH
   }
   a->refs.fetch_add(1, std::memory_order_relaxed);
   prefetch_ahead(prefetch_.on_pin(a, span, access));
+  write_behind(a, access);
   observe_.pin(a->id, n, access, hit, stream);
   if (const auto next = prefetch_.after(a, span)) prefetch_after(a, *next);
 }

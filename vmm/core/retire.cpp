@@ -12,9 +12,9 @@
 namespace tvmm::vmm {
 
 // Retires completed transfers, oldest first: page-ins release their host slots and clear their pages'
-// pending flags; write-backs publish their victims on the host (or, for pages dropped without a copy,
-// on NVMe, or nowhere if their contents were discarded). The victims' addresses stay mapped to their
-// old frames (PageEntry::mapped).
+// pending flags; write-behind copies become host copies; write-backs publish their victims on the host
+// (or, for pages dropped without a copy, on NVMe, or nowhere if their contents were discarded). The
+// victims' addresses stay mapped to their old frames (PageEntry::mapped).
 bool PagerImpl::reap(Lock& /*lk*/) {
   bool retired = false;
   while (!loads_.empty() && events_.is_done(loads_.front().done.get())) {
@@ -28,6 +28,24 @@ bool PagerImpl::reap(Lock& /*lk*/) {
       p.clear_pending();
     }
     loads_.pop_front();
+    retired = true;
+  }
+  // Write-behind copies: each page's slot now holds its contents as of its last write before the copy.
+  // A page evicted since (in transit or gone: its eviction ordered itself after the copy and owns the
+  // slot), or still loading from that slot (the page-in's retirement keeps or lets go of it), needs
+  // nothing more. A resident one keeps the slot as a host copy unless a write made it stale meanwhile.
+  while (!behind_.empty() && events_.is_done(behind_.front().done.get())) {
+    for (auto idx : behind_.front().pages) {
+      PageEntry& p = table_[idx];
+      const auto w = p.end_writing_behind();
+      if (word::state(w) != PageState::device || word::pending(w) || p.host_slot == kNoSlot) continue;
+      if (word::host_copy(w)) {
+        host_copies_->keep(p);
+      } else {
+        host_->release(std::exchange(p.host_slot, kNoSlot));
+      }
+    }
+    behind_.pop_front();
     retired = true;
   }
   // Write-backs page by page (their events complete in the order they were recorded).
@@ -100,6 +118,8 @@ bool PagerImpl::wait_progress(Lock& lk, Clock::time_point deadline) {
     oldest = evictions_.front().done[evictions_.front().retired];
   } else if (!loads_.empty()) {
     oldest = loads_.front().done;
+  } else if (!behind_.empty()) {
+    oldest = behind_.front().done;
   }
   if (oldest) {
     lk.unlock();

@@ -20,7 +20,8 @@ TransferEngine::TransferEngine(device::DeviceBackend& dev, EventPool& events, st
 }
 
 TransferEngine::~TransferEngine() {
-  for (auto s : {in_, out_}) {
+  for (auto s : {in_, out_, behind_}) {
+    if (s == nullptr) continue;
     (void)dev_.synchronize_stream(s);
     dev_.warn_failed(dev_.destroy_stream(s), "destroying a copy stream");
   }
@@ -60,21 +61,21 @@ namespace {
 struct CopyMark {
   Timeline* trace;
   std::uint32_t lane;
+  const char* what;  // "page in", "write-back" or "write-behind"
   Timeline::Clock::time_point queued;
   device::DevPtr va;
 };
 
 void copy_done(void* user) {
   std::unique_ptr<CopyMark> m(static_cast<CopyMark*>(user));
-  m->trace->span(m->lane, m->lane == m->trace->copy_in ? "page in" : "write-back", m->queued, Timeline::Clock::now(),
-                 "\"va\": " + std::to_string(m->va));
+  m->trace->span(m->lane, m->what, m->queued, Timeline::Clock::now(), "\"va\": " + std::to_string(m->va));
 }
 
 }  // namespace
 
-void TransferEngine::mark(device::StreamHandle stream, std::uint32_t lane, device::DevPtr va,
+void TransferEngine::mark(device::StreamHandle stream, std::uint32_t lane, const char* what, device::DevPtr va,
                           Timeline::Clock::time_point queued) {
-  auto m = std::make_unique<CopyMark>(CopyMark{trace_, lane, queued, va});
+  auto m = std::make_unique<CopyMark>(CopyMark{trace_, lane, what, queued, va});
   // Tracing never fails a copy: without its callback the span is just missing.
   if (dev_.launch_host(stream, copy_done, m.get()).ok()) (void)m.release();  // copy_done owns it now
 }
@@ -83,15 +84,32 @@ void TransferEngine::copy_in(device::DevPtr va, const void* host) {
   const auto queued = Timeline::Clock::now();
   TVMM_CHECK(dev_.memcpy_async(host_ptr(va), host, page_size_, device::CopyKind::host_to_device, in_));
   pages_in_.fetch_add(1, std::memory_order_relaxed);
-  if (trace_ != nullptr) mark(in_, trace_->copy_in, va, queued);
+  if (trace_ != nullptr) mark(in_, trace_->copy_in, "page in", va, queued);
 }
 
 void TransferEngine::copy_out(void* host, device::DevPtr va) {
   const auto queued = Timeline::Clock::now();
   TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), page_size_, device::CopyKind::device_to_host, out_));
   pages_out_.fetch_add(1, std::memory_order_relaxed);
-  if (trace_ != nullptr) mark(out_, trace_->copy_out, va, queued);
+  if (trace_ != nullptr) mark(out_, trace_->copy_out, "write-back", va, queued);
 }
+
+device::StreamHandle TransferEngine::behind_stream() {
+  if (behind_ == nullptr) TVMM_CHECK(dev_.create_stream(&behind_));
+  return behind_;
+}
+
+void TransferEngine::copy_behind(void* host, device::DevPtr va) {
+  const auto queued = Timeline::Clock::now();
+  const auto stream = behind_stream();
+  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), page_size_, device::CopyKind::device_to_host, stream));
+  pages_out_.fetch_add(1, std::memory_order_relaxed);
+  if (trace_ != nullptr) mark(stream, trace_->copy_out, "write-behind", va, queued);
+}
+
+void TransferEngine::order_behind_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(behind_stream(), e->handle)); }
+
+EventRef TransferEngine::record_behind() { return record_on(behind_stream()); }
 
 void TransferEngine::order_copy_out_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(out_, e->handle)); }
 
@@ -110,7 +128,8 @@ EventRef TransferEngine::record_out() { return record_on(out_); }
 bool TransferEngine::drain() noexcept {
   const bool in_ok = dev_.synchronize_stream(in_).ok();
   const bool out_ok = dev_.synchronize_stream(out_).ok();
-  return in_ok && out_ok;
+  const bool behind_ok = behind_ == nullptr || dev_.synchronize_stream(behind_).ok();
+  return in_ok && out_ok && behind_ok;
 }
 
 void TransferEngine::stream_wait(device::StreamHandle stream, Event* e) {

@@ -1,9 +1,10 @@
 #pragma once
 // The transfer engine owns the pager's every map/unmap call, every event the paging records (release
-// points, copy completions), and the two copy streams (one per direction, so both copy engines work at
-// once). Page moves are queued asynchronously; completion is tracked by events. (Transparent mode's
-// remap heap is a mechanism of its own, vmm/remap_heap.*; the events of the public StreamTimer are the
-// program's, recorded by PagerImpl::record_event.)
+// points, copy completions), and the copy streams: one per direction, so both copy engines work at
+// once, and a second device-to-host stream for write-behind copies (created on first use), so that one
+// waiting for the kernel that writes its page holds up no write-back of an eviction. Page moves are queued
+// asynchronously; completion is tracked by events. (Transparent mode's remap heap is a mechanism of its own,
+// vmm/remap_heap.*; the events of the public StreamTimer are the program's, recorded by PagerImpl::record_event.)
 
 #include <atomic>
 #include <cstdint>
@@ -46,7 +47,14 @@ class TransferEngine {
   void copy_in(device::DevPtr va, const void* host);
   //! Queues a write-back (device address -> host slot) on the device-to-host stream.
   void copy_out(void* host, device::DevPtr va);
-  //! Makes later write-backs wait for `e` (a last use or a page-in).
+  //! Queues a write-behind copy (device address -> host slot; the page stays resident) on the
+  //! write-behind stream, which is created on the first call.
+  void copy_behind(void* host, device::DevPtr va);
+  //! Makes later write-behind copies wait for `e` (a last use or a page-in).
+  void order_behind_after(Event* e);
+  //! An event that completes when the write-behind copies queued so far have completed.
+  EventRef record_behind();
+  //! Makes later write-backs wait for `e` (a last use, a page-in or a write-behind copy).
   void order_copy_out_after(Event* e);
   //! Makes later page-ins wait for `e` (the write-back of the frame's previous page).
   void order_copy_in_after(Event* e);
@@ -71,9 +79,12 @@ class TransferEngine {
   std::size_t page_size_;
   device::StreamHandle in_ = nullptr;
   device::StreamHandle out_ = nullptr;
+  device::StreamHandle behind_ = nullptr;  // created by the first write-behind call
+  device::StreamHandle behind_stream();
   std::atomic<std::uint64_t> pages_in_{0};
   std::atomic<std::uint64_t> pages_out_{0};
-  void mark(device::StreamHandle stream, std::uint32_t lane, device::DevPtr va, Timeline::Clock::time_point queued);
+  void mark(device::StreamHandle stream, std::uint32_t lane, const char* what, device::DevPtr va,
+            Timeline::Clock::time_point queued);
   Timeline* trace_ = nullptr;
 };
 

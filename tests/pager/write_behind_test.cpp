@@ -1,0 +1,211 @@
+// Write-behind (Config::write_behind): while the access trace replays, a write whose data earlier
+// iterations evicted before the next write is copied to the host tier once it is unpinned, and its
+// eviction then moves nothing. A write after the copy, a free or a discard while it runs, and a copy
+// that fails lose no byte and no slot.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "faulty_pager.hpp"
+#include "test_support.hpp"
+
+using namespace tvmm;
+using test::mismatches;
+using test::write;
+
+namespace {
+
+constexpr std::size_t kPage = 64 * KiB;
+
+// Four one-page tensors over three frames, pinned from the host like a training step: written in turn
+// (forward), then read back in reverse (backward). With Belady's eviction, each iteration evicts A
+// when D is written (A is read last) and D when A is read back (D is written again first), each a
+// few pins after its write: time for a copy behind.
+Config step_config(bool write_behind) {
+  Config c = test::small_config(3, 16);
+  c.eviction = "belady";
+  c.write_behind = write_behind;
+  return c;
+}
+
+struct Step {
+  std::vector<Tensor> ts;
+  std::vector<std::uint64_t> seed = std::vector<std::uint64_t>(4, 0);
+  std::size_t bad = 0;
+  int iteration = 0;
+
+  explicit Step(Pager& p) {
+    for (const char* name : {"A", "B", "C", "D"}) ts.push_back(p.allocate(kPage, {name}));
+  }
+  void forward(std::size_t i) {
+    seed[i] = static_cast<std::uint64_t>(iteration * 10 + static_cast<int>(i) + 1);
+    write(ts[i], seed[i]);
+  }
+  void backward(std::size_t i) { bad += mismatches(ts[i], seed[i]); }
+  void run(Pager& p, int iterations) {
+    for (int k = 0; k < iterations; ++k, ++iteration) {
+      p.mark_iteration();
+      for (std::size_t i = 0; i < 4; ++i) forward(i);
+      for (std::size_t i = 4; i-- > 0;) backward(i);
+    }
+  }
+};
+
+}  // namespace
+
+TEST(WriteBehind, ALearntWriteIsCopiedBehindAndItsEvictionMovesNothing) {
+  Stats with{}, without{};
+  for (const bool on : {true, false}) {
+    Pager p(step_config(on));
+    Step s(p);
+    s.run(p, 4);  // record, replay and learn
+    const auto before = p.stats();
+    s.run(p, 2);
+    const auto after = p.stats();
+    EXPECT_EQ(s.bad, 0u);
+    p.check_invariants();
+    Stats& d = on ? with : without;
+    d.evictions = after.evictions - before.evictions;
+    d.clean_evictions = after.clean_evictions - before.clean_evictions;
+    d.written_behind = after.written_behind - before.written_behind;
+    d.device_to_host.pages = after.device_to_host.pages - before.device_to_host.pages;
+  }
+  EXPECT_EQ(without.written_behind, 0u);
+  EXPECT_EQ(without.clean_evictions, 0u) << "every victim is dirty without write-behind";
+  ASSERT_EQ(with.evictions, without.evictions) << "write-behind changes when pages move, not which";
+  EXPECT_EQ(with.written_behind, with.evictions) << "each evicted write was copied behind";
+  EXPECT_EQ(with.clean_evictions, with.evictions) << "and each eviction then moved nothing";
+  EXPECT_EQ(with.device_to_host.pages, without.device_to_host.pages) << "no copy was wasted";
+}
+
+TEST(WriteBehind, OffTheTraceNothingIsCopiedBehind) {
+  Config c = step_config(true);  // LRU does not read the trace, so it is not recorded
+  c.eviction = "lru";
+  Pager lru(c);
+  Step s(lru);
+  s.run(lru, 6);
+  EXPECT_EQ(s.bad, 0u);
+  EXPECT_EQ(lru.stats().written_behind, 0u);
+}
+
+TEST(WriteBehind, AWriteAfterTheCopyMakesItStaleAndTheEvictionWritesThePageBack) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = test::make_faulty_pager(step_config(true), dev);
+  Step s(p);
+  s.run(p, 4);
+  ASSERT_GT(p.stats().written_behind, 0u);
+  p.mark_iteration();
+  dev->hold(device::FaultyDevice::Op::copy_out);  // the copy behind A stays in flight
+  s.forward(0);                                   // A's write ...
+  s.forward(1);                                   // ... is copied behind after this pin
+  ASSERT_EQ(dev->held(device::FaultyDevice::Op::copy_out), 1u);
+  // A pin the trace does not expect (it is dropped) writes A again while the copy runs.
+  write(s.ts[0], 99);
+  s.seed[0] = 99;
+  p.check_invariants();
+  dev->release_all();
+  const auto before = p.stats();
+  s.forward(2);
+  s.forward(3);
+  s.backward(1);  // B, C and D used after A: A is evicted (the policy is LRU without a trace)
+  ASSERT_EQ(s.ts[0].tier(), Tier::host);
+  EXPECT_EQ(p.stats().clean_evictions, before.clean_evictions) << "A's stale copy was taken as current";
+  EXPECT_EQ(mismatches(s.ts[0], 99), 0u) << "the second write was lost";
+  for (std::size_t i = 1; i < 4; ++i) EXPECT_EQ(mismatches(s.ts[i], s.seed[i]), 0u) << i;
+  EXPECT_EQ(s.bad, 0u);
+  p.check_invariants();
+}
+
+TEST(WriteBehind, FreeingATensorWaitsForItsCopyBehindAndGivesTheSlotBack) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = test::make_faulty_pager(step_config(true), dev);
+  Step s(p);
+  s.run(p, 4);
+  p.mark_iteration();
+  dev->hold(device::FaultyDevice::Op::copy_out);
+  s.forward(0);
+  s.forward(1);
+  ASSERT_EQ(dev->held(device::FaultyDevice::Op::copy_out), 1u);
+  const auto slots_held = p.stats().host_used_bytes;
+  std::atomic<bool> freed{false};
+  std::thread t([&] {
+    s.ts[0].reset();  // waits: the copy into A's slot still runs
+    freed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(freed.load()) << "the slot would be reused under a running copy";
+  dev->release_all();
+  t.join();
+  EXPECT_LT(p.stats().host_used_bytes, slots_held) << "A's slot went back to the tier";
+  for (std::size_t i = 1; i < 4; ++i) EXPECT_EQ(mismatches(s.ts[i], s.seed[i]), 0u) << i;
+  p.check_invariants();
+}
+
+TEST(WriteBehind, ADiscardWhileTheCopyRunsLetsTheSlotGoOnceItEnds) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = test::make_faulty_pager(step_config(true), dev);
+  Step s(p);
+  s.run(p, 4);
+  p.mark_iteration();
+  dev->hold(device::FaultyDevice::Op::copy_out);
+  s.forward(0);
+  s.forward(1);
+  ASSERT_EQ(dev->held(device::FaultyDevice::Op::copy_out), 1u);
+  const auto slots_held = p.stats().host_used_bytes;
+  s.ts[0].discard();
+  p.check_invariants();
+  EXPECT_EQ(p.stats().host_used_bytes, slots_held) << "the slot stays while the copy writes into it";
+  dev->release_all();
+  s.forward(2);
+  s.forward(3);  // evicts A: dropped, its contents dead
+  p.check_invariants();
+  EXPECT_LT(p.stats().host_used_bytes, slots_held + 2 * kPage);
+  for (std::size_t i = 1; i < 4; ++i) EXPECT_EQ(mismatches(s.ts[i], s.seed[i]), 0u) << i;
+  write(s.ts[0], 5);  // the tensor lives on
+  EXPECT_EQ(mismatches(s.ts[0], 5), 0u);
+  p.check_invariants();
+}
+
+TEST(WriteBehind, AFailedCopyLeavesThePageDirtyAndItsEvictionWritesItBack) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = test::make_faulty_pager(step_config(true), dev);
+  Step s(p);
+  s.run(p, 4);
+  p.mark_iteration();
+  const auto before = p.stats();
+  dev->fail_once(device::FaultyDevice::Op::copy_out, device::Errc::driver_error);
+  s.forward(0);
+  s.forward(1);  // the copy behind A fails: reported, nothing else changes
+  EXPECT_EQ(dev->injected(), 1u);
+  EXPECT_EQ(p.stats().written_behind, before.written_behind);
+  p.check_invariants();
+  s.forward(2);
+  s.forward(3);  // evicts A, written back
+  EXPECT_EQ(s.ts[0].tier(), Tier::host);
+  EXPECT_GT(p.stats().device_to_host.pages, before.device_to_host.pages);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(mismatches(s.ts[i], s.seed[i]), 0u) << i;
+  p.check_invariants();
+}
+
+TEST(WriteBehind, AnEvictionDuringTheCopyHandsTheFrameOverOnlyAfterIt) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = test::make_faulty_pager(step_config(true), dev);
+  Step s(p);
+  s.run(p, 4);
+  p.mark_iteration();
+  dev->hold(device::FaultyDevice::Op::copy_out);
+  s.forward(0);
+  s.forward(1);  // the copy behind A, held
+  ASSERT_EQ(dev->held(device::FaultyDevice::Op::copy_out), 1u);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    dev->release_all();
+  });
+  s.forward(2);
+  s.forward(3);  // evicts A, dropped (its copy): D's write must wait for the copy out of that frame
+  release.join();
+  for (std::size_t i = 4; i-- > 0;) s.backward(i);
+  EXPECT_EQ(s.bad, 0u) << "A's copy read the frame after D was written into it";
+  p.check_invariants();
+}
