@@ -285,6 +285,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   cfg.prefetch = policy == "trace" ? "trace" : "none";
   cfg.prefetch_distance = o.distance;
   cfg.keep_recent = policy == "trace" ? o.keep_recent : 0;  // "belady" stays the pure optimum
+  cfg.write_behind = o.write_behind;
   cfg.pin_log_file = o.pin_log;
   cfg.timeline_file = o.timeline;
   cfg.stats_file = o.stats_file;
@@ -393,6 +394,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.step_time_s = device_secs / measured;
   r.vmm_costs = o.device == "cuda" ? "real" : o.vmm_costs ? "modelled" : "free";
   r.host = o.sync_kernels ? "synchronous" : "ahead";
+  r.write_behind = o.write_behind;
   r.wall_step_time_s = secs / measured;
   r.bytes_moved = static_cast<double>((after.host_to_device.bytes + after.device_to_host.bytes) -
                                       (before.host_to_device.bytes + before.device_to_host.bytes)) /
@@ -412,6 +414,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.misses = after.misses - before.misses;
   r.evictions = after.evictions - before.evictions;
   r.prefetched = after.prefetched - before.prefetched;
+  r.written_behind = after.written_behind - before.written_behind;
   r.kept_mappings = after.kept_mappings - before.kept_mappings;
   r.remap_s = static_cast<double>(after.remap_ns - before.remap_ns) * 1e-9 / measured;
   const auto was = driver_times(before.driver);

@@ -45,6 +45,8 @@ struct RunOptions {
   //! device, and only prefetch overlaps them with compute. False: the host queues pins and kernels as
   //! far ahead as the pager lets it.
   bool sync_kernels = false;
+  //! The pager's Config::write_behind (for every policy whose run replays the access trace).
+  bool write_behind = false;
   std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
   bool verify = false;         // write and check every tensor's bytes (always on with --device cuda)
   std::string pin_log;         // the pager's pin_log.file (tests read the pins it saw)
@@ -70,6 +72,7 @@ struct RunResult {
   double step_time_s = 0;       // device time (on the simulator, its model)
   std::string vmm_costs;        // "modelled" or "free" (the simulator), "real" (--device cuda)
   std::string host;             // "ahead" or "synchronous" (RunOptions::sync_kernels)
+  bool write_behind = false;    // RunOptions::write_behind
   double wall_step_time_s = 0;  // wall clock, host and NVMe I/O included
   double bytes_moved = 0;       // host<->device, per iteration
   double disk_read_bytes = 0;   // from the NVMe tier, per iteration
@@ -84,8 +87,9 @@ struct RunResult {
   double time_vs_window_bound = 0;
   double time_vs_lower_bound = 0;
   std::uint64_t misses = 0, evictions = 0, prefetched = 0;
-  std::uint64_t kept_mappings = 0;  // page-ins into the frame the page's address was still mapped to
-  double remap_s = 0;               // host seconds per iteration in the other page-ins' unmap, map and access calls
+  std::uint64_t written_behind = 0;  // pages copied to the host while resident (Stats::written_behind)
+  std::uint64_t kept_mappings = 0;   // page-ins into the frame the page's address was still mapped to
+  double remap_s = 0;                // host seconds per iteration in the other page-ins' unmap, map and access calls
   struct DriverRow {
     const char* call = "";  // a DriverTimes kind: "map", "set_access", ...
     double calls = 0;       // per iteration

@@ -197,6 +197,12 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-kernels", o.sync_kernels,
                "The host waits for each kernel before the next kernel's pins, as a program that reads results "
                "between kernels: only prefetch overlaps page-ins with compute (summary.json: host = synchronous)");
+  std::string write_behind = "off";
+  app.add_option("--write-behind", write_behind,
+                 "Copy a write to the host right after its kernel where earlier iterations evicted its data before "
+                 "the next write, so the eviction moves nothing (on), or never (off, the default; docs/architecture.md "
+                 "\"Write-behind\")")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--json", json, "Also write the records (as in summary.json) to this file");
   app.add_flag("--verify", o.verify,
                "Write and check every tensor's bytes with the pattern kernels (always on with --device cuda; on "
@@ -204,6 +210,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.device = device;
   o.vmm_costs = vmm_costs == "on";
+  o.write_behind = write_behind == "on";
   if (page_mib % 2 != 0) {
     std::fprintf(stderr, "tvmm-bench: --page-mib %zu is not a multiple of the 2 MiB granularity\n", page_mib);
     return 2;

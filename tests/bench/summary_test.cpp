@@ -28,7 +28,7 @@ std::map<std::string, std::string> documented_fields() {
   std::istringstream in(doc.substr(start));
   std::string line;
   std::getline(in, line);
-  const std::regex row(R"(^\| `([a-z_]+)` \| (number|integer|string|object) \|)");
+  const std::regex row(R"(^\| `([a-z_]+)` \| (number|integer|string|boolean|object) \|)");
   while (std::getline(in, line) && line.rfind("## ", 0) != 0) {
     std::smatch m;
     if (std::regex_search(line, m, row)) fields[m[1]] = m[2];
@@ -40,6 +40,7 @@ bool has_type(const json& v, const std::string& type) {
   if (type == "number") return v.is_number() || v.is_null();  // null: not finite (no Belady bytes to divide by)
   if (type == "integer") return v.is_number_unsigned() || v.is_number_integer();
   if (type == "string") return v.is_string();
+  if (type == "boolean") return v.is_boolean();
   return v.is_object();
 }
 

@@ -428,6 +428,11 @@ TEST(Workloads, SamplingResidencyLeavesTheMeasuredIterationsAlone) {
   RunOptions o;
   o.iterations = 3;
   o.warmup = 1;
+  // Without write-behind (the default, set here on purpose): its copies share the simulator's
+  // device-to-host lane with the write-backs from another stream, and the lane serves two streams in
+  // the order their workers reach it, which varies from run to run (sim_stream.hpp), so two runs would
+  // not repeat to the nanosecond.
+  o.write_behind = false;
   const auto w = make_train(4, 4 * MiB, 100);
   const auto plain = run_pager(w, o, "trace", 2.0);
   Residency residency;
