@@ -52,6 +52,26 @@ struct Step {
   }
 };
 
+using Op = device::FaultyDevice::Op;
+
+// The step on a pager whose device injects faults and holds copies, after 4 iterations that record
+// the trace and learn that A's write is evicted before A is written again.
+struct Learnt {
+  device::FaultyDevice* dev = nullptr;
+  Pager p;
+  Step s;
+  Learnt() : p(test::make_faulty_pager(step_config(true), dev)), s(p) { s.run(p, 4); }
+  // The next iteration's first two pins with device-to-host copies held: A's write is copied behind
+  // after B's pin, and that copy stays in flight until released. Returns the copies held.
+  std::uint64_t hold_the_copy_behind_a() {
+    p.mark_iteration();
+    dev->hold(Op::copy_out);
+    s.forward(0);
+    s.forward(1);
+    return dev->held(Op::copy_out);
+  }
+};
+
 }  // namespace
 
 TEST(WriteBehind, ALearntWriteIsCopiedBehindAndItsEvictionMovesNothing) {
@@ -90,16 +110,10 @@ TEST(WriteBehind, OffTheTraceNothingIsCopiedBehind) {
 }
 
 TEST(WriteBehind, AWriteAfterTheCopyMakesItStaleAndTheEvictionWritesThePageBack) {
-  device::FaultyDevice* dev = nullptr;
-  Pager p = test::make_faulty_pager(step_config(true), dev);
-  Step s(p);
-  s.run(p, 4);
+  Learnt l;
+  auto& [dev, p, s] = l;
   ASSERT_GT(p.stats().written_behind, 0u);
-  p.mark_iteration();
-  dev->hold(device::FaultyDevice::Op::copy_out);  // the copy behind A stays in flight
-  s.forward(0);                                   // A's write ...
-  s.forward(1);                                   // ... is copied behind after this pin
-  ASSERT_EQ(dev->held(device::FaultyDevice::Op::copy_out), 1u);
+  ASSERT_EQ(l.hold_the_copy_behind_a(), 1u);
   // A pin the trace does not expect (it is dropped) writes A again while the copy runs.
   write(s.ts[0], 99);
   s.seed[0] = 99;
@@ -118,15 +132,9 @@ TEST(WriteBehind, AWriteAfterTheCopyMakesItStaleAndTheEvictionWritesThePageBack)
 }
 
 TEST(WriteBehind, FreeingATensorWaitsForItsCopyBehindAndGivesTheSlotBack) {
-  device::FaultyDevice* dev = nullptr;
-  Pager p = test::make_faulty_pager(step_config(true), dev);
-  Step s(p);
-  s.run(p, 4);
-  p.mark_iteration();
-  dev->hold(device::FaultyDevice::Op::copy_out);
-  s.forward(0);
-  s.forward(1);
-  ASSERT_EQ(dev->held(device::FaultyDevice::Op::copy_out), 1u);
+  Learnt l;
+  auto& [dev, p, s] = l;
+  ASSERT_EQ(l.hold_the_copy_behind_a(), 1u);
   const auto slots_held = p.stats().host_used_bytes;
   std::atomic<bool> freed{false};
   std::thread t([&] {
@@ -143,15 +151,9 @@ TEST(WriteBehind, FreeingATensorWaitsForItsCopyBehindAndGivesTheSlotBack) {
 }
 
 TEST(WriteBehind, ADiscardWhileTheCopyRunsLetsTheSlotGoOnceItEnds) {
-  device::FaultyDevice* dev = nullptr;
-  Pager p = test::make_faulty_pager(step_config(true), dev);
-  Step s(p);
-  s.run(p, 4);
-  p.mark_iteration();
-  dev->hold(device::FaultyDevice::Op::copy_out);
-  s.forward(0);
-  s.forward(1);
-  ASSERT_EQ(dev->held(device::FaultyDevice::Op::copy_out), 1u);
+  Learnt l;
+  auto& [dev, p, s] = l;
+  ASSERT_EQ(l.hold_the_copy_behind_a(), 1u);
   const auto slots_held = p.stats().host_used_bytes;
   s.ts[0].discard();
   p.check_invariants();
@@ -168,13 +170,11 @@ TEST(WriteBehind, ADiscardWhileTheCopyRunsLetsTheSlotGoOnceItEnds) {
 }
 
 TEST(WriteBehind, AFailedCopyLeavesThePageDirtyAndItsEvictionWritesItBack) {
-  device::FaultyDevice* dev = nullptr;
-  Pager p = test::make_faulty_pager(step_config(true), dev);
-  Step s(p);
-  s.run(p, 4);
+  Learnt l;
+  auto& [dev, p, s] = l;
   p.mark_iteration();
   const auto before = p.stats();
-  dev->fail_once(device::FaultyDevice::Op::copy_out, device::Errc::driver_error);
+  dev->fail_once(Op::copy_out, device::Errc::driver_error);
   s.forward(0);
   s.forward(1);  // the copy behind A fails: reported, nothing else changes
   EXPECT_EQ(dev->injected(), 1u);
@@ -189,15 +189,9 @@ TEST(WriteBehind, AFailedCopyLeavesThePageDirtyAndItsEvictionWritesItBack) {
 }
 
 TEST(WriteBehind, AnEvictionDuringTheCopyHandsTheFrameOverOnlyAfterIt) {
-  device::FaultyDevice* dev = nullptr;
-  Pager p = test::make_faulty_pager(step_config(true), dev);
-  Step s(p);
-  s.run(p, 4);
-  p.mark_iteration();
-  dev->hold(device::FaultyDevice::Op::copy_out);
-  s.forward(0);
-  s.forward(1);  // the copy behind A, held
-  ASSERT_EQ(dev->held(device::FaultyDevice::Op::copy_out), 1u);
+  Learnt l;
+  auto& [dev, p, s] = l;
+  ASSERT_EQ(l.hold_the_copy_behind_a(), 1u);
   std::thread release([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     dev->release_all();
