@@ -351,6 +351,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
       if (naive) stream.synchronize();
       stream.busy_for(std::chrono::nanoseconds(static_cast<std::int64_t>(k.compute_us * 1e3)));
       if (naive || o.sync_kernels) stream.synchronize();
+      release_together(pins);  // one release point for the kernel's operands
       pins.clear();
       for (const auto t : k.discards) ts[t].discard();
       if (sample) {

@@ -81,6 +81,23 @@ static void explicit_pager(void) {
     CHECK(wrong((const unsigned char*)tvmm_pin_address(whole), bytes, (unsigned)i) == 0, "tensor %d bytes", i);
     tvmm_pin_destroy(whole);
   }
+  /* Stream pins of four tensors (a NULL among them) released together: none stays pinned (a discard is
+   * refused while a pin is alive), and the others read back whole on the host. */
+  tvmm_pins_destroy(NULL, 0);
+  tvmm_pin* group[5] = {NULL, NULL, NULL, NULL, NULL};
+  for (int i = 0; i < 4; ++i) {
+    CHECK(tvmm_pin_create(t[i], stream, 0, 0, TVMM_ACCESS_READ, &group[i == 0 ? 4 : i]) == TVMM_SUCCESS, "group pin %d",
+          i);
+  }
+  tvmm_pins_destroy(group, 5);
+  CHECK(tvmm_tensor_discard(t[3]) == TVMM_SUCCESS, "a tensor released by tvmm_pins_destroy is still pinned: %s",
+        tvmm_last_error());
+  for (int i = 0; i < 3; ++i) {
+    tvmm_pin* whole = NULL;
+    CHECK(tvmm_pin_create(t[i], NULL, 0, 0, TVMM_ACCESS_READ, &whole) == TVMM_SUCCESS, "pin after group %d", i);
+    CHECK(wrong((const unsigned char*)tvmm_pin_address(whole), bytes, (unsigned)i) == 0, "tensor %d bytes", i);
+    tvmm_pin_destroy(whole);
+  }
   tvmm_pin* bad = NULL;
   CHECK(tvmm_pin_create(t[0], NULL, bytes, 0, TVMM_ACCESS_READ, &bad) == TVMM_ERROR_INVALID_ARGUMENT,
         "a pin past the end was accepted");

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <new>
 #include <string>
@@ -254,5 +255,19 @@ tvmm_status tvmm_pin_create(tvmm_tensor* tensor, tvmm_stream* stream, size_t off
 void* tvmm_pin_address(const tvmm_pin* pin) { return pin == nullptr ? nullptr : pin->pin.data(); }
 
 void tvmm_pin_destroy(tvmm_pin* pin) { delete pin; }
+
+void tvmm_pins_destroy(tvmm_pin* const* pins, size_t count) {
+  // Released in groups of up to 16 (each group one release point per stream), with no allocation.
+  std::array<tvmm::Pin, 16> group;
+  for (std::size_t i = 0; i < count;) {
+    std::size_t n = 0;
+    for (; i < count && n < group.size(); ++i) {
+      if (pins[i] == nullptr) continue;
+      group[n++] = std::move(pins[i]->pin);
+      delete pins[i];
+    }
+    tvmm::release_together({group.data(), n});
+  }
+}
 
 }  // extern "C"

@@ -1,6 +1,7 @@
 // The public C++ API: thin handles over PagerImpl.
 #include "tvmm/pager.hpp"
 
+#include <array>
 #include <utility>
 
 #include "vmm/api/make_pager.hpp"
@@ -122,6 +123,33 @@ std::size_t Pin::size() const noexcept { return alloc_ ? bytes_ : 0; }
 void Pin::release() noexcept {
   if (alloc_ == nullptr) return;
   pager_->unpin(std::exchange(alloc_, nullptr), {first_page_, pages_}, std::exchange(stream_, nullptr));
+}
+
+void release_together(std::span<Pin> pins) noexcept {
+  // The pins of one pager and stream go to the pager in groups of up to kGroup (no allocation here).
+  constexpr std::size_t kGroup = 16;
+  std::array<vmm::PagerImpl::Unpin, kGroup> group{};
+  for (std::size_t i = 0; i < pins.size(); ++i) {
+    if (!pins[i]) continue;
+    if (pins[i].stream_ == nullptr) {
+      pins[i].release();
+      continue;
+    }
+    vmm::PagerImpl* const pager = pins[i].pager_;
+    void* const stream = pins[i].stream_;
+    std::size_t n = 0;
+    for (std::size_t j = i; j < pins.size(); ++j) {
+      Pin& p = pins[j];
+      if (!p || p.pager_ != pager || p.stream_ != stream) continue;
+      group[n++] = {std::exchange(p.alloc_, nullptr), {p.first_page_, p.pages_}};
+      p.stream_ = nullptr;
+      if (n == kGroup) {
+        pager->unpin_together({group.data(), n}, stream);
+        n = 0;
+      }
+    }
+    if (n != 0) pager->unpin_together({group.data(), n}, stream);
+  }
 }
 
 // --- Tensor ---------------------------------------------------------------------------------------------

@@ -75,6 +75,13 @@ class PagerImpl {
   //! to `a` for the Pin.
   void pin(Allocation* a, PageSpan span, Access access, device::StreamHandle stream);
   void unpin(Allocation* a, PageSpan span, device::StreamHandle stream) noexcept;
+  //! Unpins several pins of one stream (or host pins, with stream == nullptr) at one release point:
+  //! one event recorded for all of them (tvmm::release_together).
+  struct Unpin {
+    Allocation* alloc;
+    PageSpan span;
+  };
+  void unpin_together(std::span<const Unpin> unpins, device::StreamHandle stream) noexcept;
   void prefetch(Allocation* a, device::StreamHandle stream);
   //! Tensor::discard: the contents of `a` are dead. Host and NVMe pages let their slots go at once;
   //! resident pages become the first victims and are dropped without a write-back.
@@ -183,6 +190,8 @@ class PagerImpl {
   void wait_for_uses(Allocation* a);
   // Stream release points of `a`: drop the completed ones (caller holds a->uses_mu), or take them all.
   void prune_uses(Allocation& a);
+  // Records `e` (on `stream`, at pin count `mark`) as a's latest release point on that stream.
+  void note_release(Allocation& a, device::StreamHandle stream, const EventRef& e, std::uint64_t mark);
   std::vector<EventRef> take_uses(Allocation* a);
   // Waits for every event, logging (not throwing) failures: for paths that cannot report.
   void wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept;

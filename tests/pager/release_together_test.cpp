@@ -1,0 +1,149 @@
+// tvmm::release_together: the stream pins of one kernel's operands share one release point. One event
+// is recorded per pager and stream, and every page of every pin released that way is evicted only after
+// the stream's work queued before the release.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backends/device/faulty/faulty_device.hpp"
+#include "faulty_pager.hpp"
+#include "test_support.hpp"
+
+using namespace tvmm;
+using device::Errc;
+using Op = device::FaultyDevice::Op;
+using test::make_faulty_pager;
+
+namespace {
+
+// Pins `a` and `b` on `s` for writing and queues a kernel that writes their patterns late (after the
+// caller has released the pins and other pins have evicted them, unless eviction waits for it).
+std::vector<Pin> write_late(Stream& s, Tensor& a, Tensor& b) {
+  std::vector<Pin> pins;
+  pins.push_back(a.pin(s, Access::write));
+  pins.push_back(b.pin(s, Access::write));
+  s.launch([pa = pins[0].data(), pb = pins[1].data(), na = a.size(), nb = b.size()] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    test::fill(pa, na, 5);
+    test::fill(pb, nb, 6);
+  });
+  return pins;
+}
+
+// Evicts everything on the two frames of the device: two fresh tensors pinned at once.
+void evict_both(Pager& p) {
+  auto c = p.allocate(64 * KiB, {"c"});
+  auto d = p.allocate(64 * KiB, {"d"});
+  auto pc = c.pin(Access::write);
+  auto pd = d.pin(Access::write);
+}
+
+}  // namespace
+
+TEST(ReleaseTogether, RecordsOneReleasePointPerPagerAndStream) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(test::small_config(8, 16), dev);
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 5; ++i) ts.push_back(p.allocate(64 * KiB));
+  auto s1 = p.create_stream();
+  auto s2 = p.create_stream();
+  std::array<Pin, 7> pins;
+  pins[0] = ts[0].pin(s1, Access::write);
+  pins[1] = ts[1].pin(s2, Access::write);
+  pins[2] = ts[2].pin(s1, Access::read);
+  // pins[3] stays empty
+  pins[4] = ts[3].pin(Access::write);  // host-synchronous
+  pins[5] = ts[4].pin(s1, Access::read);
+  pins[6] = ts[0].pin(s2, Access::read);  // a second pin of one tensor, on the other stream
+  const auto before = dev->calls(Op::record_event);
+  release_together(pins);
+  EXPECT_EQ(dev->calls(Op::record_event) - before, 2u) << "one event for s1's three pins, one for s2's two";
+  for (const auto& pin : pins) EXPECT_FALSE(pin);
+  p.check_invariants();
+  release_together(pins);  // all empty now: nothing happens
+  EXPECT_EQ(dev->calls(Op::record_event) - before, 2u);
+
+  // Released one by one, the same pins record one event each.
+  std::vector<Pin> each;
+  for (int i = 0; i < 3; ++i) each.push_back(ts[i].pin(s1, Access::read));
+  const auto one_by_one = dev->calls(Op::record_event);
+  each.clear();
+  EXPECT_EQ(dev->calls(Op::record_event) - one_by_one, 3u);
+  p.check_invariants();
+}
+
+TEST(ReleaseTogether, EveryPinWaitsForTheSharedReleasePoint) {
+  // a is pinned first, so it is evicted first, and b's write-back queues behind a's on the one
+  // device-to-host stream: a's must wait for the kernel by its own release point. Both orders of the
+  // pins in the released span, so that neither the first nor the last pin alone can carry it.
+  for (const bool reversed : {false, true}) {
+    SCOPED_TRACE(reversed ? "released as {b, a}" : "released as {a, b}");
+    Pager p(test::small_config(2, 16));
+    auto a = p.allocate(64 * KiB, {"a"});
+    auto b = p.allocate(64 * KiB, {"b"});
+    auto s = p.create_stream();
+    auto pins = write_late(s, a, b);
+    if (reversed) std::swap(pins[0], pins[1]);
+    release_together(pins);
+    evict_both(p);  // must copy a and b out only after the kernel has written them
+    ASSERT_EQ(a.tier(), Tier::host);
+    ASSERT_EQ(b.tier(), Tier::host);
+    for (auto [t, seed] : {std::pair{&a, 5}, std::pair{&b, 6}}) {
+      auto pin = t->pin(Access::read);
+      EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << t->name();
+    }
+    p.check_invariants();
+  }
+}
+
+TEST(ReleaseTogether, MorePinsThanOneGroupAndPinsOfAnotherPager) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(test::small_config(24, 32), dev);
+  Pager other(test::small_config(2, 4));
+  auto s = p.create_stream();
+  auto os = other.create_stream();
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 20; ++i) ts.push_back(p.allocate(64 * KiB));
+  auto o = other.allocate(64 * KiB);
+  std::vector<Pin> pins;
+  for (auto& t : ts) pins.push_back(t.pin(s, Access::write));
+  pins.insert(pins.begin() + 7, o.pin(os, Access::write));
+  const auto before = dev->calls(Op::record_event);
+  release_together(pins);
+  // The 20 pins go to the pager in groups of up to 16: two events; the other pager's pin records its own.
+  EXPECT_EQ(dev->calls(Op::record_event) - before, 2u);
+  for (const auto& pin : pins) EXPECT_FALSE(pin);
+  p.check_invariants();
+  other.check_invariants();
+  // Every page is unpinned: 24 fresh pages fit beside them only by evicting all 20.
+  std::vector<Tensor> fresh;
+  std::vector<Pin> held;
+  for (int i = 0; i < 24; ++i) {
+    fresh.push_back(p.allocate(64 * KiB));
+    held.push_back(fresh.back().pin(Access::write));
+  }
+  p.check_invariants();
+}
+
+TEST(ReleaseTogether, AFailedRecordSynchronizesTheStreamForAll) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(test::small_config(2, 16), dev);
+  auto a = p.allocate(64 * KiB, {"a"});
+  auto b = p.allocate(64 * KiB, {"b"});
+  auto s = p.create_stream();
+  auto pins = write_late(s, a, b);
+  dev->fail_once(Op::record_event, Errc::invalid_value);
+  release_together(pins);  // no release point: it waits for the kernel instead
+  EXPECT_EQ(dev->injected(), 1u);
+  for (const auto& pin : pins) EXPECT_FALSE(pin);
+  evict_both(p);
+  for (auto [t, seed] : {std::pair{&a, 5}, std::pair{&b, 6}}) {
+    auto pin = t->pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << t->name();
+  }
+  p.check_invariants();
+}
