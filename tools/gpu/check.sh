@@ -3,7 +3,7 @@
 # need the card (docs/gpu.md). For a GPU machine that cannot install packages: run tools/gpu/pack.sh
 # here first, carry its folder there, then, in the repository root on that machine:
 #   tools/gpu/check.sh CARRY_DIR OUT_DIR [STEP...]
-# STEP: env tests torch vmm train replay nvme (default: all but nvme, in that order). Every step runs
+# STEP: env tests torch vmm train replay behind nvme (default: all but behind and nvme, in that order). Every step runs
 # under a time limit and its log goes to OUT_DIR/check.log; the table of steps, their status and seconds
 # comes last. TORCH_BUDGET sets the device budget of the torch step (default 4GiB, of 11.4 GB the program holds).
 set -uo pipefail
@@ -102,6 +102,22 @@ for s in "${steps[@]}"; do
         --op-time h100-sxm --policies trace belady lru --peers memory naive --host-fraction 0 --iterations 5 \
         --json "$out/replay.json"
       ;;
+    behind)  # write-behind off against on, interleaved, where the simulator says it helps most (1.5x)
+      traces=(bench/traces/gpt2.trace.gz bench/traces/resnet18.trace.gz bench/traces/encoder.trace.gz
+              bench/traces/held-out/vit.trace.gz)
+      for rep in 1 2 3; do
+        for wb in off on; do
+          step "bench replay 1.5x, write-behind $wb ($rep)" 90 "$bin/tvmm-bench" --device cuda --workload replay \
+            --trace "${traces[@]}" --ratios 1.5 --op-time h100-sxm --policies trace --peers none \
+            --host-fraction 0.5 --iterations 10 --write-behind "$wb" --json "$out/behind-$wb-$rep.json"
+        done
+      done
+      for wb in off on; do
+        step "bench train 1.5x 2x, write-behind $wb" 60 "$bin/tvmm-bench" --device cuda --workload train \
+          --layers 4 --tensor-mib 4 --compute-us 300 --ratios 1.5 2 --policies trace --peers none \
+          --host-fraction 0.5 --iterations 10 --write-behind "$wb" --json "$out/behind-train-$wb.json"
+      done
+      ;;
     nvme)  # two traces with half the device budget in host memory, the rest in files on this disk
       disk=$(mktemp -d /var/tmp/tvmm-nvme.XXXXXX)
       step "bench replay 2x, NVMe tier" 120 "$bin/tvmm-bench" --device cuda --workload replay \
@@ -110,7 +126,7 @@ for s in "${steps[@]}"; do
         --json "$out/nvme.json"
       rm -rf "$disk"
       ;;
-    *) echo "check.sh: no step '$s' (env tests torch vmm train replay nvme)" ;;
+    *) echo "check.sh: no step '$s' (env tests torch vmm train replay behind nvme)" ;;
   esac
 done
 echo
