@@ -46,7 +46,7 @@ struct Fake {
   int streams = 0, events = 0;
   bool host_numa = false;              // the device supports host-located VMM chunks (on host node 1)
   bool managed = false;                // the device supports managed memory with concurrent access
-  int current_device = -1;             // cuCtxGetDevice: -1 = no current context
+  int current_device = 0;              // cuCtxGetDevice's answer while a context is current
   CUresult map_result = CUDA_SUCCESS;  // what cuMemMap returns (a failure maps nothing)
   void add(Call c) {
     std::lock_guard lk(mu);
@@ -100,7 +100,8 @@ std::shared_ptr<const cu::Api> fake_api() {
     return CUDA_SUCCESS;
   };
   api->CtxGetDevice = [](CUdevice* d) {
-    if (g_fake->current_device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    g_fake->add({"cuCtxGetDevice"});
+    if (fake_stack().empty()) return CUDA_ERROR_INVALID_CONTEXT;  // cuda.h: no context current
     *d = g_fake->current_device;
     return CUDA_SUCCESS;
   };
@@ -514,9 +515,12 @@ TEST_F(CudaBackendFake, VictimsKeepTheirMappingsAndPageInsWaitForTheWriteBack) {
 }
 
 TEST_F(CudaBackendFake, AutoOrdinalIsTheCurrentContextsDeviceElseZero) {
-  device::CudaDevice first(fake_api(), -1);
   fake_.current_device = 2;
+  device::CudaDevice first(fake_api(), -1);  // no context current: device 0, asked without a failing call
+  EXPECT_TRUE(calls("cuCtxGetDevice").empty());
+  fake_stack().push_back(reinterpret_cast<CUcontext>(0x2));  // the program made a context on device 2 current
   device::CudaDevice current(fake_api(), -1);
+  fake_stack().pop_back();
   device::StreamHandle s = nullptr;
   EXPECT_TRUE(current.create_stream(&s).ok());
   EXPECT_TRUE(current.destroy_stream(s).ok());

@@ -68,8 +68,14 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal, bool gpu_
   int count = 0;
   if (CUresult r = api.DeviceGetCount(&count); r != CUDA_SUCCESS) throw fail("cuDeviceGetCount", r);
   if (ordinal < 0) {  // "auto": the device of this thread's current context, as the program set it
+    // cuCtxGetCurrent sets NULL and returns CUDA_SUCCESS when no context is current, where cuCtxGetDevice
+    // fails with CUDA_ERROR_INVALID_CONTEXT (cuda.h), an error compute-sanitizer reports. Ask the first.
+    CUcontext ctx = nullptr;
     CUdevice current = 0;
-    ordinal = api.CtxGetDevice != nullptr && api.CtxGetDevice(&current) == CUDA_SUCCESS ? static_cast<int>(current) : 0;
+    const bool has = api.CtxGetCurrent != nullptr && api.CtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx != nullptr;
+    ordinal = has && api.CtxGetDevice != nullptr && api.CtxGetDevice(&current) == CUDA_SUCCESS
+                  ? static_cast<int>(current)
+                  : 0;
   }
   if (ordinal < 0 || ordinal >= count) {
     throw device_error(
