@@ -363,6 +363,68 @@ TEST(PagerThreads, WriteBehindWhileOtherThreadsPinAndCheck) {
   p.check_invariants();
 }
 
+// Each thread runs "kernels" of two operands on its own stream and releases both pins together, while
+// the threads' pins evict each other's pages and another thread checks the invariants.
+TEST(PagerThreads, OperandPinsReleasedTogetherWhileOthersEvict) {
+  Pager p(test::small_config(6, 64));  // 4 threads x 3 pages: twice the device
+  std::atomic<std::size_t> bad{0};
+  std::atomic<bool> stop{false};
+  std::size_t violations = 0;
+  std::string first_violation;
+  std::thread checker([&] {
+    while (!stop.load()) {
+      try {
+        p.check_invariants();
+      } catch (const std::exception& e) {
+        if (violations++ == 0) first_violation = e.what();
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) + 11u);
+      auto s = p.create_stream();
+      std::vector<Tensor> mine;
+      std::vector<std::uint64_t> seeds(3, 0);
+      for (int i = 0; i < 3; ++i) mine.push_back(p.allocate(64 * KiB));
+      std::vector<Pin> pins;
+      for (int it = 0; it < 150; ++it) {
+        const std::size_t a = rng() % 3, b = (a + 1 + rng() % 2) % 3;  // two different tensors
+        pins.clear();
+        pins.push_back(mine[a].pin(s, Access::read_write));
+        pins.push_back(mine[b].pin(s, Access::read_write));
+        const std::uint64_t sa = seeds[a], sb = seeds[b];
+        const std::uint64_t na = (static_cast<std::uint64_t>(t) << 32) | static_cast<std::uint64_t>(2 * it + 1);
+        const std::uint64_t nb = na + 1;
+        s.launch([&bad, da = pins[0].data(), db = pins[1].data(), sa, sb, na, nb] {
+          if (sa != 0) bad += test::mismatches(da, 64 * KiB, sa);
+          if (sb != 0) bad += test::mismatches(db, 64 * KiB, sb);
+          test::fill(da, 64 * KiB, na);
+          test::fill(db, 64 * KiB, nb);
+        });
+        seeds[a] = na;
+        seeds[b] = nb;
+        release_together(pins);
+      }
+      s.synchronize();
+      for (std::size_t k = 0; k < mine.size(); ++k) {
+        if (seeds[k] == 0) continue;
+        auto pin = mine[k].pin(Access::read);
+        bad += test::mismatches(pin.data(), 64 * KiB, seeds[k]);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  stop = true;
+  checker.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(violations, 0u) << first_violation;
+  EXPECT_GT(p.stats().evictions, 0u);
+  p.check_invariants();
+}
+
 // The timeline is fed from every pinning thread and from the copy streams' completion callbacks at
 // once; ThreadSanitizer checks its locking, and the file must still name every lane it uses.
 TEST(PagerThreads, TimelineFromManyThreads) {
