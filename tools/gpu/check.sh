@@ -3,9 +3,9 @@
 # need the card (docs/gpu.md). For a GPU machine that cannot install packages: run tools/gpu/pack.sh
 # here first, carry its folder there, then, in the repository root on that machine:
 #   tools/gpu/check.sh CARRY_DIR OUT_DIR [STEP...]
-# STEP: env tests torch vmm train replay behind nvme (default: all but behind and nvme, in that order). Every step runs
-# under a time limit and its log goes to OUT_DIR/check.log; the table of steps, their status and seconds
-# comes last. TORCH_BUDGET sets the device budget of the torch step (default 4GiB, of 11.4 GB the program holds).
+# STEP: env tests torch vmm train replay behind sanitize nvme (default: all but behind, sanitize and nvme,
+# in that order). Every step runs under a time limit and its log goes to OUT_DIR/check.log; the table of
+# steps, their status and seconds comes last. TORCH_BUDGET sets the device budget of the torch step (default 4GiB, of 11.4 GB the program holds).
 set -uo pipefail
 die() { echo "check.sh: $*" >&2; exit 1; }
 (($# >= 2)) || die "usage: check.sh CARRY_DIR OUT_DIR [STEP...]"
@@ -118,6 +118,29 @@ for s in "${steps[@]}"; do
           --host-fraction 0.5 --iterations 10 --write-behind "$wb" --json "$out/behind-train-$wb.json"
       done
       ;;
+    sanitize)  # compute-sanitizer: memcheck (memory errors, leaks, failed API calls) and racecheck; rc 9 = a report
+      cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+      if [[ -z $cs ]]; then
+        results+=("$(printf '%-34s %s' "sanitize" "no compute-sanitizer on this machine")")
+        continue
+      fi
+      mc=("$cs" --tool memcheck --report-api-errors explicit --error-exitcode 9)
+      # The conformance tests make two failing calls on purpose (cuEventElapsedTime on untimed events).
+      step "memcheck gpu tests" 120 "$cs" --tool memcheck --report-api-errors no --error-exitcode 9 --leak-check full \
+        "$build/bin/tvmm_gpu_tests" '--gtest_filter=*cuda*:CudaKernels.*'
+      step "memcheck unified memory test" 60 "${mc[@]}" --leak-check full "$build/bin/tvmm_bench_gpu_tests"
+      step "memcheck replay" 90 "${mc[@]}" "$bin/tvmm-bench" --device cuda --workload replay \
+        --trace bench/traces/gpt2.trace.gz --ratios 2 --policies trace --peers none --host-fraction 0.5 --iterations 3
+      # fork: under the sanitizer its child did not finish within 20 s (it passes in 0.6 s without).
+      for c in oversubscribe passthrough threads launches context stream-ordered null-stream-free stats pointers \
+               pitched small driver driver-allocations capture; do
+        step "memcheck preload vmm $c" 30 "${mc[@]}" --target-processes all env LD_PRELOAD="$preload" \
+          TVMM_DEVICE_BACKEND=cuda TVMM_DEVICE_BUDGET=16MiB TVMM_HOST_BUDGET=96MiB TVMM_TRANSPARENT_MEMORY=vmm \
+          TVMM_LOG=error "$build/bin/tvmm_cuda_client_gpu" "$c"
+      done
+      step "racecheck kernels" 60 "$cs" --tool racecheck --error-exitcode 9 "$build/bin/tvmm_gpu_tests" \
+        '--gtest_filter=CudaKernels.*'
+      ;;
     nvme)  # two traces with half the device budget in host memory, the rest in files on this disk
       disk=$(mktemp -d /var/tmp/tvmm-nvme.XXXXXX)
       step "bench replay 2x, NVMe tier" 120 "$bin/tvmm-bench" --device cuda --workload replay \
@@ -126,7 +149,7 @@ for s in "${steps[@]}"; do
         --json "$out/nvme.json"
       rm -rf "$disk"
       ;;
-    *) echo "check.sh: no step '$s' (env tests torch vmm train replay behind nvme)" ;;
+    *) echo "check.sh: no step '$s' (env tests torch vmm train replay behind sanitize nvme)" ;;
   esac
 done
 echo
