@@ -3,6 +3,7 @@
 // recorded access trace: the lower bound on bytes moved that benchmarks compare policies against.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace tvmm::policies {
@@ -28,7 +29,10 @@ struct TraceAccess {
 struct BeladyCost {
   std::uint64_t loads = 0;        //!< pages copied host -> device
   std::uint64_t write_backs = 0;  //!< pages copied device -> host (every eviction, as the pager does)
-  int iterations = 0;             //!< iterations measured
+  //! Bytes of those loads and write-backs, when simulate_belady is given each page's bytes (else 0).
+  std::uint64_t load_bytes = 0;
+  std::uint64_t write_back_bytes = 0;
+  int iterations = 0;  //!< iterations measured
   [[nodiscard]] std::uint64_t pages() const noexcept { return loads + write_backs; }
   //! Pages moved per iteration in the steady state.
   [[nodiscard]] double pages_per_iteration() const noexcept {
@@ -44,7 +48,12 @@ struct BeladyCost {
 //! of accesses needs more pages than there are frames.
 //! With `drop_clean`, an evicted page that was not written since it was loaded costs no write-back
 //! (a tier below keeps its copy, as tvmm's NVMe tier does for pages read back from it).
+//! With `page_bytes` (tensor, page index -> bytes), each load and write-back also adds that page's bytes
+//! to load_bytes or write_back_bytes: a tensor's last page moves only the bytes the tensor holds in it,
+//! as tvmm's copies do. Eviction still takes the farthest next use, which minimises the pages moved,
+//! not the bytes, when pages differ in size.
+using PageBytes = std::function<std::uint64_t(std::uint64_t tensor, std::uint32_t page)>;
 BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat = 8,
-                           bool drop_clean = false);
+                           bool drop_clean = false, const PageBytes& page_bytes = {});
 
 }  // namespace tvmm::policies

@@ -8,8 +8,11 @@
 
 namespace tvmm::policies {
 
-BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
-                           bool drop_clean) {
+BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat, bool drop_clean,
+                           const PageBytes& page_bytes) {
+  const auto bytes_of = [&](std::uint64_t page) -> std::uint64_t {
+    return page_bytes ? page_bytes(page >> 32, static_cast<std::uint32_t>(page & 0xffffffffu)) : 0;
+  };
   if (repeat < 3) throw std::invalid_argument("simulate_belady: repeat must be at least 3");
   // The page reference string, access by access, over `repeat` iterations.
   struct Ref {
@@ -83,10 +86,16 @@ BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint3
           if (current) continue;
           if (victim == resident.end() || r->second > victim->second) victim = r;
         }
-        if (measured && (!drop_clean || dirty[victim->first])) ++cost.write_backs;
+        if (measured && (!drop_clean || dirty[victim->first])) {
+          ++cost.write_backs;
+          cost.write_back_bytes += bytes_of(victim->first);
+        }
         resident.erase(victim);
       }
-      if (has_data[ref.page] && !ref.discard && measured) ++cost.loads;
+      if (has_data[ref.page] && !ref.discard && measured) {
+        ++cost.loads;
+        cost.load_bytes += bytes_of(ref.page);
+      }
       resident.emplace(ref.page, next[p]);
       dirty[ref.page] = !has_data[ref.page];  // a first touch has no copy below yet
     }

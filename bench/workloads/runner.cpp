@@ -142,44 +142,65 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
 
 Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   const auto page_bytes = o.page_bytes;
-  std::vector<policies::TraceAccess> trace;
+  const double bus = o.bus_gbs * 1e9;
+  // The bytes a page of tensor t holds, which the pager's copies move: a page, or what is left of the
+  // tensor in its last page.
+  const auto used = [&](std::uint64_t t, std::uint32_t page) -> std::uint64_t {
+    const std::uint64_t start = std::uint64_t{page} * page_bytes, bytes = w.tensor_bytes[t];
+    return bytes > start ? std::min<std::uint64_t>(page_bytes, bytes - start) : 0;
+  };
+  // `trace` has every page; `whole` only the pages a tensor fills (its last page left out when the
+  // tensor holds less of it), for the bound on page-ins below.
+  std::vector<policies::TraceAccess> trace, whole;
+  const auto add = [&](policies::TraceAccess a, std::size_t bytes) {
+    trace.push_back(a);
+    a.pages = static_cast<std::uint32_t>(bytes / page_bytes);
+    whole.push_back(a);
+  };
   for (const auto& k : w.step) {
     for (std::size_t i = 0; i < k.pins.size(); ++i) {
       const auto& p = k.pins[i];
+      const auto bytes = w.tensor_bytes[p.tensor];
       // A kernel's tensors are pinned together: all of them must be resident at once.
-      trace.push_back({p.tensor, static_cast<std::uint32_t>(pages_of(w.tensor_bytes[p.tensor], page_bytes)),
-                       p.access == Access::write, i != 0, 0, p.access != Access::read});
+      add({p.tensor, static_cast<std::uint32_t>(pages_of(bytes, page_bytes)), p.access == Access::write, i != 0, 0,
+           p.access != Access::read},
+          bytes);
     }
     for (const auto t : k.discards) {
       policies::TraceAccess release;
       release.tensor = t;
       release.pages = static_cast<std::uint32_t>(pages_of(w.tensor_bytes[t], page_bytes));
       release.release = true;
-      trace.push_back(release);
+      add(release, w.tensor_bytes[t]);
     }
   }
   // Belady drops clean pages whatever the tiers: tvmm drops a page whose host or NVMe copy is current,
   // so an optimum that wrote every page back would not bound it.
-  const auto cost = policies::simulate_belady(trace, static_cast<std::uint32_t>(b.frames), 8, /*drop_clean=*/true);
-  const double per_iteration = static_cast<double>(page_bytes) / std::max(cost.iterations, 1);
-  const double busier = static_cast<double>(std::max(cost.loads, cost.write_backs)) * per_iteration;
+  const auto frames = static_cast<std::uint32_t>(b.frames);
+  const auto cost = policies::simulate_belady(trace, frames, 8, /*drop_clean=*/true, used);
+  const double iterations = std::max(cost.iterations, 1);
+  const double busier = static_cast<double>(std::max(cost.load_bytes, cost.write_back_bytes)) / iterations;
   Reference ref;
-  ref.belady_bytes = cost.pages_per_iteration() * static_cast<double>(page_bytes);
-  ref.bound_s = std::max(w.compute_us() * 1e-6, busier / (o.bus_gbs * 1e9));
-  ref.window_bound_s = std::max(ref.bound_s, window_bound_s(w, b.frames, page_bytes, o.bus_gbs * 1e9));
+  ref.belady_bytes = static_cast<double>(cost.load_bytes + cost.write_back_bytes) / iterations;
+  ref.bound_s = std::max(w.compute_us() * 1e-6, busier / bus);
+  ref.window_bound_s = std::max(ref.bound_s, window_bound_s(w, b.frames, page_bytes, bus));
   // Belady's page-ins are the fewest any pager makes with these frames (prefetching changes when pages
-  // move, never how many must); its write-backs bound nothing (keeping dirty pages and dropping clean
-  // ones instead can write back less), so only the window program counts those.
-  const double loads_s = static_cast<double>(cost.loads) * per_iteration / (o.bus_gbs * 1e9);
-  ref.lower_bound_s =
-      std::max({w.compute_us() * 1e-6, loads_s, lower_bound_s(w, b.frames, page_bytes, o.bus_gbs * 1e9)});
+  // move, never how many must). Pages that hold less than a page weigh less, so the count that bounds
+  // bytes is that of the whole pages alone: with the partial last pages left out of the trace, every
+  // pager's schedule is one for that trace too (it holds no more whole pages than frames). Belady's
+  // write-backs bound nothing (keeping dirty pages and dropping clean ones instead can write back
+  // less), so only the window program counts those.
+  const auto whole_pages = policies::simulate_belady(whole, frames, 8, /*drop_clean=*/true);
+  const double loads_s = static_cast<double>(whole_pages.loads) * static_cast<double>(page_bytes) /
+                         std::max(whole_pages.iterations, 1) / bus;
+  ref.lower_bound_s = std::max({w.compute_us() * 1e-6, loads_s, lower_bound_s(w, b.frames, page_bytes, bus)});
   return ref;
 }
 
 namespace {
 // The window program of window_bound_s and lower_bound_s (runner.hpp): the best split of `repeat`
-// iterations into runs, each costing max(its compute, its loads beyond `frames`, and with `write_backs`
-// its write-backs beyond `frames`), per iteration.
+// iterations into runs, each costing max(its compute, the bytes it loads beyond what `frames` pages hold,
+// and with `write_backs` the bytes it writes back beyond that), per iteration.
 double window_program_s(const char* name, const Workload& w, std::size_t frames, std::size_t page_bytes,
                         double bus_bytes_per_s, int repeat, bool write_backs) {
   if (repeat < 1 || bus_bytes_per_s <= 0) throw std::invalid_argument(std::string(name) + ": repeat >= 1, bus > 0");
@@ -187,10 +208,11 @@ double window_program_s(const char* name, const Workload& w, std::size_t frames,
   if (n == 0) return 0;
   const std::size_t tensors = w.tensor_bytes.size();
   const std::size_t total = n * static_cast<std::size_t>(repeat);
-  const double page_s = static_cast<double>(page_bytes) / bus_bytes_per_s;
-  std::vector<std::int64_t> pages(tensors);
-  for (std::size_t t = 0; t < tensors; ++t)
-    pages[t] = static_cast<std::int64_t>(pages_of(w.tensor_bytes[t], page_bytes));
+  // A tensor's bytes: its pages move them (a partial last page only the bytes the tensor holds in it),
+  // and `frames` pages hold at most frames x page_bytes of them.
+  std::vector<std::int64_t> bytes(tensors);
+  for (std::size_t t = 0; t < tensors; ++t) bytes[t] = static_cast<std::int64_t>(w.tensor_bytes[t]);
+  const auto capacity = static_cast<std::int64_t>(frames * page_bytes);
   // read_next[k * tensors + t] (write-backs only): after kernel k (its pins, then its discards), tensor t's
   // next event, in the cycle of iterations, is a pin that reads its contents. Built backwards over two
   // cycles.
@@ -218,19 +240,19 @@ double window_program_s(const char* name, const Workload& w, std::size_t frames,
     std::int64_t need = 0, out = 0;
     double compute = 0, best = 0;
     auto set_first = [&](std::uint32_t t, std::uint8_t how) {
-      if (first[t] == needs) need -= pages[t];
+      if (first[t] == needs) need -= bytes[t];
       first[t] = how;
-      if (how == needs) need += pages[t];
+      if (how == needs) need += bytes[t];
     };
     // The run's last write-or-discard of t decides whether the run leaves live data of t on the device:
     // growing leftwards, the first one seen.
     auto set_last = [&](std::uint32_t t, bool wrote) {
       if (!write_backs || last[t] != unknown) return;
       last[t] = wrote && reads_after[t] != 0 ? produced : not_produced;
-      if (last[t] == produced) out += pages[t];
+      if (last[t] == produced) out += bytes[t];
     };
-    const auto excess = [&](std::int64_t x) {
-      return static_cast<double>(std::max<std::int64_t>(0, x - static_cast<std::int64_t>(frames)));
+    const auto excess_s = [&](std::int64_t x) {
+      return static_cast<double>(std::max<std::int64_t>(0, x - capacity)) / bus_bytes_per_s;
     };
     // Grow the run [i, j] leftwards: kernel i's events become the run's first (its pins, then its
     // discards, so set the discards first and let the pins override them).
@@ -245,7 +267,7 @@ double window_program_s(const char* name, const Workload& w, std::size_t frames,
         set_first(p->tensor, p->access == Access::write ? no_data : needs);
         if (p->access != Access::read) set_last(p->tensor, true);
       }
-      best = std::max(best, f[i - 1] + std::max({compute, excess(need) * page_s, excess(out) * page_s}));
+      best = std::max(best, f[i - 1] + std::max({compute, excess_s(need), excess_s(out)}));
     }
     f[j] = best;
   }

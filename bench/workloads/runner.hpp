@@ -110,25 +110,27 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
 
 //! What a run is measured against: Belady's bytes moved per iteration with the run's device frames
 //! (with an NVMe tier, which keeps a copy of pages read back from it, pages not written since they
-//! were loaded are dropped without a write-back), and the ideal bound: the longer of the compute and
+//! were loaded are dropped without a write-back; a tensor's partial last page moves the bytes the
+//! tensor holds in it, as the pager's copies do), and the ideal bound: the longer of the compute and
 //! the busier bus direction moving Belady's bytes (the two directions run at once).
 //! `window_bound_s` tightens the bound with the device's capacity (window_bound_s(), below).
 struct Reference {
   double belady_bytes = 0;
   double bound_s = 0;
   double window_bound_s = 0;  // max(bound_s, window_bound_s(...))
-  //! A true lower bound on any pager's step time: max(compute, Belady's page-ins / bus,
-  //! lower_bound_s(...)), which counts the write-backs too (docs/benchmarks.md, "The lower bound").
+  //! A true lower bound on any pager's step time: max(compute, Belady's page-ins of whole pages x page /
+  //! bus, lower_bound_s(...)), which counts the write-backs too (docs/benchmarks.md, "The lower bound").
   double lower_bound_s = 0;
 };
 [[nodiscard]] Reference reference(const Workload& w, const RunOptions& o, const Budgets& b);
 
 //! A lower bound on any pager's time per iteration with `frames` device pages, a bus moving
 //! `bus_bytes_per_s` per direction and the kernels run in order. For a run of kernels [i, j] let D be
-//! the pages whose contents they need (tensors pinned there whose first pin in the run is not
-//! Access::write and that no discard before it made dead). When kernel i may start, at most `frames`
-//! pages are resident or on their way, so at least |D| - frames pages are copied in whole before
-//! kernel j ends: the run takes at least max(its compute, (|D| - frames) x page / bus). Disjoint runs
+//! the tensors whose contents they need (pinned there, the first pin in the run not Access::write, and
+//! no discard before it made them dead), and bytes(D) their bytes. When kernel i may start, at most
+//! `frames` pages are resident or on their way, holding at most frames x page of those bytes, so at
+//! least bytes(D) - frames x page bytes are copied in before kernel j ends: the run takes at least
+//! max(its compute, (bytes(D) - frames x page) / bus). Disjoint runs
 //! take disjoint time, so a step takes at least the best split of the kernels into runs
 //! (a dynamic program over `repeat` iterations, runs at most one iteration long, averaged).
 //! Where every run's pages fit this is the compute; the ideal bound ignores capacity and can be far
@@ -137,13 +139,13 @@ struct Reference {
                                     double bus_bytes_per_s, int repeat = 4);
 
 //! window_bound_s with both directions of the bus: a lower bound on any pager's time per iteration that
-//! counts the write-backs too. For a run of kernels [i, j] let D be as above, and W the pages written
+//! counts the write-backs too. For a run of kernels [i, j] let D be as above, and W the tensors written
 //! in the run (a pin that may write, not followed in the run by a discard) whose contents the program
 //! reads again after the run (the tensor's next event after kernel j, in the steady state's cycle, is a
 //! pin that reads). When kernel j ends, at most `frames` pages are resident or being written back, so
-//! at least |W| - frames pages of W were copied out whole between their last write in the run and its
-//! end. The two directions have a bus each and run at once: the run takes at least max(its compute,
-//! (|D| - frames) x page / bus, (|W| - frames) x page / bus). The best split into disjoint runs, as
+//! at least bytes(W) - frames x page bytes of W were copied out between their last write in the run and
+//! its end. The two directions have a bus each and run at once: the run takes at least max(its compute,
+//! (bytes(D) - frames x page) / bus, (bytes(W) - frames x page) / bus). The best split into disjoint runs, as
 //! window_bound_s. It is never below window_bound_s, and above it where a phase produces more live data
 //! than the device holds (activations a forward pass keeps for the backward pass).
 [[nodiscard]] double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes,

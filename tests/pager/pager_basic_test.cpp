@@ -88,6 +88,31 @@ TEST(Pager, EvictedPagesGoToHostAndComeBack) {
   p.check_invariants();
 }
 
+// A tensor of 1.5 pages: its last page's copies move only the half page the tensor holds, both ways.
+TEST(Pager, ATensorsPartialLastPageMovesOnlyItsBytes) {
+  Pager p(test::small_config(2, 16));
+  auto a = p.allocate(96 * KiB, {"a"});  // pages of 64 KiB
+  auto b = p.allocate(128 * KiB, {"b"});
+  {
+    auto pin = a.pin(Access::write);
+    test::fill(pin.data(), a.size(), 5);
+  }
+  const auto s0 = p.stats();
+  { auto pin = b.pin(Access::write); }  // evicts both pages of a
+  const auto s1 = p.stats();
+  EXPECT_EQ(s1.device_to_host.pages - s0.device_to_host.pages, 2u);
+  EXPECT_EQ(s1.device_to_host.bytes - s0.device_to_host.bytes, 96 * KiB);
+  {
+    auto pin = a.pin(Access::read);  // evicts b (128 KiB out), loads a (96 KiB in)
+    EXPECT_EQ(test::mismatches(pin.data(), a.size(), 5), 0u);
+  }
+  const auto s2 = p.stats();
+  EXPECT_EQ(s2.host_to_device.pages - s1.host_to_device.pages, 2u);
+  EXPECT_EQ(s2.host_to_device.bytes - s1.host_to_device.bytes, 96 * KiB);
+  EXPECT_EQ(s2.device_to_host.bytes - s1.device_to_host.bytes, 128 * KiB);
+  p.check_invariants();
+}
+
 TEST(Pager, WriteAccessSkipsThePageIn) {
   Pager p(test::small_config(1, 4));
   auto a = p.allocate(64 * KiB);

@@ -23,6 +23,25 @@ TEST(Belady, CyclicScanMovesAThirdOfWhatLruMoves) {
   EXPECT_NEAR(c.pages_per_iteration(), 16.0 / 6, 1e-9);
 }
 
+TEST(Belady, EachMoveAddsItsPagesBytesWhenGiven) {
+  // The cyclic scan above, where tensor 4 holds only 100 bytes of its page: its moves add 100 bytes, the
+  // others a page of 1000. Same decisions, so the same counts as without bytes.
+  const std::vector<TraceAccess> it = {{1, 1, false}, {2, 1, false}, {3, 1, false}, {4, 1, false}};
+  const auto plain = simulate_belady(it, 3);
+  EXPECT_EQ(plain.load_bytes, 0u);  // no page bytes given
+  std::uint64_t asked_4 = 0;
+  const auto c = simulate_belady(it, 3, 8, false, [&](std::uint64_t tensor, std::uint32_t page) -> std::uint64_t {
+    EXPECT_EQ(page, 0u);
+    asked_4 += tensor == 4 ? 1 : 0;
+    return tensor == 4 ? 100 : 1000;
+  });
+  EXPECT_EQ(c.loads, plain.loads);
+  EXPECT_EQ(c.write_backs, plain.write_backs);
+  EXPECT_GT(asked_4, 0u) << "tensor 4 never moved in the measured iterations";
+  EXPECT_LT(c.load_bytes + c.write_back_bytes, 1000 * c.pages()) << "tensor 4's moves count 100 bytes";
+  EXPECT_EQ(c.load_bytes + c.write_back_bytes, 1000 * c.pages() - 900 * asked_4);
+}
+
 TEST(Belady, DiscardedContentsAreNotLoaded) {
   const std::vector<TraceAccess> keep = {{1, 1, false}, {2, 1, false}, {3, 1, false}, {4, 1, false}};
   const std::vector<TraceAccess> discard4 = {{1, 1, false}, {2, 1, false}, {3, 1, false}, {4, 1, true}};

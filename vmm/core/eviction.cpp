@@ -141,7 +141,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       const auto vw = v->word.load(std::memory_order_acquire);
       const bool copy = v->host_slot != kNoSlot && !word::discarded(vw) && !word::host_copy(vw);
       if (copy) {
-        xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v));
+        xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v), used_bytes(*v));
       } else {
         ++dropped;
       }
@@ -268,7 +268,7 @@ void PagerImpl::copy_behind() {
       for (std::size_t c = first; c < claimed.size(); ++c) {
         PageEntry& p = *claimed[c];
         if (p.ready != nullptr && !events_.is_done(p.ready)) xfer_->order_behind_after(p.ready);
-        xfer_->copy_behind(host_->ptr(p.host_slot), va_of(p));
+        xfer_->copy_behind(host_->ptr(p.host_slot), va_of(p), used_bytes(p));
         indices.push_back(table_.index_of(p));
       }
       write_behind_.copied(t->id);

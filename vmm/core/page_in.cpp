@@ -145,7 +145,7 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
     for (const std::size_t i : got.in_recording_order()) {
       if (!needs_copy(i)) continue;
       follow(got.after[i].get());
-      xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot));
+      xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot), used_bytes(*pages[i]));
       any = true;
     }
     // One event for the chunk, after the latest write-back (which implies the others), so pages that

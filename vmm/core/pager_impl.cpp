@@ -589,10 +589,8 @@ Tier PagerImpl::tier_of(device::DevPtr addr) {
 
 Stats PagerImpl::stats() const {
   Stats s;
-  const auto in = xfer_->pages_in();
-  const auto out = xfer_->pages_out();
-  s.host_to_device = {in * page_size_, in};
-  s.device_to_host = {out * page_size_, out};
+  s.host_to_device = {xfer_->bytes_in(), xfer_->pages_in()};
+  s.device_to_host = {xfer_->bytes_out(), xfer_->pages_out()};
   s.pins = observe_.counters.pins.load(std::memory_order_relaxed);
   s.hits = observe_.counters.hits.load(std::memory_order_relaxed);
   s.misses = observe_.counters.misses.load(std::memory_order_relaxed);

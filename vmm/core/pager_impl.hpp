@@ -155,6 +155,14 @@ class PagerImpl {
 
   [[nodiscard]] PageEntry* pages_of(const Allocation* a) noexcept { return &table_[a->first_page]; }
   [[nodiscard]] device::DevPtr va_of(const PageEntry& p) const noexcept { return va_.addr(table_.index_of(p)); }
+  //! The bytes of `p` its tensor holds, which page copies move: a page, or less for a tensor's last page
+  //! when its size is not a multiple of the page size (the rest of that page is never read).
+  [[nodiscard]] std::size_t used_bytes(const PageEntry& p) const noexcept {
+    const Allocation* a = p.owner;
+    if (a == nullptr) return page_size_;
+    const std::size_t start = std::size_t{table_.index_of(p) - a->first_page} * page_size_;
+    return a->bytes > start ? std::min(page_size_, a->bytes - start) : page_size_;
+  }
 
   // Pin counts. The *_locked variants are for callers holding mu_.
   //! `dirty`: the pin may write, so the page's NVMe copy (if any) goes stale (set in the same CAS).

@@ -301,7 +301,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   auto page_in = [&](std::size_t i) noexcept {
     if (ios[i].error != 0 || copy_error) return;
     try {
-      xfer_->copy_in(va_of(*batch[i]), ios[i].buf);
+      xfer_->copy_in(va_of(*batch[i]), ios[i].buf, used_bytes(*batch[i]));
       copied[i] = 1;
     } catch (...) {
       copy_error = std::current_exception();

@@ -80,17 +80,19 @@ void TransferEngine::mark(device::StreamHandle stream, std::uint32_t lane, const
   if (dev_.launch_host(stream, copy_done, m.get()).ok()) (void)m.release();  // copy_done owns it now
 }
 
-void TransferEngine::copy_in(device::DevPtr va, const void* host) {
+void TransferEngine::copy_in(device::DevPtr va, const void* host, std::size_t bytes) {
   const auto queued = Timeline::Clock::now();
-  TVMM_CHECK(dev_.memcpy_async(host_ptr(va), host, page_size_, device::CopyKind::host_to_device, in_));
+  TVMM_CHECK(dev_.memcpy_async(host_ptr(va), host, bytes, device::CopyKind::host_to_device, in_));
   pages_in_.fetch_add(1, std::memory_order_relaxed);
+  bytes_in_.fetch_add(bytes, std::memory_order_relaxed);
   if (trace_ != nullptr) mark(in_, trace_->copy_in, "page in", va, queued);
 }
 
-void TransferEngine::copy_out(void* host, device::DevPtr va) {
+void TransferEngine::copy_out(void* host, device::DevPtr va, std::size_t bytes) {
   const auto queued = Timeline::Clock::now();
-  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), page_size_, device::CopyKind::device_to_host, out_));
+  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), bytes, device::CopyKind::device_to_host, out_));
   pages_out_.fetch_add(1, std::memory_order_relaxed);
+  bytes_out_.fetch_add(bytes, std::memory_order_relaxed);
   if (trace_ != nullptr) mark(out_, trace_->copy_out, "write-back", va, queued);
 }
 
@@ -99,11 +101,12 @@ device::StreamHandle TransferEngine::behind_stream() {
   return behind_;
 }
 
-void TransferEngine::copy_behind(void* host, device::DevPtr va) {
+void TransferEngine::copy_behind(void* host, device::DevPtr va, std::size_t bytes) {
   const auto queued = Timeline::Clock::now();
   const auto stream = behind_stream();
-  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), page_size_, device::CopyKind::device_to_host, stream));
+  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), bytes, device::CopyKind::device_to_host, stream));
   pages_out_.fetch_add(1, std::memory_order_relaxed);
+  bytes_out_.fetch_add(bytes, std::memory_order_relaxed);
   if (trace_ != nullptr) mark(stream, trace_->copy_out, "write-behind", va, queued);
 }
 

@@ -43,13 +43,15 @@ class TransferEngine {
   //! Records every copy as a span on the trace's copy-engine lanes, from queued to completed (a host
   //! callback after each copy marks its completion). Null: no tracing (the default).
   void set_timeline(Timeline* trace) noexcept { trace_ = trace; }
-  //! Queues a page-in (host slot -> device address) on the host-to-device stream.
-  void copy_in(device::DevPtr va, const void* host);
-  //! Queues a write-back (device address -> host slot) on the device-to-host stream.
-  void copy_out(void* host, device::DevPtr va);
-  //! Queues a write-behind copy (device address -> host slot; the page stays resident) on the
-  //! write-behind stream, which is created on the first call.
-  void copy_behind(void* host, device::DevPtr va);
+  //! Queues a page-in of the page's first `bytes` (host slot -> device address; at most a page: the
+  //! last page of a tensor moves only the bytes the tensor holds) on the host-to-device stream.
+  void copy_in(device::DevPtr va, const void* host, std::size_t bytes);
+  //! Queues a write-back of the page's first `bytes` (device address -> host slot) on the
+  //! device-to-host stream.
+  void copy_out(void* host, device::DevPtr va, std::size_t bytes);
+  //! Queues a write-behind copy of the page's first `bytes` (device address -> host slot; the page stays
+  //! resident) on the write-behind stream, which is created on the first call.
+  void copy_behind(void* host, device::DevPtr va, std::size_t bytes);
   //! Makes later write-behind copies wait for `e` (a last use or a page-in).
   void order_behind_after(Event* e);
   //! An event that completes when the write-behind copies queued so far have completed.
@@ -72,6 +74,9 @@ class TransferEngine {
 
   [[nodiscard]] std::uint64_t pages_in() const noexcept { return pages_in_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t pages_out() const noexcept { return pages_out_.load(std::memory_order_relaxed); }
+  //! The bytes those copies moved (a tensor's last page counts the bytes the tensor holds in it).
+  [[nodiscard]] std::uint64_t bytes_in() const noexcept { return bytes_in_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t bytes_out() const noexcept { return bytes_out_.load(std::memory_order_relaxed); }
 
  private:
   device::DeviceBackend& dev_;
@@ -83,6 +88,8 @@ class TransferEngine {
   device::StreamHandle behind_stream();
   std::atomic<std::uint64_t> pages_in_{0};
   std::atomic<std::uint64_t> pages_out_{0};
+  std::atomic<std::uint64_t> bytes_in_{0};
+  std::atomic<std::uint64_t> bytes_out_{0};
   void mark(device::StreamHandle stream, std::uint32_t lane, const char* what, device::DevPtr va,
             Timeline::Clock::time_point queued);
   Timeline* trace_ = nullptr;
