@@ -13,7 +13,9 @@ namespace tvmm {
 
 //! Traffic in one direction between two tiers.
 struct Traffic {
-  std::uint64_t bytes = 0;  //!< Bytes moved.
+  //! Bytes moved. A host<->device copy of a tensor's partial last page moves the bytes the tensor holds in
+  //! it; NVMe I/O moves whole pages.
+  std::uint64_t bytes = 0;
   std::uint64_t pages = 0;  //!< Pages moved.
 };
 
