@@ -180,8 +180,8 @@ class TVMM_API Pin {
 };
 
 //! Releases several pins at one point: as releasing each in turn with nothing queued on their streams
-//! in between, but the stream-ordered pins of one pager and stream share one release point, recorded
-//! once (one device event, not one per pin; on a GPU each is a driver call, about 1.3 us on an H100,
+//! in between, but the stream-ordered pins of one pager and stream share one release point (one device
+//! event per 16 of them, not one per pin; on a GPU each is a driver call, about 1.3 us on an H100,
 //! docs/gpu.md). Host-synchronous pins release as `Pin::release` does. Use it for the pins of one
 //! kernel's operands, released after its launch. Empty pins are skipped; every pin is empty afterwards.
 TVMM_API void release_together(std::span<Pin> pins) noexcept;

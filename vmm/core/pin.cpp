@@ -1,6 +1,7 @@
 // PagerImpl, part 2: pin counts, pin (hit path and slow path), unpin, discard, and the prefetch loads.
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "common/scope_guard.hpp"
 #include "vmm/core/check.hpp"
@@ -386,12 +387,23 @@ void PagerImpl::unpin_together(std::span<const Unpin> unpins, device::StreamHand
       for (const Unpin& u : unpins) note_release(*u.alloc, stream, e, mark);
       latest_release_.store(mark, std::memory_order_relaxed);
     } catch (const std::exception& ex) {
-      // Without an event the only safe release point is now: wait for the stream.
-      if (!dev_->lost())
-        std::fprintf(stderr, "tvmm: recording the release of %s%s failed (%s); synchronizing its stream\n",
-                     tensor_label(unpins.front().alloc).c_str(),
-                     unpins.size() > 1 ? (" and " + std::to_string(unpins.size() - 1) + " more").c_str() : "",
-                     ex.what());
+      // Without an event the only safe release point is now: wait for the stream. (The message is best
+      // effort: this may be a bad_alloc, and the function is noexcept.)
+      if (!dev_->lost()) {
+        try {
+          const std::string first = tensor_label(unpins.front().alloc);
+          if (unpins.size() == 1) {
+            std::fprintf(stderr, "tvmm: recording the release of %s failed (%s); synchronizing its stream\n",
+                         first.c_str(), ex.what());
+          } else {
+            std::fprintf(stderr,
+                         "tvmm: recording the release of %s and %zu more failed (%s); synchronizing "
+                         "their stream\n",
+                         first.c_str(), unpins.size() - 1, ex.what());
+          }
+        } catch (...) {
+        }
+      }
       (void)dev_->synchronize_stream(stream);
     }
   }
