@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -14,6 +16,40 @@
 using namespace tvmm;
 
 namespace {
+
+// Calls check_invariants() on a thread of its own every `pause` until stop() (or destruction), counting
+// the checks and keeping the first violation's text. Read the counts after stop().
+class InvariantChecker {
+ public:
+  InvariantChecker(Pager& p, std::chrono::microseconds pause)
+      : thread_([this, &p, pause] {
+          while (!stop_.load()) {
+            ++checks_;
+            try {
+              p.check_invariants();
+            } catch (const std::exception& e) {
+              if (violations_++ == 0) first_violation_ = e.what();
+            }
+            std::this_thread::sleep_for(pause);
+          }
+        }) {}
+  ~InvariantChecker() { stop(); }
+  InvariantChecker(const InvariantChecker&) = delete;
+  InvariantChecker& operator=(const InvariantChecker&) = delete;
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  [[nodiscard]] std::size_t checks() const { return checks_; }
+  [[nodiscard]] std::size_t violations() const { return violations_; }
+  [[nodiscard]] const std::string& first_violation() const { return first_violation_; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::size_t checks_ = 0, violations_ = 0;
+  std::string first_violation_;
+  std::thread thread_;  // last: it starts once the members above exist
+};
 
 // With `nvme_dir`, the host tier holds 6 pages and the rest goes to an NVMe tier there, and one pin in
 // three is read-only (so clean pages are dropped without a write-back while others write). With
@@ -30,30 +66,11 @@ void hammer(bool streams, int threads, int iterations, std::size_t device_pages,
   cfg.wait_timeout = std::chrono::milliseconds(60'000);
   test::TestPager tp(cfg);  // the simulator, or the CUDA backend (TVMM_TEST_DEVICE=cuda)
   Pager& p = *tp;
-  std::atomic<int> working{threads};
-  std::size_t checks = 0, violations = 0;
-  std::string first_violation;
-  std::thread checker;
-  if (check_meanwhile) {
-    checker = std::thread([&] {
-      while (working.load() > 0) {
-        try {
-          ++checks;
-          p.check_invariants();
-        } catch (const std::exception& e) {
-          if (violations++ == 0) first_violation = e.what();
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-      }
-    });
-  }
+  std::optional<InvariantChecker> checker;
+  if (check_meanwhile) checker.emplace(p, std::chrono::microseconds(200));
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      struct Done {
-        std::atomic<int>& n;
-        ~Done() { --n; }
-      } done{working};
       std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
       std::vector<Tensor> mine;
       std::vector<std::uint64_t> seeds;
@@ -89,12 +106,13 @@ void hammer(bool streams, int threads, int iterations, std::size_t device_pages,
     });
   }
   for (auto& w : workers) w.join();
-  if (checker.joinable()) checker.join();
   EXPECT_EQ(tp.mismatches(), 0u);
-  if (check_meanwhile) {
-    EXPECT_EQ(violations, 0u) << "of " << checks << " checks; the first: " << first_violation;
-    EXPECT_GT(checks, 10u);  // it ran while the others worked
-    std::printf("%zu checks while the threads worked\n", checks);
+  if (checker) {
+    checker->stop();
+    EXPECT_EQ(checker->violations(), 0u) << "of " << checker->checks()
+                                         << " checks; the first: " << checker->first_violation();
+    EXPECT_GT(checker->checks(), 10u);  // it ran while the others worked
+    std::printf("%zu checks while the threads worked\n", checker->checks());
   }
   const auto st = p.stats();
   EXPECT_LE(st.device_peak_bytes, st.device_budget);
@@ -308,19 +326,7 @@ TEST(PagerThreads, WriteBehindWhileOtherThreadsPinAndCheck) {
   cfg.write_behind = true;
   Pager p(cfg);
   std::atomic<std::size_t> bad{0};
-  std::atomic<bool> stop{false};
-  std::size_t violations = 0;
-  std::string first_violation;
-  std::thread checker([&] {
-    while (!stop.load()) {
-      try {
-        p.check_invariants();
-      } catch (const std::exception& e) {
-        if (violations++ == 0) first_violation = e.what();
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(300));
-    }
-  });
+  InvariantChecker checker(p, std::chrono::microseconds(300));
   auto run = [&](int id, int iterations, bool marks) {
     auto s = p.create_stream();
     std::vector<Tensor> mine;
@@ -355,11 +361,10 @@ TEST(PagerThreads, WriteBehindWhileOtherThreadsPinAndCheck) {
   std::thread again([&] { run(3, 20, true); });
   other.join();
   again.join();
-  stop = true;
-  checker.join();
+  checker.stop();
   EXPECT_EQ(bad.load(), 0u);
   EXPECT_GT(alone, 0u) << "the replayed loop copied nothing behind";
-  EXPECT_EQ(violations, 0u) << first_violation;
+  EXPECT_EQ(checker.violations(), 0u) << checker.first_violation();
   p.check_invariants();
 }
 
@@ -368,19 +373,7 @@ TEST(PagerThreads, WriteBehindWhileOtherThreadsPinAndCheck) {
 TEST(PagerThreads, OperandPinsReleasedTogetherWhileOthersEvict) {
   Pager p(test::small_config(6, 64));  // 4 threads x 3 pages: twice the device
   std::atomic<std::size_t> bad{0};
-  std::atomic<bool> stop{false};
-  std::size_t violations = 0;
-  std::string first_violation;
-  std::thread checker([&] {
-    while (!stop.load()) {
-      try {
-        p.check_invariants();
-      } catch (const std::exception& e) {
-        if (violations++ == 0) first_violation = e.what();
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(300));
-    }
-  });
+  InvariantChecker checker(p, std::chrono::microseconds(300));
   std::vector<std::thread> workers;
   for (int t = 0; t < 4; ++t) {
     workers.emplace_back([&, t] {
@@ -417,10 +410,9 @@ TEST(PagerThreads, OperandPinsReleasedTogetherWhileOthersEvict) {
     });
   }
   for (auto& w : workers) w.join();
-  stop = true;
-  checker.join();
+  checker.stop();
   EXPECT_EQ(bad.load(), 0u);
-  EXPECT_EQ(violations, 0u) << first_violation;
+  EXPECT_EQ(checker.violations(), 0u) << checker.first_violation();
   EXPECT_GT(p.stats().evictions, 0u);
   p.check_invariants();
 }
