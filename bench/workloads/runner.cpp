@@ -190,9 +190,12 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   // pager's schedule is one for that trace too (it holds no more whole pages than frames). Belady's
   // write-backs bound nothing (keeping dirty pages and dropping clean ones instead can write back
   // less), so only the window program counts those.
-  const auto whole_pages = policies::simulate_belady(whole, frames, 8, /*drop_clean=*/true);
-  const double loads_s = static_cast<double>(whole_pages.loads) * static_cast<double>(page_bytes) /
-                         std::max(whole_pages.iterations, 1) / bus;
+  // Where every tensor fills its pages, `whole` is `trace` and Belady's run above counted them already.
+  const bool partial = std::any_of(w.tensor_bytes.begin(), w.tensor_bytes.end(),
+                                   [&](std::size_t bytes) { return bytes % page_bytes != 0; });
+  const auto whole_loads =
+      partial ? policies::simulate_belady(whole, frames, 8, /*drop_clean=*/true).loads : cost.loads;
+  const double loads_s = static_cast<double>(whole_loads) * static_cast<double>(page_bytes) / iterations / bus;
   ref.lower_bound_s = std::max({w.compute_us() * 1e-6, loads_s, lower_bound_s(w, b.frames, page_bytes, bus)});
   return ref;
 }
