@@ -199,7 +199,7 @@ class PagerImpl {
   // Stream release points of `a`: drop the completed ones (caller holds a->uses_mu), or take them all.
   void prune_uses(Allocation& a);
   // Records `e` (on `stream`, at pin count `mark`) as a's latest release point on that stream.
-  void note_release(Allocation& a, device::StreamHandle stream, const EventRef& e, std::uint64_t mark);
+  void note_release(Allocation& a, device::StreamHandle stream, EventRef e, std::uint64_t mark);
   std::vector<EventRef> take_uses(Allocation* a);
   // Waits for every event, logging (not throwing) failures: for paths that cannot report.
   void wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept;

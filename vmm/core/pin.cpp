@@ -381,10 +381,13 @@ void PagerImpl::unpin_together(std::span<const Unpin> unpins, device::StreamHand
     // (an event record is a driver call, about 1.3 us on an H100; docs/gpu.md). Recorded before the pin
     // counts drop, so an evictor that sees zero pins also sees this event.
     try {
-      const EventRef e = xfer_->record_on(stream);
+      EventRef e = xfer_->record_on(stream);
       // No pin since this mark: released together with the tensors unpinned since the latest pin.
       const std::uint64_t mark = observe_.counters.pins.load(std::memory_order_relaxed);
-      for (const Unpin& u : unpins) note_release(*u.alloc, stream, e, mark);
+      // Each tensor but the last gets a reference of its own; the last takes this one (a single unpin
+      // then costs no reference count).
+      for (std::size_t i = 0; i < unpins.size(); ++i)
+        note_release(*unpins[i].alloc, stream, i + 1 == unpins.size() ? std::move(e) : EventRef(e), mark);
       latest_release_.store(mark, std::memory_order_relaxed);
     } catch (const std::exception& ex) {
       // Without an event the only safe release point is now: wait for the stream. (The message is best
@@ -417,13 +420,13 @@ void PagerImpl::unpin_together(std::span<const Unpin> unpins, device::StreamHand
   }
 }
 
-void PagerImpl::note_release(Allocation& a, device::StreamHandle stream, const EventRef& e, std::uint64_t mark) {
+void PagerImpl::note_release(Allocation& a, device::StreamHandle stream, EventRef e, std::uint64_t mark) {
   std::lock_guard ul(a.uses_mu);
   auto same = std::find_if(a.uses.begin(), a.uses.end(), [&](const Allocation::Use& u) { return u.stream == stream; });
   if (same != a.uses.end()) {
-    same->done = e;
+    same->done = std::move(e);
   } else {
-    a.uses.push_back({stream, e});
+    a.uses.push_back({stream, std::move(e)});
     a.use_count.store(static_cast<std::uint32_t>(a.uses.size()), std::memory_order_release);
   }
   a.released_at.store(mark, std::memory_order_relaxed);
