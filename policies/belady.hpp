@@ -56,4 +56,24 @@ using PageBytes = std::function<std::uint64_t(std::uint64_t tensor, std::uint32_
 BeladyCost simulate_belady(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat = 8,
                            bool drop_clean = false, const PageBytes& page_bytes = {});
 
+//! The fewest bytes loaded host -> device over the measured iterations, by any schedule.
+struct MinLoads {
+  std::uint64_t load_bytes = 0;  //!< the optimum
+  //! What loading at every reference that needs data would cost (a page referenced again at the next
+  //! group of accesses is not counted: keeping it costs no frame).
+  std::uint64_t total_bytes = 0;
+  int iterations = 0;  //!< iterations measured
+};
+
+//! The least bytes any schedule with `frames` frames loads over the measured iterations of `iteration`
+//! replayed `repeat` (>= 3) times (as simulate_belady counts them), with each page weighing the bytes
+//! `page_bytes` gives it. Farthest-next-use eviction minimises the number of loads, which is this with
+//! every page of one size; with pages of different sizes (a tensor's partial last page) it can load
+//! more bytes than needed. This is the exact optimum of weighted paging: a min-cost flow over the
+//! intervals between a page's references (min_load_bytes.cpp), in O(frames) shortest-path searches.
+//! Same rules as simulate_belady: a group's pages are resident together, a first access or one that
+//! discards loads nothing, a release leaves no data. Throws std::invalid_argument as simulate_belady.
+MinLoads min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
+                        const PageBytes& page_bytes);
+
 }  // namespace tvmm::policies

@@ -149,29 +149,21 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
     const std::uint64_t start = std::uint64_t{page} * page_bytes, bytes = w.tensor_bytes[t];
     return bytes > start ? std::min<std::uint64_t>(page_bytes, bytes - start) : 0;
   };
-  // `trace` has every page; `whole` only the pages a tensor fills (its last page left out when the
-  // tensor holds less of it), for the bound on page-ins below.
-  std::vector<policies::TraceAccess> trace, whole;
-  const auto add = [&](policies::TraceAccess a, std::size_t bytes) {
-    trace.push_back(a);
-    a.pages = static_cast<std::uint32_t>(bytes / page_bytes);
-    whole.push_back(a);
-  };
+  std::vector<policies::TraceAccess> trace;
   for (const auto& k : w.step) {
     for (std::size_t i = 0; i < k.pins.size(); ++i) {
       const auto& p = k.pins[i];
       const auto bytes = w.tensor_bytes[p.tensor];
       // A kernel's tensors are pinned together: all of them must be resident at once.
-      add({p.tensor, static_cast<std::uint32_t>(pages_of(bytes, page_bytes)), p.access == Access::write, i != 0, 0,
-           p.access != Access::read},
-          bytes);
+      trace.push_back({p.tensor, static_cast<std::uint32_t>(pages_of(bytes, page_bytes)), p.access == Access::write,
+                       i != 0, 0, p.access != Access::read});
     }
     for (const auto t : k.discards) {
       policies::TraceAccess release;
       release.tensor = t;
       release.pages = static_cast<std::uint32_t>(pages_of(w.tensor_bytes[t], page_bytes));
       release.release = true;
-      add(release, w.tensor_bytes[t]);
+      trace.push_back(release);
     }
   }
   // Belady drops clean pages whatever the tiers: tvmm drops a page whose host or NVMe copy is current,
@@ -184,18 +176,13 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   ref.belady_bytes = static_cast<double>(cost.load_bytes + cost.write_back_bytes) / iterations;
   ref.bound_s = std::max(w.compute_us() * 1e-6, busier / bus);
   ref.window_bound_s = std::max(ref.bound_s, window_bound_s(w, b.frames, page_bytes, bus));
-  // Belady's page-ins are the fewest any pager makes with these frames (prefetching changes when pages
-  // move, never how many must). Pages that hold less than a page weigh less, so the count that bounds
-  // bytes is that of the whole pages alone: with the partial last pages left out of the trace, every
-  // pager's schedule is one for that trace too (it holds no more whole pages than frames). Belady's
-  // write-backs bound nothing (keeping dirty pages and dropping clean ones instead can write back
-  // less), so only the window program counts those.
-  // Where every tensor fills its pages, `whole` is `trace` and Belady's run above counted them already.
-  const bool partial = std::any_of(w.tensor_bytes.begin(), w.tensor_bytes.end(),
-                                   [&](std::size_t bytes) { return bytes % page_bytes != 0; });
-  const auto whole_loads =
-      partial ? policies::simulate_belady(whole, frames, 8, /*drop_clean=*/true).loads : cost.loads;
-  const double loads_s = static_cast<double>(whole_loads) * static_cast<double>(page_bytes) / iterations / bus;
+  // The fewest bytes any pager loads with these frames (prefetching changes when pages move, never
+  // which loads must happen). Where every page holds a page of bytes that is Belady's count of page-ins;
+  // a tensor's partial last page weighs less, which weighted paging's optimum (min_load_bytes) counts.
+  // Belady's write-backs bound nothing (keeping dirty pages and dropping clean ones instead can write
+  // back less), so only the window program counts those.
+  const auto least = policies::min_load_bytes(trace, frames, 8, used);
+  const double loads_s = static_cast<double>(least.load_bytes) / std::max(least.iterations, 1) / bus;
   ref.lower_bound_s = std::max({w.compute_us() * 1e-6, loads_s, lower_bound_s(w, b.frames, page_bytes, bus)});
   return ref;
 }

@@ -334,8 +334,32 @@ TEST(Workloads, TheBoundsCountTheBytesOfPartialLastPages) {
   // Per iteration Belady writes every tensor back once and loads it once (4 frames hold one tensor, and
   // the one written last is read last): each move of a tensor is its 7 MiB, not 4 pages of 2 MiB.
   EXPECT_DOUBLE_EQ(ref.belady_bytes, 2 * 4 * 7.0 * MiB);
-  // Belady's page-ins of whole pages (3 of each tensor's 4) bind less than the window program here.
+  // The fewest bytes any pager loads (at most 3 of each tensor's 4 pages' worth) bind less than the
+  // window program here.
   EXPECT_NEAR(ref.lower_bound_s, 2000e-6, 1e-9);
+}
+
+// Where a small tensor and two large ones take turns in 2 frames, the fewest bytes loaded (weighted
+// paging: reload the small one rather than a large one) bind the lower bound. Each iteration reads A
+// (a page), b (64 KiB), C (a page), b, A. Keeping A from its first read to its second costs b's frame
+// at C: b is reloaded at its second read and C at its read, 2 MiB + 64 KiB per iteration. Farthest
+// next use evicts A at C instead and loads 4 MiB. Counting whole pages alone (b has none), A and C
+// fit in the 2 frames and nothing bounds below the compute.
+TEST(Workloads, TheLowerBoundCountsTheFewestBytesLoaded) {
+  const double page = 2.0 * MiB;
+  const double bus = page / 100e-6;  // one page per 100 us, each direction
+  Workload w;
+  w.name = "large-small-large";
+  w.tensor_bytes = {2 * MiB, 64 * KiB, 2 * MiB};
+  for (const std::uint32_t t : {0u, 1u, 2u, 1u, 0u}) w.step.push_back({{{t, Access::read}}, 1, {}});
+  RunOptions o;
+  o.bus_gbs = bus / 1e9;
+  Budgets b;
+  b.frames = 2;
+  const auto ref = reference(w, o, b);
+  EXPECT_NEAR(ref.lower_bound_s, (2 * MiB + 64 * KiB) / bus, 1e-9);
+  EXPECT_LT(lower_bound_s(w, 2, 2 * MiB, bus), 10e-6) << "the window program binds little here";
+  EXPECT_DOUBLE_EQ(ref.belady_bytes, 2 * 2 * MiB) << "Belady loads A and C each iteration, clean: no write-backs";
 }
 
 // A lower bound must hold for every pager: no policy's measured step time is below it.
