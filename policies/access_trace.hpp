@@ -17,6 +17,9 @@ namespace tvmm::policies {
 struct PageOwner {
   std::uint64_t tensor = 0;
   std::uint64_t released_at = 0;
+  //! What moving the page costs against moving a full page, in (0, 1]: less for a tensor's partial last
+  //! page, which moves only the bytes the tensor holds in it (PagerImpl::kMoveOverheadBytes).
+  double cost = 1.0;
 };
 
 class AccessTrace {

@@ -23,7 +23,8 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
   struct Rank {
     bool old;          // not pinned in the last keep_recent_ pins: goes first
     bool just_used;    // released by the work queued last: deferred when another candidate can go
-    std::size_t next;  // then the farthest next use first
+    std::size_t next;  // pins to the next use
+    double key;        // then the farthest next use, weighed by the page's cost, first
     Node* node;
   };
   std::vector<Rank> ranked;
@@ -35,10 +36,12 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     const PageOwner owner = owner_of_(index_of(n));
     const bool old = keep_recent_ == 0 || trace_.since_last_use(owner.tensor) >= keep_recent_;
     const bool just_used = latest != 0 && owner.released_at == latest;
-    ranked.push_back({old, just_used, trace_.next_use(owner.tensor), &n});
+    const std::size_t next = trace_.next_use(owner.tensor);
+    const double key = next == AccessTrace::kNever ? 1e300 : (static_cast<double>(next) + 1) / owner.cost;
+    ranked.push_back({old, just_used, next, key, &n});
   }
   std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const Rank& a, const Rank& b) { return a.old != b.old ? a.old : a.next > b.next; });
+                   [](const Rank& a, const Rank& b) { return a.old != b.old ? a.old : a.key > b.key; });
   std::size_t taken = 0;
   std::vector<bool> tried(ranked.size(), false);
   auto take = [&](std::size_t i) {

@@ -218,7 +218,8 @@ namespace {
 struct Replay {
   AccessTrace trace;
   std::vector<std::uint64_t> released_at;  // per tensor - 1
-  Replay(std::uint64_t n, std::uint64_t done) : released_at(n, 0) {
+  std::vector<double> cost;                // per tensor - 1: PageOwner::cost
+  Replay(std::uint64_t n, std::uint64_t done) : released_at(n, 0), cost(n, 1.0) {
     (void)trace.on_iteration(1);
     for (std::uint64_t t = 1; t <= n; ++t) (void)trace.on_pin({t, 1, false}, 1);
     (void)trace.on_iteration(1);
@@ -235,7 +236,7 @@ struct Replay {
     const std::atomic<std::uint64_t> latest_release{latest};
     const auto pages = static_cast<PageIndex>(released_at.size());
     BeladyPolicy policy(pages, trace, keep_recent, latest_release, [this](PageIndex page) {
-      return PageOwner{page + 1u, released_at[page]};
+      return PageOwner{page + 1u, released_at[page], cost[page]};
     });
     if (resident.size() == 0) {
       for (PageIndex p = 0; p < pages; ++p) policy.insert(p);
@@ -254,6 +255,22 @@ TEST(Belady, FarthestNextUseFirstAndRecentPinsLastWhenAsked) {
   EXPECT_EQ(r.victims(4, 0), (std::vector<std::size_t>{2, 1, 0, 3}));  // tensors 3, 2, 1, 4
   // Sparing the last 2 pins (tensors 3 and 2): 1 and 4 go first, by next use, then 3 and 2.
   EXPECT_EQ(r.victims(4, 0, 2), (std::vector<std::size_t>{0, 3, 2, 1}));
+}
+
+TEST(Belady, WeighsEachNextUseByWhatMovingThePageCosts) {
+  // As above: next uses 3 -> 3, 2 -> 2, 1 -> 1, 4 -> 0 pins. Tensor 2 is a partial page costing a
+  // tenth of a full one: (2 + 1) / 0.1 = 30 beats tensor 3's (3 + 1) / 1, so it goes first; the
+  // others keep Belady's order.
+  Replay r(4, 3);
+  r.cost[1] = 0.1;
+  EXPECT_EQ(r.victims(4, 0), (std::vector<std::size_t>{1, 2, 0, 3}));
+  // Half a page's cost does not make up for a next use twice as near: (1 + 1) / 0.5 = 4 ties with
+  // tensor 3's 4, and the sort keeps the list's order (insertion: tensor 1 before 3).
+  r.cost[1] = 1.0;
+  r.cost[0] = 0.5;
+  EXPECT_EQ(r.victims(1, 0), (std::vector<std::size_t>{0}));
+  r.cost[0] = 0.6;
+  EXPECT_EQ(r.victims(1, 0), (std::vector<std::size_t>{2}));
 }
 
 TEST(Belady, DefersThePagesOfTheLastQueuedWorkForOnesAlsoNotNeededThisIteration) {

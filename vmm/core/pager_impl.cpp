@@ -153,7 +153,11 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
   policy_ctx.latest_release = &latest_release_;
   policy_ctx.owner_of = [this](policies::PageIndex i) {
     const Allocation* a = table_[i].owner;
-    return policies::PageOwner{a->id, a->released_at.load(std::memory_order_relaxed)};
+    // A copy's fixed cost (its launch and latency, about 5 us) is worth kMoveOverheadBytes of bus time.
+    constexpr double fixed = kMoveOverheadBytes;
+    return policies::PageOwner{
+        a->id, a->released_at.load(std::memory_order_relaxed),
+        (static_cast<double>(used_bytes(table_[i])) + fixed) / (static_cast<double>(page_size_) + fixed)};
   };
   policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);
   observe_.open(cfg_);
