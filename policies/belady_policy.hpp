@@ -3,7 +3,7 @@
 // again farthest in the future (never = first), each next use weighed by what moving the page costs
 // (PageOwner::cost: a tensor's partial last page moves fewer bytes, so the frame it frees costs less):
 // the farthest (pins to the next use + 1) / cost goes first. With pages of one size that is Belady's
-// order; with partial pages it is the greedy rule for weighted paging, whose optimum can load 15-40%
+// order; with partial pages it is a greedy rule for weighted paging, whose optimum loads up to 46%
 // fewer bytes than farthest-next-use on the model traces (min_load_bytes, docs/benchmarks.md). Two
 // exceptions:
 // - pages of tensors pinned in the last `keep_recent` pins come after all others (Config::keep_recent;

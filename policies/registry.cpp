@@ -36,8 +36,8 @@ constexpr std::array kPolicies{
     EvictionPolicyInfo{"lfu", "least frequently used since it became resident; lock-free touch", false, false,
                        &make<LfuPolicy>},
     EvictionPolicyInfo{"belady",
-                       "farthest next use in the recorded trace, LRU until one is recorded; for studies: it ranks all "
-                       "candidates at each eviction",
+                       "farthest next use in the recorded trace, each weighed by the bytes the page moves; LRU until "
+                       "one is recorded; for studies: it ranks all candidates at each eviction",
                        true, true, &make_belady},
 };
 

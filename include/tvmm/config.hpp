@@ -145,8 +145,8 @@ struct TVMM_API Config {
   std::size_t nvme_min_bytes = 0;
   //! Eviction policy: one of the registered policies (docs/configuration.md, `policy.eviction.name`,
   //! lists them), e.g. "lru" (least recently used), "fifo", "clock" (second chance), "lfu" (least
-  //! frequently used) or "belady" (farthest next use in the recorded trace; for studies). Checked when
-  //! the Pager is built.
+  //! frequently used) or "belady" (farthest next use in the recorded trace, weighed by the bytes each
+  //! page moves; for studies). Checked when the Pager is built.
   std::string eviction = "lru";
   //! With `eviction = "belady"`: pages of tensors pinned in the last `keep_recent` pins are evicted
   //! only when no other page can be. A stream's pins run ahead of its kernels, so such a page's
