@@ -112,9 +112,12 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
     const auto vw = v->word.load(std::memory_order_acquire);
     // A write-behind copy still reading the frame: its own batch's event (a later one may wait for
-    // kernels queued since, which the frame's next user need not).
+    // kernels queued since, which the frame's next user need not). Even when that event is done for this
+    // thread: the victim's own event must follow it, so that whichever thread finds the eviction done
+    // (its host time may lag this one's on the simulator) finds the batch done too, and reap() retires
+    // the batch (clearing kWritingBehind) before it publishes the victim off the device.
     if (word::writing_behind(vw)) {
-      if (Event* e = behind_event_of(table_.index_of(*v)); e != nullptr && !events_.is_done(e)) after.push_back(e);
+      if (Event* e = behind_event_of(table_.index_of(*v)); e != nullptr) after.push_back(e);
     }
     if (!word::discarded(vw)) write_behind_.evicted(v->owner->id, v->droppable(vw));
     std::lock_guard ul(v->owner->uses_mu);
