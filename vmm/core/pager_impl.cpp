@@ -153,8 +153,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
   policy_ctx.latest_release = &latest_release_;
   policy_ctx.owner_of = [this](policies::PageIndex i) {
     const Allocation* a = table_[i].owner;
-    // A copy's fixed cost (its launch and latency, about 5 us) is worth kMoveOverheadBytes of bus time.
-    constexpr double fixed = kMoveOverheadBytes;
+    constexpr double fixed = kMoveOverheadBytes;  // a copy's fixed cost, in bytes of bus time
     return policies::PageOwner{
         a->id, a->released_at.load(std::memory_order_relaxed),
         (static_cast<double>(used_bytes(table_[i])) + fixed) / (static_cast<double>(page_size_) + fixed)};

@@ -155,13 +155,13 @@ class PagerImpl {
 
   [[nodiscard]] PageEntry* pages_of(const Allocation* a) noexcept { return &table_[a->first_page]; }
   [[nodiscard]] device::DevPtr va_of(const PageEntry& p) const noexcept { return va_.addr(table_.index_of(p)); }
+  //! What a page move's fixed cost (a copy's launch and latency, about 5 us: tvmm-bench's modelled
+  //! per-copy latency, `--latency-us`) is worth in bytes on a 50 GB/s bus. The eviction policies that
+  //! read the trace weigh a page's next use by (its bytes + this) / (a page + this): a tensor's partial
+  //! last page costs less to move, but never nothing (policies::PageOwner::cost).
+  static constexpr std::size_t kMoveOverheadBytes = 256 * 1024;
   //! The bytes of `p` its tensor holds, which page copies move: a page, or less for a tensor's last page
   //! when its size is not a multiple of the page size (the rest of that page is never read).
-  //! What a page move's fixed cost (a copy's launch and latency, about 5 us: the simulator's default
-  //! per-copy latency) is worth in bytes on a 50 GB/s bus. The eviction policies that read the trace
-  //! weigh a page's next use by (its bytes + this) / (a page + this): a tensor's partial last page costs
-  //! less to move, but never nothing (policies::PageOwner::cost).
-  static constexpr std::size_t kMoveOverheadBytes = 256 * 1024;
   [[nodiscard]] std::size_t used_bytes(const PageEntry& p) const noexcept {
     const Allocation* a = p.owner;
     if (a == nullptr) return page_size_;
