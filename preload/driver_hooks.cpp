@@ -85,6 +85,12 @@ enum Slot {
   kMemcpy3DPt,
   kMemcpy3DAsync,
   kMemcpy3DAsyncPt,
+  kMemcpy2DUnaligned,
+  kMemcpy2DUnalignedPt,
+  kMemcpy3DPeer,
+  kMemcpy3DPeerPt,
+  kMemcpy3DPeerAsync,
+  kMemcpy3DPeerAsyncPt,
   kMemsetD8,
   kMemsetD8Pt,
   kMemsetD16,
@@ -160,6 +166,12 @@ constexpr const char* kSlotNames[kSlots] = {"cuGetProcAddress",
                                             "cuMemcpy3D_v2_ptds",
                                             "cuMemcpy3DAsync_v2",
                                             "cuMemcpy3DAsync_v2_ptsz",
+                                            "cuMemcpy2DUnaligned_v2",
+                                            "cuMemcpy2DUnaligned_v2_ptds",
+                                            "cuMemcpy3DPeer",
+                                            "cuMemcpy3DPeer_ptds",
+                                            "cuMemcpy3DPeerAsync",
+                                            "cuMemcpy3DPeerAsync_ptsz",
                                             "cuMemsetD8_v2",
                                             "cuMemsetD8_v2_ptds",
                                             "cuMemsetD16_v2",
@@ -260,6 +272,9 @@ int slot_of_base(const char* name, int version, cuuint64_t flags) noexcept {
       {"cuMemcpy2DAsync", 3020, kMemcpy2DAsync, true},
       {"cuMemcpy3D", 3020, kMemcpy3D, true},
       {"cuMemcpy3DAsync", 3020, kMemcpy3DAsync, true},
+      {"cuMemcpy2DUnaligned", 3020, kMemcpy2DUnaligned, true},
+      {"cuMemcpy3DPeer", 4000, kMemcpy3DPeer, true},
+      {"cuMemcpy3DPeerAsync", 4000, kMemcpy3DPeerAsync, true},
       {"cuMemsetD8", 3020, kMemsetD8, true},
       {"cuMemsetD16", 3020, kMemsetD16, true},
       {"cuMemsetD32", 3020, kMemsetD32, true},
@@ -657,6 +672,15 @@ TVMM_GATED(kMemcpy3D, cuMemcpy3D_v2, (const void* copy), (copy))
 TVMM_GATED(kMemcpy3DPt, cuMemcpy3D_v2_ptds, (const void* copy), (copy))
 TVMM_GATED(kMemcpy3DAsync, cuMemcpy3DAsync_v2, (const void* copy, void* st), (copy, st))
 TVMM_GATED(kMemcpy3DAsyncPt, cuMemcpy3DAsync_v2_ptsz, (const void* copy, void* st), (copy, st))
+// cudaMemcpy2D and cudaMemcpy2DToArray reach the driver as cuMemcpy2DUnaligned (the runtime asks
+// cuGetProcAddress for it), and cudaMemcpy3DPeer[Async] as cuMemcpy3DPeer[Async]. A 3D peer copy holds
+// the current device's gate, as the other 2D/3D forms do (their addresses are inside the descriptor).
+TVMM_GATED(kMemcpy2DUnaligned, cuMemcpy2DUnaligned_v2, (const void* copy), (copy))
+TVMM_GATED(kMemcpy2DUnalignedPt, cuMemcpy2DUnaligned_v2_ptds, (const void* copy), (copy))
+TVMM_GATED(kMemcpy3DPeer, cuMemcpy3DPeer, (const void* copy), (copy))
+TVMM_GATED(kMemcpy3DPeerPt, cuMemcpy3DPeer_ptds, (const void* copy), (copy))
+TVMM_GATED(kMemcpy3DPeerAsync, cuMemcpy3DPeerAsync, (const void* copy, void* st), (copy, st))
+TVMM_GATED(kMemcpy3DPeerAsyncPt, cuMemcpy3DPeerAsync_ptsz, (const void* copy, void* st), (copy, st))
 TVMM_GATED_NOTING(kMemsetD8, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n), TVMM_GATE_D,
                   TVMM_NOTE_D)
 TVMM_GATED_NOTING(kMemsetD8Pt, cuMemsetD8_v2_ptds, (CUdeviceptr d, unsigned char v, std::size_t n), (d, v, n),
@@ -881,6 +905,12 @@ void* ours(Slot s) noexcept {
     case kMemcpy3DPt: return reinterpret_cast<void*>(&cuMemcpy3D_v2_ptds);
     case kMemcpy3DAsync: return reinterpret_cast<void*>(&cuMemcpy3DAsync_v2);
     case kMemcpy3DAsyncPt: return reinterpret_cast<void*>(&cuMemcpy3DAsync_v2_ptsz);
+    case kMemcpy2DUnaligned: return reinterpret_cast<void*>(&cuMemcpy2DUnaligned_v2);
+    case kMemcpy2DUnalignedPt: return reinterpret_cast<void*>(&cuMemcpy2DUnaligned_v2_ptds);
+    case kMemcpy3DPeer: return reinterpret_cast<void*>(&cuMemcpy3DPeer);
+    case kMemcpy3DPeerPt: return reinterpret_cast<void*>(&cuMemcpy3DPeer_ptds);
+    case kMemcpy3DPeerAsync: return reinterpret_cast<void*>(&cuMemcpy3DPeerAsync);
+    case kMemcpy3DPeerAsyncPt: return reinterpret_cast<void*>(&cuMemcpy3DPeerAsync_ptsz);
     case kMemsetD8: return reinterpret_cast<void*>(&cuMemsetD8_v2);
     case kMemsetD8Pt: return reinterpret_cast<void*>(&cuMemsetD8_v2_ptds);
     case kMemsetD16: return reinterpret_cast<void*>(&cuMemsetD16_v2);

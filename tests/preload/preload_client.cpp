@@ -254,6 +254,31 @@ int driver(const char* libcuda) {
   void* sync = nullptr;
   expect(proc("cuCtxSynchronize", &sync, 12000, 0, nullptr) == 0 && sync != nullptr,
          "a lookup tvmm does not hook failed");
+  // The 2D and 3D peer copies the runtime queues through cuGetProcAddress (cudaMemcpy2D as
+  // cuMemcpy2DUnaligned, cudaMemcpy3DPeer[Async]) come back as tvmm's gated hooks, in both default-stream
+  // flavours, and reach the driver.
+  auto* copies = reinterpret_cast<int (*)()>(::dlsym(h, "stub_cuda_copies"));
+  expect(copies != nullptr, "the stub driver has no copy counter");
+  struct Copy {
+    const char* base;
+    const char* hook[2];  // tvmm's export: legacy default stream, per-thread default stream
+    bool async;
+  };
+  const Copy kCopies[] = {{"cuMemcpy2DUnaligned", {"cuMemcpy2DUnaligned_v2", "cuMemcpy2DUnaligned_v2_ptds"}, false},
+                          {"cuMemcpy3DPeer", {"cuMemcpy3DPeer", "cuMemcpy3DPeer_ptds"}, false},
+                          {"cuMemcpy3DPeerAsync", {"cuMemcpy3DPeerAsync", "cuMemcpy3DPeerAsync_ptsz"}, true}};
+  int expected = 0;
+  for (const Copy& c : kCopies) {
+    for (const int pt : {0, 1}) {  // cuGetProcAddress flag 2: CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+      void* fn = nullptr;
+      const std::string what = std::string(c.base) + (pt != 0 ? " (per-thread)" : "");
+      expect(proc(c.base, &fn, 12000, pt != 0 ? 2 : 0, nullptr) == 0 && fn != nullptr, what + ": lookup failed");
+      expect(fn == ::dlsym(RTLD_DEFAULT, c.hook[pt]), what + ": cuGetProcAddress did not hand out tvmm's hook");
+      const int r = c.async ? reinterpret_cast<int (*)(const void*, void*)>(fn)(nullptr, nullptr)
+                            : reinterpret_cast<int (*)(const void*)>(fn)(nullptr);
+      expect(r == 0 && copies() == ++expected, what + ": tvmm's hook did not reach the driver");
+    }
+  }
   // Memory that is not tvmm's goes to the driver.
   auto* driver_alloc = reinterpret_cast<Alloc>(::dlsym(h, "stub_cuda_malloc"));
   auto* frees = reinterpret_cast<int (*)()>(::dlsym(h, "stub_cuda_frees"));

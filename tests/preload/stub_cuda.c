@@ -25,6 +25,18 @@ static int impl_info(size_t* f, size_t* t) {
   return 0;
 }
 static int impl_sync(void) { return 0; }
+/* The 2D and 3D peer copies: counted, nothing copied (the driver test checks that tvmm's hooks pass
+   them on). */
+static int copies;
+static int impl_copy(const void* desc) {
+  (void)desc;
+  __atomic_add_fetch(&copies, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+static int impl_copy_async(const void* desc, void* stream) {
+  (void)stream;
+  return impl_copy(desc);
+}
 static int impl_proc_v2(const char* s, void** pfn, int version, uint64_t flags, int* status);
 
 static int impl_proc(const char* s, void** pfn, int version, uint64_t flags) {
@@ -39,6 +51,8 @@ static int impl_proc_v2(const char* s, void** pfn, int version, uint64_t flags, 
   if (strcmp(s, "cuMemGetInfo") == 0) f = (void*)impl_info;
   if (strcmp(s, "cuCtxSynchronize") == 0) f = (void*)impl_sync;
   if (strcmp(s, "cuGetProcAddress") == 0) f = (void*)impl_proc_v2;
+  if (strcmp(s, "cuMemcpy2DUnaligned") == 0 || strcmp(s, "cuMemcpy3DPeer") == 0) f = (void*)impl_copy;
+  if (strcmp(s, "cuMemcpy3DPeerAsync") == 0) f = (void*)impl_copy_async;
   if (status != NULL) *status = f != NULL ? 0 : 1;
   *pfn = f;
   return f != NULL ? 0 : 500; /* CUDA_ERROR_NOT_FOUND */
@@ -55,7 +69,12 @@ int cuGetProcAddress_v2(const char* s, void** pfn, int version, uint64_t flags, 
   return impl_proc_v2(s, pfn, version, flags, status);
 }
 
+int cuMemcpy2DUnaligned_v2(const void* desc) { return impl_copy(desc); }
+int cuMemcpy3DPeer(const void* desc) { return impl_copy(desc); }
+int cuMemcpy3DPeerAsync(const void* desc, void* stream) { return impl_copy_async(desc, stream); }
+
 /* For the tests. */
 int stub_cuda_malloc(CUdeviceptr* p, size_t n) { return impl_alloc(p, n); }
 int stub_cuda_allocs(void) { return __atomic_load_n(&allocs, __ATOMIC_RELAXED); }
 int stub_cuda_frees(void) { return __atomic_load_n(&frees, __ATOMIC_RELAXED); }
+int stub_cuda_copies(void) { return __atomic_load_n(&copies, __ATOMIC_RELAXED); }
