@@ -55,6 +55,9 @@ struct DriverTable {
   PFN_cuMemcpyDtoHAsync_v3020 MemcpyDtoHAsync = nullptr;
   PFN_cuMemcpyDtoDAsync_v3020 MemcpyDtoDAsync = nullptr;
   PFN_cuMemsetD8Async_v3020 MemsetD8Async = nullptr;
+  PFN_cuMemcpy2DUnaligned_v3020 Memcpy2DUnaligned = nullptr;
+  PFN_cuMemcpy2DAsync_v3020 Memcpy2DAsync = nullptr;
+  PFN_cuMemcpy3DAsync_v3020 Memcpy3DAsync = nullptr;
   PFN_cuPointerGetAttribute_v4000 PointerGetAttribute = nullptr;
   PFN_cuStreamCreate_v2000 StreamCreate = nullptr;
   PFN_cuStreamDestroy_v4000 StreamDestroy = nullptr;
@@ -132,6 +135,9 @@ DriverTable load_driver() {
   ok &= lookup(gpa, "cuMemcpyDtoHAsync", 3020, &t.MemcpyDtoHAsync);
   ok &= lookup(gpa, "cuMemcpyDtoDAsync", 3020, &t.MemcpyDtoDAsync);
   ok &= lookup(gpa, "cuMemsetD8Async", 3020, &t.MemsetD8Async);
+  ok &= lookup(gpa, "cuMemcpy2DUnaligned", 3020, &t.Memcpy2DUnaligned);
+  ok &= lookup(gpa, "cuMemcpy2DAsync", 3020, &t.Memcpy2DAsync);
+  ok &= lookup(gpa, "cuMemcpy3DAsync", 3020, &t.Memcpy3DAsync);
   ok &= lookup(gpa, "cuPointerGetAttribute", 4000, &t.PointerGetAttribute);
   ok &= lookup(gpa, "cuStreamCreate", 2000, &t.StreamCreate);
   ok &= lookup(gpa, "cuStreamDestroy", 4000, &t.StreamDestroy);
@@ -339,6 +345,41 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
       return cudaSuccess;
     default: return result(CUDA_ERROR_INVALID_VALUE);
   }
+}
+
+// The driver's memory types for a runtime copy kind (cudaMemcpyDefault: unified, the driver infers them).
+bool memory_types(cudaMemcpyKind kind, CUmemorytype* dst, CUmemorytype* src) {
+  switch (kind) {
+    case cudaMemcpyHostToHost: *dst = *src = CU_MEMORYTYPE_HOST; return true;
+    case cudaMemcpyHostToDevice: *dst = CU_MEMORYTYPE_DEVICE, *src = CU_MEMORYTYPE_HOST; return true;
+    case cudaMemcpyDeviceToHost: *dst = CU_MEMORYTYPE_HOST, *src = CU_MEMORYTYPE_DEVICE; return true;
+    case cudaMemcpyDeviceToDevice: *dst = *src = CU_MEMORYTYPE_DEVICE; return true;
+    case cudaMemcpyDefault: *dst = *src = CU_MEMORYTYPE_UNIFIED; return true;
+  }
+  return false;
+}
+// A side of a driver copy descriptor: host pointers in ...Host, device and unified ones in ...Device.
+template <class P>
+void set_side(CUmemorytype type, P* p, P** host, CUdeviceptr* device) {
+  if (type == CU_MEMORYTYPE_HOST) {
+    *host = p;
+  } else {
+    *device = reinterpret_cast<CUdeviceptr>(p);
+  }
+}
+// cudaMemcpy2D[Async] as a CUDA_MEMCPY2D (the runtime's synchronous form takes the driver's
+// cuMemcpy2DUnaligned, which has no pitch restriction, as the CUDA runtime does).
+cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                    cudaMemcpyKind kind, cudaStream_t stream, bool sync) {
+  CUDA_MEMCPY2D c{};
+  if (!memory_types(kind, &c.dstMemoryType, &c.srcMemoryType)) return result(CUDA_ERROR_INVALID_VALUE);
+  set_side<void>(c.dstMemoryType, dst, &c.dstHost, &c.dstDevice);
+  set_side<const void>(c.srcMemoryType, src, &c.srcHost, &c.srcDevice);
+  c.dstPitch = dpitch;
+  c.srcPitch = spitch;
+  c.WidthInBytes = width;
+  c.Height = height;
+  return result(sync ? drv().Memcpy2DUnaligned(&c) : drv().Memcpy2DAsync(&c, stream));
 }
 
 // The modules of unregistered binaries, unloaded when the runtime itself is torn down. Never destroyed:
@@ -570,6 +611,38 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, enum cudaMemcpy
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t stream) {
   CUEMU_RT_READY();
   return copy(dst, src, bytes, kind, stream);
+}
+cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                         enum cudaMemcpyKind kind) {
+  CUEMU_RT_READY();
+  return copy_2d(dst, dpitch, src, spitch, width, height, kind, nullptr, true);
+}
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              enum cudaMemcpyKind kind, cudaStream_t stream) {
+  CUEMU_RT_READY();
+  return copy_2d(dst, dpitch, src, spitch, width, height, kind, stream, false);
+}
+// cudaMemcpy3DAsync between pitched pointers ("If no CUDA array is participating in the copy then the
+// extents are defined in elements of unsigned char"); arrays are not emulated.
+cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms* p, cudaStream_t stream) {
+  if (p == nullptr) return result(CUDA_ERROR_INVALID_VALUE);
+  CUEMU_RT_READY();
+  if (p->srcArray != nullptr || p->dstArray != nullptr) return result(CUDA_ERROR_NOT_SUPPORTED);
+  CUDA_MEMCPY3D c{};
+  if (!memory_types(p->kind, &c.dstMemoryType, &c.srcMemoryType)) return result(CUDA_ERROR_INVALID_VALUE);
+  set_side<void>(c.dstMemoryType, p->dstPtr.ptr, &c.dstHost, &c.dstDevice);
+  set_side<const void>(c.srcMemoryType, p->srcPtr.ptr, &c.srcHost, &c.srcDevice);
+  // Each side's position and pitched pointer, in the driver's fields of that side.
+  const auto place = [](const cudaPos& pos, const cudaPitchedPtr& ptr, std::size_t* x, std::size_t* y, std::size_t* z,
+                        std::size_t* pitch, std::size_t* height) {
+    *x = pos.x, *y = pos.y, *z = pos.z, *pitch = ptr.pitch, *height = ptr.ysize;
+  };
+  place(p->srcPos, p->srcPtr, &c.srcXInBytes, &c.srcY, &c.srcZ, &c.srcPitch, &c.srcHeight);
+  place(p->dstPos, p->dstPtr, &c.dstXInBytes, &c.dstY, &c.dstZ, &c.dstPitch, &c.dstHeight);
+  c.WidthInBytes = p->extent.width;
+  c.Height = p->extent.height;
+  c.Depth = p->extent.depth;
+  return result(drv().Memcpy3DAsync(&c, stream));
 }
 // Memsets: in stream order (cudaMemset on the legacy stream, asynchronous with respect to the host for
 // device memory, as the runtime documents).

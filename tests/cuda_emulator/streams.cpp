@@ -489,6 +489,20 @@ bool known_device_range(CUdeviceptr p, std::size_t n) {
 
 enum class Dir : std::uint8_t { h2d, d2h, d2d };
 
+// Both sides of a copy as runs of spans (of the same total length): copies the overlap of the current
+// span of each.
+void copy_spans(const std::vector<Span>& to, const std::vector<Span>& from) {
+  std::size_t i = 0, j = 0, oi = 0, oj = 0;
+  while (i < to.size() && j < from.size()) {
+    const std::size_t n = std::min(to[i].len - oi, from[j].len - oj);
+    std::memmove(to[i].ptr + oi, from[j].ptr + oj, n);
+    oi += n;
+    oj += n;
+    if (oi == to[i].len) ++i, oi = 0;
+    if (oj == from[j].len) ++j, oj = 0;
+  }
+}
+
 // A copy queued on `stream` (of the current context), each device side translated for the device given
 // (a peer copy's sides are its two contexts' devices; null: the current context's).
 CUresult copy_async(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream,
@@ -520,16 +534,7 @@ CUresult copy_async(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes
       d.report_fault("a copy from", src, bytes, dev, false);
       return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
-    // Both sides as runs of spans: copy the overlap of the current span of each.
-    std::size_t i = 0, j = 0, oi = 0, oj = 0;
-    while (i < to.size() && j < from.size()) {
-      const std::size_t n = std::min(to[i].len - oi, from[j].len - oj);
-      std::memmove(to[i].ptr + oi, from[j].ptr + oj, n);
-      oi += n;
-      oj += n;
-      if (oi == to[i].len) ++i, oi = 0;
-      if (oj == from[j].len) ++j, oj = 0;
-    }
+    copy_spans(to, from);
     return CUDA_SUCCESS;
   });
 }
@@ -548,6 +553,151 @@ CUresult MemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CU
   return copy_async(Dir::d2d, dst, src, bytes, stream);
 }
 CUEMU_EXPORT("cuMemcpyDtoDAsync", 3020, MemcpyDtoDAsync);
+
+// --- 2D and 3D copies ---------------------------------------------------------------------------------------
+// cuda.h (cuMemcpy2D, cuMemcpy2DUnaligned, cuMemcpy2DAsync, cuMemcpy3D, cuMemcpy3DAsync): each side is host
+// memory (CU_MEMORYTYPE_HOST: srcHost), device memory (CU_MEMORYTYPE_DEVICE: srcDevice) or a unified
+// address (CU_MEMORYTYPE_UNIFIED: srcDevice, the kind inferred as for cuMemcpy); "CUdeviceptr Start =
+// srcDevice+(srcZ*srcHeight+srcY)*srcPitch+srcXInBytes" (2D: no Z term); "srcPitch must be greater than or
+// equal to WidthInBytes + srcXInBytes", "srcHeight must be greater than or equal to Height + srcY" (3D),
+// likewise for dst; "The srcLOD and dstLOD members of the CUDA_MEMCPY3D structure must be set to 0".
+// CUDA arrays (CU_MEMORYTYPE_ARRAY) are not emulated: CUDA_ERROR_NOT_SUPPORTED. The emulator reports no
+// CU_DEVICE_ATTRIBUTE_MAX_PITCH, so no pitch is too large, and the restriction cuMemcpy2D "may" put on
+// intra-device pitches not computed by cuMemAllocPitch is not imposed.
+struct Box {
+  std::size_t width = 0, height = 0, depth = 0;
+};
+struct Side {
+  bool device = false;
+  std::uintptr_t start = 0;  // the first byte copied
+  std::size_t pitch = 0, slice = 0;
+};
+
+// One side from its descriptor fields; CUDA_SUCCESS or the error.
+CUresult make_side(CUmemorytype type, const void* host, CUdeviceptr device, std::size_t x, std::size_t y, std::size_t z,
+                   std::size_t pitch, std::size_t height, const Box& box, Side* out) {
+  if (type == CU_MEMORYTYPE_ARRAY) return CUDA_ERROR_NOT_SUPPORTED;
+  if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED)
+    return CUDA_ERROR_INVALID_VALUE;
+  const std::uintptr_t base =
+      type == CU_MEMORYTYPE_HOST ? reinterpret_cast<std::uintptr_t>(host) : static_cast<std::uintptr_t>(device);
+  if (base == 0 || pitch < box.width || x > pitch - box.width) return CUDA_ERROR_INVALID_VALUE;
+  if (box.depth > 1 && (height < box.height || y > height - box.height)) return CUDA_ERROR_INVALID_VALUE;
+  // start = base + (z * height + y) * pitch + x, and the extent from the first byte copied to the last,
+  // none of which may wrap around the address space.
+  std::size_t slice = 0, row = 0, offset = 0, extent = 0, last_slice = 0, last_row = 0;
+  std::uintptr_t start = 0;
+  if (__builtin_mul_overflow(pitch, height, &slice) || __builtin_mul_overflow(z, slice, &offset) ||
+      __builtin_mul_overflow(y, pitch, &row) || __builtin_add_overflow(offset, row, &offset) ||
+      __builtin_add_overflow(offset, x, &offset) || __builtin_add_overflow(base, offset, &start) ||
+      __builtin_mul_overflow(box.depth - 1, slice, &last_slice) ||
+      __builtin_mul_overflow(box.height - 1, pitch, &last_row) ||
+      __builtin_add_overflow(last_slice, last_row, &extent) || __builtin_add_overflow(extent, box.width, &extent) ||
+      start + extent < start) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  out->pitch = pitch;
+  out->slice = slice;
+  out->start = start;
+  // Every byte from the first to the last copied must be what the side's type says (a unified address
+  // range that is partly device memory is neither).
+  const bool known = known_device_range(start, extent);
+  if (type == CU_MEMORYTYPE_DEVICE && !known) return CUDA_ERROR_INVALID_VALUE;
+  if (type == CU_MEMORYTYPE_UNIFIED && !known && known_device_range(start, 1)) return CUDA_ERROR_INVALID_VALUE;
+  out->device = type == CU_MEMORYTYPE_DEVICE || (type == CU_MEMORYTYPE_UNIFIED && known);
+  return CUDA_SUCCESS;
+}
+
+CUresult copy_box_async(const Side& dst, const Side& src, const Box& box, CUstream stream) {
+  CUEMU_ENTER_CTX(ctx);
+  Stream* s = resolve_stream(stream, ctx);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  const Device* dev = ctx->device;
+  return enqueue(s, [dst, src, box, dev] {
+    Driver& d = Driver::get();
+    std::lock_guard lk(d.mu);  // mappings cannot change under the copy
+    std::vector<Span> to, from;
+    for (std::size_t z = 0; z < box.depth; ++z) {
+      for (std::size_t y = 0; y < box.height; ++y) {
+        const std::uintptr_t t = dst.start + z * dst.slice + y * dst.pitch;
+        const std::uintptr_t f = src.start + z * src.slice + y * src.pitch;
+        to.clear();
+        from.clear();
+        if (!dst.device) {
+          to.push_back({reinterpret_cast<std::byte*>(t), box.width});
+        } else if (!d.translate(t, box.width, dev, true, &to)) {
+          d.report_fault("a 2D/3D copy to", t, box.width, dev, true);
+          return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+        if (!src.device) {
+          from.push_back({reinterpret_cast<std::byte*>(f), box.width});
+        } else if (!d.translate(f, box.width, dev, false, &from)) {
+          d.report_fault("a 2D/3D copy from", f, box.width, dev, false);
+          return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+        copy_spans(to, from);
+      }
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult copy_3d(const CUDA_MEMCPY3D* c, CUstream stream, bool sync) {
+  CUEMU_ENTER_CTX(ctx);
+  if (c == nullptr || c->srcLOD != 0 || c->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (sync) {
+    if (const CUresult r = unsafe_during_capture(ctx); r != CUDA_SUCCESS) return r;
+  }
+  const Box box{c->WidthInBytes, c->Height, c->Depth};
+  if (box.width == 0 || box.height == 0 || box.depth == 0) return CUDA_SUCCESS;
+  Side dst, src;
+  if (const CUresult r = make_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ,
+                                   c->dstPitch, c->dstHeight, box, &dst);
+      r != CUDA_SUCCESS)
+    return r;
+  if (const CUresult r = make_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ,
+                                   c->srcPitch, c->srcHeight, box, &src);
+      r != CUDA_SUCCESS)
+    return r;
+  if (const CUresult r = copy_box_async(dst, src, box, sync ? nullptr : stream); r != CUDA_SUCCESS) return r;
+  if (!sync) return CUDA_SUCCESS;
+  wait_idle(ctx->legacy.get());
+  return Driver::get().sticky_error();
+}
+// A 2D copy is a 3D copy of one slice (its height the copy's: no Z term, no slice stride used).
+CUresult copy_2d(const CUDA_MEMCPY2D* c, CUstream stream, bool sync) {
+  if (c == nullptr) return copy_3d(nullptr, stream, sync);
+  CUDA_MEMCPY3D t{};
+  t.srcXInBytes = c->srcXInBytes;
+  t.srcY = c->srcY;
+  t.srcMemoryType = c->srcMemoryType;
+  t.srcHost = c->srcHost;
+  t.srcDevice = c->srcDevice;
+  t.srcArray = c->srcArray;
+  t.srcPitch = c->srcPitch;
+  t.srcHeight = c->Height;
+  t.dstXInBytes = c->dstXInBytes;
+  t.dstY = c->dstY;
+  t.dstMemoryType = c->dstMemoryType;
+  t.dstHost = c->dstHost;
+  t.dstDevice = c->dstDevice;
+  t.dstArray = c->dstArray;
+  t.dstPitch = c->dstPitch;
+  t.dstHeight = c->Height;
+  t.WidthInBytes = c->WidthInBytes;
+  t.Height = c->Height;
+  t.Depth = 1;
+  return copy_3d(&t, stream, sync);
+}
+CUresult Memcpy2D(const CUDA_MEMCPY2D* c) { return copy_2d(c, nullptr, true); }
+CUEMU_EXPORT("cuMemcpy2D", 3020, Memcpy2D);
+CUEMU_EXPORT("cuMemcpy2DUnaligned", 3020, Memcpy2D);
+CUresult Memcpy2DAsync(const CUDA_MEMCPY2D* c, CUstream stream) { return copy_2d(c, stream, false); }
+CUEMU_EXPORT("cuMemcpy2DAsync", 3020, Memcpy2DAsync);
+CUresult Memcpy3D(const CUDA_MEMCPY3D* c) { return copy_3d(c, nullptr, true); }
+CUEMU_EXPORT("cuMemcpy3D", 3020, Memcpy3D);
+CUresult Memcpy3DAsync(const CUDA_MEMCPY3D* c, CUstream stream) { return copy_3d(c, stream, false); }
+CUEMU_EXPORT("cuMemcpy3DAsync", 3020, Memcpy3DAsync);
 
 // cuda.h (cuMemsetD8Async, D16, D32): "Sets the memory range of N 8-bit (16-bit, 32-bit) values to the
 // specified value", in stream order; "The dstDevice pointer must be two byte aligned" (four byte for

@@ -152,6 +152,11 @@ CUEMU_SYMBOL(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000,
               unsigned int bz, unsigned int shmem, CUstream s, void** params),
              (f, gx, gy, gz, bx, by, bz, shmem, s, params))
 CUEMU_SYMBOL(cuMemcpyHtoD_v2, cuMemcpyHtoD, 3020, (CUdeviceptr d, const void* s, size_t n), (d, s, n))
+CUEMU_SYMBOL(cuMemcpy2D_v2, cuMemcpy2D, 3020, (const CUDA_MEMCPY2D* c), (c))
+CUEMU_SYMBOL(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned, 3020, (const CUDA_MEMCPY2D* c), (c))
+CUEMU_SYMBOL(cuMemcpy2DAsync_v2, cuMemcpy2DAsync, 3020, (const CUDA_MEMCPY2D* c, CUstream s), (c, s))
+CUEMU_SYMBOL(cuMemcpy3D_v2, cuMemcpy3D, 3020, (const CUDA_MEMCPY3D* c), (c))
+CUEMU_SYMBOL(cuMemcpy3DAsync_v2, cuMemcpy3DAsync, 3020, (const CUDA_MEMCPY3D* c, CUstream s), (c, s))
 CUEMU_SYMBOL(cuMemcpyDtoH_v2, cuMemcpyDtoH, 3020, (void* d, CUdeviceptr s, size_t n), (d, s, n))
 
 // --- modules and launches -------------------------------------------------------------------------------------

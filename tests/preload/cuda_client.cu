@@ -279,6 +279,30 @@ int launches() {
             }
           }
         }
+        if (r % 10 == 7) {  // 2D and 3D copies: cudaMemcpy2D reaches the driver as cuMemcpy2DUnaligned,
+                            // cudaMemcpy2DAsync as cuMemcpy2DAsync, cudaMemcpy3DAsync as cuMemcpy3DAsync
+          constexpr std::size_t kPitch = 4096, kWidth = 1000;
+          const std::size_t rows = n / kPitch;
+          std::vector<unsigned char> rows_in(kWidth * rows), rows_out(kWidth * rows);
+          for (std::size_t i = 0; i < rows_in.size(); ++i)
+            rows_in[i] = static_cast<unsigned char>(i * 13 + static_cast<std::size_t>(t * 7 + r));
+          cudaMemcpy3DParms p3{};
+          p3.srcPtr = make_cudaPitchedPtr(mine[0], kPitch, kWidth, rows / 2);
+          p3.dstPtr = make_cudaPitchedPtr(mine[1], kPitch, kWidth, rows / 2);
+          p3.extent = make_cudaExtent(kWidth, rows / 2, 2);
+          p3.kind = cudaMemcpyDeviceToDevice;
+          if (cudaMemcpy2DAsync(mine[0], kPitch, rows_in.data(), kWidth, kWidth, rows, cudaMemcpyHostToDevice, s) !=
+                  cudaSuccess ||
+              cudaMemcpy3DAsync(&p3, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess ||
+              cudaMemcpy2D(rows_out.data(), kWidth, mine[1], kPitch, kWidth, rows, cudaMemcpyDeviceToHost) !=
+                  cudaSuccess) {
+            ++errors;
+          }
+          if (rows_out != rows_in) {
+            std::fprintf(stderr, "thread %d round %d: a 2D or 3D copy was lost\n", t, r);
+            ++errors;
+          }
+        }
         for (int b = 0; b < 2; ++b) fill(mine[b], n, static_cast<std::uint64_t>(t * 10000 + r * 2 + b), s);
         for (int b = 0; b < 2; ++b) {
           const auto bad = mismatches(mine[b], n, static_cast<std::uint64_t>(t * 10000 + r * 2 + b), s);
