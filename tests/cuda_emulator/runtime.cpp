@@ -368,7 +368,8 @@ void set_side(CUmemorytype type, P* p, P** host, CUdeviceptr* device) {
   }
 }
 // cudaMemcpy2D[Async] as a CUDA_MEMCPY2D (the runtime's synchronous form takes the driver's
-// cuMemcpy2DUnaligned, which has no pitch restriction, as the CUDA runtime does).
+// cuMemcpy2DUnaligned, which cuda.h exempts from cuMemcpy2D's pitch restriction; libcudart 13 asks
+// cuGetProcAddress for it too).
 cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                     cudaMemcpyKind kind, cudaStream_t stream, bool sync) {
   CUDA_MEMCPY2D c{};
