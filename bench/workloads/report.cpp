@@ -37,11 +37,32 @@ json run_json(const RunResult& r) {
           {"disk_write_bytes", number(r.disk_write_bytes)}};
 }
 
+// The lower bound's three figures, the window program's split by binding term, and the split's runs
+// that the bus binds (docs/benchmarks.md, "The lower bound").
+json lower_terms_json(const LowerBoundTerms& t) {
+  json runs = json::array();
+  for (const auto& r : t.runs) {
+    runs.push_back({{"first_kernel", r.first},
+                    {"kernels", r.kernels},
+                    {"compute_s", number(r.compute_s)},
+                    {"in_s", number(r.in_s)},
+                    {"out_s", number(r.out_s)}});
+  }
+  return {{"compute_s", number(t.compute_s)},
+          {"loads_s", number(t.loads_s)},
+          {"window_s", number(t.window_s)},
+          {"window_in_s", number(t.window_in_s)},
+          {"window_out_s", number(t.window_out_s)},
+          {"window_compute_s", number(t.window_compute_s)},
+          {"runs", std::move(runs)}};
+}
+
 json peers_json(const Peers& p) {
   json j;
   j["bound"] = {{"step_time_s", number(p.bound_s)},
                 {"window_step_time_s", number(p.window_bound_s)},
                 {"lower_step_time_s", number(p.lower_bound_s)},
+                {"lower_terms", lower_terms_json(p.lower_bound_terms)},
                 {"bytes_moved", number(p.belady_bytes)}};
   j["belady"] = {{"bytes_moved", number(p.belady_bytes)}};
   j["naive"] = p.naive ? run_json(*p.naive) : json{{"skipped", p.naive_skipped}};
@@ -90,6 +111,9 @@ json record_json(const Record& rec) {
           {"step_time_s", number(r.step_time_s)},
           {"wall_step_time_s", number(r.wall_step_time_s)},
           {"bytes_moved", number(r.bytes_moved)},
+          {"bytes_in", number(r.bytes_in)},
+          {"bytes_out", number(r.bytes_out)},
+          {"bus_bytes_per_s", number(r.bus_bytes_per_s)},
           {"disk_read_bytes", number(r.disk_read_bytes)},
           {"disk_write_bytes", number(r.disk_write_bytes)},
           {"belady_bytes", number(r.belady_bytes)},
@@ -290,6 +314,9 @@ const std::vector<std::string>& summary_fields() {
                                                   "step_time_s",
                                                   "wall_step_time_s",
                                                   "bytes_moved",
+                                                  "bytes_in",
+                                                  "bytes_out",
+                                                  "bus_bytes_per_s",
                                                   "disk_read_bytes",
                                                   "disk_write_bytes",
                                                   "belady_bytes",
@@ -329,8 +356,9 @@ void print_table(const std::vector<Record>& records) {
       std::printf("\nworkload %s: %.1f MiB in %s pages, compute %.2f ms per iteration\n", rec.workload.c_str(),
                   static_cast<double>(rec.working_set_bytes) / MiB, format_bytes(rec.page_bytes).c_str(),
                   r.compute_s * 1e3);
-      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s %9s %7s %9s\n", "policy", "ratio", "step ms", "MiB moved",
-                  "disk MiB", "vs Belady", "vs bound", "vs window", "vs lower", "prefetch", "kept %", "remap ms");
+      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s %9s %7s %9s %7s %7s\n", "policy", "ratio", "step ms",
+                  "MiB moved", "disk MiB", "vs Belady", "vs bound", "vs window", "vs lower", "prefetch", "kept %",
+                  "remap ms", "in ms", "out ms");
       last_workload = rec.workload;
     }
     if (rec.peers.get() != last && rec.peers) {
@@ -342,6 +370,12 @@ void print_table(const std::vector<Record>& records) {
       if (p.naive) std::printf("; naive %.2f ms", p.naive->step_time_s * 1e3);
       if (p.unified_memory.ran) std::printf("; Unified Memory %.2f ms", p.unified_memory.step_time_s * 1e3);
       std::printf("\n");
+      const auto& t = p.lower_bound_terms;
+      std::printf(
+          "  lower bound = the largest of compute %.2f ms, the fewest loads %.2f ms and the window program %.2f ms "
+          "(its runs bound by page-ins %.2f, by write-backs %.2f, by compute %.2f)\n",
+          t.compute_s * 1e3, t.loads_s * 1e3, t.window_s * 1e3, t.window_in_s * 1e3, t.window_out_s * 1e3,
+          t.window_compute_s * 1e3);
       if (p.tvmm_wall) {
         std::printf("  on the wall clock: tvmm %s %.2f ms, disk read %.1f MiB\n", p.tvmm_wall->policy.c_str(),
                     p.tvmm_wall->step_time_s * 1e3, p.tvmm_wall->disk_read_bytes / MiB);
@@ -362,10 +396,13 @@ void print_table(const std::vector<Record>& records) {
     // address (no VMM call).
     const auto resident = static_cast<double>(r.misses + r.prefetched);
     const double kept = resident == 0 ? 0.0 : 100.0 * static_cast<double>(r.kept_mappings) / resident;
-    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9llu %7.0f %9.2f\n", r.policy.c_str(),
-                r.ratio, r.step_time_s * 1e3, r.bytes_moved / MiB, r.disk_read_bytes / MiB, r.bytes_vs_belady,
-                r.time_vs_bound, r.time_vs_window_bound, r.time_vs_lower_bound,
-                static_cast<unsigned long long>(r.prefetched), kept, r.remap_s * 1e3);
+    // in ms, out ms: the least time each direction of the bus was busy per iteration (bytes / bus).
+    const auto bus_ms = [&](double bytes) { return r.bus_bytes_per_s > 0 ? bytes / r.bus_bytes_per_s * 1e3 : 0.0; };
+    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9llu %7.0f %9.2f %7.2f %7.2f\n",
+                r.policy.c_str(), r.ratio, r.step_time_s * 1e3, r.bytes_moved / MiB, r.disk_read_bytes / MiB,
+                r.bytes_vs_belady, r.time_vs_bound, r.time_vs_window_bound, r.time_vs_lower_bound,
+                static_cast<unsigned long long>(r.prefetched), kept, r.remap_s * 1e3, bus_ms(r.bytes_in),
+                bus_ms(r.bytes_out));
     if (rec.backend == "cuda") {  // where the host time goes on a GPU: the driver's calls per iteration
       std::string line = "    driver per iteration:";
       for (const auto& d : r.driver) {

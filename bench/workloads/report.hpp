@@ -17,10 +17,11 @@ namespace tvmm::bench {
 
 //! The peers of one workload at one oversubscription, shared by its policies' records.
 struct Peers {
-  double bound_s = 0;         //!< max(compute, Belady's busier bus direction / bus bandwidth)
-  double window_bound_s = 0;  //!< the bound with the device's capacity (window_bound_s() in runner.hpp)
-  double lower_bound_s = 0;   //!< the lower bound with write-backs too (Reference::lower_bound_s)
-  double belady_bytes = 0;    //!< Belady's bytes moved per iteration
+  double bound_s = 0;                 //!< max(compute, Belady's busier bus direction / bus bandwidth)
+  double window_bound_s = 0;          //!< the bound with the device's capacity (window_bound_s() in runner.hpp)
+  double lower_bound_s = 0;           //!< the lower bound with write-backs too (Reference::lower_bound_s)
+  LowerBoundTerms lower_bound_terms;  //!< how the lower bound comes about (Reference::lower_bound_terms)
+  double belady_bytes = 0;            //!< Belady's bytes moved per iteration
   std::optional<RunResult> naive;
   std::string naive_skipped;
   std::optional<RunResult> all_in_memory;  //!< the same pager with the whole workload on the device

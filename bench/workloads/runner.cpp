@@ -183,19 +183,34 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   // back less), so only the window program counts those.
   const auto least = policies::min_load_bytes(trace, frames, 8, used);
   const double loads_s = static_cast<double>(least.load_bytes) / std::max(least.iterations, 1) / bus;
-  ref.lower_bound_s = std::max({w.compute_us() * 1e-6, loads_s, lower_bound_s(w, b.frames, page_bytes, bus)});
+  const BoundSplit split = lower_bound_split(w, b.frames, page_bytes, bus);
+  LowerBoundTerms& terms = ref.lower_bound_terms;
+  terms.compute_s = w.compute_us() * 1e-6;
+  terms.loads_s = loads_s;
+  terms.window_s = split.per_iteration_s;
+  for (const BoundRun& r : split.runs) {
+    const double binding = std::max({r.compute_s, r.in_s, r.out_s});
+    double& term = binding == r.compute_s ? terms.window_compute_s
+                   : binding == r.in_s    ? terms.window_in_s
+                                          : terms.window_out_s;
+    term += binding / split.iterations;
+    if (binding > r.compute_s) terms.runs.push_back(r);
+  }
+  ref.lower_bound_s = std::max({terms.compute_s, terms.loads_s, terms.window_s});
   return ref;
 }
 
 namespace {
 // The window program of window_bound_s and lower_bound_s (runner.hpp): the best split of `repeat`
 // iterations into runs, each costing max(its compute, the bytes it loads beyond what `frames` pages hold,
-// and with `write_backs` the bytes it writes back beyond that), per iteration.
-double window_program_s(const char* name, const Workload& w, std::size_t frames, std::size_t page_bytes,
-                        double bus_bytes_per_s, int repeat, bool write_backs) {
+// and with `write_backs` the bytes it writes back beyond that), per iteration, with the split's runs.
+BoundSplit window_program(const char* name, const Workload& w, std::size_t frames, std::size_t page_bytes,
+                          double bus_bytes_per_s, int repeat, bool write_backs) {
   if (repeat < 1 || bus_bytes_per_s <= 0) throw std::invalid_argument(std::string(name) + ": repeat >= 1, bus > 0");
   const std::size_t n = w.step.size();
-  if (n == 0) return 0;
+  BoundSplit split;
+  split.iterations = repeat;
+  if (n == 0) return split;
   const std::size_t tensors = w.tensor_bytes.size();
   const std::size_t total = n * static_cast<std::size_t>(repeat);
   // A tensor's bytes: its pages move them (a partial last page only the bytes the tensor holds in it),
@@ -222,7 +237,8 @@ double window_program_s(const char* name, const Workload& w, std::size_t frames,
   enum : std::uint8_t { absent, needs, no_data };
   enum : std::uint8_t { unknown, produced, not_produced };
   std::vector<std::uint8_t> first(tensors), last(tensors);
-  std::vector<double> f(total + 1, 0.0);  // f[j]: the bound for the first j kernels
+  std::vector<double> f(total + 1, 0.0);      // f[j]: the bound for the first j kernels
+  std::vector<BoundRun> last_run(total + 1);  // the last run of f[j]'s split
   for (std::size_t j = 1; j <= total; ++j) {
     std::fill(first.begin(), first.end(), absent);
     std::fill(last.begin(), last.end(), unknown);
@@ -257,22 +273,34 @@ double window_program_s(const char* name, const Workload& w, std::size_t frames,
         set_first(p->tensor, p->access == Access::write ? no_data : needs);
         if (p->access != Access::read) set_last(p->tensor, true);
       }
-      best = std::max(best, f[i - 1] + std::max({compute, excess_s(need), excess_s(out)}));
+      const double in_s = excess_s(need), out_s = excess_s(out);
+      if (const double v = f[i - 1] + std::max({compute, in_s, out_s}); v > best || i == j) {
+        best = v;
+        last_run[j] = BoundRun{i - 1, j - i + 1, compute, in_s, out_s};
+      }
     }
     f[j] = best;
   }
-  return f[total] / repeat;
+  split.per_iteration_s = f[total] / repeat;
+  for (std::size_t j = total; j > 0; j -= last_run[j].kernels) split.runs.push_back(last_run[j]);
+  std::reverse(split.runs.begin(), split.runs.end());
+  return split;
 }
 }  // namespace
 
+BoundSplit lower_bound_split(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
+                             int repeat) {
+  return window_program("lower_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, true);
+}
+
 double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
                      int repeat) {
-  return window_program_s("lower_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, true);
+  return lower_bound_split(w, frames, page_bytes, bus_bytes_per_s, repeat).per_iteration_s;
 }
 
 double window_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
                       int repeat) {
-  return window_program_s("window_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, false);
+  return window_program("window_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, false).per_iteration_s;
 }
 
 RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& policy, double ratio,
@@ -409,9 +437,10 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.host = o.sync_kernels ? "synchronous" : "ahead";
   r.write_behind = o.write_behind;
   r.wall_step_time_s = secs / measured;
-  r.bytes_moved = static_cast<double>((after.host_to_device.bytes + after.device_to_host.bytes) -
-                                      (before.host_to_device.bytes + before.device_to_host.bytes)) /
-                  measured;
+  r.bytes_in = static_cast<double>(after.host_to_device.bytes - before.host_to_device.bytes) / measured;
+  r.bytes_out = static_cast<double>(after.device_to_host.bytes - before.device_to_host.bytes) / measured;
+  r.bytes_moved = r.bytes_in + r.bytes_out;
+  r.bus_bytes_per_s = o.bus_gbs * 1e9;
   r.disk_read_bytes = static_cast<double>(after.nvme_to_host.bytes - before.nvme_to_host.bytes) / measured;
   r.disk_write_bytes = static_cast<double>(after.host_to_nvme.bytes - before.host_to_nvme.bytes) / measured;
   const auto ref = reference(w, o, b);

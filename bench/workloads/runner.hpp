@@ -74,7 +74,10 @@ struct RunResult {
   std::string host;             // "ahead" or "synchronous" (RunOptions::sync_kernels)
   bool write_behind = false;    // RunOptions::write_behind
   double wall_step_time_s = 0;  // wall clock, host and NVMe I/O included
-  double bytes_moved = 0;       // host<->device, per iteration
+  double bytes_moved = 0;       // host<->device, per iteration: bytes_in + bytes_out
+  double bytes_in = 0;          // host to device (page-ins), per iteration
+  double bytes_out = 0;         // device to host (write-backs and write-behind copies), per iteration
+  double bus_bytes_per_s = 0;   // the modelled bus, each direction (RunOptions::bus_gbs)
   double disk_read_bytes = 0;   // from the NVMe tier, per iteration
   double disk_write_bytes = 0;  // to the NVMe tier, per iteration
   double belady_bytes = 0;
@@ -114,6 +117,32 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
 //! tensor holds in it, as the pager's copies do), and the ideal bound: the longer of the compute and
 //! the busier bus direction moving Belady's bytes (the two directions run at once).
 //! `window_bound_s` tightens the bound with the device's capacity (window_bound_s(), below).
+//! One run of kernels in the window program's best split (lower_bound_split): kernels [first, first +
+//! kernels) of the iterations it spans (kernel k is step[k % step.size()] of iteration k / step.size()),
+//! its compute, and the least time the bus needs in it to load what it reads beyond what the device
+//! holds (in_s) and to write back what it produces beyond that (out_s), each direction on its own.
+struct BoundRun {
+  std::size_t first = 0, kernels = 0;
+  double compute_s = 0, in_s = 0, out_s = 0;
+};
+//! The window program's best split: the bound per iteration and the runs, in order, over `iterations`.
+struct BoundSplit {
+  double per_iteration_s = 0;
+  int iterations = 0;
+  std::vector<BoundRun> runs;
+};
+//! How Reference::lower_bound_s comes about: it is the largest of compute_s, loads_s and window_s.
+//! window_s is split by what binds each run of its best split: the run's page-ins beyond what the
+//! device holds (window_in_s), its write-backs beyond that (window_out_s) or its compute; the three
+//! add up to window_s. `runs`: the split's runs that the bus binds, over all its iterations.
+struct LowerBoundTerms {
+  double compute_s = 0;  //!< every kernel's time
+  double loads_s = 0;    //!< the fewest bytes any pager loads (policies::min_load_bytes) / bus
+  double window_s = 0;   //!< the two-direction window program (lower_bound_split), per iteration
+  double window_in_s = 0, window_out_s = 0, window_compute_s = 0;
+  std::vector<BoundRun> runs;
+};
+
 struct Reference {
   double belady_bytes = 0;
   double bound_s = 0;
@@ -121,6 +150,7 @@ struct Reference {
   //! A true lower bound on any pager's step time: max(compute, Belady's page-ins of whole pages x page /
   //! bus, lower_bound_s(...)), which counts the write-backs too (docs/benchmarks.md, "The lower bound").
   double lower_bound_s = 0;
+  LowerBoundTerms lower_bound_terms;  //!< its three figures, and the window program's split
 };
 [[nodiscard]] Reference reference(const Workload& w, const RunOptions& o, const Budgets& b);
 
@@ -150,5 +180,8 @@ struct Reference {
 //! than the device holds (activations a forward pass keeps for the backward pass).
 [[nodiscard]] double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes,
                                    double bus_bytes_per_s, int repeat = 4);
+//! lower_bound_s with the best split it found (every run, in order).
+[[nodiscard]] BoundSplit lower_bound_split(const Workload& w, std::size_t frames, std::size_t page_bytes,
+                                           double bus_bytes_per_s, int repeat = 4);
 
 }  // namespace tvmm::bench

@@ -299,6 +299,7 @@ int main(int argc, char** argv) {
         peer_set->bound_s = ref.bound_s;
         peer_set->window_bound_s = ref.window_bound_s;
         peer_set->lower_bound_s = ref.lower_bound_s;
+        peer_set->lower_bound_terms = ref.lower_bound_terms;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "%stvmm-bench: %s at %.2fx skipped: %s\n", tty ? "\n" : "", w.name.c_str(), ratio,
                      e.what());

@@ -314,6 +314,56 @@ TEST(Workloads, TheLowerBoundCountsTheWriteBacksOfWhatAPhaseProduces) {
   EXPECT_THROW((void)lower_bound_s(w, 4, 2 * MiB, 0), std::invalid_argument);
 }
 
+// Reference::lower_bound_terms says how the lower bound comes about. Writing then reading four 4-page
+// tensors with 4 frames: the window program's best split alternates a writing run that must write 12
+// pages back (1.2 ms) and a reading run that must load 12 (1.2 ms). The fewest loads (every kernel
+// fills the 4 frames, so no page stays resident across another kernel: 16 pages, 1.6 ms) and the
+// compute (8 us) are below it.
+TEST(Workloads, TheLowerBoundSaysWhichTermBindsEachRun) {
+  const double page = 2.0 * MiB;
+  const double bus = page / 100e-6;  // one page per 100 us, each direction
+  const auto w = write_then_read();
+  const BoundSplit split = lower_bound_split(w, 4, 2 * MiB, bus);
+  EXPECT_EQ(split.iterations, 4);
+  EXPECT_NEAR(split.per_iteration_s, lower_bound_s(w, 4, 2 * MiB, bus), 1e-12);
+  // The runs cover the 4 iterations' 32 kernels in order, with no gap.
+  std::size_t next = 0;
+  for (const auto& r : split.runs) {
+    EXPECT_EQ(r.first, next);
+    next = r.first + r.kernels;
+  }
+  EXPECT_EQ(next, 4 * w.step.size());
+  ASSERT_EQ(split.runs.size(), 8u);
+  for (std::size_t i = 0; i < split.runs.size(); ++i) {
+    const auto& r = split.runs[i];
+    EXPECT_EQ(r.first, 4 * i);
+    EXPECT_EQ(r.kernels, 4u);
+    EXPECT_NEAR(i % 2 == 0 ? r.out_s : r.in_s, 1200e-6, 1e-9) << "run " << i;
+    EXPECT_NEAR(i % 2 == 0 ? r.in_s : r.out_s, 0, 1e-12) << "run " << i;
+    EXPECT_NEAR(r.compute_s, 4e-6, 1e-12);
+  }
+  RunOptions o;
+  o.bus_gbs = bus / 1e9;
+  Budgets b;
+  b.frames = 4;
+  const auto ref = reference(w, o, b);
+  const auto& t = ref.lower_bound_terms;
+  EXPECT_NEAR(t.compute_s, 8e-6, 1e-12);
+  EXPECT_NEAR(t.loads_s, 1600e-6, 1e-9);
+  EXPECT_NEAR(t.window_s, 2400e-6, 1e-9);
+  EXPECT_NEAR(t.window_in_s, 1200e-6, 1e-9);
+  EXPECT_NEAR(t.window_out_s, 1200e-6, 1e-9);
+  EXPECT_NEAR(t.window_compute_s, 0, 1e-12);
+  EXPECT_EQ(t.runs.size(), 8u);  // every run is bound by the bus
+  EXPECT_DOUBLE_EQ(ref.lower_bound_s, std::max({t.compute_s, t.loads_s, t.window_s}));
+  // Everything fits: every run is bound by its compute, and none is listed.
+  b.frames = 16;
+  const auto fits = reference(w, o, b).lower_bound_terms;
+  EXPECT_NEAR(fits.window_compute_s, fits.window_s, 1e-12);
+  EXPECT_NEAR(fits.window_in_s + fits.window_out_s, 0, 1e-12);
+  EXPECT_TRUE(fits.runs.empty());
+}
+
 // A tensor's partial last page moves only the bytes the tensor holds, so the bounds count bytes: four
 // tensors of 3.5 pages (16 pages, 28 MiB) written then read with 4 frames.
 TEST(Workloads, TheBoundsCountTheBytesOfPartialLastPages) {
@@ -382,6 +432,8 @@ TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
         const auto r = run_pager(w, o, policy, ratio);
         EXPECT_GE(r.step_time_s, r.lower_bound_s * (1 - 1e-6)) << w.name << " " << policy << " at " << ratio << "x";
         EXPECT_GE(r.lower_bound_s + 1e-12, r.compute_s);
+        EXPECT_DOUBLE_EQ(r.bytes_in + r.bytes_out, r.bytes_moved);
+        EXPECT_DOUBLE_EQ(r.bus_bytes_per_s, o.bus_gbs * 1e9);
       }
     }
   }
