@@ -111,12 +111,6 @@ using Residency = std::vector<std::vector<float>>;
 RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& policy, double ratio,
                     Residency* residency = nullptr);
 
-//! What a run is measured against: Belady's bytes moved per iteration with the run's device frames
-//! (with an NVMe tier, which keeps a copy of pages read back from it, pages not written since they
-//! were loaded are dropped without a write-back; a tensor's partial last page moves the bytes the
-//! tensor holds in it, as the pager's copies do), and the ideal bound: the longer of the compute and
-//! the busier bus direction moving Belady's bytes (the two directions run at once).
-//! `window_bound_s` tightens the bound with the device's capacity (window_bound_s(), below).
 //! One run of kernels in the window program's best split (lower_bound_split): kernels [first, first +
 //! kernels) of the iterations it spans (kernel k is step[k % step.size()] of iteration k / step.size()),
 //! its compute, and the least time the bus needs in it to load what it reads beyond what the device
@@ -143,12 +137,18 @@ struct LowerBoundTerms {
   std::vector<BoundRun> runs;
 };
 
+//! What a run is measured against: Belady's bytes moved per iteration with the run's device frames
+//! (with an NVMe tier, which keeps a copy of pages read back from it, pages not written since they
+//! were loaded are dropped without a write-back; a tensor's partial last page moves the bytes the
+//! tensor holds in it, as the pager's copies do), and the ideal bound: the longer of the compute and
+//! the busier bus direction moving Belady's bytes (the two directions run at once).
+//! `window_bound_s` tightens the bound with the device's capacity (window_bound_s(), below).
 struct Reference {
   double belady_bytes = 0;
   double bound_s = 0;
   double window_bound_s = 0;  // max(bound_s, window_bound_s(...))
-  //! A true lower bound on any pager's step time: max(compute, Belady's page-ins of whole pages x page /
-  //! bus, lower_bound_s(...)), which counts the write-backs too (docs/benchmarks.md, "The lower bound").
+  //! A true lower bound on any pager's step time: max(compute, the fewest bytes any pager loads / bus,
+  //! lower_bound_s(...)), which counts the write-backs too (docs/benchmarks.md, "The lower bound").
   double lower_bound_s = 0;
   LowerBoundTerms lower_bound_terms;  //!< its three figures, and the window program's split
 };
