@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <linux/magic.h>
 #include <sys/vfs.h>
-#include <algorithm>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
