@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,20 @@
 
 using namespace tvmm;
 using namespace tvmm::device;
+
+// A stream's device clock starts when it is created, and creating one waits for its worker thread,
+// which can take milliseconds on a loaded machine (CI under ASan): a second stream's clock may start
+// that much after the first's. Waiting for an event on each brings the host's time past all their
+// starts, so a test's work on any of them starts at the host's time.
+namespace {
+bool align_stream_clocks(SimDevice& dev, std::initializer_list<StreamHandle> streams) {
+  EventHandle e = nullptr;
+  if (!dev.create_event(&e, EventKind::sync).ok()) return false;
+  bool ok = true;
+  for (StreamHandle s : streams) ok = ok && dev.record_event(e, s).ok() && dev.synchronize_event(e).ok();
+  return dev.destroy_event(e).ok() && ok;
+}
+}  // namespace
 
 // Simulator-specific: unmapped device addresses are really inaccessible, and throttling models a bus.
 // Device time on the simulator (timing "model") is the model's, exactly: busy kernels their
@@ -39,6 +54,8 @@ TEST(SimDevice, DeviceTimeIsTheModelledTimeExactly) {
   StreamHandle s = nullptr, t = nullptr;
   ASSERT_TRUE(dev.create_stream(&s).ok());
   ASSERT_TRUE(dev.create_stream(&t).ok());
+  // Otherwise t's clock could start after e1, and its wait for e1 end there.
+  ASSERT_TRUE(align_stream_clocks(dev, {s, t}));
   EventHandle e0 = nullptr, e1 = nullptr, e2 = nullptr, e3 = nullptr;
   for (EventHandle* e : {&e0, &e1, &e2, &e3}) ASSERT_TRUE(dev.create_event(e, EventKind::timing).ok());
   ASSERT_TRUE(dev.record_event(e0, s).ok());
@@ -147,20 +164,9 @@ struct SlowCopyDevice {
   StreamHandle s = nullptr, t = nullptr;
   SlowCopyDevice() {
     if (!dev.alloc_host(bytes, &h).ok() || !dev.alloc_host(bytes, &d).ok() || !dev.create_stream(&s).ok() ||
-        !dev.create_stream(&t).ok() || !align_clocks()) {
+        !dev.create_stream(&t).ok() || !align_stream_clocks(dev, {s, t})) {
       throw std::runtime_error("SlowCopyDevice: the simulator refused its setup");
     }
-  }
-  // A stream's device clock starts when it is created, and creating one waits for its worker thread,
-  // which can take milliseconds on a loaded machine: t's clock may start that much after s's. Waiting
-  // for an event on each brings the host's time past both, so the tests' work on either stream starts
-  // at the host's time.
-  bool align_clocks() {
-    EventHandle e = nullptr;
-    if (!dev.create_event(&e, EventKind::sync).ok()) return false;
-    const bool ok = dev.record_event(e, s).ok() && dev.synchronize_event(e).ok() && dev.record_event(e, t).ok() &&
-                    dev.synchronize_event(e).ok();
-    return dev.destroy_event(e).ok() && ok;
   }
   ~SlowCopyDevice() {  // runs only after a complete setup (the constructor throws otherwise)
     EXPECT_TRUE(dev.destroy_stream(s).ok());
