@@ -489,6 +489,19 @@ bool known_device_range(CUdeviceptr p, std::size_t n) {
 
 enum class Dir : std::uint8_t { h2d, d2h, d2d };
 
+// One side of a copy as spans (under Driver::mu): host memory as it is, device memory translated for
+// `dev`. False, with the fault reported as `what`, where the device cannot reach it.
+bool side_spans(Driver& d, bool device, CUdeviceptr at, std::size_t len, const Device* dev, bool write,
+                const char* what, std::vector<Span>* out) {
+  if (!device) {
+    out->push_back({reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(at)), len});
+    return true;
+  }
+  if (d.translate(at, len, dev, write, out)) return true;
+  d.report_fault(what, at, len, dev, write);
+  return false;
+}
+
 // Both sides of a copy as runs of spans (of the same total length): copies the overlap of the current
 // span of each.
 void copy_spans(const std::vector<Span>& to, const std::vector<Span>& from) {
@@ -517,23 +530,12 @@ CUresult copy_async(Dir dir, CUdeviceptr dst, CUdeviceptr src, std::size_t bytes
   const Device* to_dev = dst_dev != nullptr ? dst_dev : ctx->device;
   const Device* from_dev = src_dev != nullptr ? src_dev : ctx->device;
   return enqueue(s, [dir, dst, src, bytes, to_dev, from_dev] {
-    const Device* dev = to_dev;
     Driver& d = Driver::get();
     std::lock_guard lk(d.mu);  // mappings cannot change under the copy
     std::vector<Span> to, from;
-    if (dir == Dir::d2h) {
-      to.push_back({reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(dst)), bytes});
-    } else if (!d.translate(dst, bytes, dev, true, &to)) {
-      d.report_fault("a copy to", dst, bytes, dev, true);
+    if (!side_spans(d, dir != Dir::d2h, dst, bytes, to_dev, true, "a copy to", &to) ||
+        !side_spans(d, dir != Dir::h2d, src, bytes, from_dev, false, "a copy from", &from))
       return CUDA_ERROR_ILLEGAL_ADDRESS;
-    }
-    dev = from_dev;
-    if (dir == Dir::h2d) {
-      from.push_back({reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(src)), bytes});
-    } else if (!d.translate(src, bytes, dev, false, &from)) {
-      d.report_fault("a copy from", src, bytes, dev, false);
-      return CUDA_ERROR_ILLEGAL_ADDRESS;
-    }
     copy_spans(to, from);
     return CUDA_SUCCESS;
   });
@@ -623,18 +625,9 @@ CUresult copy_box_async(const Side& dst, const Side& src, const Box& box, CUstre
         const std::uintptr_t f = src.start + z * src.slice + y * src.pitch;
         to.clear();
         from.clear();
-        if (!dst.device) {
-          to.push_back({reinterpret_cast<std::byte*>(t), box.width});
-        } else if (!d.translate(t, box.width, dev, true, &to)) {
-          d.report_fault("a 2D/3D copy to", t, box.width, dev, true);
+        if (!side_spans(d, dst.device, t, box.width, dev, true, "a 2D/3D copy to", &to) ||
+            !side_spans(d, src.device, f, box.width, dev, false, "a 2D/3D copy from", &from))
           return CUDA_ERROR_ILLEGAL_ADDRESS;
-        }
-        if (!src.device) {
-          from.push_back({reinterpret_cast<std::byte*>(f), box.width});
-        } else if (!d.translate(f, box.width, dev, false, &from)) {
-          d.report_fault("a 2D/3D copy from", f, box.width, dev, false);
-          return CUDA_ERROR_ILLEGAL_ADDRESS;
-        }
         copy_spans(to, from);
       }
     }
