@@ -20,6 +20,8 @@ struct PageOwner {
   //! What moving the page costs against moving a full page, in (0, 1]: less for a tensor's partial last
   //! page, which moves only the bytes the tensor holds in it (PagerImpl::kMoveOverheadBytes).
   double cost = 1.0;
+  //! Evicting the page now needs a write-back: its contents are on no other tier (not discarded).
+  bool dirty = false;
 };
 
 class AccessTrace {

@@ -13,7 +13,12 @@
 //   is among the kDeferWindow x `max` farthest. A stream's pins run ahead of its kernels: such a page's
 //   write-back, and the page-in into its frame, would wait for the kernel that has just been queued,
 //   while an older page's copies overlap it. Among pages not needed again before the next iteration,
-//   the farthest-first order barely changes the bytes moved (measured in docs/benchmarks.md).
+//   the farthest-first order barely changes the bytes moved (measured in docs/benchmarks.md);
+// - such a page that must be written back (PageOwner::dirty) is also deferred in favour of one pinned
+//   again in this iteration, if that one is at least half as far and among the same farthest: its
+//   frame is free only when the kernel just queued has ended and the write-back has run after it, so
+//   the next kernel, whose pages take that frame, would wait for the write-back. On training loops
+//   (a backward pass evicting the gradient it has just written) this stall came once per kernel.
 // Until a trace is being replayed it keeps LRU order. Selection ranks every candidate (O(n log n) per
 // eviction batch): meant for studies and benchmarks.
 

@@ -219,7 +219,8 @@ struct Replay {
   AccessTrace trace;
   std::vector<std::uint64_t> released_at;  // per tensor - 1
   std::vector<double> cost;                // per tensor - 1: PageOwner::cost
-  Replay(std::uint64_t n, std::uint64_t done) : released_at(n, 0), cost(n, 1.0) {
+  std::vector<bool> dirty;                 // per tensor - 1: PageOwner::dirty
+  Replay(std::uint64_t n, std::uint64_t done) : released_at(n, 0), cost(n, 1.0), dirty(n, false) {
     (void)trace.on_iteration(1);
     for (std::uint64_t t = 1; t <= n; ++t) (void)trace.on_pin({t, 1, false}, 1);
     (void)trace.on_iteration(1);
@@ -236,7 +237,7 @@ struct Replay {
     const std::atomic<std::uint64_t> latest_release{latest};
     const auto pages = static_cast<PageIndex>(released_at.size());
     BeladyPolicy policy(pages, trace, keep_recent, latest_release, [this](PageIndex page) {
-      return PageOwner{page + 1u, released_at[page], cost[page]};
+      return PageOwner{page + 1u, released_at[page], cost[page], dirty[page]};
     });
     if (resident.size() == 0) {
       for (PageIndex p = 0; p < pages; ++p) policy.insert(p);
@@ -290,6 +291,23 @@ TEST(Belady, KeepsItsChoiceWhenTheOnlyOthersAreNeededThisIteration) {
   Replay r(5, 3);
   r.released_last({3}, 7);
   EXPECT_EQ(r.victims(1, 7, 0, {3, 4, 5}), (std::vector<std::size_t>{2}));  // 3: taking 5 would reload it
+}
+
+TEST(Belady, DefersADirtyPageOfTheLastQueuedWorkForOneAtLeastHalfAsFar) {
+  // 8 tensors, after pins 1..4: 4 pins left. Resident: tensor 4 (next use 7, in the next iteration,
+  // released last), 8 (next use 3), 7 (2) and 6 (1), all three pinned again in this iteration.
+  Replay r(8, 4);
+  r.released_last({4}, 9);
+  // Clean, tensor 4 goes: the others are needed in this iteration (its frame is free when that work
+  // ends, with no copy to wait for).
+  EXPECT_EQ(r.victims(1, 9, 0, {4, 6, 7, 8}), (std::vector<std::size_t>{3}));
+  // Dirty, tensor 8 goes instead: its next use, 3 pins away, is at least half of tensor 4's 7.
+  r.dirty[3] = true;
+  EXPECT_EQ(r.victims(1, 9, 0, {4, 6, 7, 8}), (std::vector<std::size_t>{7}));
+  // Tensor 7 (2 pins away) is nearer than that: after 8, tensor 4 goes, then Belady's order.
+  EXPECT_EQ(r.victims(4, 9, 0, {4, 6, 7, 8}), (std::vector<std::size_t>{7, 3, 6, 5}));
+  // Not released last: no deferral, dirty or not.
+  EXPECT_EQ(r.victims(1, 10, 0, {4, 6, 7, 8}), (std::vector<std::size_t>{3}));
 }
 
 TEST(Belady, DefersOnlyWithinAWindowOfItsOwnChoice) {

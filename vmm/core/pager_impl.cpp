@@ -156,7 +156,8 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
     constexpr double fixed = kMoveOverheadBytes;  // a copy's fixed cost, in bytes of bus time
     return policies::PageOwner{
         a->id, a->released_at.load(std::memory_order_relaxed),
-        (static_cast<double>(used_bytes(table_[i])) + fixed) / (static_cast<double>(page_size_) + fixed)};
+        (static_cast<double>(used_bytes(table_[i])) + fixed) / (static_cast<double>(page_size_) + fixed),
+        !table_[i].droppable(table_[i].word.load(std::memory_order_acquire))};
   };
   policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);
   observe_.open(cfg_);
