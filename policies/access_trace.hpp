@@ -20,8 +20,9 @@ struct PageOwner {
   //! What moving the page costs against moving a full page, in (0, 1]: less for a tensor's partial last
   //! page, which moves only the bytes the tensor holds in it (PagerImpl::kMoveOverheadBytes).
   double cost = 1.0;
-  //! Evicting the page now needs a write-back: its contents are on no other tier (not discarded).
-  bool dirty = false;
+  //! Evicting the page now makes its frame wait for a copy of it: a write-back (its current contents
+  //! are on no other tier and not discarded) or a write-behind copy still running.
+  bool copy_out = false;
 };
 
 class AccessTrace {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -23,7 +24,7 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
   struct Rank {
     bool old;          // not pinned in the last keep_recent_ pins: goes first
     bool just_used;    // released by the work queued last: deferred when another candidate can go
-    bool dirty;        // its eviction copies it out (PageOwner::dirty)
+    bool copy_out;     // its frame would wait for a copy of it (PageOwner::copy_out)
     std::size_t next;  // pins to the next use
     double key;        // then the farthest next use, weighed by the page's cost, first
     Node* node;
@@ -39,7 +40,7 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     const bool just_used = latest != 0 && owner.released_at == latest;
     const std::size_t next = trace_.next_use(owner.tensor);
     const double key = next == AccessTrace::kNever ? 1e300 : (static_cast<double>(next) + 1) / owner.cost;
-    ranked.push_back({old, just_used, owner.dirty, next, key, &n});
+    ranked.push_back({old, just_used, owner.copy_out, next, key, &n});
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Rank& a, const Rank& b) { return a.old != b.old ? a.old : a.key > b.key; });
@@ -69,19 +70,21 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
   for (std::size_t i = 0; i < window && taken < max && ranked[i].next >= left && ranked[i].old == ranked[0].old; ++i) {
     if (!ranked[i].just_used && !tried[i]) take(i);
   }
-  // 2. Within the window, skip the just-used pages that must be written back, for candidates at least
-  //    half as far as the first of them (pinned again in this iteration or not): its write-back could
-  //    start only when the work queued last ends, and its frame's next user would wait for both. The
-  //    first candidate nearer than that ends the pass; the just-used clean pages skipped above go
-  //    here in rank order.
-  std::size_t nearest = AccessTrace::kNever;  // the nearest next use that may stand in
+  // 2. Within the window, skip the just-used pages whose frames would wait for a copy (a write-back),
+  //    for candidates at least half as far as the first of them, pinned again in this iteration or
+  //    not: next >= its next / 2, rounded down (half of next + 1 pins, as the key counts them; a page
+  //    never pinned again would stand for `left`). Its write-back could start only when the work
+  //    queued last ends, and its frame's next user would wait for both. The first candidate nearer
+  //    than that ends the pass; the just-used pages with nothing to copy, skipped above, go here in
+  //    rank order.
+  std::optional<std::size_t> nearest;  // the nearest next use that may stand in
   for (std::size_t i = 0; i < window && taken < max && ranked[i].old == ranked[0].old; ++i) {
     if (tried[i]) continue;
-    if (ranked[i].just_used && ranked[i].dirty) {
-      if (nearest == AccessTrace::kNever) nearest = ranked[i].next == AccessTrace::kNever ? left : ranked[i].next / 2;
+    if (ranked[i].just_used && ranked[i].copy_out) {
+      if (!nearest) nearest = ranked[i].next == AccessTrace::kNever ? left : ranked[i].next / 2;
       continue;
     }
-    if (nearest != AccessTrace::kNever && ranked[i].next < nearest) break;
+    if (nearest && ranked[i].next < *nearest) break;
     take(i);
   }
   // 3. The rest in rank order, the deferred pages included.

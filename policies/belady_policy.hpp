@@ -4,7 +4,7 @@
 // (PageOwner::cost: a tensor's partial last page moves fewer bytes, so the frame it frees costs less):
 // the farthest (pins to the next use + 1) / cost goes first. With pages of one size that is Belady's
 // order; with partial pages it is a greedy rule for weighted paging, whose optimum loads up to 46%
-// fewer bytes than farthest-next-use on the model traces (min_load_bytes, docs/benchmarks.md). Two
+// fewer bytes than farthest-next-use on the model traces (min_load_bytes, docs/benchmarks.md). Three
 // exceptions:
 // - pages of tensors pinned in the last `keep_recent` pins come after all others (Config::keep_recent;
 //   0 by default);
@@ -14,11 +14,13 @@
 //   write-back, and the page-in into its frame, would wait for the kernel that has just been queued,
 //   while an older page's copies overlap it. Among pages not needed again before the next iteration,
 //   the farthest-first order barely changes the bytes moved (measured in docs/benchmarks.md);
-// - such a page that must be written back (PageOwner::dirty) is also deferred in favour of one pinned
-//   again in this iteration, if that one is at least half as far and among the same farthest: its
-//   frame is free only when the kernel just queued has ended and the write-back has run after it, so
-//   the next kernel, whose pages take that frame, would wait for the write-back. On training loops
-//   (a backward pass evicting the gradient it has just written) this stall came once per kernel.
+// - such a page whose frame would wait for a copy of it (PageOwner::copy_out: a write-back) is also
+//   deferred in favour of any candidate among the same farthest whose next use is at least half as
+//   far, pinned again in this iteration or not: its frame is free only when the kernel just queued
+//   has ended and the write-back has run after it, so the next kernel, whose pages take that frame,
+//   would wait for the write-back. On training loops (a backward pass evicting the gradient it has
+//   just written) this stall came once per kernel.
+// The preferred pages of select(max, claim, prefer) go before both deferrals.
 // Until a trace is being replayed it keeps LRU order. Selection ranks every candidate (O(n log n) per
 // eviction batch): meant for studies and benchmarks.
 

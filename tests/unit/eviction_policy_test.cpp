@@ -219,8 +219,8 @@ struct Replay {
   AccessTrace trace;
   std::vector<std::uint64_t> released_at;  // per tensor - 1
   std::vector<double> cost;                // per tensor - 1: PageOwner::cost
-  std::vector<bool> dirty;                 // per tensor - 1: PageOwner::dirty
-  Replay(std::uint64_t n, std::uint64_t done) : released_at(n, 0), cost(n, 1.0), dirty(n, false) {
+  std::vector<bool> copy_out;              // per tensor - 1: PageOwner::copy_out
+  Replay(std::uint64_t n, std::uint64_t done) : released_at(n, 0), cost(n, 1.0), copy_out(n, false) {
     (void)trace.on_iteration(1);
     for (std::uint64_t t = 1; t <= n; ++t) (void)trace.on_pin({t, 1, false}, 1);
     (void)trace.on_iteration(1);
@@ -237,7 +237,7 @@ struct Replay {
     const std::atomic<std::uint64_t> latest_release{latest};
     const auto pages = static_cast<PageIndex>(released_at.size());
     BeladyPolicy policy(pages, trace, keep_recent, latest_release, [this](PageIndex page) {
-      return PageOwner{page + 1u, released_at[page], cost[page], dirty[page]};
+      return PageOwner{page + 1u, released_at[page], cost[page], copy_out[page]};
     });
     if (resident.size() == 0) {
       for (PageIndex p = 0; p < pages; ++p) policy.insert(p);
@@ -301,13 +301,17 @@ TEST(Belady, DefersADirtyPageOfTheLastQueuedWorkForOneAtLeastHalfAsFar) {
   // Clean, tensor 4 goes: the others are needed in this iteration (its frame is free when that work
   // ends, with no copy to wait for).
   EXPECT_EQ(r.victims(1, 9, 0, {4, 6, 7, 8}), (std::vector<std::size_t>{3}));
-  // Dirty, tensor 8 goes instead: its next use, 3 pins away, is at least half of tensor 4's 7.
-  r.dirty[3] = true;
+  // To be written back, tensor 8 goes instead: its next use, 3 pins away, is at least 7 / 2 rounded
+  // down (3 + 1 pins to its use is half of tensor 4's 7 + 1).
+  r.copy_out[3] = true;
   EXPECT_EQ(r.victims(1, 9, 0, {4, 6, 7, 8}), (std::vector<std::size_t>{7}));
   // Tensor 7 (2 pins away) is nearer than that: after 8, tensor 4 goes, then Belady's order.
   EXPECT_EQ(r.victims(4, 9, 0, {4, 6, 7, 8}), (std::vector<std::size_t>{7, 3, 6, 5}));
-  // Not released last: no deferral, dirty or not.
+  // Not released last: no deferral, with a copy to wait for or not.
   EXPECT_EQ(r.victims(1, 10, 0, {4, 6, 7, 8}), (std::vector<std::size_t>{3}));
+  // A just-used page with nothing to copy may stand in: tensor 8, released last too, goes.
+  r.released_last({8}, 9);
+  EXPECT_EQ(r.victims(1, 9, 0, {4, 6, 7, 8}), (std::vector<std::size_t>{7}));
 }
 
 TEST(Belady, DefersOnlyWithinAWindowOfItsOwnChoice) {

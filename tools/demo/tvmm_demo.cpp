@@ -1,10 +1,10 @@
 // tvmm-demo: the story in a few lines. One training loop whose tensors are several times the (simulated)
 // device, run four ways on the same modelled GPU, bus and driver (its mapping calls cost the host what
-// an H200's did, as in tvmm-bench): all in device memory (what no pager can beat),
-// under tvmm's default policy, under tvmm with the loop's recorded trace (prefetch and next-use
-// eviction), and with naive swapping (the same pager with nothing overlapped). It prints the step times
-// side by side, then runs every configuration again writing and checking every byte through the pager,
-// and ends with "verified N bytes ...: all correct" (exit 1 if any byte differs).
+// an H200's did, as in tvmm-bench): all in device memory (what no pager can beat), under tvmm's
+// default policy, under tvmm with the loop's recorded trace (prefetch and next-use eviction), and with
+// naive swapping (the same pager with nothing overlapped). It prints the step times side by side, then
+// runs every configuration again writing and checking every byte through the pager, and ends with
+// "verified N bytes ...: all correct" (exit 1 if any byte differs).
 //
 // The workload and the runs are tvmm-bench's (bench/workloads): the `train` workload (per layer weights,
 // activations, gradients and optimizer state; forward, backward, update) and run_pager.
@@ -129,8 +129,8 @@ int main(int argc, char** argv) {
         "each: %s)\n",
         opt.layers, tvmm::format_bytes(opt.tensor_mib * tvmm::MiB).c_str(), tvmm::format_bytes(total).c_str());
     std::printf(
-        "on a simulated GPU with %s of memory (%.1fx oversubscribed) and a %.0f GB/s bus each way, whose\n"
-        "mapping calls take the host time an H200's driver took; host memory holds the rest\n\n",
+        "on a simulated GPU with %s of memory (%.1fx oversubscribed) and a %.0f GB/s bus each way; its\n"
+        "driver's mapping calls take the host time an H200's took; host memory holds the rest\n\n",
         tvmm::format_bytes(b.frames * o.page_bytes).c_str(), opt.ratio, opt.bus_gbs);
     std::printf("%-38s %10s %18s %16s\n", "", "step time", "vs all in memory", "moved per step");
     double bound = 0;

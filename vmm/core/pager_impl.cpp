@@ -153,11 +153,12 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
   policy_ctx.latest_release = &latest_release_;
   policy_ctx.owner_of = [this](policies::PageIndex i) {
     const Allocation* a = table_[i].owner;
+    const std::uint64_t w = table_[i].word.load(std::memory_order_acquire);
     constexpr double fixed = kMoveOverheadBytes;  // a copy's fixed cost, in bytes of bus time
     return policies::PageOwner{
         a->id, a->released_at.load(std::memory_order_relaxed),
         (static_cast<double>(used_bytes(table_[i])) + fixed) / (static_cast<double>(page_size_) + fixed),
-        !table_[i].droppable(table_[i].word.load(std::memory_order_acquire))};
+        !table_[i].droppable(w) || word::writing_behind(w)};
   };
   policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);
   observe_.open(cfg_);
