@@ -27,7 +27,8 @@ struct DriverTime {
 
 //! Host time in the device backend's calls, by kind: where a pager's host time goes on a GPU, where
 //! every such call is a driver call. On the simulator the same calls take its own time (mmap for a map,
-//! memcpy-free queueing for a copy); its modelled VMM costs count only with timing "wall".
+//! memcpy-free queueing for a copy); its modelled call costs (SimDeviceConfig::VmmCosts) count only with
+//! timing "wall".
 struct DriverTimes {
   DriverTime map;          //!< cuMemMap
   DriverTime set_access;   //!< cuMemSetAccess

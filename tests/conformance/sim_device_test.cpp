@@ -354,6 +354,80 @@ TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
   EXPECT_EQ(measure(costs), microseconds(2 * 100 + 2 * 200 + 2 * 400 + 3 * 1000));
 }
 
+// The stream and event calls' costs (VmmCosts::event_record, event_query, stream_wait, copy_call), with
+// model timing: each call advances the calling thread's host time by its cost after it has queued its
+// work, so what the thread queues next starts that much later; free calls move nothing.
+TEST(SimDevice, StreamAndEventCallCostsDelayWhatTheThreadQueuesNext) {
+  using std::chrono::microseconds;
+  constexpr std::size_t g = 64 * KiB;
+  auto measure = [](const SimDeviceConfig::VmmCosts& costs) {
+    SimDeviceConfig c;
+    c.granularity = g;
+    c.timing = "model";
+    c.vmm_costs = costs;
+    SimDevice dev(c, 4 * g);
+    StreamHandle s = nullptr;
+    EventHandle e = nullptr;
+    DevPtr va = 0;
+    ChunkHandle chunk;
+    void* host = nullptr;
+    EXPECT_TRUE(dev.create_stream(&s).ok());
+    EXPECT_TRUE(dev.create_event(&e, EventKind::sync).ok());
+    EXPECT_TRUE(dev.reserve(g, &va).ok());
+    EXPECT_TRUE(dev.create_chunk(g, &chunk).ok());
+    EXPECT_TRUE(dev.map(va, g, chunk).ok());
+    EXPECT_TRUE(dev.set_access(va, g).ok());
+    EXPECT_TRUE(dev.alloc_host(g, &host).ok());
+    std::chrono::nanoseconds took{};
+    {
+      // Its start record's cost is not seen: it waits for that record, which runs at the new stream's
+      // clock, past the host's time (see AModelledStreamCreatedMidRunStartsAtTheCreatorsHostTime).
+      ModelledHostTime host_time(dev);
+      EXPECT_TRUE(dev.record_event(e, s).ok());
+      (void)dev.query_event(e);
+      EXPECT_TRUE(dev.stream_wait_event(s, e).ok());
+      EXPECT_TRUE(dev.memcpy_async(reinterpret_cast<void*>(va), host, g, CopyKind::host_to_device, s).ok());
+      took = host_time.elapsed();
+    }
+    EXPECT_TRUE(dev.synchronize_stream(s).ok());
+    EXPECT_TRUE(dev.unmap(va, g).ok());
+    EXPECT_TRUE(dev.release_chunk(chunk).ok());
+    EXPECT_TRUE(dev.release_reservation(va, g).ok());
+    EXPECT_TRUE(dev.free_host(host, g).ok());
+    EXPECT_TRUE(dev.destroy_event(e).ok());
+    EXPECT_TRUE(dev.destroy_stream(s).ok());
+    return took;
+  };
+  EXPECT_EQ(measure({}), std::chrono::nanoseconds(0));
+  SimDeviceConfig::VmmCosts costs;
+  costs.event_record = microseconds(1);
+  costs.event_query = microseconds(2);
+  costs.stream_wait = microseconds(4);
+  costs.copy_call = microseconds(8);
+  EXPECT_EQ(measure(costs), microseconds(1 + 2 + 4 + 8));
+}
+
+// A query's answer is the one at the call's start (model timing); its cost comes after. A kernel of 5 us
+// is still running when a query costing 10 us begins, and has ended when the next one begins.
+TEST(SimDevice, AModelledQueryAnswersAtItsStartThenSpendsItsCost) {
+  SimDeviceConfig c;
+  c.timing = "model";
+  c.vmm_costs.event_query = std::chrono::microseconds(10);
+  SimDevice dev(c, 4 * MiB);
+  StreamHandle s = nullptr;
+  EventHandle e = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  ASSERT_TRUE(dev.create_event(&e, EventKind::sync).ok());
+  ASSERT_TRUE(align_stream_clocks(dev, {s}));
+  ASSERT_TRUE(dev.launch_busy(s, std::chrono::microseconds(5)).ok());
+  ASSERT_TRUE(dev.record_event(e, s).ok());
+  EXPECT_EQ(dev.query_event(e).code, Errc::not_ready);
+  EXPECT_TRUE(dev.query_event(e).ok());
+  EXPECT_TRUE(dev.synchronize_stream(s).ok());
+  EXPECT_TRUE(dev.destroy_event(e).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+}
+
 // VmmCosts::set_access_d2h_wait: a set_access waits for the device-to-host copies still running, up to the
 // cap per mapping, as an H200's does (docs/gpu.md); copies the other way do not hold it up.
 TEST(SimDevice, AnAccessGrantWaitsForDeviceToHostCopiesUpToItsCap) {

@@ -1,6 +1,6 @@
 // tvmm-demo: the story in a few lines. One training loop whose tensors are several times the (simulated)
-// device, run four ways on the same modelled GPU, bus and driver (its mapping calls cost the host what
-// an H200's did, as in tvmm-bench): all in device memory (what no pager can beat), under tvmm's
+// device, run four ways on the same modelled GPU, bus and driver (its mapping, event and copy calls cost
+// the host what an H200's did, as in tvmm-bench): all in device memory (what no pager can beat), under tvmm's
 // default policy, under tvmm with the loop's recorded trace (prefetch and next-use eviction), and with
 // naive swapping (the same pager with nothing overlapped). It prints the step times side by side, then
 // runs every configuration again writing and checking every byte through the pager, and ends with
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   o.warmup = 1;
   o.bus_gbs = opt.bus_gbs;
   o.timing = "model";  // the schedule the pager produces, free of this machine's noise
-  o.vmm_costs = true;  // the driver's mapping calls cost the host what an H200's did, as in tvmm-bench
+  o.vmm_costs = true;  // the driver's calls cost the host what an H200's did, as in tvmm-bench
   tvmm::Config env;    // TVMM_STATS and TVMM_TIMELINE, read as everywhere in tvmm
   tvmm::apply_environment(env);
   const Way ways[] = {
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
         opt.layers, tvmm::format_bytes(opt.tensor_mib * tvmm::MiB).c_str(), tvmm::format_bytes(total).c_str());
     std::printf(
         "on a simulated GPU with %s of memory (%.1fx oversubscribed) and a %.0f GB/s bus each way; its\n"
-        "driver's mapping calls take the host time an H200's took; host memory holds the rest\n\n",
+        "driver's calls take the host time an H200's took; host memory holds the rest\n\n",
         tvmm::format_bytes(b.frames * o.page_bytes).c_str(), opt.ratio, opt.bus_gbs);
     std::printf("%-38s %10s %18s %16s\n", "", "step time", "vs all in memory", "moved per step");
     double bound = 0;

@@ -307,6 +307,19 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back(micros_key("device.sim", "create_us",
                             "modelled host time of cuMemCreate per granule of memory created (0 = free)",
                             [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.create; }));
+  keys.push_back(micros_key("device.sim", "event_record_us",
+                            "modelled host time of one cuEventRecord call, spent by the calling thread (0 = free)",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.event_record; }));
+  keys.push_back(micros_key("device.sim", "event_query_us",
+                            "modelled host time of one cuEventQuery call, spent by the calling thread (0 = free)",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.event_query; }));
+  keys.push_back(micros_key("device.sim", "stream_wait_us",
+                            "modelled host time of one cuStreamWaitEvent call, spent by the calling thread (0 = free)",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.stream_wait; }));
+  keys.push_back(micros_key("device.sim", "copy_call_us",
+                            "modelled host time of queueing one asynchronous copy, spent by the calling thread (0 = "
+                            "free; the copy's own time on the bus is separate)",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.copy_call; }));
   keys.push_back({"device.sim",
                   "pci_bus_id",
                   KeyType::text,

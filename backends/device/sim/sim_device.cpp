@@ -127,8 +127,10 @@ Status SimDevice::do_release_reservation(DevPtr base, std::size_t bytes) {
 
 void SimDevice::charge(std::unique_lock<std::mutex>& lk, std::chrono::nanoseconds cost) {
   lk.unlock();  // the modelled cost is spent outside the simulator's lock
-  sim::spend_host_time(timing_, cost);
+  spend(cost);
 }
+
+void SimDevice::spend(std::chrono::nanoseconds cost) const { sim::spend_host_time(timing_, cost); }
 
 Status SimDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkHandle* out) {
   std::unique_lock lk(mu_);
@@ -320,6 +322,7 @@ Status SimDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes,
   op.bytes = bytes;
   if (kind == CopyKind::device_to_host) note_d2h(bytes);
   as_stream(stream)->enqueue(op);
+  spend(costs_.copy_call);
   return Status::success();
 }
 
@@ -344,6 +347,7 @@ Status SimDevice::do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, Copy
   }
   if (bus == CopyKind::device_to_host) note_d2h(bytes);
   as_stream(stream)->enqueue(op);
+  spend(costs_.copy_call);
   return Status::success();
 }
 
@@ -396,6 +400,7 @@ Status SimDevice::do_record_event(EventHandle event, StreamHandle stream) {
   op.event = as_event(event);
   op.record = op.event->begin_record(as_stream(stream)->progress());
   as_stream(stream)->enqueue(op);
+  spend(costs_.event_record);
   return Status::success();
 }
 
@@ -405,11 +410,15 @@ Status SimDevice::do_stream_wait_event(StreamHandle stream, EventHandle event) {
   op.event = as_event(event);
   op.until = op.event->latest_record();
   as_stream(stream)->enqueue(op);
+  spend(costs_.stream_wait);
   return Status::success();
 }
 
 Status SimDevice::do_query_event(EventHandle event) {
-  return as_event(event)->is_complete() ? Status::success() : Status::fail(Errc::not_ready);
+  // The answer is decided at the thread's host time when the call begins; the call's cost follows.
+  const bool complete = as_event(event)->is_complete();
+  spend(costs_.event_query);
+  return complete ? Status::success() : Status::fail(Errc::not_ready);
 }
 
 Status SimDevice::do_synchronize_event(EventHandle event) {

@@ -96,6 +96,8 @@ class SimDevice final : public DeviceBackend {
   void note_d2h(std::size_t bytes);
   // A VMM call succeeded: releases mu_ (held by `lk`), then spends the call's modelled host time.
   void charge(std::unique_lock<std::mutex>& lk, std::chrono::nanoseconds cost);
+  // The calling thread spends a call's modelled host time (VmmCosts; nothing for a cost of 0).
+  void spend(std::chrono::nanoseconds cost) const;
   std::mutex streams_mu_;  // guards streams_ and worker_cpus_
   std::set<sim::SimStream*> streams_;
   std::vector<unsigned> worker_cpus_;  // empty: unbound

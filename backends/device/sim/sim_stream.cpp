@@ -9,6 +9,7 @@
 namespace tvmm::device::sim {
 
 namespace {
+constexpr DeviceClock::duration kSpinBelow = std::chrono::microseconds(50);
 // This thread's host time (see sim_stream.hpp): with Timing::wall the wall clock less t_lag, with
 // Timing::model t_seen.
 thread_local DeviceClock::duration t_lag{0};
@@ -37,6 +38,13 @@ void spend_host_time(Timing timing, DeviceClock::duration d) {
   t_charged += d;
   if (timing == Timing::model) {
     t_seen += d;
+    return;
+  }
+  // A sleep overshoots by tens of microseconds (more than an event call costs): a short cost spins.
+  if (d < kSpinBelow) {
+    const auto until = DeviceClock::now() + d;
+    while (DeviceClock::now() < until) {
+    }
     return;
   }
   std::this_thread::sleep_for(d);

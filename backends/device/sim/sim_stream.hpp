@@ -56,7 +56,7 @@ enum class Timing : std::uint8_t {
 };
 
 // The calling thread spends `d` of host time in a driver call (SimDeviceConfig::vmm_costs): with
-// Timing::model its host time advances by `d`, with Timing::wall it sleeps for `d`.
+// Timing::model its host time advances by `d`, with Timing::wall it sleeps for `d` (spins, below 50 us).
 void spend_host_time(Timing timing, DeviceClock::duration d);
 // The calling thread's host time (see above).
 DeviceClock::time_point host_time(Timing timing) noexcept;
