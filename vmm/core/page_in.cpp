@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <unordered_map>
+#include <utility>
 
 #include "common/scope_guard.hpp"
 #include "vmm/core/check.hpp"
@@ -11,7 +12,7 @@
 namespace tvmm::vmm {
 
 std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
-                                  bool may_wait, const Protect* protect) {
+                                  bool may_wait, const Protect* protect, bool reaped) {
   // 1. Claim the pages: in transit, no other thread loads, evicts or frees them.
   std::vector<PageState> before(todo.size());
   for (std::size_t i = 0; i < todo.size(); ++i) {
@@ -30,7 +31,8 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
   // swapping a tensor in never waits on its own slots.
   while (loaded < todo.size()) {
     // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
-    Frames got = acquire_frames(lk, std::span(todo).subspan(loaded), deadline, may_wait, protect);
+    Frames got =
+        acquire_frames(lk, std::span(todo).subspan(loaded), deadline, may_wait, protect, reaped && loaded == 0);
     if (got.frames.empty()) break;  // only without may_wait: nothing evictable now
     const std::size_t n = got.frames.size();
     load_chunk(std::span(todo).subspan(loaded, n), std::span(before).subspan(loaded, n), got, access);
@@ -219,7 +221,7 @@ void PagerImpl::pair_frames(std::span<PageEntry* const> pages, Frames& got) cons
 // Returns between 1 and `count` frames (0 only without may_wait): rather than block while holding
 // frames, it hands back what it has so the caller can start those page-ins.
 PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const> pages, Clock::time_point deadline,
-                                            bool may_wait, const Protect* protect) {
+                                            bool may_wait, const Protect* protect, bool reaped) {
   const std::size_t count = pages.size();
   Frames got;
   common::ScopeGuard give_back([&] { release_frames(got); });
@@ -234,7 +236,7 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const
       got.add(*f, EventRef());  // a free frame follows no write-back
     }
     if (got.frames.size() == count) break;
-    reap(lk);
+    if (!std::exchange(reaped, false)) reap(lk);
     std::vector<PageEntry*> victims = select_victims(count - got.frames.size(), protect, pages);
     if (!victims.empty()) {
       evict(victims, got);

@@ -220,14 +220,16 @@ class PagerImpl {
   void run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::Hooks& hooks, const char* what,
                 std::size_t frames_held);
   // Makes every page of `span` of `a` resident; returns the page-in events a user must order after.
+  // `reaped`: as for load_pages.
   std::vector<EventRef> make_resident(Lock& lk, Allocation* a, PageSpan span, Access access, Clock::time_point deadline,
-                                      std::uint64_t& misses);
+                                      std::uint64_t& misses, bool reaped = false);
   //! Pages an eviction must not take (prefetch_ahead's: those needed sooner than its target).
   using Protect = common::FunctionRef<bool(const PageEntry&)>;
   // Loads `todo` (fresh or host pages); with may_wait false, loads only what free or evictable frames
-  // allow and returns the number loaded. Evictions it makes skip the pages `protect` names.
+  // allow and returns the number loaded. Evictions it makes skip the pages `protect` names. `reaped`:
+  // the caller has just reaped, holding `lk` since (see acquire_frames).
   std::size_t load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
-                         bool may_wait, const Protect* protect = nullptr);
+                         bool may_wait, const Protect* protect = nullptr, bool reaped = false);
   // Maps `got.frames` at `pages` and queues their page-ins; on success the pages are resident.
   void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got, Access access);
   // The steps of a chunk's page-in, shared by load_chunk and stage_in:
@@ -245,9 +247,12 @@ class PagerImpl {
                      const EventRef& done, common::FunctionRef<bool(std::size_t)> copied);
   //! Between 1 and pages.size() frames for the first pages of `pages` (0 only without may_wait),
   //! paired by pair_frames. A page's kept frame is taken first when idle, and its resident page is
-  //! the preferred victim (see EvictionPolicy::select).
+  //! the preferred victim (see EvictionPolicy::select). Before choosing victims it reaps (retired
+  //! transfers free host slots and make pages evictable), except the first time with `reaped`: the
+  //! caller has just done so, holding `lk` since, and each reap queries up to three events (a driver
+  //! call each on a GPU). A later pass, or a wait, reaps again.
   Frames acquire_frames(Lock& lk, std::span<PageEntry* const> pages, Clock::time_point deadline, bool may_wait,
-                        const Protect* protect = nullptr);
+                        const Protect* protect = nullptr, bool reaped = false);
   //! Permutes got so that each of the first got.frames.size() pages whose address is still mapped to
   //! one of the frames gets that frame.
   void pair_frames(std::span<PageEntry* const> pages, Frames& got) const;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "common/scope_guard.hpp"
 #include "vmm/core/check.hpp"
@@ -137,7 +138,7 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
     // Most targets are resident already (each pin adds one target `distance` pins ahead): reap, which
     // queries the oldest transfers' events (a driver call each on a GPU), only for a target with pages
     // on the host or on their way there.
-    bool reaped = false;
+    bool reaped = false, fresh = false;  // fresh: reaped, and nothing loaded since
     for (const auto& target : ahead) {
       auto it = by_id_.find(target.tensor);
       if (it == by_id_.end() || it->second->arena != nullptr) continue;
@@ -145,7 +146,7 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
       const PageSpan span{target.first, target.pages};
       if (!reaped && leaving_or_away(a, span)) {
         reap(lk);
-        reaped = true;
+        reaped = fresh = true;
       }
       std::vector<PageEntry*> todo = host_pages(a, span);
       if (todo.empty()) continue;
@@ -153,7 +154,8 @@ void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noe
       auto needed_sooner = [&](const PageEntry& p) { return prefetch_.needed_sooner(p.owner->id, target, horizon); };
       const Protect protect(needed_sooner);  // refers to the lambda above
       // No waiting: load what free or evictable frames allow (load_pages does not unlock without may_wait).
-      const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false, &protect);
+      const auto loaded =
+          load_pages(lk, todo, Access::read_write, Clock::now(), false, &protect, std::exchange(fresh, false));
       observe_.counters.prefetched.fetch_add(loaded, std::memory_order_relaxed);
       if (loaded < todo.size()) break;  // no room for this one: none for the ones after it either
     }
@@ -175,7 +177,7 @@ void PagerImpl::prefetch_after(Allocation* a, PageSpan next) noexcept {
     std::vector<PageEntry*> todo = host_pages(a, next);
     if (todo.empty()) return;
     // Like any prefetch: no waiting, only free or evictable frames (never pinned pages).
-    const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
+    const auto loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false, nullptr, true);
     observe_.counters.prefetched.fetch_add(loaded, std::memory_order_relaxed);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "tvmm: sequential prefetch failed: %s\n", ex.what());
@@ -261,6 +263,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
   common::ScopeGuard unregister([&] { waiters_.fetch_sub(1); });
   Lock lk(mu_);
   reap(lk);
+  bool reaped = true;  // and mu_ held since: the first eviction need not reap again (acquire_frames)
 
   // 1. Admission: the pinned working set must fit the device budget (the frames there are, while the
   //    device is short of memory; read under mu_). A tensor larger than it never fits; otherwise wait
@@ -285,6 +288,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
     std::uint64_t unpinned = 0;
     for (std::uint32_t i = 0; i < n; ++i) unpinned += word::pins(pages[i].word.load()) == 0 ? 1 : 0;
     if (pinned_pages_.load() + unpinned <= budget) break;
+    reaped = false;
     if (!wait_for_change(lk, deadline)) {
       throw out_of_memory("tvmm: cannot pin " + tensor_label(a) + ": " + std::to_string(pinned_pages_.load()) +
                           " of the " + std::to_string(budget) + " device pages are pinned and " +
@@ -303,7 +307,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
 
   // 3. Make every page resident; this may evict, and waits for transfers other threads run on them.
   std::uint64_t misses = 0;
-  std::vector<EventRef> waits = make_resident(lk, a, span, access, deadline, misses);
+  std::vector<EventRef> waits = make_resident(lk, a, span, access, deadline, misses, reaped);
   rollback.dismiss();
   if (access != Access::read) {
     for (std::uint32_t i = 0; i < n; ++i) {
@@ -334,7 +338,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
 }
 
 std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, PageSpan span, Access access,
-                                               Clock::time_point deadline, std::uint64_t& misses) {
+                                               Clock::time_point deadline, std::uint64_t& misses, bool reaped) {
   PageEntry* pages = pages_of(a) + span.first;
   std::vector<PageEntry*> todo;
   for (;;) {
@@ -350,7 +354,7 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, PageSpan
     }
     // Host pages first: their page-ins (asynchronous) then overlap the NVMe reads that follow.
     if (!todo.empty()) {
-      misses += load_pages(lk, todo, access, deadline, true);
+      misses += load_pages(lk, todo, access, deadline, true, nullptr, std::exchange(reaped, false));
       continue;
     }
     if (on_nvme) {
@@ -441,7 +445,7 @@ void PagerImpl::prefetch(Allocation* a, device::StreamHandle stream) {
   const std::uint64_t room = device_->budget() - std::min<std::uint64_t>(device_->budget(), pinned_pages_.load());
   std::vector<PageEntry*> todo = host_pages(a, whole(a), room);
   std::size_t loaded = 0;
-  if (!todo.empty()) loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false);
+  if (!todo.empty()) loaded = load_pages(lk, todo, Access::read_write, Clock::now(), false, nullptr, true);
   const std::vector<EventRef> waits = pending_page_ins(a, whole(a));
   lk.unlock();
   observe_.counters.prefetched.fetch_add(loaded, std::memory_order_relaxed);
