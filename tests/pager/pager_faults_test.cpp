@@ -379,3 +379,36 @@ TEST(PagerUnmapRetry, AnAddressWhoseUnmapFailedIsUnmappedBeforeItIsMappedAgain) 
   EXPECT_EQ(test::mismatches(pin.data(), d.size(), 9), 0u);
   p.check_invariants();
 }
+
+// A pin's slow path reaps (queries the oldest transfers' events: a driver call each on a GPU) on entry,
+// and, holding the lock since, not again before its first eviction (acquire_frames' `reaped`).
+TEST(PagerQueries, ASlowPathThatEvictsReapsOnce) {
+  device::FaultyDevice* dev = nullptr;
+  Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
+  auto s = pager.create_stream();
+  auto a = pager.allocate(64 * KiB), b = pager.allocate(64 * KiB);
+  auto c1 = pager.allocate(64 * KiB), c2 = pager.allocate(64 * KiB);
+  for (Tensor* t : {&a, &b}) {
+    auto pin = t->pin(Access::write);
+    test::fill(pin.data(), t->size(), 5);
+  }
+  dev->hold(Op::copy_out);
+  auto pin1 = c1.pin(s, Access::write);  // evicts a: its write-back is held, so never complete here
+  ASSERT_EQ(dev->held(Op::copy_out), 1u);
+  const auto queries = pager.stats().driver.query.calls;
+  auto pin2 = c2.pin(s, Access::write);  // evicts b
+  // A reap here queries two events that are not complete (a's held write-back's among them), and one
+  // more query follows: 3 in all, where reaping again before the eviction made 5 (checked with the
+  // second reap put back).
+  EXPECT_EQ(pager.stats().driver.query.calls - queries, 3u) << "the slow path reaped more than once";
+  EXPECT_EQ(dev->held(Op::copy_out), 2u);
+  dev->release_all();
+  s.synchronize();
+  pin1 = Pin();
+  pin2 = Pin();
+  pager.check_invariants();
+  for (Tensor* t : {&a, &b}) {
+    auto back = t->pin(Access::read);
+    EXPECT_EQ(test::mismatches(back.data(), t->size(), 5), 0u);
+  }
+}

@@ -249,8 +249,8 @@ class PagerImpl {
   //! paired by pair_frames. A page's kept frame is taken first when idle, and its resident page is
   //! the preferred victim (see EvictionPolicy::select). Before choosing victims it reaps (retired
   //! transfers free host slots and make pages evictable), except the first time with `reaped`: the
-  //! caller has just done so, holding `lk` since, and each reap queries up to three events (a driver
-  //! call each on a GPU). A later pass, or a wait, reaps again.
+  //! caller has just done so, holding `lk` since, and each reap queries the oldest transfers' events (a
+  //! driver call each on a GPU). A later pass, or a wait, reaps again.
   Frames acquire_frames(Lock& lk, std::span<PageEntry* const> pages, Clock::time_point deadline, bool may_wait,
                         const Protect* protect = nullptr, bool reaped = false);
   //! Permutes got so that each of the first got.frames.size() pages whose address is still mapped to
