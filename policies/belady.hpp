@@ -1,6 +1,8 @@
 #pragma once
 // Belady's optimal replacement (evict the page whose next use is farthest), simulated offline over a
-// recorded access trace: the lower bound on bytes moved that benchmarks compare policies against.
+// recorded access trace: the reference that benchmarks compare policies' bytes moved against. It makes
+// the fewest page-ins; where clean pages leave free and dirty ones need a write-back, or pages differ
+// in size, a pager can move fewer bytes (docs/benchmarks.md, the `belady` peer).
 
 #include <cstdint>
 #include <functional>
