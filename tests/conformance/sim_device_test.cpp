@@ -321,6 +321,17 @@ struct ModelledHostTime {
   }
 };
 
+namespace {
+// A simulated device of `granularity` in model timing whose driver calls cost `costs`.
+SimDeviceConfig modelled_costs(std::size_t granularity, const SimDeviceConfig::VmmCosts& costs) {
+  SimDeviceConfig c;
+  c.granularity = granularity;
+  c.timing = "model";
+  c.vmm_costs = costs;
+  return c;
+}
+}  // namespace
+
 // SimDeviceConfig::vmm_costs with model timing: each VMM call advances the calling thread's host time by
 // its cost (set_access and unmap per mapping their range covers, create per granule), so work queued
 // after the calls starts that much later in device time; free calls move nothing.
@@ -328,11 +339,7 @@ TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
   using std::chrono::microseconds;
   constexpr std::size_t g = 64 * KiB;
   auto measure = [](const SimDeviceConfig::VmmCosts& costs) {
-    SimDeviceConfig c;
-    c.granularity = g;
-    c.timing = "model";
-    c.vmm_costs = costs;
-    SimDevice dev(c, 4 * g);
+    SimDevice dev(modelled_costs(g, costs), 4 * g);
     ModelledHostTime host_time(dev);
     DevPtr va = 0;
     ChunkHandle one, two;
@@ -361,11 +368,7 @@ TEST(SimDevice, StreamAndEventCallCostsDelayWhatTheThreadQueuesNext) {
   using std::chrono::microseconds;
   constexpr std::size_t g = 64 * KiB;
   auto measure = [](const SimDeviceConfig::VmmCosts& costs) {
-    SimDeviceConfig c;
-    c.granularity = g;
-    c.timing = "model";
-    c.vmm_costs = costs;
-    SimDevice dev(c, 4 * g);
+    SimDevice dev(modelled_costs(g, costs), 4 * g);
     StreamHandle s = nullptr;
     EventHandle e = nullptr;
     DevPtr va = 0;
@@ -434,12 +437,11 @@ TEST(SimDevice, AnAccessGrantWaitsForDeviceToHostCopiesUpToItsCap) {
   using std::chrono::microseconds;
   constexpr std::size_t g = 64 * KiB;
   auto measure = [](CopyKind kind) {
-    SimDeviceConfig c;
-    c.granularity = g;
-    c.timing = "model";
+    SimDeviceConfig::VmmCosts costs;
+    costs.set_access = microseconds(10);
+    costs.set_access_d2h_wait = microseconds(300);
+    SimDeviceConfig c = modelled_costs(g, costs);
     c.bandwidth_bytes_per_s = static_cast<double>(g) * 1000;  // a page per millisecond
-    c.vmm_costs.set_access = microseconds(10);
-    c.vmm_costs.set_access_d2h_wait = microseconds(300);
     SimDevice dev(c, 4 * g);
     StreamHandle s = nullptr;
     EXPECT_TRUE(dev.create_stream(&s).ok());

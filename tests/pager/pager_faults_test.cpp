@@ -271,20 +271,30 @@ TEST_F(PagerUnmapRuns, AFailedRunIsUnmappedPageByPage) {
   EXPECT_EQ(destroy_pager(), 1u + 8u);
 }
 
+// Two frames, `a` and `b` written with `seed`; then, with write-backs held, `c1` pinned for writing on
+// stream `s` evicts `a` (least recently used), whose write-back stays held until released.
+struct HeldWriteBackOfA {
+  device::FaultyDevice* dev = nullptr;
+  Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
+  Stream s = pager.create_stream();
+  Tensor a = pager.allocate(64 * KiB), b = pager.allocate(64 * KiB);
+  Tensor c1 = pager.allocate(64 * KiB), c2 = pager.allocate(64 * KiB);
+  Pin pin1;
+  explicit HeldWriteBackOfA(std::uint64_t seed) {
+    for (Tensor* t : {&a, &b}) {
+      auto pin = t->pin(Access::write);
+      test::fill(pin.data(), t->size(), seed);
+    }
+    dev->hold(Op::copy_out);
+    pin1 = c1.pin(s, Access::write);
+  }
+};
+
 // A victim dropped without a copy (its contents discarded) hands its frame over at once: the new page
 // does not wait behind a write-back queued earlier for another victim.
 TEST(PagerDroppedVictims, DoNotWaitForEarlierWriteBacks) {
-  device::FaultyDevice* dev = nullptr;
-  Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
-  auto s = pager.create_stream();
-  auto a = pager.allocate(64 * KiB), b = pager.allocate(64 * KiB);
-  auto c1 = pager.allocate(64 * KiB), c2 = pager.allocate(64 * KiB);
-  for (Tensor* t : {&a, &b}) {
-    auto pin = t->pin(Access::write);
-    test::fill(pin.data(), t->size(), 7);
-  }
-  dev->hold(Op::copy_out);
-  auto pin1 = c1.pin(s, Access::write);  // evicts a (least recently used): its write-back is held
+  HeldWriteBackOfA t(7);
+  auto& [dev, pager, s, a, b, c1, c2, pin1] = t;
   ASSERT_EQ(dev->held(Op::copy_out), 1u);
   b.discard();
   auto s2 = pager.create_stream();        // s waits for c1's frame
@@ -383,17 +393,8 @@ TEST(PagerUnmapRetry, AnAddressWhoseUnmapFailedIsUnmappedBeforeItIsMappedAgain) 
 // A pin's slow path reaps (queries the oldest transfers' events: a driver call each on a GPU) on entry,
 // and, holding the lock since, not again before its first eviction (acquire_frames' `reaped`).
 TEST(PagerQueries, ASlowPathThatEvictsReapsOnce) {
-  device::FaultyDevice* dev = nullptr;
-  Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
-  auto s = pager.create_stream();
-  auto a = pager.allocate(64 * KiB), b = pager.allocate(64 * KiB);
-  auto c1 = pager.allocate(64 * KiB), c2 = pager.allocate(64 * KiB);
-  for (Tensor* t : {&a, &b}) {
-    auto pin = t->pin(Access::write);
-    test::fill(pin.data(), t->size(), 5);
-  }
-  dev->hold(Op::copy_out);
-  auto pin1 = c1.pin(s, Access::write);  // evicts a: its write-back is held, so never complete here
+  HeldWriteBackOfA t(5);  // a's write-back is held, so never complete here
+  auto& [dev, pager, s, a, b, c1, c2, pin1] = t;
   ASSERT_EQ(dev->held(Op::copy_out), 1u);
   const auto queries = pager.stats().driver.query.calls;
   auto pin2 = c2.pin(s, Access::write);  // evicts b
@@ -407,8 +408,8 @@ TEST(PagerQueries, ASlowPathThatEvictsReapsOnce) {
   pin1 = Pin();
   pin2 = Pin();
   pager.check_invariants();
-  for (Tensor* t : {&a, &b}) {
-    auto back = t->pin(Access::read);
-    EXPECT_EQ(test::mismatches(back.data(), t->size(), 5), 0u);
+  for (Tensor* x : {&a, &b}) {
+    auto back = x->pin(Access::read);
+    EXPECT_EQ(test::mismatches(back.data(), x->size(), 5), 0u);
   }
 }

@@ -222,7 +222,7 @@ class PagerImpl {
   // Makes every page of `span` of `a` resident; returns the page-in events a user must order after.
   // `reaped`: as for load_pages.
   std::vector<EventRef> make_resident(Lock& lk, Allocation* a, PageSpan span, Access access, Clock::time_point deadline,
-                                      std::uint64_t& misses, bool reaped = false);
+                                      std::uint64_t& misses, bool reaped);
   //! Pages an eviction must not take (prefetch_ahead's: those needed sooner than its target).
   using Protect = common::FunctionRef<bool(const PageEntry&)>;
   // Loads `todo` (fresh or host pages); with may_wait false, loads only what free or evictable frames
