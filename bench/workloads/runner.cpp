@@ -196,7 +196,21 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
     term += binding / split.iterations;
     if (binding > r.compute_s) terms.runs.push_back(r);
   }
-  ref.lower_bound_s = std::max({terms.compute_s, terms.loads_s, terms.window_s});
+  // One thread makes every launch of an iteration, one after another, and the iteration's end waits for
+  // its last kernel: the iteration takes at least their host time, whatever the pager does. The launches
+  // are run_pager's: a kernel per step entry, and with byte checks a verify per pin that
+  // reads and a fill per pin that writes.
+  if (o.device != "cuda" && o.vmm_costs) {
+    std::size_t launches = w.step.size();
+    if (o.verify) {
+      for (const auto& k : w.step) {
+        for (const auto& p : k.pins) launches += (p.access != Access::write) + (p.access != Access::read);
+      }
+    }
+    terms.launches_s =
+        static_cast<double>(launches) * std::chrono::duration<double>(modelled_vmm_costs().launch).count();
+  }
+  ref.lower_bound_s = std::max({terms.compute_s, terms.loads_s, terms.window_s, terms.launches_s});
   return ref;
 }
 

@@ -135,6 +135,9 @@ struct LowerBoundTerms {
   double window_s = 0;   //!< the two-direction window program (lower_bound_split), per iteration
   double window_in_s = 0, window_out_s = 0, window_compute_s = 0;
   std::vector<BoundRun> runs;
+  //! The program's own kernel launches, one thread's host time: launches per iteration x the
+  //! simulator's modelled cost of one (VmmCosts::launch); 0 on a GPU or with --vmm-costs off.
+  double launches_s = 0;
 };
 
 //! What a run is measured against: Belady's bytes moved per iteration with the run's device frames
@@ -148,9 +151,10 @@ struct Reference {
   double bound_s = 0;
   double window_bound_s = 0;  // max(bound_s, window_bound_s(...))
   //! A true lower bound on any pager's step time: max(compute, the fewest bytes any pager loads / bus,
-  //! lower_bound_s(...)), which counts the write-backs too (docs/benchmarks.md, "The lower bound").
+  //! lower_bound_s(...), which counts the write-backs too, the program's launches) (docs/benchmarks.md,
+  //! "The lower bound").
   double lower_bound_s = 0;
-  LowerBoundTerms lower_bound_terms;  //!< its three figures, and the window program's split
+  LowerBoundTerms lower_bound_terms;  //!< its four figures, and the window program's split
 };
 [[nodiscard]] Reference reference(const Workload& w, const RunOptions& o, const Budgets& b);
 

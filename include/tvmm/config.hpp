@@ -64,15 +64,20 @@ struct SimDeviceConfig {
     //! cuEventQuery, cuStreamWaitEvent, and queueing an asynchronous copy (cuMemcpyAsync and kin).
     //! On an H200 these were a third of the driver time paging added to a replayed GPT-2 step, and on
     //! an H100, once remaps were rare, event records and queries two thirds of it (docs/gpu.md, "Where
-    //! the replay's host time goes" and "The third run"). Kernel launches are not charged: every peer
-    //! of a benchmark makes the same ones.
+    //! the replay's host time goes" and "The third run").
     std::chrono::nanoseconds event_record{0};
     std::chrono::nanoseconds event_query{0};
     std::chrono::nanoseconds stream_wait{0};
     std::chrono::nanoseconds copy_call{0};
+    //! Per kernel launch (cuLaunchKernel, cuLaunchHostFunc; on the simulator launch_busy and
+    //! launch_host), spent by the calling thread. The program pays it, not the pager, but where kernels
+    //! are short it decides whether the host or the device sets the step's pace: on an H100 and an H200
+    //! every replayed model trace was bound by the host, all in device memory too (docs/gpu.md, "The
+    //! fourth run"), so the pager's own driver calls add to the step instead of hiding behind kernels.
+    std::chrono::nanoseconds launch{0};
     //! The A100 figures of published measurements (issue 23 cites kvcached's): map 20 us,
-    //! set_access 30 us, unmap 30 us, create 200 us per 2 MiB granule; the stream and event calls free
-    //! (those measurements do not give them).
+    //! set_access 30 us, unmap 30 us, create 200 us per 2 MiB granule; the stream, event and launch
+    //! calls free (those measurements do not give them).
     [[nodiscard]] static VmmCosts published() noexcept {
       using std::chrono::microseconds;
       VmmCosts c;
@@ -86,8 +91,8 @@ struct SimDeviceConfig {
     //! 2026-11-26, docs/gpu.md), and what tvmm-bench uses (--vmm-costs on): map 1.1 us, set_access
     //! 22.8 us, unmap 14.4 us per 2 MiB mapping, create 8.7 us per 2 MiB granule; a grant waits up to
     //! 400 us per mapping for device-to-host copies; an event record 1.6 us, a query 0.63 us, a stream
-    //! wait 0.78 us and queueing a copy 3.4 us (the same H200's replay of GPT-2: driver time over calls,
-    //! docs/gpu.md, "Where the replay's host time goes").
+    //! wait 0.78 us, queueing a copy 3.4 us and a kernel launch 4.6 us (the same H200's replay of
+    //! GPT-2: driver time over calls, docs/gpu.md, "Where the replay's host time goes").
     [[nodiscard]] static VmmCosts measured_h200() noexcept {
       using std::chrono::nanoseconds;
       VmmCosts c;
@@ -100,6 +105,7 @@ struct SimDeviceConfig {
       c.event_query = nanoseconds(630);
       c.stream_wait = nanoseconds(780);
       c.copy_call = nanoseconds(3400);
+      c.launch = nanoseconds(4600);
       return c;
     }
   };

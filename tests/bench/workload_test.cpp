@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 #include <string_view>
 
@@ -356,6 +357,7 @@ TEST(Workloads, TheLowerBoundSaysWhichTermBindsEachRun) {
   EXPECT_NEAR(t.window_out_s, 1200e-6, 1e-9);
   EXPECT_NEAR(t.window_compute_s, 0, 1e-12);
   EXPECT_EQ(t.runs.size(), 8u);  // every run is bound by the bus
+  EXPECT_EQ(t.launches_s, 0.0) << "launches cost nothing without --vmm-costs";
   EXPECT_DOUBLE_EQ(ref.lower_bound_s, std::max({t.compute_s, t.loads_s, t.window_s}));
   // Everything fits: every run is bound by its compute, and none is listed.
   b.frames = 16;
@@ -437,6 +439,46 @@ TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
         EXPECT_DOUBLE_EQ(r.bus_bytes_per_s, o.bus_gbs * 1e9);
       }
     }
+  }
+}
+
+// With the simulator's costs on, the launches bind where kernels are shorter than a launch: one thread
+// makes them all, one after another. 240 kernels of 1 us over eight 2 MiB tensors: the launches take
+// 240 x 4.6 us = 1.1 ms per iteration against 0.24 ms of compute, and against 0.34 ms of loads at 2x
+// (runs of 30 kernels on two tensors, then the next pair). No run beats that, all in memory included, and
+// every policy's step stays above it at 2x; byte checks add a verify per pin that reads and a fill per
+// pin that writes.
+TEST(Workloads, TheLowerBoundCountsTheProgramsLaunches) {
+  Workload w;
+  w.name = "short-kernels";
+  w.tensor_bytes.assign(8, 2 * MiB);
+  for (std::uint32_t k = 0; k < 240; ++k) {
+    w.step.push_back({{{k / 30, Access::read}, {(k / 30 + 1) % 8, Access::read_write}}, 1, {}});
+  }
+  RunOptions o;
+  o.iterations = 3;
+  o.warmup = 1;
+  o.bus_gbs = 50;
+  o.vmm_costs = true;
+  const double launch_s = std::chrono::duration<double>(modelled_vmm_costs().launch).count();
+  ASSERT_GT(launch_s, 0.0);
+  const auto ref = reference(w, o, budgets_for(w, o, 2.0));
+  EXPECT_NEAR(ref.lower_bound_terms.launches_s, 240 * launch_s, 1e-12);
+  EXPECT_DOUBLE_EQ(ref.lower_bound_s, ref.lower_bound_terms.launches_s);
+  RunOptions checked = o;
+  checked.verify = true;  // each kernel: a verify for each of its two pins, a fill for the one that writes
+  EXPECT_NEAR(reference(w, checked, budgets_for(w, o, 2.0)).lower_bound_terms.launches_s, 240 * 4 * launch_s, 1e-12);
+  RunOptions free_calls = o;
+  free_calls.vmm_costs = false;
+  EXPECT_EQ(reference(w, free_calls, budgets_for(w, o, 2.0)).lower_bound_terms.launches_s, 0.0);
+  RunOptions whole = o;
+  whole.whole_workload = true;
+  const auto in_memory = run_pager(w, whole, "lru", 1.0);
+  EXPECT_GE(in_memory.step_time_s, 240 * launch_s * (1 - 1e-6));
+  for (const char* policy : {"lru", "trace", "belady"}) {
+    const auto r = run_pager(w, o, policy, 2.0);
+    EXPECT_GT(r.bytes_in, 0.0) << policy;  // pages move at 2x
+    EXPECT_GE(r.step_time_s, r.lower_bound_s * (1 - 1e-6)) << policy;
   }
 }
 

@@ -361,10 +361,11 @@ TEST(SimDevice, VmmCallCostsDelayWhatTheThreadQueuesNext) {
   EXPECT_EQ(measure(costs), microseconds(2 * 100 + 2 * 200 + 2 * 400 + 3 * 1000));
 }
 
-// The stream and event calls' costs (VmmCosts::event_record, event_query, stream_wait, copy_call), with
-// model timing: each call advances the calling thread's host time by its cost after it has queued its
-// work, so what the thread queues next starts that much later; free calls move nothing.
-TEST(SimDevice, StreamAndEventCallCostsDelayWhatTheThreadQueuesNext) {
+// The stream, event and launch calls' costs (VmmCosts::event_record, event_query, stream_wait, copy_call,
+// launch), with model timing: each call advances the calling thread's host time by its cost after it has
+// queued its work, so what the thread queues next starts that much later; free calls move nothing. A
+// kernel's own time on the device is not the host's: the launch of a 50 us kernel costs the launch.
+TEST(SimDevice, StreamEventAndLaunchCallCostsDelayWhatTheThreadQueuesNext) {
   using std::chrono::microseconds;
   constexpr std::size_t g = 64 * KiB;
   auto measure = [](const SimDeviceConfig::VmmCosts& costs) {
@@ -390,6 +391,10 @@ TEST(SimDevice, StreamAndEventCallCostsDelayWhatTheThreadQueuesNext) {
       (void)dev.query_event(e);
       EXPECT_TRUE(dev.stream_wait_event(s, e).ok());
       EXPECT_TRUE(dev.memcpy_async(reinterpret_cast<void*>(va), host, g, CopyKind::host_to_device, s).ok());
+      EXPECT_TRUE(dev.launch_busy(s, microseconds(50)).ok());
+      EXPECT_TRUE(dev.launch_host(
+                         s, [](void*) {}, nullptr)
+                      .ok());
       took = host_time.elapsed();
     }
     EXPECT_TRUE(dev.synchronize_stream(s).ok());
@@ -407,7 +412,8 @@ TEST(SimDevice, StreamAndEventCallCostsDelayWhatTheThreadQueuesNext) {
   costs.event_query = microseconds(2);
   costs.stream_wait = microseconds(4);
   costs.copy_call = microseconds(8);
-  EXPECT_EQ(measure(costs), microseconds(1 + 2 + 4 + 8));
+  costs.launch = microseconds(16);
+  EXPECT_EQ(measure(costs), microseconds(1 + 2 + 4 + 8 + 2 * 16));
 }
 
 // A query's answer is the one at the call's start (model timing); its cost comes after. A kernel of 5 us

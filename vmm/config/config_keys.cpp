@@ -320,6 +320,10 @@ std::vector<ConfigKey> make_keys() {
                             "modelled host time of queueing one asynchronous copy, spent by the calling thread (0 = "
                             "free; the copy's own time on the bus is separate)",
                             [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.copy_call; }));
+  keys.push_back(micros_key("device.sim", "launch_us",
+                            "modelled host time of one kernel launch, spent by the calling thread (0 = free; the "
+                            "kernel's own time on the device is separate)",
+                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.launch; }));
   keys.push_back({"device.sim",
                   "pci_bus_id",
                   KeyType::text,

@@ -357,6 +357,7 @@ Status SimDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {
   op.fn = fn;
   op.user = user;
   as_stream(stream)->enqueue(op);
+  spend(costs_.launch);
   return Status::success();
 }
 
@@ -365,6 +366,7 @@ Status SimDevice::do_launch_busy(StreamHandle stream, std::chrono::nanoseconds d
   op.kind = sim::SimOp::Kind::busy;
   op.duration = duration;
   as_stream(stream)->enqueue(op);
+  spend(costs_.launch);
   return Status::success();
 }
 
