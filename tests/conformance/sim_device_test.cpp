@@ -392,9 +392,8 @@ TEST(SimDevice, StreamEventAndLaunchCallCostsDelayWhatTheThreadQueuesNext) {
       EXPECT_TRUE(dev.stream_wait_event(s, e).ok());
       EXPECT_TRUE(dev.memcpy_async(reinterpret_cast<void*>(va), host, g, CopyKind::host_to_device, s).ok());
       EXPECT_TRUE(dev.launch_busy(s, microseconds(50)).ok());
-      EXPECT_TRUE(dev.launch_host(
-                         s, [](void*) {}, nullptr)
-                      .ok());
+      HostFn nothing = [](void*) {};
+      EXPECT_TRUE(dev.launch_host(s, nothing, nullptr).ok());
       took = host_time.elapsed();
     }
     EXPECT_TRUE(dev.synchronize_stream(s).ok());
