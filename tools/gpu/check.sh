@@ -3,8 +3,8 @@
 # need the card (docs/gpu.md). For a GPU machine that cannot install packages: run tools/gpu/pack.sh
 # here first, carry its folder there, then, in the repository root on that machine:
 #   tools/gpu/check.sh CARRY_DIR OUT_DIR [STEP...]
-# STEP: env tests torch vmm train replay behind sanitize nvme (default: all but behind, sanitize and nvme,
-# in that order). Every step runs under a time limit and its log goes to OUT_DIR/check.log; the table of
+# STEP: env tests torch vmm train replay replay3 behind sanitize nvme (default: all but replay3, behind,
+# sanitize and nvme, in that order). Every step runs under a time limit and its log goes to OUT_DIR/check.log; the table of
 # steps, their status and seconds comes last. TORCH_BUDGET sets the device budget of the torch step (default 4GiB, of 11.4 GB the program holds).
 set -uo pipefail
 die() { echo "check.sh: $*" >&2; exit 1; }
@@ -102,6 +102,14 @@ for s in "${steps[@]}"; do
         --op-time h100-sxm --policies trace belady lru --peers memory naive --host-fraction 0 --iterations 5 \
         --json "$out/replay.json"
       ;;
+    replay3)  # 3x, where the policies part (docs/gpu.md, "The fourth run"); the wide-FC CNN does not fit there
+      traces=()
+      for t in resnet18 gpt2 mobilenet_v2 encoder lstm; do traces+=("bench/traces/$t.trace.gz"); done
+      traces+=(bench/traces/held-out/vit.trace.gz bench/traces/held-out/unet.trace.gz)
+      step "bench replay 3x" 120 "$bin/tvmm-bench" --device cuda --workload replay --trace "${traces[@]}" --ratios 3 \
+        --op-time h100-sxm --policies trace belady lru --peers memory --host-fraction 0 --iterations 5 \
+        --json "$out/replay3.json"
+      ;;
     behind)  # write-behind off against on, interleaved, where the simulator says it helps most (1.5x)
       traces=(bench/traces/gpt2.trace.gz bench/traces/resnet18.trace.gz bench/traces/encoder.trace.gz
               bench/traces/held-out/vit.trace.gz)
@@ -149,7 +157,7 @@ for s in "${steps[@]}"; do
         --json "$out/nvme.json"
       rm -rf "$disk"
       ;;
-    *) echo "check.sh: no step '$s' (env tests torch vmm train replay behind sanitize nvme)" ;;
+    *) echo "check.sh: no step '$s' (env tests torch vmm train replay replay3 behind sanitize nvme)" ;;
   esac
 done
 echo
