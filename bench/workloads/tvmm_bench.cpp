@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   std::string vmm_costs = "on";
   app.add_option("--vmm-costs", vmm_costs,
                  "The simulator charges cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemCreate, event records and queries, "
-                 "stream waits and copy calls the host time an H200's driver took (on, the default; "
+                 "stream waits, copy calls and kernel launches the host time an H200's driver took (on, the default; "
                  "docs/benchmarks.md \"VMM call costs\"), or nothing (off)")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_flag("--sync-kernels", o.sync_kernels,

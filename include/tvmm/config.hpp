@@ -39,10 +39,10 @@ struct SimDeviceConfig {
   //! policies this way, free of the machine's memcpy speed and scheduling noise. Either way the
   //! simulation's own lateness (threads woken late, copies slower than the modelled bus) never counts.
   std::string timing = "wall";
-  //! Host-side time of the VMM calls (and of the stream and event calls below), spent by the calling
-  //! thread: with timing "model" its host time
-  //! advances by the cost (work it queues afterwards starts that much later), with "wall" it sleeps
-  //! (spins, for a cost under 50 us: a sleep overshoots by more).
+  //! Host-side time of the VMM calls (and of the stream, event and launch calls below), spent by the
+  //! calling thread: with timing "model" its host time advances by the cost (work it queues afterwards
+  //! starts that much later), with "wall" it sleeps (spins, for a cost under 50 us: a sleep overshoots
+  //! by more).
   //! A real driver takes 1 to 30 microseconds per mapping for each of cuMemMap / cuMemSetAccess /
   //! cuMemUnmap (the time grows with the number of separately created allocations the range covers,
   //! not with a call's count); a remap's three calls together cost about as long as copying the page

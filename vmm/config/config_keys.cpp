@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -196,7 +197,7 @@ ConfigKey bool_key(std::string_view section, std::string_view key, const char* m
 }
 
 // A duration key in microseconds (a number >= 0, at most 1000 s).
-using MicrosField = std::chrono::nanoseconds& (*)(Config&);
+using MicrosField = std::function<std::chrono::nanoseconds&(Config&)>;
 ConfigKey micros_key(std::string_view section, std::string_view key, const char* meaning, MicrosField field) {
   return ConfigKey{section,
                    key,
@@ -290,40 +291,42 @@ std::vector<ConfigKey> make_keys() {
                   [](const Config& c) { return toml_number(c.sim.bandwidth_bytes_per_s / 1e9); }});
   keys.push_back(micros_key("device.sim", "copy_latency_us", "modelled fixed cost of every copy, in microseconds",
                             [](Config& c) -> std::chrono::nanoseconds& { return c.sim.copy_latency; }));
-  keys.push_back(micros_key("device.sim", "map_us",
-                            "modelled host time of one cuMemMap call, spent by the calling thread (0 = free)",
-                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.map; }));
-  keys.push_back(micros_key("device.sim", "set_access_us",
-                            "modelled host time of cuMemSetAccess per mapping its range covers (0 = free)",
-                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.set_access; }));
-  keys.push_back(micros_key(
-      "device.sim", "set_access_d2h_wait_us",
-      "modelled wait of cuMemSetAccess, per mapping, for device-to-host copies still running, at most this long "
-      "(0 = none)",
-      [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.set_access_d2h_wait; }));
-  keys.push_back(micros_key("device.sim", "unmap_us",
-                            "modelled host time of cuMemUnmap per mapping its range covers (0 = free)",
-                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.unmap; }));
-  keys.push_back(micros_key("device.sim", "create_us",
-                            "modelled host time of cuMemCreate per granule of memory created (0 = free)",
-                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.create; }));
-  keys.push_back(micros_key("device.sim", "event_record_us",
-                            "modelled host time of one cuEventRecord call, spent by the calling thread (0 = free)",
-                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.event_record; }));
-  keys.push_back(micros_key("device.sim", "event_query_us",
-                            "modelled host time of one cuEventQuery call, spent by the calling thread (0 = free)",
-                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.event_query; }));
-  keys.push_back(micros_key("device.sim", "stream_wait_us",
-                            "modelled host time of one cuStreamWaitEvent call, spent by the calling thread (0 = free)",
-                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.stream_wait; }));
-  keys.push_back(micros_key("device.sim", "copy_call_us",
-                            "modelled host time of queueing one asynchronous copy, spent by the calling thread (0 = "
-                            "free; the copy's own time on the bus is separate)",
-                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.copy_call; }));
-  keys.push_back(micros_key("device.sim", "launch_us",
-                            "modelled host time of one kernel launch, spent by the calling thread (0 = free; the "
-                            "kernel's own time on the device is separate)",
-                            [](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.launch; }));
+  // The simulator's modelled driver-call costs (SimDeviceConfig::VmmCosts), one key per field.
+  struct CostKey {
+    const char* key;
+    const char* meaning;
+    std::chrono::nanoseconds SimDeviceConfig::VmmCosts::*field;
+  };
+  using Costs = SimDeviceConfig::VmmCosts;
+  static constexpr CostKey kCostKeys[] = {
+      {"map_us", "modelled host time of one cuMemMap call, spent by the calling thread (0 = free)", &Costs::map},
+      {"set_access_us", "modelled host time of cuMemSetAccess per mapping its range covers (0 = free)",
+       &Costs::set_access},
+      {"set_access_d2h_wait_us",
+       "modelled wait of cuMemSetAccess, per mapping, for device-to-host copies still running, at most this long "
+       "(0 = none)",
+       &Costs::set_access_d2h_wait},
+      {"unmap_us", "modelled host time of cuMemUnmap per mapping its range covers (0 = free)", &Costs::unmap},
+      {"create_us", "modelled host time of cuMemCreate per granule of memory created (0 = free)", &Costs::create},
+      {"event_record_us", "modelled host time of one cuEventRecord call, spent by the calling thread (0 = free)",
+       &Costs::event_record},
+      {"event_query_us", "modelled host time of one cuEventQuery call, spent by the calling thread (0 = free)",
+       &Costs::event_query},
+      {"stream_wait_us", "modelled host time of one cuStreamWaitEvent call, spent by the calling thread (0 = free)",
+       &Costs::stream_wait},
+      {"copy_call_us",
+       "modelled host time of queueing one asynchronous copy, spent by the calling thread (0 = free; the copy's "
+       "own time on the bus is separate)",
+       &Costs::copy_call},
+      {"launch_us",
+       "modelled host time of one kernel launch, spent by the calling thread (0 = free; the kernel's own time on "
+       "the device is separate)",
+       &Costs::launch},
+  };
+  for (const CostKey& k : kCostKeys) {
+    keys.push_back(micros_key("device.sim", k.key, k.meaning,
+                              [f = k.field](Config& c) -> std::chrono::nanoseconds& { return c.sim.vmm_costs.*f; }));
+  }
   keys.push_back({"device.sim",
                   "pci_bus_id",
                   KeyType::text,
