@@ -183,7 +183,15 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   // back less), so only the window program counts those.
   const auto least = policies::min_load_bytes(trace, frames, 8, used);
   const double loads_s = static_cast<double>(least.load_bytes) / std::max(least.iterations, 1) / bus;
-  const BoundSplit split = lower_bound_split(w, b.frames, page_bytes, bus);
+  // One thread makes every launch of an iteration, one after another, and a kernel cannot start before
+  // its launch: the launches are run_pager's, a kernel per step entry, and with byte checks a verify
+  // per pin that reads and a fill per pin that writes. Their host time is the simulator's modelled
+  // cost (none on a GPU, whose launches the bound does not know, or with free calls).
+  const double launch_s =
+      o.device != "cuda" && o.vmm_costs ? std::chrono::duration<double>(modelled_vmm_costs().launch).count() : 0.0;
+  const auto floors = launch_floors(w, launch_s, o.verify);
+  const BoundSplit split =
+      lower_bound_split(w, b.frames, page_bytes, bus, 4, launch_s > 0 ? floors : decltype(floors){});
   LowerBoundTerms& terms = ref.lower_bound_terms;
   terms.compute_s = w.compute_us() * 1e-6;
   terms.loads_s = loads_s;
@@ -194,22 +202,12 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
                    : binding == r.in_s    ? terms.window_in_s
                                           : terms.window_out_s;
     term += binding / split.iterations;
+    terms.window_launch_wait_s += r.launch_wait_s / split.iterations;
     if (binding > r.compute_s) terms.runs.push_back(r);
   }
-  // One thread makes every launch of an iteration, one after another, and the iteration's end waits for
-  // its last kernel: the iteration takes at least their host time, whatever the pager does. The launches
-  // are run_pager's: a kernel per step entry, and with byte checks a verify per pin that
-  // reads and a fill per pin that writes.
-  if (o.device != "cuda" && o.vmm_costs) {
-    std::size_t launches = w.step.size();
-    if (o.verify) {
-      for (const auto& k : w.step) {
-        for (const auto& p : k.pins) launches += (p.access != Access::write) + (p.access != Access::read);
-      }
-    }
-    terms.launches_s =
-        static_cast<double>(launches) * std::chrono::duration<double>(modelled_vmm_costs().launch).count();
-  }
+  // The iteration also takes at least all its launches' host time (the last kernel's floor is one
+  // launch short of it).
+  if (!w.step.empty()) terms.launches_s = floors.back() + launch_s;
   ref.lower_bound_s = std::max({terms.compute_s, terms.loads_s, terms.window_s, terms.launches_s});
   return ref;
 }
@@ -219,9 +217,13 @@ namespace {
 // iterations into runs, each costing max(its compute, the bytes it loads beyond what `frames` pages hold,
 // and with `write_backs` the bytes it writes back beyond that), per iteration, with the split's runs.
 BoundSplit window_program(const char* name, const Workload& w, std::size_t frames, std::size_t page_bytes,
-                          double bus_bytes_per_s, int repeat, bool write_backs) {
+                          double bus_bytes_per_s, int repeat, bool write_backs, std::span<const double> floors) {
   if (repeat < 1 || bus_bytes_per_s <= 0) throw std::invalid_argument(std::string(name) + ": repeat >= 1, bus > 0");
   const std::size_t n = w.step.size();
+  if (!floors.empty() && floors.size() != n) {
+    throw std::invalid_argument(std::string(name) + ": " + std::to_string(floors.size()) + " launch floors for " +
+                                std::to_string(n) + " kernels");
+  }
   BoundSplit split;
   split.iterations = repeat;
   if (n == 0) return split;
@@ -288,9 +290,13 @@ BoundSplit window_program(const char* name, const Workload& w, std::size_t frame
         if (p->access != Access::read) set_last(p->tensor, true);
       }
       const double in_s = excess_s(need), out_s = excess_s(out);
-      if (const double v = f[i - 1] + std::max({compute, in_s, out_s}); v > best || i == j) {
+      // Kernel i starts after kernel i - 1 ends and after its launch: the host starts an iteration's
+      // launches when the iteration before it has ended (f at its last kernel).
+      double start = f[i - 1];
+      if (!floors.empty()) start = std::max(start, f[(i - 1) / n * n] + floors[(i - 1) % n]);
+      if (const double v = start + std::max({compute, in_s, out_s}); v > best || i == j) {
         best = v;
-        last_run[j] = BoundRun{i - 1, j - i + 1, compute, in_s, out_s};
+        last_run[j] = BoundRun{i - 1, j - i + 1, compute, in_s, out_s, start - f[i - 1]};
       }
     }
     f[j] = best;
@@ -303,8 +309,22 @@ BoundSplit window_program(const char* name, const Workload& w, std::size_t frame
 }  // namespace
 
 BoundSplit lower_bound_split(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
-                             int repeat) {
-  return window_program("lower_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, true);
+                             int repeat, std::span<const double> launch_floor_s) {
+  return window_program("lower_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, true, launch_floor_s);
+}
+
+std::vector<double> launch_floors(const Workload& w, double launch_s, bool verify) {
+  std::vector<double> out;
+  out.reserve(w.step.size());
+  std::size_t before = 0;  // launches queued before this kernel's
+  for (const auto& k : w.step) {
+    if (verify) {
+      for (const auto& p : k.pins) before += (p.access != Access::write) + (p.access != Access::read);
+    }
+    out.push_back(static_cast<double>(before) * launch_s);
+    ++before;
+  }
+  return out;
 }
 
 double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
@@ -314,7 +334,7 @@ double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_byt
 
 double window_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes, double bus_bytes_per_s,
                       int repeat) {
-  return window_program("window_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, false).per_iteration_s;
+  return window_program("window_bound_s", w, frames, page_bytes, bus_bytes_per_s, repeat, false, {}).per_iteration_s;
 }
 
 RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& policy, double ratio,

@@ -4,6 +4,7 @@
 // trace and budget.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -114,10 +115,13 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
 //! One run of kernels in the window program's best split (lower_bound_split): kernels [first, first +
 //! kernels) of the iterations it spans (kernel k is step[k % step.size()] of iteration k / step.size()),
 //! its compute, and the least time the bus needs in it to load what it reads beyond what the device
-//! holds (in_s) and to write back what it produces beyond that (out_s), each direction on its own.
+//! holds (in_s) and to write back what it produces beyond that (out_s), each direction on its own;
+//! launch_wait_s: how long its first kernel waits, after the kernel before it ends, for its own launch
+//! (lower_bound_split's launch floors; 0 without them).
 struct BoundRun {
   std::size_t first = 0, kernels = 0;
   double compute_s = 0, in_s = 0, out_s = 0;
+  double launch_wait_s = 0;
 };
 //! The window program's best split: the bound per iteration and the runs, in order, over `iterations`.
 struct BoundSplit {
@@ -125,15 +129,16 @@ struct BoundSplit {
   int iterations = 0;
   std::vector<BoundRun> runs;
 };
-//! How Reference::lower_bound_s comes about: it is the largest of compute_s, loads_s and window_s.
-//! window_s is split by what binds each run of its best split: the run's page-ins beyond what the
-//! device holds (window_in_s), its write-backs beyond that (window_out_s) or its compute; the three
-//! add up to window_s. `runs`: the split's runs that the bus binds, over all its iterations.
+//! How Reference::lower_bound_s comes about: it is the largest of compute_s, loads_s, window_s and
+//! launches_s. window_s is split by what binds each run of its best split: the run's page-ins beyond
+//! what the device holds (window_in_s), its write-backs beyond that (window_out_s) or its compute, and
+//! the time its first kernel waits for its launch (window_launch_wait_s); the four add up to window_s.
+//! `runs`: the split's runs that the bus binds, over all its iterations.
 struct LowerBoundTerms {
   double compute_s = 0;  //!< every kernel's time
   double loads_s = 0;    //!< the fewest bytes any pager loads (policies::min_load_bytes) / bus
-  double window_s = 0;   //!< the two-direction window program (lower_bound_split), per iteration
-  double window_in_s = 0, window_out_s = 0, window_compute_s = 0;
+  double window_s = 0;   //!< the two-direction window program with launch floors (lower_bound_split), per iteration
+  double window_in_s = 0, window_out_s = 0, window_compute_s = 0, window_launch_wait_s = 0;
   std::vector<BoundRun> runs;
   //! The program's own kernel launches, one thread's host time: launches per iteration x the
   //! simulator's modelled cost of one (VmmCosts::launch); 0 on a GPU or with --vmm-costs off.
@@ -151,8 +156,8 @@ struct Reference {
   double bound_s = 0;
   double window_bound_s = 0;  // max(bound_s, window_bound_s(...))
   //! A true lower bound on any pager's step time: max(compute, the fewest bytes any pager loads / bus,
-  //! lower_bound_s(...), which counts the write-backs too, the program's launches) (docs/benchmarks.md,
-  //! "The lower bound").
+  //! lower_bound_split(...), which counts the write-backs too and, with the simulator's call costs, each
+  //! kernel's launch floor, the program's launches) (docs/benchmarks.md, "The lower bound").
   double lower_bound_s = 0;
   LowerBoundTerms lower_bound_terms;  //!< its four figures, and the window program's split
 };
@@ -184,8 +189,20 @@ struct Reference {
 //! than the device holds (activations a forward pass keeps for the backward pass).
 [[nodiscard]] double lower_bound_s(const Workload& w, std::size_t frames, std::size_t page_bytes,
                                    double bus_bytes_per_s, int repeat = 4);
-//! lower_bound_s with the best split it found (every run, in order).
+//! lower_bound_s with the best split it found (every run, in order). With `launch_floor_s` (one
+//! figure per kernel of the step, launch_floors()), a kernel also cannot start before the host time,
+//! from its iteration's start, at which its launch is made, and an iteration starts when the one
+//! before it ends: f[j], the bound on the end of kernel j, is the largest over runs [i, j] of
+//! max(f[i - 1], f[start of i's iteration] + floor(i)) + the run's figure above. Without floors (or
+//! with floors of 0) this is lower_bound_s.
 [[nodiscard]] BoundSplit lower_bound_split(const Workload& w, std::size_t frames, std::size_t page_bytes,
-                                           double bus_bytes_per_s, int repeat = 4);
+                                           double bus_bytes_per_s, int repeat = 4,
+                                           std::span<const double> launch_floor_s = {});
+
+//! The earliest host time, from an iteration's start, at which each kernel of the step can be queued
+//! when one thread makes every launch in order, each taking `launch_s` of its host time after the
+//! launch is queued: the launches before it times `launch_s`. With `verify`, run_pager's byte checks
+//! come first (a verify per pin that reads, then a fill per pin that writes, each a launch).
+[[nodiscard]] std::vector<double> launch_floors(const Workload& w, double launch_s, bool verify);
 
 }  // namespace tvmm::bench

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 #include "bench/workloads/registry.hpp"
 #include "bench/workloads/runner.hpp"
@@ -421,9 +423,14 @@ TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
   o.iterations = 3;
   o.warmup = 1;
   o.bus_gbs = 4;
-  // make_train(4, 3 MiB, ...): tensors of 1.5 pages, whose last pages move half a page each.
-  for (const auto& w : {write_then_read(), make_train(4, 4 * MiB, 300), make_train(4, 3 * MiB, 300),
-                        make_infer(8, 4 * MiB, 2 * MiB, 100), make_random(16, 2 * MiB, 32, 1.0, 50)}) {
+  // make_train(4, 3 MiB, ...): tensors of 1.5 pages, whose last pages move half a page each. With the
+  // simulator's call costs on, the bound's window program also waits for each kernel's launch.
+  for (const auto& [w, costs] :
+       {std::pair{write_then_read(), false}, std::pair{make_train(4, 4 * MiB, 300), false},
+        std::pair{make_train(4, 3 * MiB, 300), false}, std::pair{make_infer(8, 4 * MiB, 2 * MiB, 100), false},
+        std::pair{make_random(16, 2 * MiB, 32, 1.0, 50), false}, std::pair{make_train(4, 3 * MiB, 10), true},
+        std::pair{make_infer(8, 4 * MiB, 2 * MiB, 5), true}}) {
+    o.vmm_costs = costs;
     for (double ratio : {1.5, 2.0, 3.0}) {
       Budgets b;
       try {
@@ -433,7 +440,8 @@ TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
       }
       for (const char* policy : {"lru", "trace", "belady", "naive"}) {
         const auto r = run_pager(w, o, policy, ratio);
-        EXPECT_GE(r.step_time_s, r.lower_bound_s * (1 - 1e-6)) << w.name << " " << policy << " at " << ratio << "x";
+        EXPECT_GE(r.step_time_s, r.lower_bound_s * (1 - 1e-6))
+            << w.name << " " << policy << " at " << ratio << "x, costs " << costs;
         EXPECT_GE(r.lower_bound_s + 1e-12, r.compute_s);
         EXPECT_DOUBLE_EQ(r.bytes_in + r.bytes_out, r.bytes_moved);
         EXPECT_DOUBLE_EQ(r.bus_bytes_per_s, o.bus_gbs * 1e9);
@@ -480,6 +488,52 @@ TEST(Workloads, TheLowerBoundCountsTheProgramsLaunches) {
     EXPECT_GT(r.bytes_in, 0.0) << policy;  // pages move at 2x
     EXPECT_GE(r.step_time_s, r.lower_bound_s * (1 - 1e-6)) << policy;
   }
+}
+
+// A kernel cannot start before its launch, nor before the kernel ahead of it ends. Nine empty kernels
+// and one of 50 us, launched 10 us apart: the last is launched at 90 us and ends at 140 us, where the
+// compute (50 us) and the launches (100 us) each bound less. The window program with launch floors
+// counts it; without floors it is the compute.
+TEST(Workloads, AKernelCannotStartBeforeItsLaunch) {
+  Workload w;
+  w.name = "late-launch";
+  w.tensor_bytes = {2 * MiB};
+  for (int k = 0; k < 10; ++k) w.step.push_back({{{0, Access::read}}, k == 9 ? 50.0 : 0.0, {}});
+  const double bus = 2.0 * MiB / 100e-6;
+  const auto floors = launch_floors(w, 10e-6, false);
+  ASSERT_EQ(floors.size(), 10u);
+  for (std::size_t k = 0; k < 10; ++k) EXPECT_NEAR(floors[k], 10e-6 * static_cast<double>(k), 1e-15);
+  const auto split = lower_bound_split(w, 4, 2 * MiB, bus, 4, floors);
+  EXPECT_NEAR(split.per_iteration_s, 140e-6, 1e-12);
+  double waited = 0;
+  for (const auto& r : split.runs) waited += r.launch_wait_s;
+  EXPECT_NEAR(waited / 4, 90e-6, 1e-12) << "each iteration's last kernel waits 90 us for its launch";
+  EXPECT_NEAR(lower_bound_split(w, 4, 2 * MiB, bus).per_iteration_s, 50e-6, 1e-12);
+  EXPECT_THROW((void)lower_bound_split(w, 4, 2 * MiB, bus, 4, std::span(floors).first(9)), std::invalid_argument);
+  // Byte checks launch a verify before each kernel that reads: kernel k is the (2k + 1)th launch.
+  const auto checked = launch_floors(w, 1.0, true);
+  for (std::size_t k = 0; k < 10; ++k) EXPECT_DOUBLE_EQ(checked[k], static_cast<double>(2 * k + 1));
+  // reference() uses the simulator's modelled launch cost with --vmm-costs on, and none without.
+  RunOptions o;
+  o.bus_gbs = bus / 1e9;
+  o.vmm_costs = true;
+  Budgets b;
+  b.frames = 4;
+  const double launch_s = std::chrono::duration<double>(modelled_vmm_costs().launch).count();
+  const auto t = reference(w, o, b).lower_bound_terms;
+  EXPECT_NEAR(t.window_s, 9 * launch_s + 50e-6, 1e-12);
+  EXPECT_NEAR(t.window_launch_wait_s, 9 * launch_s, 1e-12);
+  EXPECT_NEAR(t.window_compute_s, 50e-6, 1e-12);
+  EXPECT_NEAR(t.launches_s, 10 * launch_s, 1e-12);
+  EXPECT_NEAR(reference(w, o, b).lower_bound_s, t.window_s, 1e-12);
+  o.vmm_costs = false;
+  EXPECT_NEAR(reference(w, o, b).lower_bound_terms.window_s, 50e-6, 1e-12);
+  // All in memory, the simulated program is no faster than that.
+  o.vmm_costs = true;
+  o.iterations = 3;
+  o.warmup = 1;
+  o.whole_workload = true;
+  EXPECT_GE(run_pager(w, o, "lru", 1.0).step_time_s, (9 * launch_s + 50e-6) * (1 - 1e-6));
 }
 
 // RunOptions::sync_kernels: the host waits for each kernel before the next kernel's pins, so a demand
