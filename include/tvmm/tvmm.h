@@ -94,7 +94,7 @@ TVMM_API void* tvmm_pin_address(const tvmm_pin* pin);
 TVMM_API void tvmm_pin_destroy(tvmm_pin* pin);
 /** Releases `count` pins at one point and frees them (NULL entries are ignored; each pin may appear
  *  once; `pins` may be NULL when count is 0): the stream pins of one stream share one release point,
- *  one event per 16 of them, where tvmm_pin_destroy records one per pin (tvmm::release_together).
+ *  one per 16 of them, where tvmm_pin_destroy takes one per pin (tvmm::release_together).
  *  For the pins of one kernel's operands, after its launch. */
 TVMM_API void tvmm_pins_destroy(tvmm_pin* const* pins, size_t count);
 

@@ -1,6 +1,7 @@
-// tvmm::release_together: the stream pins of one kernel's operands share one release point. One event
-// is recorded per pager and stream, and every page of every pin released that way is evicted only after
-// the stream's work queued before the release.
+// tvmm::release_together: the stream pins of one kernel's operands share one release point, one per
+// pager and stream (its event recorded when something must follow it: vmm/core/release_points.hpp),
+// and every page of every pin released that way is evicted only after the stream's work queued before
+// the release.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -12,6 +13,7 @@
 #include "backends/device/faulty/faulty_device.hpp"
 #include "faulty_pager.hpp"
 #include "test_support.hpp"
+#include "vmm/core/release_points.hpp"
 
 using namespace tvmm;
 using device::Errc;
@@ -34,6 +36,22 @@ std::vector<Pin> write_late(Stream& s, Tensor& a, Tensor& b) {
   return pins;
 }
 
+// A pager on a faulty device with two frames, and two tensors.
+struct TwoFrames {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(test::small_config(2, 16), dev);
+  Tensor a = p.allocate(64 * KiB, {"a"});
+  Tensor b = p.allocate(64 * KiB, {"b"});
+};
+
+// a and b hold what write_late's kernel wrote.
+void expect_written_late(Tensor& a, Tensor& b) {
+  for (auto [t, seed] : {std::pair{&a, 5}, std::pair{&b, 6}}) {
+    auto pin = t->pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << t->name();
+  }
+}
+
 // Evicts everything on the two frames of the device: two fresh tensors pinned at once.
 void evict_both(Pager& p) {
   auto c = p.allocate(64 * KiB, {"c"});
@@ -44,7 +62,7 @@ void evict_both(Pager& p) {
 
 }  // namespace
 
-TEST(ReleaseTogether, RecordsOneReleasePointPerPagerAndStream) {
+TEST(ReleaseTogether, TakesOneReleasePointPerPagerAndStream) {
   device::FaultyDevice* dev = nullptr;
   Pager p = make_faulty_pager(test::small_config(8, 16), dev);
   std::vector<Tensor> ts;
@@ -61,18 +79,50 @@ TEST(ReleaseTogether, RecordsOneReleasePointPerPagerAndStream) {
   pins[6] = ts[0].pin(s2, Access::read);  // a second pin of one tensor, on the other stream
   const auto before = dev->calls(Op::record_event);
   release_together(pins);
-  EXPECT_EQ(dev->calls(Op::record_event) - before, 2u) << "one event for s1's three pins, one for s2's two";
+  // A release point's event is recorded when something must follow it (release_points.hpp).
+  EXPECT_EQ(dev->calls(Op::record_event) - before, 0u) << "nothing waits for these release points yet";
   for (const auto& pin : pins) EXPECT_FALSE(pin);
   p.check_invariants();
   release_together(pins);  // all empty now: nothing happens
-  EXPECT_EQ(dev->calls(Op::record_event) - before, 2u);
+  // Host pins must follow the stream work: one event per stream covers every tensor released there.
+  for (int i : {0, 1, 2, 4}) (void)ts[static_cast<std::size_t>(i)].pin(Access::read);
+  EXPECT_EQ(dev->calls(Op::record_event) - before, 2u) << "one event for s1's three pins, one for s2's two";
 
-  // Released one by one, the same pins record one event each.
+  // Released one by one, the same pins take a point each; an event is recorded every
+  // ReleasePoints::kRecordEvery points of a stream whether or not anything waits.
   std::vector<Pin> each;
-  for (int i = 0; i < 3; ++i) each.push_back(ts[i].pin(s1, Access::read));
   const auto one_by_one = dev->calls(Op::record_event);
-  each.clear();
-  EXPECT_EQ(dev->calls(Op::record_event) - one_by_one, 3u);
+  for (int i = 0; i < 8; ++i) {
+    each.push_back(ts[static_cast<std::size_t>(i % 3)].pin(s1, Access::read));
+    each.clear();
+  }
+  EXPECT_EQ(dev->calls(Op::record_event) - one_by_one, 8 / vmm::ReleasePoints::kRecordEvery);
+  p.check_invariants();
+}
+
+// A stream the pager synchronized or destroyed has its release points complete: nothing records an
+// event for them (on a destroyed stream that would be an error), and evicting or freeing their tensors
+// waits for nothing.
+TEST(ReleaseTogether, PointsOfASynchronizedOrDestroyedStreamNeedNoEvent) {
+  TwoFrames f;
+  auto& [dev, p, a, b] = f;
+  {
+    auto s = p.create_stream();
+    auto pins = write_late(s, a, b);
+    release_together(pins);
+    s.synchronize();
+    const auto before = dev->calls(Op::record_event);
+    (void)a.pin(Access::read);  // a host pin: the stream's work is known complete
+    EXPECT_EQ(dev->calls(Op::record_event), before);
+    pins = write_late(s, a, b);
+    release_together(pins);
+  }  // destroyed with a release point taken since
+  const auto before = dev->calls(Op::record_event);
+  evict_both(p);  // a and b are written back without waiting for (or recording on) the stream
+  EXPECT_EQ(dev->calls(Op::record_event) - before, 2u) << "the two write-backs' own events, no release point";
+  EXPECT_EQ(a.tier(), Tier::host);
+  EXPECT_EQ(b.tier(), Tier::host);
+  expect_written_late(a, b);
   p.check_invariants();
 }
 
@@ -92,10 +142,7 @@ TEST(ReleaseTogether, EveryPinWaitsForTheSharedReleasePoint) {
     evict_both(p);  // must copy a and b out only after the kernel has written them
     ASSERT_EQ(a.tier(), Tier::host);
     ASSERT_EQ(b.tier(), Tier::host);
-    for (auto [t, seed] : {std::pair{&a, 5}, std::pair{&b, 6}}) {
-      auto pin = t->pin(Access::read);
-      EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << t->name();
-    }
+    expect_written_late(a, b);
     p.check_invariants();
   }
 }
@@ -114,8 +161,8 @@ TEST(ReleaseTogether, MorePinsThanOneGroupAndPinsOfAnotherPager) {
   pins.insert(pins.begin() + 7, o.pin(os, Access::write));
   const auto before = dev->calls(Op::record_event);
   release_together(pins);
-  // The 20 pins go to the pager in groups of up to 16: two events; the other pager's pin records its own.
-  EXPECT_EQ(dev->calls(Op::record_event) - before, 2u);
+  // The 20 pins go to the pager in groups of up to 16: two release points, their events recorded later.
+  EXPECT_EQ(dev->calls(Op::record_event) - before, 0u);
   for (const auto& pin : pins) EXPECT_FALSE(pin);
   p.check_invariants();
   other.check_invariants();
@@ -130,20 +177,16 @@ TEST(ReleaseTogether, MorePinsThanOneGroupAndPinsOfAnotherPager) {
 }
 
 TEST(ReleaseTogether, AFailedRecordSynchronizesTheStreamForAll) {
-  device::FaultyDevice* dev = nullptr;
-  Pager p = make_faulty_pager(test::small_config(2, 16), dev);
-  auto a = p.allocate(64 * KiB, {"a"});
-  auto b = p.allocate(64 * KiB, {"b"});
+  TwoFrames f;
+  auto& [dev, p, a, b] = f;
   auto s = p.create_stream();
   auto pins = write_late(s, a, b);
   dev->fail_once(Op::record_event, Errc::invalid_value);
-  release_together(pins);  // no release point: it waits for the kernel instead
-  EXPECT_EQ(dev->injected(), 1u);
+  release_together(pins);
   for (const auto& pin : pins) EXPECT_FALSE(pin);
+  // The eviction must follow the release point: its record fails, so it waits for the kernel instead.
   evict_both(p);
-  for (auto [t, seed] : {std::pair{&a, 5}, std::pair{&b, 6}}) {
-    auto pin = t->pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << t->name();
-  }
+  EXPECT_EQ(dev->injected(), 1u);
+  expect_written_late(a, b);
   p.check_invariants();
 }

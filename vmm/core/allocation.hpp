@@ -10,6 +10,7 @@
 
 #include "backends/device/device_backend.hpp"
 #include "vmm/core/event_pool.hpp"
+#include "vmm/core/release_points.hpp"
 
 namespace tvmm::vmm {
 
@@ -46,12 +47,13 @@ struct Allocation {
   std::uint32_t arena_unit = 0;
   std::uint32_t arena_units = 0;
 
-  //! The latest release point of a stream pin per stream (an event recorded on that stream at
-  //! unpin); an eviction's write-back and a free wait for them. A later release on the same stream
-  //! supersedes an earlier one (stream order), so this stays as small as the number of streams.
+  //! The latest release point of a stream pin per stream (vmm/core/release_points.hpp: its event is
+  //! recorded when something must follow it); an eviction's write-back and a free wait for them. A
+  //! later release on the same stream supersedes an earlier one (stream order), so this stays as small
+  //! as the number of streams.
   struct Use {
     device::StreamHandle stream;
-    EventRef done;
+    ReleaseTicket point;
   };
   std::mutex uses_mu;
   std::vector<Use> uses;

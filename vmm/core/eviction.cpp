@@ -121,8 +121,8 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     }
     if (!word::discarded(vw)) write_behind_.evicted(v->owner->id, v->droppable(vw));
     std::lock_guard ul(v->owner->uses_mu);
-    prune_uses(*v->owner);
-    for (auto& u : v->owner->uses) after.push_back(u.done.get());
+    prune_uses(*v->owner, true);
+    for (auto& u : v->owner->uses) after.push_back(u.point.done.get());
     queue.emplace_back(v, std::move(after));
   }
   std::stable_partition(queue.begin(), queue.end(), [](const auto& q) { return q.second.empty(); });
@@ -265,8 +265,8 @@ void PagerImpl::copy_behind() {
       if (claimed.size() == first) continue;
       {
         std::lock_guard ul(t->uses_mu);
-        prune_uses(*t);
-        for (auto& u : t->uses) xfer_->order_behind_after(u.done.get());
+        prune_uses(*t, true);
+        for (auto& u : t->uses) xfer_->order_behind_after(u.point.done.get());
       }
       for (std::size_t c = first; c < claimed.size(); ++c) {
         PageEntry& p = *claimed[c];

@@ -124,6 +124,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
   host_ = std::make_unique<HostTier>(*dev_, placement_->memory(), page_size_, slots);
   host_copies_ = std::make_unique<HostCopies>(table_, *host_);
   xfer_ = std::make_unique<TransferEngine>(*dev_, events_, page_size_);
+  releases_ = std::make_unique<ReleasePoints>(*dev_, *xfer_);
   std::uint32_t nvme_slots = 0;
   if (cfg_.nvme.budget != 0) {
     nvme_slots = static_cast<std::uint32_t>(cfg_.nvme.budget / page_size_);
@@ -501,12 +502,19 @@ void PagerImpl::reclaim_small(Allocation* a) noexcept {
 device::StreamHandle PagerImpl::create_stream() {
   device::StreamHandle s = nullptr;
   TVMM_CHECK(dev_->create_stream(&s));
+  try {
+    releases_->add_stream(s);
+  } catch (...) {
+    dev_->warn_failed(dev_->destroy_stream(s), "destroying a stream");
+    throw;
+  }
   return s;
 }
 
 void PagerImpl::destroy_stream(device::StreamHandle s) noexcept {
   observe_.stream_destroyed(s);
   (void)dev_->synchronize_stream(s);
+  releases_->remove_stream(s);  // every release point on it is complete (or its device is lost)
   dev_->warn_failed(dev_->destroy_stream(s), "destroying a stream");
 }
 
@@ -532,7 +540,11 @@ void PagerImpl::launch_busy(device::StreamHandle s, std::chrono::nanoseconds dur
   TVMM_CHECK(st);
 }
 
-void PagerImpl::synchronize(device::StreamHandle s) { TVMM_CHECK(dev_->synchronize_stream(s)); }
+void PagerImpl::synchronize(device::StreamHandle s) {
+  const std::uint64_t taken = releases_->taken(s);
+  TVMM_CHECK(dev_->synchronize_stream(s));
+  releases_->synchronized(s, taken);
+}
 
 device::EventHandle PagerImpl::create_event() {
   device::EventHandle e = nullptr;

@@ -33,6 +33,7 @@
 #include "vmm/core/nvme_tier.hpp"
 #include "vmm/core/page_table.hpp"
 #include "vmm/core/prefetcher.hpp"
+#include "vmm/core/release_points.hpp"
 #include "vmm/core/resolve_config.hpp"
 #include "vmm/core/small_arena.hpp"
 #include "vmm/core/transfer_engine.hpp"
@@ -201,10 +202,12 @@ class PagerImpl {
   void prefetch_after(Allocation* a, PageSpan next) noexcept;
   void pin_slow(Allocation* a, PageSpan span, Access access, device::StreamHandle stream);
   void wait_for_uses(Allocation* a);
-  // Stream release points of `a`: drop the completed ones (caller holds a->uses_mu), or take them all.
-  void prune_uses(Allocation& a);
-  // Records `e` (on `stream`, at pin count `mark`) as a's latest release point on that stream.
-  void note_release(Allocation& a, device::StreamHandle stream, EventRef e, std::uint64_t mark);
+  // Stream release points of `a` (caller holds a->uses_mu): drops the complete ones; with `record`,
+  // every one left has its event afterwards (recorded now where none covers it). Or take them all,
+  // each with its event (the complete ones dropped).
+  void prune_uses(Allocation& a, bool record);
+  // Records `point` (on `stream`, at pin count `mark`) as a's latest release point on that stream.
+  void note_release(Allocation& a, device::StreamHandle stream, ReleaseTicket point, std::uint64_t mark);
   std::vector<EventRef> take_uses(Allocation* a);
   // Waits for every event, logging (not throwing) failures: for paths that cannot report.
   void wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept;
@@ -322,6 +325,7 @@ class PagerImpl {
   std::deque<std::uint32_t> slot_keepers_;   // pages keeping an NVMe slot elsewhere (lazy: checked on use)
   std::deque<std::uint32_t> discarded_;      // resident pages whose contents were discarded: first victims (lazy)
   std::unique_ptr<TransferEngine> xfer_;
+  std::unique_ptr<ReleasePoints> releases_;  // stream pins' release points (after xfer_, which records them)
   std::unique_ptr<policies::EvictionPolicy> policy_;
 
   mutable std::mutex mu_;

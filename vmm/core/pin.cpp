@@ -189,24 +189,32 @@ void PagerImpl::wait_for_uses(Allocation* a) {
   std::vector<EventRef> waits;
   {
     std::lock_guard ul(a->uses_mu);
-    for (auto& u : a->uses) waits.push_back(u.done);
+    prune_uses(*a, true);
+    for (auto& u : a->uses) waits.push_back(u.point.done);
   }
   const auto t0 = Clock::now();
   for (auto& e : waits) events_.wait(e.get());
   observe_.stall(t0);
   std::lock_guard ul(a->uses_mu);
-  prune_uses(*a);
+  prune_uses(*a, false);
 }
 
-void PagerImpl::prune_uses(Allocation& a) {
-  std::erase_if(a.uses, [&](const Allocation::Use& u) { return events_.is_done(u.done.get()); });
+void PagerImpl::prune_uses(Allocation& a, bool record) {
+  for (auto& u : a.uses) releases_->resolve(u.point, record);
+  // A point with neither event nor line is complete; one with no event yet (without `record`) stays.
+  std::erase_if(a.uses, [&](const Allocation::Use& u) {
+    return u.point.done ? events_.is_done(u.point.done.get()) : !u.point.line;
+  });
   a.use_count.store(static_cast<std::uint32_t>(a.uses.size()), std::memory_order_release);
 }
 
 std::vector<EventRef> PagerImpl::take_uses(Allocation* a) {
   std::vector<EventRef> out;
   std::lock_guard ul(a->uses_mu);
-  for (auto& u : a->uses) out.push_back(std::move(u.done));
+  for (auto& u : a->uses) {
+    releases_->resolve(u.point, true);
+    if (u.point.done) out.push_back(std::move(u.point.done));
+  }
   a->uses.clear();
   a->use_count.store(0, std::memory_order_release);
   return out;
@@ -381,17 +389,16 @@ void PagerImpl::unpin(Allocation* a, PageSpan span, device::StreamHandle stream)
 void PagerImpl::unpin_together(std::span<const Unpin> unpins, device::StreamHandle stream) noexcept {
   if (unpins.empty()) return;
   if (stream != nullptr) {
-    // The release point: the stream's work queued so far, one event for every tensor released here
-    // (an event record is a driver call, about 1.3 us on an H100; docs/gpu.md). Recorded before the pin
-    // counts drop, so an evictor that sees zero pins also sees this event.
+    // The release point: the stream's work queued so far, one point for every tensor released here,
+    // its event recorded when something must follow it (release_points.hpp). Taken before the pin
+    // counts drop, so an evictor that sees zero pins also sees this point.
     try {
-      EventRef e = xfer_->record_on(stream);
+      ReleaseTicket point = releases_->take(stream);
       // No pin since this mark: released together with the tensors unpinned since the latest pin.
       const std::uint64_t mark = observe_.counters.pins.load(std::memory_order_relaxed);
-      // Each tensor but the last gets a reference of its own; the last takes this one (a single unpin
-      // then costs no reference count).
+      // Each tensor but the last gets a copy of its own; the last takes this one.
       for (std::size_t i = 0; i < unpins.size(); ++i)
-        note_release(*unpins[i].alloc, stream, i + 1 == unpins.size() ? std::move(e) : EventRef(e), mark);
+        note_release(*unpins[i].alloc, stream, i + 1 == unpins.size() ? std::move(point) : point, mark);
       latest_release_.store(mark, std::memory_order_relaxed);
     } catch (const std::exception& ex) {
       // Without an event the only safe release point is now: wait for the stream. (The message is best
@@ -411,7 +418,13 @@ void PagerImpl::unpin_together(std::span<const Unpin> unpins, device::StreamHand
         } catch (...) {
         }
       }
-      (void)dev_->synchronize_stream(stream);
+      try {
+        const std::uint64_t taken = releases_->taken(stream);
+        (void)dev_->synchronize_stream(stream);
+        releases_->synchronized(stream, taken);
+      } catch (...) {
+        (void)dev_->synchronize_stream(stream);
+      }
     }
   }
   for (const Unpin& u : unpins) {
@@ -424,13 +437,13 @@ void PagerImpl::unpin_together(std::span<const Unpin> unpins, device::StreamHand
   }
 }
 
-void PagerImpl::note_release(Allocation& a, device::StreamHandle stream, EventRef e, std::uint64_t mark) {
+void PagerImpl::note_release(Allocation& a, device::StreamHandle stream, ReleaseTicket point, std::uint64_t mark) {
   std::lock_guard ul(a.uses_mu);
   auto same = std::find_if(a.uses.begin(), a.uses.end(), [&](const Allocation::Use& u) { return u.stream == stream; });
   if (same != a.uses.end()) {
-    same->done = std::move(e);
+    same->point = std::move(point);
   } else {
-    a.uses.push_back({stream, std::move(e)});
+    a.uses.push_back({stream, std::move(point)});
     a.use_count.store(static_cast<std::uint32_t>(a.uses.size()), std::memory_order_release);
   }
   a.released_at.store(mark, std::memory_order_relaxed);

@@ -1,0 +1,124 @@
+#include "vmm/core/release_points.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "vmm/core/transfer_engine.hpp"
+
+namespace tvmm::vmm {
+
+namespace {
+// Events kept per stream: a point older than the oldest is covered by the oldest (later than needed).
+constexpr std::size_t kKeep = 16;
+}  // namespace
+
+void ReleasePoints::add_stream(device::StreamHandle s) {
+  auto line = std::make_shared<ReleaseLine>();
+  line->stream = s;
+  std::lock_guard lk(mu_);
+  lines_[s] = std::move(line);
+}
+
+void ReleasePoints::remove_stream(device::StreamHandle s) noexcept {
+  std::shared_ptr<ReleaseLine> line;
+  {
+    std::lock_guard lk(mu_);
+    auto it = lines_.find(s);
+    if (it == lines_.end()) return;
+    line = std::move(it->second);
+    lines_.erase(it);
+  }
+  std::lock_guard ll(line->mu);
+  line->gone = true;
+  line->complete = line->taken;
+  line->recorded.clear();
+}
+
+std::shared_ptr<ReleaseLine> ReleasePoints::line_of(device::StreamHandle s) {
+  std::lock_guard lk(mu_);
+  auto it = lines_.find(s);
+  return it == lines_.end() ? nullptr : it->second;
+}
+
+std::uint64_t ReleasePoints::taken(device::StreamHandle s) {
+  const auto line = line_of(s);
+  if (!line) return 0;
+  std::lock_guard ll(line->mu);
+  return line->taken;
+}
+
+void ReleasePoints::synchronized(device::StreamHandle s, std::uint64_t upto) noexcept {
+  std::shared_ptr<ReleaseLine> line;
+  try {
+    line = line_of(s);
+  } catch (...) {
+    return;  // knowing less only costs a record later
+  }
+  if (!line) return;
+  std::lock_guard ll(line->mu);
+  line->complete = std::max(line->complete, upto);
+}
+
+void ReleasePoints::record_locked(ReleaseLine& line) {
+  EventRef e = xfer_.record_on(line.stream);
+  line.recorded.emplace_back(line.taken, std::move(e));
+  if (line.recorded.size() > kKeep) line.recorded.pop_front();
+}
+
+ReleaseTicket ReleasePoints::take(device::StreamHandle s) {
+  ReleaseTicket t;
+  auto line = line_of(s);
+  if (!line) {  // a stream the pager did not create: it may be gone by the time anything waits
+    t.done = xfer_.record_on(s);
+    return t;
+  }
+  std::lock_guard ll(line->mu);
+  t.point = ++line->taken;
+  // The latest point an event covers or that is known complete (both below this one).
+  const std::uint64_t covered = std::max(line->complete, line->recorded.empty() ? 0 : line->recorded.back().first);
+  if (t.point - covered >= kRecordEvery) {
+    record_locked(*line);
+    t.done = line->recorded.back().second;
+  }
+  t.line = std::move(line);
+  return t;
+}
+
+void ReleasePoints::resolve(ReleaseTicket& t, bool record) noexcept {
+  if (!t.line || t.done) return;
+  ReleaseLine& line = *t.line;
+  std::lock_guard ll(line.mu);
+  // Events found complete (by anyone's query or wait: no driver call here) complete their points.
+  while (!line.recorded.empty() && line.recorded.front().second.get()->done.load(std::memory_order_acquire)) {
+    line.complete = std::max(line.complete, line.recorded.front().first);
+    line.recorded.pop_front();
+  }
+  if (line.gone || t.point <= line.complete) {
+    t.line.reset();
+    return;
+  }
+  for (const auto& [upto, e] : line.recorded) {
+    if (upto >= t.point) {
+      t.done = e;
+      return;
+    }
+  }
+  if (!record) return;
+  try {
+    record_locked(line);
+    t.done = line.recorded.back().second;
+  } catch (const std::exception& ex) {
+    // Without an event the only safe release point is now: wait for the stream (as a failed record at
+    // release does; a lost device completes nothing, and its data is gone with it).
+    if (!dev_.lost()) {
+      std::fprintf(stderr, "tvmm: recording a stream pin's release point failed (%s); synchronizing its stream\n",
+                   ex.what());
+    }
+    (void)dev_.synchronize_stream(line.stream);
+    line.complete = line.taken;
+    t.line.reset();
+  }
+}
+
+}  // namespace tvmm::vmm

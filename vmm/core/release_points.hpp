@@ -1,0 +1,89 @@
+#pragma once
+// Release points of stream pins, with their events recorded lazily.
+//
+// A stream pin's release point is the work its stream has queued when it is released: an eviction's
+// write-back, a free, a discard or a host pin of the tensor must follow it. An event record is a
+// driver call (1.6 us on an H200, 1.8 us on an H100; docs/gpu.md), made for every kernel a program
+// runs through tvmm: on GPT-2 that was a fifth of a step held all in memory. Yet most release points
+// are never waited for (a tensor that stays resident), or are superseded by the tensor's next use
+// first. So a release on a stream the pager created only numbers the point; an event is recorded
+// when something needs one (ReleasePoints::event_for), or at every kRecordEvery-th point of the stream
+// so that a point waited for late is covered by an event at most kRecordEvery - 1 points behind it.
+//
+// Why that is correct: an event recorded on a stream completes once the work queued on it before the
+// record has completed (cuEventRecord). Point q is taken after its kernel was queued, and an event
+// recorded after point q was taken (both under the line's lock) covers it, later than needed at worst.
+// Waiting for more than needed is never wrong, only possibly slower. A stream the pager synchronized
+// (synchronize, destroy) has every point taken before the synchronization complete. A stream the
+// pager did not create may be destroyed at any time: its points are recorded at once, as before.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "backends/device/device_backend.hpp"
+#include "vmm/core/event_pool.hpp"
+
+namespace tvmm::vmm {
+
+class TransferEngine;
+
+//! One stream's release points (shared by the tickets that refer to it, so it outlives the stream).
+struct ReleaseLine {
+  std::mutex mu;
+  device::StreamHandle stream = nullptr;
+  std::uint64_t taken = 0;     //!< points taken so far (the latest point's number)
+  std::uint64_t complete = 0;  //!< every point up to this one is known complete
+  bool gone = false;           //!< the stream was destroyed: every point taken is complete
+  //! Events recorded on the stream, oldest first: each covers every point up to its number.
+  std::deque<std::pair<std::uint64_t, EventRef>> recorded;
+};
+
+//! A release point: a line and a point number, and the event chosen for it once one is.
+//! `line` null: the event is `done` (a stream the pager did not create), or none is needed.
+struct ReleaseTicket {
+  std::shared_ptr<ReleaseLine> line;
+  std::uint64_t point = 0;
+  EventRef done;
+};
+
+class ReleasePoints {
+ public:
+  //! Points of a stream between recorded events, at most (1 = an event per point).
+  static constexpr std::uint64_t kRecordEvery = 4;
+
+  ReleasePoints(device::DeviceBackend& dev, TransferEngine& xfer) : dev_(dev), xfer_(xfer) {}
+
+  //! A stream the pager created: its points are recorded lazily.
+  void add_stream(device::StreamHandle s);
+  //! The stream is synchronized and about to be destroyed: every point taken is complete.
+  void remove_stream(device::StreamHandle s) noexcept;
+  //! The number of the latest point taken on `s` (0: none, or not a stream the pager created).
+  [[nodiscard]] std::uint64_t taken(device::StreamHandle s);
+  //! The stream was synchronized after point `upto` was taken: every point up to it is complete.
+  void synchronized(device::StreamHandle s, std::uint64_t upto) noexcept;
+
+  //! Takes a release point on `s` (after the work it must cover was queued). Throws when a record
+  //! it makes fails (the caller falls back to synchronizing the stream).
+  [[nodiscard]] ReleaseTicket take(device::StreamHandle s);
+  //! Makes `t.done` the event the point needs, if any: an event already recorded that covers it, or
+  //! with `record` a new one. Afterwards `t.done` is that event, or `t` is empty (the point is known
+  //! complete), or (without `record`) unchanged. Never throws: when a record fails, the stream is
+  //! synchronized and the point is complete.
+  void resolve(ReleaseTicket& t, bool record) noexcept;
+
+ private:
+  std::shared_ptr<ReleaseLine> line_of(device::StreamHandle s);
+  //! Records an event covering every point taken on `line` (its lock held).
+  void record_locked(ReleaseLine& line);
+
+  device::DeviceBackend& dev_;
+  TransferEngine& xfer_;
+  std::mutex mu_;
+  std::unordered_map<device::StreamHandle, std::shared_ptr<ReleaseLine>> lines_;
+};
+
+}  // namespace tvmm::vmm
