@@ -137,7 +137,8 @@ class TVMM_API StreamTimer {
 //! A host-synchronous pin (from `Tensor::pin(Access)`) releases at once. A stream-ordered pin (from
 //! `Tensor::pin(Stream&, Access)`) takes a release point on its stream: the pages are evicted only
 //! after the stream's work queued before the release has completed (the point's device event is
-//! recorded when something must follow it, and at least at every 4th point of the stream).
+//! recorded when something must follow it, at once while the pager is evicting, and at least at
+//! every 4th point of the stream).
 //!
 //! Device work may touch a tensor's addresses only under a pin: an evicted page's address stays mapped
 //! to the frame it left, which may hold another page's data by then (no fault).

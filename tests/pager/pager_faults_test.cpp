@@ -336,8 +336,9 @@ TEST(PagerFaultsStart, FrameCreationFailureIsOutOfMemory) {
 }
 
 // A release point's event is recorded when an eviction must follow it, or at release for every
-// ReleasePoints::kRecordEvery-th point of a stream (vmm/core/release_points.hpp). Where that record
-// fails, the stream is synchronized instead: the write-back still follows the kernel.
+// ReleasePoints::kRecordEvery-th point of a stream and while the pager evicts
+// (vmm/core/release_points.hpp). Where that record fails, the stream is synchronized instead: the
+// write-back still follows the kernel.
 TEST_F(PagerFaults, ReleaseEventFailureSynchronizesTheStream) {
   for (const bool at_release : {false, true}) {
     SCOPED_TRACE(at_release ? "the record at release fails" : "the record at eviction fails");
@@ -347,7 +348,10 @@ TEST_F(PagerFaults, ReleaseEventFailureSynchronizesTheStream) {
       auto pin = a_.pin(Access::write);
       test::fill(pin.data(), a_.size(), 9);  // stale bytes: an early write-back would keep these
     }
-    if (at_release) {  // points before the one whose release records
+    // A first point: recorded at once, since the pin above evicted b (ReleasePoints::take). Then, with
+    // no eviction, the kRecordEvery-th point after it records at release, the ones before it do not.
+    (void)a_.pin(s, Access::read);
+    if (at_release) {
       for (std::uint64_t i = 1; i < vmm::ReleasePoints::kRecordEvery; ++i) (void)a_.pin(s, Access::read);
     }
     {

@@ -100,6 +100,27 @@ TEST(ReleaseTogether, TakesOneReleasePointPerPagerAndStream) {
   p.check_invariants();
 }
 
+// While the pager evicts, the pages just released are likely victims soon: a point taken after an
+// eviction is recorded at release, not later behind the kernels queued since. Two frames, three tensors
+// pinned in turn on one stream: the third pin evicts, so its release records; the first two do not.
+TEST(ReleaseTogether, APointTakenWhileThePagerEvictsIsRecordedAtOnce) {
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(test::small_config(2, 16), dev);
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 3; ++i) ts.push_back(p.allocate(64 * KiB));
+  auto s = p.create_stream();
+  std::vector<std::uint64_t> recorded_at_release;
+  for (auto& t : ts) {
+    auto pin = t.pin(s, Access::write);
+    const auto before = dev->calls(Op::record_event);
+    pin.release();
+    recorded_at_release.push_back(dev->calls(Op::record_event) - before);
+  }
+  EXPECT_EQ(recorded_at_release, (std::vector<std::uint64_t>{0, 0, 1}));
+  EXPECT_EQ(p.stats().evictions, 1u);
+  p.check_invariants();
+}
+
 // A stream the pager synchronized or destroyed has its release points complete: nothing records an
 // event for them (on a destroyed stream that would be an error), and evicting or freeing their tensors
 // waits for nothing.

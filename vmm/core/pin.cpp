@@ -393,7 +393,7 @@ void PagerImpl::unpin_together(std::span<const Unpin> unpins, device::StreamHand
     // its event recorded when something must follow it (release_points.hpp). Taken before the pin
     // counts drop, so an evictor that sees zero pins also sees this point.
     try {
-      ReleaseTicket point = releases_->take(stream);
+      ReleaseTicket point = releases_->take(stream, observe_.counters.evictions.load(std::memory_order_relaxed));
       // No pin since this mark: released together with the tensors unpinned since the latest pin.
       const std::uint64_t mark = observe_.counters.pins.load(std::memory_order_relaxed);
       // Each tensor but the last gets a copy of its own; the last takes this one.

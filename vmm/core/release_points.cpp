@@ -66,7 +66,7 @@ void ReleasePoints::record_locked(ReleaseLine& line) {
   if (line.recorded.size() > kKeep) line.recorded.pop_front();
 }
 
-ReleaseTicket ReleasePoints::take(device::StreamHandle s) {
+ReleaseTicket ReleasePoints::take(device::StreamHandle s, std::uint64_t evictions) {
   ReleaseTicket t;
   auto line = line_of(s);
   if (!line) {  // a stream the pager did not create: it may be gone by the time anything waits
@@ -77,7 +77,8 @@ ReleaseTicket ReleasePoints::take(device::StreamHandle s) {
   t.point = ++line->taken;
   // The latest point an event covers or that is known complete (both below this one).
   const std::uint64_t covered = std::max(line->complete, line->recorded.empty() ? 0 : line->recorded.back().first);
-  if (t.point - covered >= kRecordEvery) {
+  const bool evicting = std::exchange(line->evictions, evictions) != evictions;
+  if (evicting || t.point - covered >= kRecordEvery) {
     record_locked(*line);
     t.done = line->recorded.back().second;
   }

@@ -7,11 +7,13 @@
 // runs through tvmm: on GPT-2 that was a fifth of a step held all in memory. Yet most release points
 // are never waited for (a tensor that stays resident), or are superseded by the tensor's next use
 // first. So a release on a stream the pager created only numbers the point; an event is recorded
-// when something needs one (ReleasePoints::event_for), or at every kRecordEvery-th point of the stream
-// so that a point waited for late is covered by an event at most kRecordEvery - 1 points behind it.
+// when something needs one (ReleasePoints::resolve), at every kRecordEvery-th point of the stream so
+// that a point waited for late is covered by an event at most kRecordEvery - 1 points behind it, and
+// at every point taken while the pager is evicting (ReleasePoints::take).
 //
-// Why that is correct: an event recorded on a stream completes once the work queued on it before the
-// record has completed (cuEventRecord). Point q is taken after its kernel was queued, and an event
+// Why that is correct: cuEventRecord "captures in hEvent the contents of hStream at the time of this
+// call", and a query or a stream wait then examines "the work that was captured" (cuda.h). Point q is
+// taken after its kernel was queued, and an event
 // recorded after point q was taken (both under the line's lock) covers it, later than needed at worst.
 // Waiting for more than needed is never wrong, only possibly slower. A stream the pager synchronized
 // (synchronize, destroy) has every point taken before the synchronization complete. A stream the
@@ -40,6 +42,7 @@ struct ReleaseLine {
   bool gone = false;           //!< the stream was destroyed: every point taken is complete
   //! Events recorded on the stream, oldest first: each covers every point up to its number.
   std::deque<std::pair<std::uint64_t, EventRef>> recorded;
+  std::uint64_t evictions = 0;  //!< the pager's evictions at the latest point taken
 };
 
 //! A release point: a line and a point number, and the event chosen for it once one is.
@@ -66,9 +69,13 @@ class ReleasePoints {
   //! The stream was synchronized after point `upto` was taken: every point up to it is complete.
   void synchronized(device::StreamHandle s, std::uint64_t upto) noexcept;
 
-  //! Takes a release point on `s` (after the work it must cover was queued). Throws when a record
-  //! it makes fails (the caller falls back to synchronizing the stream).
-  [[nodiscard]] ReleaseTicket take(device::StreamHandle s);
+  //! Takes a release point on `s` (after the work it must cover was queued). `evictions`: the pager's
+  //! evictions so far. Where some happened since the stream's previous point, this one is recorded at
+  //! once: under eviction pressure the pages just released are likely victims soon, and an event
+  //! recorded when they are chosen would hold their write-backs behind every kernel queued since
+  //! (on the quick suite's synthetic workloads, whose kernels are long, that cost up to 13%). Throws
+  //! when a record it makes fails (the caller falls back to synchronizing the stream).
+  [[nodiscard]] ReleaseTicket take(device::StreamHandle s, std::uint64_t evictions);
   //! Makes `t.done` the event the point needs, if any: an event already recorded that covers it, or
   //! with `record` a new one. Afterwards `t.done` is that event, or `t` is empty (the point is known
   //! complete), or (without `record`) unchanged. Never throws: when a record fails, the stream is
