@@ -107,6 +107,9 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   // release points (claimed victims gain no new uses). Victims with nothing pending go first.
   std::vector<std::pair<PageEntry*, std::vector<Event*>>> queue;
   queue.reserve(victims.size());
+  // References to the release points' events named in `queue`: a concurrent release of another span
+  // of a victim's tensor may replace its use (and drop the event) once uses_mu is let go.
+  std::vector<EventRef> uses_held;
   for (PageEntry* v : victims) {
     std::vector<Event*> after;
     if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
@@ -122,7 +125,10 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     if (!word::discarded(vw)) write_behind_.evicted(v->owner->id, v->droppable(vw));
     std::lock_guard ul(v->owner->uses_mu);
     prune_uses(*v->owner, true);
-    for (auto& u : v->owner->uses) after.push_back(u.point.done.get());
+    for (auto& u : v->owner->uses) {
+      after.push_back(u.point.done.get());
+      uses_held.push_back(u.point.done);
+    }
     queue.emplace_back(v, std::move(after));
   }
   std::stable_partition(queue.begin(), queue.end(), [](const auto& q) { return q.second.empty(); });

@@ -203,6 +203,7 @@ PagerImpl::~PagerImpl() {
     if (const std::size_t failed = unmap_range(0, table_.size()); failed != 0 && !dev_->lost())
       std::fprintf(stderr, "tvmm: %zu page address(es) could not be unmapped\n", failed);
   }
+  releases_.reset();          // refers to xfer_
   xfer_.reset();              // drains the copy streams before the tiers go away
   observe_.close_timeline();  // every copy's completion is in it now
   loads_.clear();
@@ -513,8 +514,8 @@ device::StreamHandle PagerImpl::create_stream() {
 
 void PagerImpl::destroy_stream(device::StreamHandle s) noexcept {
   observe_.stream_destroyed(s);
-  (void)dev_->synchronize_stream(s);
-  releases_->remove_stream(s);  // every release point on it is complete (or its device is lost)
+  const bool drained = dev_->synchronize_stream(s).ok() || dev_->lost();
+  releases_->remove_stream(s, drained);
   dev_->warn_failed(dev_->destroy_stream(s), "destroying a stream");
 }
 

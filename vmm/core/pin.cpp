@@ -420,8 +420,7 @@ void PagerImpl::unpin_together(std::span<const Unpin> unpins, device::StreamHand
       }
       try {
         const std::uint64_t taken = releases_->taken(stream);
-        (void)dev_->synchronize_stream(stream);
-        releases_->synchronized(stream, taken);
+        if (dev_->synchronize_stream(stream).ok() || dev_->lost()) releases_->synchronized(stream, taken);
       } catch (...) {
         (void)dev_->synchronize_stream(stream);
       }

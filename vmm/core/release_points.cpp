@@ -20,7 +20,7 @@ void ReleasePoints::add_stream(device::StreamHandle s) {
   lines_[s] = std::move(line);
 }
 
-void ReleasePoints::remove_stream(device::StreamHandle s) noexcept {
+void ReleasePoints::remove_stream(device::StreamHandle s, bool drained) noexcept {
   std::shared_ptr<ReleaseLine> line;
   {
     std::lock_guard lk(mu_);
@@ -31,8 +31,16 @@ void ReleasePoints::remove_stream(device::StreamHandle s) noexcept {
   }
   std::lock_guard ll(line->mu);
   line->gone = true;
-  line->complete = line->taken;
-  line->recorded.clear();
+  if (drained) {
+    line->complete = line->taken;
+    line->recorded.clear();
+    return;
+  }
+  try {
+    if (line->recorded.empty() || line->recorded.back().first < line->taken) record_locked(*line);
+  } catch (...) {
+    line->complete = line->taken;  // no event: as complete as it can be known
+  }
 }
 
 std::shared_ptr<ReleaseLine> ReleasePoints::line_of(device::StreamHandle s) {
@@ -57,7 +65,7 @@ void ReleasePoints::synchronized(device::StreamHandle s, std::uint64_t upto) noe
   }
   if (!line) return;
   std::lock_guard ll(line->mu);
-  line->complete = std::max(line->complete, upto);
+  line->complete = std::max(line->complete, std::min(upto, line->taken));
 }
 
 void ReleasePoints::record_locked(ReleaseLine& line) {
@@ -90,12 +98,15 @@ void ReleasePoints::resolve(ReleaseTicket& t, bool record) noexcept {
   if (!t.line || t.done) return;
   ReleaseLine& line = *t.line;
   std::lock_guard ll(line.mu);
-  // Events found complete (by anyone's query or wait: no driver call here) complete their points.
-  while (!line.recorded.empty() && line.recorded.front().second.get()->done.load(std::memory_order_acquire)) {
-    line.complete = std::max(line.complete, line.recorded.front().first);
-    line.recorded.pop_front();
+  // The newest event found complete (by anyone's query or wait: no driver call here) completes its
+  // points and every event recorded before it (one stream runs in order).
+  for (auto it = line.recorded.rbegin(); it != line.recorded.rend(); ++it) {
+    if (!it->second.get()->done.load(std::memory_order_acquire)) continue;
+    line.complete = std::max(line.complete, it->first);
+    line.recorded.erase(line.recorded.begin(), it.base());
+    break;
   }
-  if (line.gone || t.point <= line.complete) {
+  if (t.point <= line.complete) {
     t.line.reset();
     return;
   }
@@ -104,6 +115,10 @@ void ReleasePoints::resolve(ReleaseTicket& t, bool record) noexcept {
       t.done = e;
       return;
     }
+  }
+  if (line.gone) {  // remove_stream covered every point it could
+    t.line.reset();
+    return;
   }
   if (!record) return;
   try {
@@ -116,9 +131,13 @@ void ReleasePoints::resolve(ReleaseTicket& t, bool record) noexcept {
       std::fprintf(stderr, "tvmm: recording a stream pin's release point failed (%s); synchronizing its stream\n",
                    ex.what());
     }
-    (void)dev_.synchronize_stream(line.stream);
-    line.complete = line.taken;
-    t.line.reset();
+    // Complete only if the stream did drain (or never will: a lost device): otherwise a later consumer
+    // records again. The pager's lock may be held here (an eviction, a free): a failure path only,
+    // and no work on a stream may wait for a host thread (cuLaunchHostFunc).
+    if (dev_.synchronize_stream(line.stream).ok() || dev_.lost()) {
+      line.complete = line.taken;
+      t.line.reset();
+    }
   }
 }
 

@@ -9,7 +9,10 @@
 // first. So a release on a stream the pager created only numbers the point; an event is recorded
 // when something needs one (ReleasePoints::resolve), at every kRecordEvery-th point of the stream so
 // that a point waited for late is covered by an event at most kRecordEvery - 1 points behind it, and
-// at every point taken while the pager is evicting (ReleasePoints::take).
+// at every point taken after the pager evicted since the stream's previous one (ReleasePoints::take).
+// An event recorded late covers what was queued after the point too: a host pin or a free may wait
+// for it as well, which only cuLaunchHostFunc's forbidden host functions (one that waits for a host
+// thread) could turn into a deadlock.
 //
 // Why that is correct: cuEventRecord "captures in hEvent the contents of hStream at the time of this
 // call", and a query or a stream wait then examines "the work that was captured" (cuda.h). Point q is
@@ -39,7 +42,7 @@ struct ReleaseLine {
   device::StreamHandle stream = nullptr;
   std::uint64_t taken = 0;     //!< points taken so far (the latest point's number)
   std::uint64_t complete = 0;  //!< every point up to this one is known complete
-  bool gone = false;           //!< the stream was destroyed: every point taken is complete
+  bool gone = false;           //!< the stream was destroyed: no event can be recorded on it any more
   //! Events recorded on the stream, oldest first: each covers every point up to its number.
   std::deque<std::pair<std::uint64_t, EventRef>> recorded;
   std::uint64_t evictions = 0;  //!< the pager's evictions at the latest point taken
@@ -62,11 +65,14 @@ class ReleasePoints {
 
   //! A stream the pager created: its points are recorded lazily.
   void add_stream(device::StreamHandle s);
-  //! The stream is synchronized and about to be destroyed: every point taken is complete.
-  void remove_stream(device::StreamHandle s) noexcept;
+  //! The stream is about to be destroyed. `drained`: it was synchronized (or its device is lost), so
+  //! every point taken is complete; otherwise an event is recorded now to cover them, the last one
+  //! (if that fails too, nothing more can be done: the points count as complete).
+  void remove_stream(device::StreamHandle s, bool drained) noexcept;
   //! The number of the latest point taken on `s` (0: none, or not a stream the pager created).
   [[nodiscard]] std::uint64_t taken(device::StreamHandle s);
-  //! The stream was synchronized after point `upto` was taken: every point up to it is complete.
+  //! The stream was synchronized after point `upto` was taken: every point up to it is complete (at
+  //! most every point taken on the stream's line now).
   void synchronized(device::StreamHandle s, std::uint64_t upto) noexcept;
 
   //! Takes a release point on `s` (after the work it must cover was queued). `evictions`: the pager's
