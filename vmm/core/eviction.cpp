@@ -125,7 +125,8 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     if (!word::discarded(vw)) write_behind_.evicted(v->owner->id, v->droppable(vw));
     std::lock_guard ul(v->owner->uses_mu);
     prune_uses(*v->owner, true);
-    for (auto& u : v->owner->uses) {
+    for (auto& u : v->owner->uses) {  // each has its event after prune_uses(.., true)
+      if (!u.point.done) continue;
       after.push_back(u.point.done.get());
       uses_held.push_back(u.point.done);
     }
@@ -272,7 +273,9 @@ void PagerImpl::copy_behind() {
       {
         std::lock_guard ul(t->uses_mu);
         prune_uses(*t, true);
-        for (auto& u : t->uses) xfer_->order_behind_after(u.point.done.get());
+        for (auto& u : t->uses) {
+          if (u.point.done) xfer_->order_behind_after(u.point.done.get());
+        }
       }
       for (std::size_t c = first; c < claimed.size(); ++c) {
         PageEntry& p = *claimed[c];

@@ -131,13 +131,13 @@ void ReleasePoints::resolve(ReleaseTicket& t, bool record) noexcept {
       std::fprintf(stderr, "tvmm: recording a stream pin's release point failed (%s); synchronizing its stream\n",
                    ex.what());
     }
-    // Complete only if the stream did drain (or never will: a lost device): otherwise a later consumer
-    // records again. The pager's lock may be held here (an eviction, a free): a failure path only,
-    // and no work on a stream may wait for a host thread (cuLaunchHostFunc).
-    if (dev_.synchronize_stream(line.stream).ok() || dev_.lost()) {
-      line.complete = line.taken;
-      t.line.reset();
-    }
+    // The pager's lock may be held here (an eviction, a free): a failure path only, and no work on a
+    // stream may wait for a host thread (cuLaunchHostFunc). The point counts as complete even if the
+    // synchronize fails too (as a failed record at release always did): a consumer with neither an
+    // event nor a drained stream has nothing better to wait for.
+    (void)dev_.synchronize_stream(line.stream);
+    line.complete = line.taken;
+    t.line.reset();
   }
 }
 

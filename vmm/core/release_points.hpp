@@ -84,8 +84,8 @@ class ReleasePoints {
   [[nodiscard]] ReleaseTicket take(device::StreamHandle s, std::uint64_t evictions);
   //! Makes `t.done` the event the point needs, if any: an event already recorded that covers it, or
   //! with `record` a new one. Afterwards `t.done` is that event, or `t` is empty (the point is known
-  //! complete), or (without `record`) unchanged. Never throws: when a record fails, the stream is
-  //! synchronized and the point is complete.
+  //! complete), or (without `record`) unchanged: with `record` it always ends with an event or
+  //! complete. Never throws: when a record fails, the stream is synchronized and the point is complete.
   void resolve(ReleaseTicket& t, bool record) noexcept;
 
  private:
