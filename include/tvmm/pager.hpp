@@ -137,8 +137,8 @@ class TVMM_API StreamTimer {
 //! A host-synchronous pin (from `Tensor::pin(Access)`) releases at once. A stream-ordered pin (from
 //! `Tensor::pin(Stream&, Access)`) takes a release point on its stream: the pages are evicted only
 //! after the stream's work queued before the release has completed (the point's device event is
-//! recorded when something must follow it, at once where the pager evicted since the stream's previous point, and at least at
-//! every 4th point of the stream).
+//! recorded when something must follow it, at once where the pager evicted since the stream's
+//! previous point, and at least at every 4th point of the stream).
 //!
 //! Device work may touch a tensor's addresses only under a pin: an evicted page's address stays mapped
 //! to the frame it left, which may hold another page's data by then (no fault).
@@ -184,8 +184,9 @@ class TVMM_API Pin {
 //! Releases several pins at one point: as releasing each in turn with nothing queued on their streams
 //! in between, but the stream-ordered pins of one pager and stream share one release point (one per 16
 //! of them, not one per pin; a point's device event, where one is recorded, is a driver call on a GPU,
-//! about 1.8 us on an H100, docs/gpu.md). Host-synchronous pins release as `Pin::release` does. Use it for the pins of one
-//! kernel's operands, released after its launch. Empty pins are skipped; every pin is empty afterwards.
+//! about 1.8 us on an H100, docs/gpu.md). Host-synchronous pins release as `Pin::release` does. Use it
+//! for the pins of one kernel's operands, released after its launch. Empty pins are skipped; every pin
+//! is empty afterwards.
 TVMM_API void release_together(std::span<Pin> pins) noexcept;
 
 //! A tensor: a range of device virtual addresses whose pages the pager moves between tiers. Move-only;

@@ -2,7 +2,7 @@
 // Release points of stream pins, with their events recorded lazily.
 //
 // A stream pin's release point is the work its stream has queued when it is released: an eviction's
-// write-back, a free, a discard or a host pin of the tensor must follow it. An event record is a
+// write-back, a free or a host pin of the tensor must follow it. An event record is a
 // driver call (1.6 us on an H200, 1.8 us on an H100; docs/gpu.md), made for every kernel a program
 // runs through tvmm: on GPT-2 that was a fifth of a step held all in memory. Yet most release points
 // are never waited for (a tensor that stays resident), or are superseded by the tensor's next use
