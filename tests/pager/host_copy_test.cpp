@@ -3,17 +3,55 @@
 // takes copies back. No byte is ever lost.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <vector>
 
+#include "backends/device/faulty/faulty_device.hpp"
+#include "faulty_pager.hpp"
 #include "test_support.hpp"
 
 using namespace tvmm;
 using test::mismatches;
 using test::write;
+using Op = device::FaultyDevice::Op;
 
 namespace {
 
 constexpr std::size_t kPage = 64 * KiB;
+
+// Lets every held copy run `after` from now, or when the test ends, also by a failed assertion (the
+// pager's destructor synchronizes its streams): a pin that waits for a held copy returns late instead
+// of never.
+class ReleaseHeld {
+ public:
+  ReleaseHeld(device::FaultyDevice* dev, std::chrono::milliseconds after)
+      : dev_(dev), thread_([this, after] {
+          std::unique_lock lk(mu_);
+          cv_.wait_for(lk, after, [this] { return done_; });
+          dev_->release_all();
+        }) {}
+  ~ReleaseHeld() {
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    dev_->release_all();
+  }
+  ReleaseHeld(const ReleaseHeld&) = delete;
+  ReleaseHeld& operator=(const ReleaseHeld&) = delete;
+
+ private:
+  device::FaultyDevice* dev_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -99,4 +137,72 @@ TEST(HostCopy, AFullHostTierTakesACopyBackForAWriteBack) {
   EXPECT_EQ(p.stats().device_to_host.pages - before.device_to_host.pages, 1u);
   for (int i = 0; i < 11; ++i) EXPECT_EQ(mismatches(ts[i], 100 + i), 0u) << "tensor " << i;
   p.check_invariants();
+}
+
+// Two device frames and two host slots; a on the host tier, b and c resident and dirty.
+// hold_page_in_of_a() holds the page-ins, pins a on `s` (evicting b into the last free slot) and
+// returns once b's write-back has run: the host tier is full, and a's page-in still reads its slot.
+class FullHostTier : public ::testing::Test {
+ protected:
+  FullHostTier() {
+    write(a, 1);
+    write(b, 2);
+    write(c, 3);
+  }
+  void hold_page_in_of_a() {
+    ASSERT_EQ(a.tier(), Tier::host);
+    dev->hold(Op::copy_in);
+    { auto pin = a.pin(s, Access::read); }
+    ASSERT_EQ(dev->held(Op::copy_in), 1u);
+    ASSERT_TRUE(test::eventually([&] { return b.tier() == Tier::host; }));
+    EXPECT_EQ(p.stats().host_used_bytes, 2 * kPage);
+  }
+  void expect_every_byte() {
+    EXPECT_EQ(mismatches(a, 1), 0u) << "c's write-back overwrote the slot before a's page-in read it";
+    EXPECT_EQ(mismatches(b, 2), 0u);
+    EXPECT_EQ(mismatches(c, 3), 0u);
+    EXPECT_EQ(mismatches(a, 1), 0u);  // evicted and read back again
+    p.check_invariants();
+  }
+  device::FaultyDevice* dev = nullptr;
+  Pager p = test::make_faulty_pager(test::small_config(2, 2), dev);
+  Stream s = p.create_stream();
+  Tensor a = p.allocate(kPage, {"a"}), b = p.allocate(kPage, {"b"}), c = p.allocate(kPage, {"c"});
+};
+
+// With the host tier full, the slot a running page-in reads from is lent to the write-back of the
+// policy's victim, ordered after that page-in; the page-in's page only loses its host copy. Without
+// the loan, the dirty victim could not be claimed: the pin would wait for a's page-in (here let go
+// only after 2 s) and evict c then.
+TEST_F(FullHostTier, LendsARunningPageInsSlotToAWriteBack) {
+  ReleaseHeld unblock(dev, std::chrono::seconds(2));
+  hold_page_in_of_a();
+  // b's pin needs a frame: c, the least recent, is dirty and no slot is free but a's, whose page-in
+  // is still held. c's write-back takes it, after a's page-in has read it.
+  { auto pin = b.pin(s, Access::read); }
+  EXPECT_EQ(dev->held(Op::copy_in), 2u)
+      << "b's pin waited for a's page-in; b's page-in follows c's write-back, which follows a's page-in";
+  dev->release_all();
+  s.synchronize();
+  EXPECT_EQ(c.tier(), Tier::host) << "the policy's victim was evicted";
+  EXPECT_EQ(a.tier(), Tier::device) << "the page being loaded stayed";
+  p.check_invariants();
+  expect_every_byte();  // a has no host copy now: evicting it writes it back
+}
+
+// If the eviction that borrowed a slot fails before its copy stream waits for the page-in reading the
+// slot, the victim keeps the slot and its next write-back into it would not wait either: the failed
+// eviction waits for that page-in. Here the page-in is let go 200 ms later by another thread; without
+// the wait, c's next eviction overwrites the slot at once and a's page-in then reads c's bytes.
+TEST_F(FullHostTier, AFailedEvictionWaitsForThePageInWhoseSlotItBorrowed) {
+  {
+    ReleaseHeld unblock(dev, std::chrono::milliseconds(200));
+    hold_page_in_of_a();
+    // c's write-back into a's slot: its copy stream's wait for a's page-in fails.
+    dev->fail_once(Op::stream_wait_event, device::Errc::invalid_value);
+    EXPECT_THROW({ auto pin = b.pin(s, Access::read); }, device_error);
+    { auto pin = b.pin(s, Access::read); }  // evicts c into the slot it kept
+  }
+  s.synchronize();
+  expect_every_byte();
 }

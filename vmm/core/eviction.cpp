@@ -16,22 +16,35 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
                                                   std::span<PageEntry* const> loading) {
   std::vector<PageEntry*> victims;
   std::uint32_t slots = host_->free_count();
+  std::optional<std::size_t> lendable;  // slots of running page-ins that evict() may borrow (counted once)
   auto claim = [&](PageEntry& p) {
     if (protect != nullptr && (*protect)(p)) return false;
     // A page with a current NVMe copy, or discarded, is dropped, not written back: it needs no host
     // slot (nor does one keeping a host copy, or a slot from a failed eviction). The claim compares the
     // whole word, so `needs_slot` holds for the word the claim succeeds on. With no slot free, the
-    // oldest kept host copy gives its slot up (that page is resident: it loses only its free eviction).
+    // oldest kept host copy gives its slot up (that page is resident: it loses only its free eviction),
+    // and failing that, the slot a running page-in reads from is lent (evict: borrow_slot).
     bool needs_slot = false;
+    // A page whose own slot was counted as lendable: claiming it takes that slot off the count, and
+    // once every counted slot is promised to a write-back, it stays (evict borrows exactly the count).
+    const bool counted = lendable && lends_slot(p);
     const bool claimed = p.try_claim_for_eviction([&](std::uint64_t w) {
+      if (counted && *lendable == 0) return false;
       needs_slot = p.host_slot == kNoSlot && !p.droppable(w);
       if (needs_slot && slots == 0) {
-        if (!host_copies_->take_back_one()) return false;
-        ++slots;
+        if (host_copies_->take_back_one()) {
+          ++slots;
+          return true;
+        }
+        if (!lendable) lendable = lendable_slots();
+        if (*lendable == 0) return false;
+        --*lendable;
+        ++slots;  // evict() finds the tier empty and borrows it
       }
       return true;
     });
     if (!claimed) return false;
+    if (counted) --*lendable;
     if (needs_slot) --slots;
     victims.push_back(&p);
     return true;
@@ -98,9 +111,29 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
 // only for it. Victims that are already free of pending work go first, so that one whose last kernel
 // is still queued on a stream does not hold up the write-backs behind it.
 void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
-  for (PageEntry* v : victims) {
-    if (v->host_slot != kNoSlot || v->droppable(v->word.load(std::memory_order_acquire))) continue;
-    v->host_slot = *host_->try_acquire();  // select_victims counted (or freed) the slots
+  // Slots lent by running page-ins (borrow_slot), per victim: its write-back waits for that page-in.
+  std::vector<std::pair<PageEntry*, EventRef>> lent;
+  std::erase_if(victims, [&](PageEntry* v) {
+    if (v->host_slot != kNoSlot || v->droppable(v->word.load(std::memory_order_acquire))) return false;
+    // select_victims counted (or freed) the slots, lendable ones included.
+    if (auto s = host_->try_acquire()) {
+      v->host_slot = *s;
+      return false;
+    }
+    if (auto b = borrow_slot()) {
+      v->host_slot = b->first;
+      lent.emplace_back(v, std::move(b->second));
+      return false;
+    }
+    // Not expected (select_victims counts exactly what can be borrowed); should a slot be missing, the
+    // victim stays resident, as when an eviction fails.
+    policy_->restore(table_.index_of(*v));
+    v->set_state(PageState::device, v->ready != nullptr);
+    return true;
+  });
+  if (victims.empty()) {
+    cv_.notify_all();
+    return;
   }
   std::size_t dropped = 0;
   // What each victim's write-back must follow, still pending: its page-in and its tensor's stream
@@ -113,6 +146,9 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   for (PageEntry* v : victims) {
     std::vector<Event*> after;
     if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
+    for (auto& [page, in] : lent) {
+      if (page == v && !events_.is_done(in.get())) after.push_back(in.get());
+    }
     const auto vw = v->word.load(std::memory_order_acquire);
     // A write-behind copy still reading the frame: its own batch's event (a later one may wait for
     // kernels queued since, which the frame's next user need not). Even when that event is done for this
@@ -166,6 +202,15 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       policy_->restore(table_.index_of(*v));
       v->set_state(PageState::device, v->ready != nullptr);
     }
+    // A lent slot may still be read by the page-in it came from, and the victim's next write-back
+    // into it would not know: wait for those page-ins here (a failure path, under mu_). If even that
+    // fails, the device is failing and its copies with it.
+    for (auto& [v, in] : lent) {
+      try {
+        events_.wait(in.get());
+      } catch (...) {
+      }
+    }
     cv_.notify_all();
     throw;
   }
@@ -183,6 +228,39 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   evictions_.push_back(std::move(batch));
   observe_.counters.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
   observe_.counters.clean_evictions.fetch_add(dropped, std::memory_order_relaxed);
+}
+
+// A running page-in's source slot can be lent to a write-back once the page-in has read it: the slot
+// would return to the tier when reap() retires the page-in anyway (HostCopies::keep_or_release keeps
+// no copy in a tier short of slots). The page loses only its host copy.
+std::size_t PagerImpl::lendable_slots() const noexcept {
+  std::size_t n = 0;
+  for (const LoadBatch& b : loads_) {
+    for (const auto idx : b.pages) n += table_[idx].ready == b.done.get() && lends_slot(table_[idx]) ? 1 : 0;
+  }
+  return n;
+}
+
+bool PagerImpl::lends_slot(const PageEntry& p) noexcept {
+  const auto w = p.word.load(std::memory_order_acquire);
+  // Resident with its page-in running (only publish_chunk sets `ready`, with a batch in loads_ whose
+  // event it is), reading from its slot, and no write-behind copy refreshing the slot (whose
+  // retirement decides the slot's fate).
+  return p.ready != nullptr && word::state(w) == PageState::device && word::pending(w) && !word::writing_behind(w) &&
+         p.host_slot != kNoSlot;
+}
+
+std::optional<std::pair<std::uint32_t, EventRef>> PagerImpl::borrow_slot() {
+  // The oldest page-in first: it completes soonest, so its borrower's write-back waits least.
+  for (LoadBatch& b : loads_) {
+    for (const auto idx : b.pages) {
+      PageEntry& p = table_[idx];
+      if (p.ready != b.done.get() || !lends_slot(p)) continue;
+      (void)p.clear_host_copy();
+      return std::pair{std::exchange(p.host_slot, kNoSlot), b.done};
+    }
+  }
+  return std::nullopt;
 }
 
 // --- write-behind ----------------------------------------------------------------------------------------

@@ -268,6 +268,11 @@ class PagerImpl {
   //! Unmaps the mapped addresses among pages [first, first + count), a call per run of adjacent
   //! mapped pages, and clears their PageEntry::mapped; returns how many failed (those keep `mapped`).
   std::size_t unmap_range(std::uint32_t first, std::uint32_t count) noexcept;
+  // Host slots that running page-ins read from and could lend to a write-back (eviction.cpp); borrow_slot
+  // takes one (from the oldest page-in) with the event the write-back must follow. Under mu_.
+  [[nodiscard]] std::size_t lendable_slots() const noexcept;
+  [[nodiscard]] static bool lends_slot(const PageEntry& p) noexcept;
+  std::optional<std::pair<std::uint32_t, EventRef>> borrow_slot();
   // Retires completed page-ins and write-backs; true if it retired any.
   bool reap(Lock& lk);
   void reclaim(Allocation* a) noexcept;
