@@ -111,8 +111,10 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
 // only for it. Victims that are already free of pending work go first, so that one whose last kernel
 // is still queued on a stream does not hold up the write-backs behind it.
 void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
-  // Slots lent by running page-ins (borrow_slot), per victim: its write-back waits for that page-in.
-  std::vector<std::pair<PageEntry*, EventRef>> lent;
+  // Slots lent by running page-ins (borrow_slot): each victim's write-back waits for its lender's page-in.
+  std::vector<Loan> lent;
+  lent.reserve(victims.size());  // borrow_slot changes the lender: nothing may throw after it
+  const std::size_t claimed = victims.size();
   std::erase_if(victims, [&](PageEntry* v) {
     if (v->host_slot != kNoSlot || v->droppable(v->word.load(std::memory_order_acquire))) return false;
     // select_victims counted (or freed) the slots, lendable ones included.
@@ -120,21 +122,21 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       v->host_slot = *s;
       return false;
     }
-    if (auto b = borrow_slot()) {
-      v->host_slot = b->first;
-      lent.emplace_back(v, std::move(b->second));
+    if (auto loan = borrow_slot()) {
+      v->host_slot = std::exchange(loan->lender->host_slot, kNoSlot);
+      loan->victim = v;
+      lent.push_back(std::move(*loan));
       return false;
     }
-    // Not expected (select_victims counts exactly what can be borrowed); should a slot be missing, the
-    // victim stays resident, as when an eviction fails.
+    // Not expected (select_victims counts exactly what can be borrowed). Should a slot be missing, the
+    // victim stays resident, as when an eviction fails, and the caller finds fewer frames (none: it
+    // waits for a transfer, acquire_frames).
     policy_->restore(table_.index_of(*v));
     v->set_state(PageState::device, v->ready != nullptr);
     return true;
   });
-  if (victims.empty()) {
-    cv_.notify_all();
-    return;
-  }
+  if (victims.size() != claimed) cv_.notify_all();
+  if (victims.empty()) return;
   std::size_t dropped = 0;
   // What each victim's write-back must follow, still pending: its page-in and its tensor's stream
   // release points (claimed victims gain no new uses). Victims with nothing pending go first.
@@ -146,8 +148,8 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   for (PageEntry* v : victims) {
     std::vector<Event*> after;
     if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
-    for (auto& [page, in] : lent) {
-      if (page == v && !events_.is_done(in.get())) after.push_back(in.get());
+    for (const Loan& loan : lent) {
+      if (loan.victim == v && !events_.is_done(loan.page_in.get())) after.push_back(loan.page_in.get());
     }
     const auto vw = v->word.load(std::memory_order_acquire);
     // A write-behind copy still reading the frame: its own batch's event (a later one may wait for
@@ -171,13 +173,15 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   std::stable_partition(queue.begin(), queue.end(), [](const auto& q) { return q.second.empty(); });
   for (std::size_t i = 0; i < queue.size(); ++i) victims[i] = queue[i].first;
   std::vector<EventRef> per_page;
+  std::size_t copying = 0;  // the victims queue[0, copying) are past their copy call: theirs may be queued
   try {
     // 1. Per victim, in order: make the copy stream wait for what is still pending of its uses (the host
     //    does not wait for those), queue its write-back, and record an event after it. A page dropped
     //    without a copy gets an event too: its frame's next users must follow its last uses.
     std::vector<Event*> ordered;  // what the copy stream already waits for
     per_page.reserve(victims.size());
-    for (auto& [v, after] : queue) {
+    for (std::size_t i = 0; i < queue.size(); ++i) {
+      auto& [v, after] = queue[i];
       for (Event* e : after) {
         if (std::find(ordered.begin(), ordered.end(), e) != ordered.end()) continue;
         xfer_->order_copy_out_after(e);
@@ -187,6 +191,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       const auto vw = v->word.load(std::memory_order_acquire);
       const bool copy = v->host_slot != kNoSlot && !word::discarded(vw) && !word::host_copy(vw);
       if (copy) {
+        copying = i + 1;  // the copy stream waits for `after` already
         xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v), used_bytes(*v));
       } else {
         ++dropped;
@@ -202,14 +207,14 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       policy_->restore(table_.index_of(*v));
       v->set_state(PageState::device, v->ready != nullptr);
     }
-    // A lent slot may still be read by the page-in it came from, and the victim's next write-back
-    // into it would not know: wait for those page-ins here (a failure path, under mu_). If even that
-    // fails, the device is failing and its copies with it.
-    for (auto& [v, in] : lent) {
-      try {
-        events_.wait(in.get());
-      } catch (...) {
-      }
+    // A lent slot whose write-back was never queued goes back to its lender, whose page-in may still
+    // read it: the victim's next write-back would know nothing of that page-in. (For the victims
+    // queued before, the copy stream already waits for the page-in, and so does any later write-back
+    // on it.) The lender, pending under mu_ all along, releases it when its page-in is retired.
+    for (const Loan& loan : lent) {
+      const auto at = std::find_if(queue.begin(), queue.end(), [&](const auto& q) { return q.first == loan.victim; });
+      if (at - queue.begin() < static_cast<std::ptrdiff_t>(copying)) continue;
+      loan.lender->host_slot = std::exchange(loan.victim->host_slot, kNoSlot);
     }
     cv_.notify_all();
     throw;
@@ -250,14 +255,14 @@ bool PagerImpl::lends_slot(const PageEntry& p) noexcept {
          p.host_slot != kNoSlot;
 }
 
-std::optional<std::pair<std::uint32_t, EventRef>> PagerImpl::borrow_slot() {
+std::optional<PagerImpl::Loan> PagerImpl::borrow_slot() {
   // The oldest page-in first: it completes soonest, so its borrower's write-back waits least.
   for (LoadBatch& b : loads_) {
     for (const auto idx : b.pages) {
       PageEntry& p = table_[idx];
       if (p.ready != b.done.get() || !lends_slot(p)) continue;
-      (void)p.clear_host_copy();
-      return std::pair{std::exchange(p.host_slot, kNoSlot), b.done};
+      (void)p.clear_host_copy();  // the slot will hold another page's bytes
+      return Loan{&p, b.done, nullptr};
     }
   }
   return std::nullopt;

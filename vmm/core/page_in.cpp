@@ -239,8 +239,8 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const
     if (!std::exchange(reaped, false)) reap(lk);
     std::vector<PageEntry*> victims = select_victims(count - got.frames.size(), protect, pages);
     if (!victims.empty()) {
-      evict(victims, got);
-      continue;
+      evict(victims, got);  // leaves out (and restores) a victim it finds no host slot for
+      if (!victims.empty()) continue;
     }
     if (!got.frames.empty() || !may_wait) break;
     // The host tier is full: move its oldest pages to NVMe (this unlocks for the writes).

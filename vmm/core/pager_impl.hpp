@@ -268,11 +268,19 @@ class PagerImpl {
   //! Unmaps the mapped addresses among pages [first, first + count), a call per run of adjacent
   //! mapped pages, and clears their PageEntry::mapped; returns how many failed (those keep `mapped`).
   std::size_t unmap_range(std::uint32_t first, std::uint32_t count) noexcept;
+  // A host slot that a running page-in reads from, lent to a victim's write-back (evict): the
+  // write-back waits for `page_in`. Should the eviction fail before that copy is queued, the slot
+  // goes back to `lender`.
+  struct Loan {
+    PageEntry* lender;
+    EventRef page_in;
+    PageEntry* victim;
+  };
   // Host slots that running page-ins read from and could lend to a write-back (eviction.cpp); borrow_slot
-  // takes one (from the oldest page-in) with the event the write-back must follow. Under mu_.
+  // finds one (the oldest page-in's) and clears its page's host copy; the caller moves the slot. Under mu_.
   [[nodiscard]] std::size_t lendable_slots() const noexcept;
   [[nodiscard]] static bool lends_slot(const PageEntry& p) noexcept;
-  std::optional<std::pair<std::uint32_t, EventRef>> borrow_slot();
+  std::optional<Loan> borrow_slot();
   // Retires completed page-ins and write-backs; true if it retired any.
   bool reap(Lock& lk);
   void reclaim(Allocation* a) noexcept;
