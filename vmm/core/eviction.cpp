@@ -236,8 +236,9 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
 }
 
 // A running page-in's source slot can be lent to a write-back once the page-in has read it: the slot
-// would return to the tier when reap() retires the page-in anyway (HostCopies::keep_or_release keeps
-// no copy in a tier short of slots). The page loses only its host copy.
+// would return to the tier when reap() retires the page-in anyway, unless a quarter of the tier has
+// come free by then (HostCopies::keep_or_release keeps copies only in the spare room). The page loses
+// only its host copy.
 std::size_t PagerImpl::lendable_slots() const noexcept {
   std::size_t n = 0;
   for (const LoadBatch& b : loads_) {
