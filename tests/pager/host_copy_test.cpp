@@ -24,7 +24,7 @@ constexpr std::size_t kPage = 64 * KiB;
 
 // Lets every held copy run `after` from now, or when the test ends, also by a failed assertion (the
 // pager's destructor synchronizes its streams): a pin that waits for a held copy returns late instead
-// of never.
+// of never. A safety net only: `after` is far longer than the tests' steps, even under sanitizers.
 class ReleaseHeld {
  public:
   ReleaseHeld(device::FaultyDevice* dev, std::chrono::milliseconds after)
@@ -175,7 +175,7 @@ class FullHostTier : public ::testing::Test {
 // the loan, the dirty victim c could not be claimed and a, next in LRU order and clean (its host
 // copy), would be dropped instead.
 TEST_F(FullHostTier, LendsARunningPageInsSlotToAWriteBack) {
-  ReleaseHeld unblock(dev, std::chrono::seconds(2));
+  ReleaseHeld unblock(dev, std::chrono::seconds(10));
   hold_page_in_of_a();
   // b's pin needs a frame: c, the least recent, is dirty and no slot is free but a's, whose page-in
   // is still held. c's write-back takes it, after a's page-in has read it.
@@ -194,7 +194,7 @@ TEST_F(FullHostTier, LendsARunningPageInsSlotToAWriteBack) {
 // page-in. Without the give-back, c keeps a's slot and its next eviction overwrites it at once, while
 // a's page-in (held) has not read it yet.
 TEST_F(FullHostTier, AFailedEvictionGivesABorrowedSlotBack) {
-  ReleaseHeld unblock(dev, std::chrono::seconds(2));
+  ReleaseHeld unblock(dev, std::chrono::seconds(10));
   hold_page_in_of_a();
   // c's write-back into a's slot: its copy stream's wait for a's page-in fails.
   dev->fail_once(Op::stream_wait_event, device::Errc::invalid_value);
