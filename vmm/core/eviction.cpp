@@ -122,9 +122,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       v->host_slot = *s;
       return false;
     }
-    if (auto loan = borrow_slot()) {
-      v->host_slot = std::exchange(loan->lender->host_slot, kNoSlot);
-      loan->victim = v;
+    if (auto loan = borrow_slot(*v)) {
       lent.push_back(std::move(*loan));
       return false;
     }
@@ -256,14 +254,15 @@ bool PagerImpl::lends_slot(const PageEntry& p) noexcept {
          p.host_slot != kNoSlot;
 }
 
-std::optional<PagerImpl::Loan> PagerImpl::borrow_slot() {
+std::optional<PagerImpl::Loan> PagerImpl::borrow_slot(PageEntry& victim) noexcept {
   // The oldest page-in first: it completes soonest, so its borrower's write-back waits least.
   for (LoadBatch& b : loads_) {
     for (const auto idx : b.pages) {
       PageEntry& p = table_[idx];
       if (p.ready != b.done.get() || !lends_slot(p)) continue;
       (void)p.clear_host_copy();  // the slot will hold another page's bytes
-      return Loan{&p, b.done, nullptr};
+      victim.host_slot = std::exchange(p.host_slot, kNoSlot);
+      return Loan{&p, b.done, &victim};
     }
   }
   return std::nullopt;

@@ -277,10 +277,10 @@ class PagerImpl {
     PageEntry* victim;
   };
   // Host slots that running page-ins read from and could lend to a write-back (eviction.cpp); borrow_slot
-  // finds one (the oldest page-in's) and clears its page's host copy; the caller moves the slot. Under mu_.
+  // moves one (the oldest page-in's) to `victim` and clears its page's host copy. Under mu_.
   [[nodiscard]] std::size_t lendable_slots() const noexcept;
   [[nodiscard]] static bool lends_slot(const PageEntry& p) noexcept;
-  std::optional<Loan> borrow_slot();
+  std::optional<Loan> borrow_slot(PageEntry& victim) noexcept;
   // Retires completed page-ins and write-backs; true if it retired any.
   bool reap(Lock& lk);
   void reclaim(Allocation* a) noexcept;
