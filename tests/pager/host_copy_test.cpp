@@ -172,8 +172,8 @@ class FullHostTier : public ::testing::Test {
 
 // With the host tier full, the slot a running page-in reads from is lent to the write-back of the
 // policy's victim, ordered after that page-in; the page-in's page only loses its host copy. Without
-// the loan, the dirty victim c could not be claimed and a, next in LRU order and clean (its host
-// copy), would be dropped instead.
+// the loan, the dirty victim c cannot be claimed and b's pin waits for a's page-in (let go here by
+// ReleaseHeld after 10 s) before it can take a's slot.
 TEST_F(FullHostTier, LendsARunningPageInsSlotToAWriteBack) {
   ReleaseHeld unblock(dev, std::chrono::seconds(10));
   hold_page_in_of_a();
