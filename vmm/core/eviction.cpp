@@ -15,6 +15,7 @@ namespace tvmm::vmm {
 std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Protect* protect,
                                                   std::span<PageEntry* const> loading) {
   std::vector<PageEntry*> victims;
+  victims.reserve(count);  // claim() pushes after its CAS: a failed allocation then would strand the page in transit
   std::uint32_t slots = host_->free_count();
   std::optional<std::size_t> lendable;  // slots of running page-ins that evict() may borrow (counted once)
   auto claim = [&](PageEntry& p) {
@@ -111,9 +112,27 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
 // only for it. Victims that are already free of pending work go first, so that one whose last kernel
 // is still queued on a stream does not hold up the write-backs behind it.
 void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
+  // The victims are claimed (in transit): until their frames are handed over, any failure, a failed
+  // allocation included, must give them back resident, or they would stay in transit for good. So
+  // everything that allocates is done in a try below, or before any state changes here.
+  auto restore_all = [&]() noexcept {
+    for (PageEntry* v : victims) {
+      policy_->restore(table_.index_of(*v));
+      v->set_state(PageState::device, v->ready != nullptr);
+    }
+    cv_.notify_all();
+  };
   // Slots lent by running page-ins (borrow_slot): each victim's write-back waits for its lender's page-in.
   std::vector<Loan> lent;
-  lent.reserve(victims.size());  // borrow_slot changes the lender: nothing may throw after it
+  // Step 2 below must not fail: the room for the frames in `got` is reserved here.
+  try {
+    lent.reserve(victims.size());  // borrow_slot changes the lender: nothing may throw after it
+    got.frames.reserve(got.frames.size() + victims.size());
+    got.after.reserve(got.after.size() + victims.size());
+  } catch (...) {
+    restore_all();
+    throw;
+  }
   const std::size_t claimed = victims.size();
   std::erase_if(victims, [&](PageEntry* v) {
     if (v->host_slot != kNoSlot || v->droppable(v->word.load(std::memory_order_acquire))) return false;
@@ -139,40 +158,40 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   // What each victim's write-back must follow, still pending: its page-in and its tensor's stream
   // release points (claimed victims gain no new uses). Victims with nothing pending go first.
   std::vector<std::pair<PageEntry*, std::vector<Event*>>> queue;
-  queue.reserve(victims.size());
   // References to the release points' events named in `queue`: a concurrent release of another span
   // of a victim's tensor may replace its use (and drop the event) once uses_mu is let go.
   std::vector<EventRef> uses_held;
-  for (PageEntry* v : victims) {
-    std::vector<Event*> after;
-    if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
-    for (const Loan& loan : lent) {
-      if (loan.victim == v && !events_.is_done(loan.page_in.get())) after.push_back(loan.page_in.get());
-    }
-    const auto vw = v->word.load(std::memory_order_acquire);
-    // A write-behind copy still reading the frame: its own batch's event (a later one may wait for
-    // kernels queued since, which the frame's next user need not). Even when that event is done for this
-    // thread: the victim's own event must follow it, so that whichever thread finds the eviction done
-    // (its host time may lag this one's on the simulator) finds the batch done too, and reap() retires
-    // the batch (clearing kWritingBehind) before it publishes the victim off the device.
-    if (word::writing_behind(vw)) {
-      if (Event* e = behind_event_of(table_.index_of(*v)); e != nullptr) after.push_back(e);
-    }
-    if (!word::discarded(vw)) write_behind_.evicted(v->owner->id, v->droppable(vw));
-    std::lock_guard ul(v->owner->uses_mu);
-    prune_uses(*v->owner, true);
-    for (auto& u : v->owner->uses) {  // each has its event after prune_uses(.., true)
-      if (!u.point.done) continue;
-      after.push_back(u.point.done.get());
-      uses_held.push_back(u.point.done);
-    }
-    queue.emplace_back(v, std::move(after));
-  }
-  std::stable_partition(queue.begin(), queue.end(), [](const auto& q) { return q.second.empty(); });
-  for (std::size_t i = 0; i < queue.size(); ++i) victims[i] = queue[i].first;
   std::vector<EventRef> per_page;
   std::size_t copying = 0;  // the victims queue[0, copying) are past their copy call: theirs may be queued
   try {
+    queue.reserve(victims.size());
+    for (PageEntry* v : victims) {
+      std::vector<Event*> after;
+      if (v->ready != nullptr && !events_.is_done(v->ready)) after.push_back(v->ready);
+      for (const Loan& loan : lent) {
+        if (loan.victim == v && !events_.is_done(loan.page_in.get())) after.push_back(loan.page_in.get());
+      }
+      const auto vw = v->word.load(std::memory_order_acquire);
+      // A write-behind copy still reading the frame: its own batch's event (a later one may wait for
+      // kernels queued since, which the frame's next user need not). Even when that event is done for
+      // this thread: the victim's own event must follow it, so that whichever thread finds the eviction
+      // done (its host time may lag this one's on the simulator) finds the batch done too, and reap()
+      // retires the batch (clearing kWritingBehind) before it publishes the victim off the device.
+      if (word::writing_behind(vw)) {
+        if (Event* e = behind_event_of(table_.index_of(*v)); e != nullptr) after.push_back(e);
+      }
+      if (!word::discarded(vw)) write_behind_.evicted(v->owner->id, v->droppable(vw));
+      std::lock_guard ul(v->owner->uses_mu);
+      prune_uses(*v->owner, true);
+      for (auto& u : v->owner->uses) {  // each has its event after prune_uses(.., true)
+        if (!u.point.done) continue;
+        after.push_back(u.point.done.get());
+        uses_held.push_back(u.point.done);
+      }
+      queue.emplace_back(v, std::move(after));
+    }
+    std::stable_partition(queue.begin(), queue.end(), [](const auto& q) { return q.second.empty(); });
+    for (std::size_t i = 0; i < queue.size(); ++i) victims[i] = queue[i].first;
     // 1. Per victim, in order: make the copy stream wait for what is still pending of its uses (the host
     //    does not wait for those), queue its write-back, and record an event after it. A page dropped
     //    without a copy gets an event too: its frame's next users must follow its last uses.
@@ -198,13 +217,15 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       // the copy stream would make the frame's next user wait for every write-back queued before it.
       per_page.push_back(copy || !after.empty() ? xfer_->record_out() : EventRef());
     }
+    // The batch reap() retires, queued before the frames are handed over (step 2 cannot fail).
+    EvictionBatch batch{{}, per_page};
+    batch.pages.reserve(victims.size());
+    for (PageEntry* v : victims) batch.pages.push_back(table_.index_of(*v));
+    evictions_.push_back(std::move(batch));
   } catch (...) {
     // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
     // queued into it, so no other page may take it; the page's next eviction reuses it, after that copy.
-    for (PageEntry* v : victims) {
-      policy_->restore(table_.index_of(*v));
-      v->set_state(PageState::device, v->ready != nullptr);
-    }
+    restore_all();
     // A lent slot whose write-back was never queued goes back to its lender, whose page-in may still
     // read it: the victim's next write-back would know nothing of that page-in. (For the victims
     // queued before, the copy stream already waits for the page-in, and so does any later write-back
@@ -214,21 +235,18 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       if (at - queue.begin() < static_cast<std::ptrdiff_t>(copying)) continue;
       loan.lender->host_slot = std::exchange(loan.victim->host_slot, kNoSlot);
     }
-    cv_.notify_all();
     throw;
   }
-  // 2. Hand the frames over now; the victims stay in transit until reap() retires them.
-  EvictionBatch batch{{}, per_page};
+  // 2. Hand the frames over now (into the room reserved above); the victims stay in transit until
+  //    reap() retires them.
   for (std::size_t i = 0; i < victims.size(); ++i) {
     PageEntry* v = victims[i];
     frame_page_[v->frame] = kNoPage;
     got.add(v->frame, per_page[i]);
     v->frame = kNoFrame;  // its address stays mapped to the frame (PageEntry::mapped)
     if (v->ready != nullptr) EventRef::drop(std::exchange(v->ready, nullptr));
-    batch.pages.push_back(table_.index_of(*v));
   }
-  observe_.evicted(batch.pages);
-  evictions_.push_back(std::move(batch));
+  observe_.evicted(evictions_.back().pages);
   observe_.counters.evictions.fetch_add(victims.size(), std::memory_order_relaxed);
   observe_.counters.clean_evictions.fetch_add(dropped, std::memory_order_relaxed);
 }

@@ -101,6 +101,13 @@ void PagerImpl::abort_chunk(Frames& got) noexcept {
 void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
                               const EventRef& done, common::FunctionRef<bool(std::size_t)> copied) {
   const std::size_t count = pages.size();
+  // The batch reap() retires first: allocating it is all that may fail here, and it changes nothing
+  // else (its pages are not yet the batch's until the loop below, all under mu_).
+  if (done) {
+    std::vector<std::uint32_t> idx(count);
+    for (std::size_t i = 0; i < count; ++i) idx[i] = table_.index_of(*pages[i]);
+    loads_.push_back(LoadBatch{done, std::move(idx)});
+  }
   for (std::size_t i = 0; i < count; ++i) {
     PageEntry& p = *pages[i];
     p.frame = got.frames[i];
@@ -116,11 +123,6 @@ void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const
     if (copied(i) && p.host_slot != kNoSlot) p.set_host_copy();
     policy_->insert(table_.index_of(p));
     p.set_state(PageState::device, static_cast<bool>(done));
-  }
-  if (done) {
-    std::vector<std::uint32_t> idx(count);
-    for (std::size_t i = 0; i < count; ++i) idx[i] = table_.index_of(*pages[i]);
-    loads_.push_back(LoadBatch{done, std::move(idx)});
   }
   got.clear();
 }
@@ -160,12 +162,12 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
     } else if (const EventRef* latest = got.latest_after_ref()) {
       done = *latest;
     }
+    // 5. Publish: resident, known to the policy, pending until `done` completes.
+    publish_chunk(pages, before, got, done, needs_copy);
   } catch (...) {
     abort_chunk(got);  // the host copies were not touched: the pages stay readable where they were
     throw;
   }
-  // 5. Publish: resident, known to the policy, pending until `done` completes.
-  publish_chunk(pages, before, got, done, needs_copy);
   give_back.dismiss();
 }
 

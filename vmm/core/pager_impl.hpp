@@ -246,6 +246,7 @@ class PagerImpl {
   void abort_chunk(Frames& got) noexcept;
   //! The pages become resident with got.frames, pending until `done` (if any); `copied(i)`: page i's
   //! host slot is the source of its page-in (released at reap), else its host copy, if any, is dropped.
+  //! May throw std::bad_alloc, only before it changes anything.
   void publish_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
                      const EventRef& done, common::FunctionRef<bool(std::size_t)> copied);
   //! Between 1 and pages.size() frames for the first pages of `pages` (0 only without may_wait),
