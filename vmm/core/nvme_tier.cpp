@@ -55,6 +55,8 @@ void NvmeTier::run(std::span<Io> ios, const Hooks& hooks) {
   // A pipeline of `depth_` requests, page by page: a request is submitted as soon as its frame is
   // ready and a place in the queue is free; a write is checksummed just before it is submitted and a
   // read verified as soon as it completes, so hashing overlaps the transfers still in flight.
+  // Allocated before anything is submitted: once a request is in flight, nothing here may throw.
+  std::vector<storage::IoCompletion> got(depth_);
   std::lock_guard lk(io_mu_);
   std::size_t next = 0;
   auto fill = [&] {
@@ -69,11 +71,16 @@ void NvmeTier::run(std::span<Io> ios, const Hooks& hooks) {
       if (io.op == storage::IoOp::write) io.checksum = checksum(io.buf, io.slot);
       const storage::IoRequest req{io.op, io.slot, io.buf, next};
       ++next;
-      if (const int rc = backend_->submit(std::span(&req, 1)); rc != 0) finish(req.tag, rc);
+      int rc = 0;
+      try {
+        rc = backend_->submit(std::span(&req, 1));
+      } catch (const std::bad_alloc&) {
+        rc = -ENOMEM;  // the backends queue all or none: this request was not submitted
+      }
+      if (rc != 0) finish(req.tag, rc);
     }
   };
   fill();
-  std::vector<storage::IoCompletion> got(depth_);
   while (done < ios.size()) {
     const std::size_t n = backend_->reap(got, 1);
     // Refill the queue before verifying: the drive works on the next requests while this thread hashes.

@@ -62,7 +62,8 @@ class NvmeTier {
   };
   using Hooks = NvmeIoHooks;
   //! Writes (checksumming each page) and reads (verifying each page) the whole batch, keeping `depth`
-  //! requests in flight; each Io's `error` says how it ended.
+  //! requests in flight; each Io's `error` says how it ended. Throws only std::bad_alloc, and only
+  //! before it submits anything (every Io is then untouched).
   void run(std::span<Io> ios, const Hooks& hooks = {});
   //! XXH3-64 of a page, seeded with its slot so that data read from the wrong slot fails the check.
   [[nodiscard]] std::uint64_t checksum(const void* data, std::uint32_t slot) const noexcept;

@@ -129,7 +129,14 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   // 1. Claim them (a host page queued twice is claimed once: the second time it is in transit), then
   //    write them in the order they can go: host pages at once, pages on their way as their
   //    write-backs complete (in the order queued), so that no write waits behind a later one.
+  // Room for every candidate first: a claimed page must reach `writes` (and its Io) or it would stay
+  // in transit, so nothing may allocate from the first claim on.
   std::vector<Candidate> chosen;
+  std::vector<NvmeTier::Io> ios;
+  chosen.reserve(order.size());
+  writes.reserve(order.size());
+  arrives.reserve(order.size());
+  ios.reserve(order.size());
   for (const Candidate& c : order) {
     if (freed + chosen.size() >= want) break;
     PageEntry& p = *c.page;
@@ -160,7 +167,6 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   }
   // 3. Write them without the lock (checksums are taken from the host frames, which no one else
   //    touches while the pages are in transit).
-  std::vector<NvmeTier::Io> ios;
   for (PageEntry* p : writes) ios.push_back({storage::IoOp::write, p->nvme_slot, host_->ptr(p->host_slot), 0, 0});
   auto arrived = [&](std::size_t i, bool block) noexcept {
     Event* e = arrives[i].get();
@@ -176,7 +182,15 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   };
   NvmeTier::Hooks hooks;
   hooks.ready = arrived;
-  run_nvme(lk, ios, hooks, "nvme write", 0);
+  std::exception_ptr run_error;
+  try {
+    run_nvme(lk, ios, hooks, "nvme write", 0);
+  } catch (...) {
+    // NvmeTier::run throws (std::bad_alloc) only before it submits anything: every page stays on the
+    // host, as if none had been ready, and the error is passed on once they are published there.
+    run_error = std::current_exception();
+    for (NvmeTier::Io& io : ios) io.error = NvmeTier::kNotReady;
+  }
   reap(lk);  // retires the write-backs of the pages claimed on their way: each completed before its write
   // 4. Publish: written pages move to NVMe; a failed write leaves its page on the host, readable.
   const NvmeTier::Io* failed = nullptr;
@@ -205,6 +219,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     }
   }
   cv_.notify_all();
+  if (run_error) std::rethrow_exception(run_error);
   if (failed != nullptr) {
     const auto err = -failed->error;
     const std::string what =
@@ -224,6 +239,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
 
 std::vector<std::uint32_t> PagerImpl::acquire_host_slots(Lock& lk, std::size_t want, Clock::time_point deadline) {
   std::vector<std::uint32_t> slots;
+  slots.reserve(want);  // a slot taken must land here: no allocation after acquire_slot
   for (;;) {
     while (slots.size() < want) {
       auto s = host_copies_->acquire_slot();  // a kept copy gives its slot up before any page is spilled
@@ -254,6 +270,12 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   std::vector<std::uint32_t> slots = acquire_host_slots(lk, 2 * std::max<std::size_t>(want, 1), deadline);
   const std::size_t staged = std::max<std::size_t>(1, slots.size() / 2);
   std::vector<PageEntry*> batch;
+  try {
+    batch.reserve(staged);  // a claimed page must land in `batch`, whose guard below puts it back
+  } catch (...) {
+    for (const std::uint32_t s : slots) host_->release(s);
+    throw;
+  }
   for (std::uint32_t i = 0; i < span.count && batch.size() < staged; ++i) {
     if (pages[i].state() != PageState::nvme) continue;
     pages[i].set_state(PageState::transit);
@@ -289,6 +311,16 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   for (PageEntry* p : batch)
     ios.push_back({storage::IoOp::read, p->nvme_slot, host_->ptr(p->host_slot), p->checksum, 0});
   std::vector<char> copied(batch.size(), 0);
+  // Room for step 4, taken now: once a page's copy to the device is queued, its frame may return to
+  // the pool only after the copy streams are drained.
+  std::vector<PageEntry*> arrived;
+  Frames arrived_frames, unused;
+  arrived.reserve(batch.size());
+  for (Frames* f : {&arrived_frames, &unused}) {
+    f->frames.reserve(batch.size());
+    f->after.reserve(batch.size());
+  }
+  const std::vector<PageState> before(batch.size(), PageState::nvme);
   std::exception_ptr copy_error;
   try {
     // The reads take longer than the write-backs: waiting here for the latest (which implies the
@@ -322,8 +354,6 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   //    read leaves its page on NVMe (its slot untouched; its address keeps its new mapping, as an
   //    evicted page's does), so nothing wrong is ever handed out; its frame returns to the pool after
   //    the victims' write-backs.
-  std::vector<PageEntry*> arrived;
-  Frames arrived_frames, unused;
   const NvmeTier::Io* failed = nullptr;
   const PageEntry* failed_page = nullptr;
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -344,9 +374,16 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   unused.latest = got.latest;
   give_back.dismiss();
   if (!unused.frames.empty()) release_frames(unused);
-  const std::vector<PageState> before(arrived.size(), PageState::nvme);
   auto from_host = [](std::size_t) { return true; };
-  publish_chunk(arrived, before, arrived_frames, done, from_host);
+  try {
+    publish_chunk(arrived, std::span(before).first(arrived.size()), arrived_frames, done, from_host);
+  } catch (...) {
+    // Nothing was published (publish_chunk fails only before it changes anything): `restore` puts the
+    // pages back on NVMe once their copies are drained and their frames returned.
+    abort_chunk(arrived_frames);
+    release_frames(arrived_frames);
+    throw;
+  }
   if (failed != nullptr) {
     const std::string what = "tvmm: reading " +
                              page_label(*failed_page, table_.index_of(*failed_page) - a->first_page, page_size_) +
