@@ -1,6 +1,7 @@
 #include "policies/access_trace.hpp"
 
 #include <algorithm>
+#include <new>
 
 namespace tvmm::policies {
 
@@ -9,8 +10,15 @@ std::vector<AccessTrace::Ahead> AccessTrace::on_pin(const TraceAccess& access, s
   switch (state_) {
     case State::waiting: return {};
     case State::recording:
-      positions_[access.tensor].push_back(trace_.size());
-      trace_.push_back(access);
+      try {
+        trace_.push_back(access);
+        positions_[access.tensor].push_back(trace_.size() - 1);
+      } catch (const std::bad_alloc&) {
+        // A trace with a pin missing would replay wrongly: record again from the next iteration.
+        drop_locked();
+        trace_.clear();
+        positions_.clear();
+      }
       return {};
     case State::replaying:
       if (cursor_ < trace_.size() && trace_[cursor_].tensor == access.tensor && trace_[cursor_].first == access.first &&

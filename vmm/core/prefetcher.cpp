@@ -1,6 +1,7 @@
 #include "vmm/core/prefetcher.hpp"
 
 #include <algorithm>
+#include <new>
 
 namespace tvmm::vmm {
 
@@ -24,7 +25,11 @@ std::vector<AccessTrace::Ahead> Prefetcher::keep_loads(std::vector<AccessTrace::
 
 std::vector<AccessTrace::Ahead> Prefetcher::record_pin(const Allocation* a, PageSpan span, Access access) noexcept {
   const policies::TraceAccess acc{a->id, span.count, access == Access::write, false, span.first};
-  return keep_loads(trace_.on_pin(acc, distance_));  // out of memory here ends the program, as any noexcept
+  try {
+    return keep_loads(trace_.on_pin(acc, distance_));
+  } catch (const std::bad_alloc&) {
+    return {};  // prefetch is a hint: without memory for it, nothing is loaded ahead (the trace stays whole)
+  }
 }
 
 std::vector<AccessTrace::Ahead> Prefetcher::on_iteration() {
