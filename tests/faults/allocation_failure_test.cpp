@@ -1,0 +1,202 @@
+// std::bad_alloc at every allocation of a pin's slow path: the pin fails with bad_alloc (or succeeds),
+// and the pager stays whole: its invariants hold, every tensor reads back what was written, and the
+// next pins work. This binary replaces the global operator new with one that a test arms to fail the
+// n-th allocation of the arming thread; the sweep arms n = 0, 1, 2, ... until a pin makes fewer than n
+// allocations. (A separate binary: the replacement must not count the other tests' allocations.)
+// ALLOC_SWEEP_LOG=1 prints each n to stderr; `break tvmm_allocation_fails` in a debugger stops at the
+// failing allocation (`ignore` it n times).
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace {
+
+// Allocations left before the next one fails on this thread; negative: disarmed.
+thread_local long allocations_left = -1;
+thread_local bool failed = false;
+
+// Called just before the armed allocation throws: a place for a debugger's breakpoint.
+extern "C" [[gnu::noinline]] void tvmm_allocation_fails() { asm volatile(""); }
+
+void* allocate(std::size_t n, std::size_t align) {
+  if (allocations_left == 0) {
+    allocations_left = -1;  // one failure per arming: what handles it may allocate again
+    failed = true;
+    tvmm_allocation_fails();
+    throw std::bad_alloc();
+  }
+  if (allocations_left > 0) --allocations_left;
+  if (n == 0) n = 1;
+  void* p =
+      align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+// Arms the calling thread: its allocation number `n` (0 = the next) throws std::bad_alloc.
+void fail_allocation(long n) {
+  failed = false;
+  allocations_left = n;
+}
+// Disarms; true if the armed allocation failed.
+bool disarm() {
+  allocations_left = -1;
+  return failed;
+}
+
+}  // namespace
+
+void* operator new(std::size_t n) { return allocate(n, 0); }
+void* operator new[](std::size_t n) { return allocate(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+using namespace tvmm;
+
+namespace {
+
+constexpr std::size_t kPage = 64 * KiB;
+
+// A device of 4 frames full of dirty pages (the host tier holds the rest), so that pinning another
+// tensor evicts: claims victims, queues write-backs, maps frames and queues page-ins.
+struct Fixture {
+  explicit Fixture(Config c) : pager(std::move(c)) {
+    for (std::size_t i = 0; i < 6; ++i) {
+      tensors.push_back(pager.allocate(2 * kPage, {"t" + std::to_string(i)}));
+      seeds.push_back(100 + i);
+      test::write(tensors.back(), seeds.back());
+    }
+    // With trace prefetch, record the loop and start replaying it (Belady eviction, prefetches).
+    if (pager.config().prefetch == "trace") {
+      for (int it = 0; it < 3; ++it) iteration();
+    }
+  }
+  // One iteration of a loop over every tensor on a stream, each pinned to be read and written.
+  void iteration() {
+    auto s = pager.create_stream();
+    pager.mark_iteration();
+    for (Tensor& t : tensors) {
+      auto pin = t.pin(s, Access::read_write);
+      (void)pin;
+    }
+    s.synchronize();
+  }
+  // No page stays in transit once the step is over (a claimed page that no transfer will ever
+  // publish: the pin that claimed it failed without giving it back).
+  [[nodiscard]] bool stranded() const {
+    for (const Tensor& t : tensors) {
+      for (std::size_t off = 0; off < t.size(); off += kPage) {
+        if (!test::eventually([&] { return t.tier(off) != Tier::transit; }, std::chrono::milliseconds(5'000)))
+          return true;
+      }
+    }
+    return false;
+  }
+  // Every tensor holds what was last written, and the pager's invariants hold.
+  void expect_intact(const std::string& where) {
+    pager.check_invariants();
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      EXPECT_EQ(test::mismatches(tensors[i], seeds[i]), 0u) << "tensor t" << i << " " << where;
+    pager.check_invariants();
+  }
+  Pager pager;
+  std::vector<Tensor> tensors;
+  std::vector<std::uint64_t> seeds;
+};
+
+// Runs `step` (a pin that evicts) with allocation n failing, for n = 0, 1, ... until the step makes
+// fewer allocations than n; after each failure the pager must be intact and the step must then work.
+template <class Step>
+void sweep(Config c, Step step) {
+  long n = 0;
+  for (; n < 10'000; ++n) {
+    auto owned = std::make_unique<Fixture>(c);
+    Fixture& f = *owned;
+    if (std::getenv("ALLOC_SWEEP_LOG")) std::fprintf(stderr, "n=%ld\n", n);
+    bool threw = false;
+    std::string what;
+    fail_allocation(n);
+    try {
+      step(f);
+    } catch (const std::exception& e) {
+      // Mostly std::bad_alloc; an NVMe request that could not be queued fails as tvmm::io_error.
+      threw = true;
+      what = e.what();
+    }
+    const bool hit = disarm();
+    // A failure the pager handles itself (a release point's event that cannot be allocated: it
+    // synchronizes the stream instead) lets the step succeed; nothing may throw without one.
+    ASSERT_TRUE(hit || !threw) << "the step threw with no allocation failed (n = " << n << "): " << what;
+    if (f.stranded()) {
+      (void)owned.release();  // freeing its tensors would wait for the stranded page for good
+      FAIL() << "a page stayed in transit after allocation " << n << " failed";
+    }
+    f.expect_intact("after allocation " + std::to_string(n) + " failed");
+    if (!hit) break;  // the step made fewer than n + 1 allocations: every one of them has failed once
+    step(f);          // and it works now
+    f.expect_intact("after the step ran again, allocation " + std::to_string(n));
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(n, 0) << "the step allocated nothing: the sweep tested nothing";
+}
+
+}  // namespace
+
+// A host pin that evicts dirty victims to the host tier and pages a tensor in.
+TEST(AllocationFailure, HostPinThatEvicts) {
+  sweep(test::small_config(4, 16), [](Fixture& f) {
+    auto pin = f.tensors[0].pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), f.tensors[0].size(), f.seeds[0]), 0u);
+  });
+}
+
+// The same through a stream pin, written: the victims' write-backs and the page-in are queued.
+TEST(AllocationFailure, StreamPinThatEvicts) {
+  sweep(test::small_config(4, 16), [](Fixture& f) {
+    auto s = f.pager.create_stream();
+    {
+      auto pin = f.tensors[1].pin(s, Access::read_write);
+      (void)pin;
+    }
+    s.synchronize();
+  });
+}
+
+// With a full host tier and an NVMe tier behind it: evicting spills host pages to NVMe first.
+TEST(AllocationFailure, PinThatSpillsToNvme) {
+  test::TempDir dir;
+  Config c = test::small_config(4, 3);
+  c.nvme.paths = {dir.path()};
+  c.nvme.budget = 16 * kPage;
+  sweep(c, [](Fixture& f) {
+    auto pin = f.tensors[0].pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), f.tensors[0].size(), f.seeds[0]), 0u);
+  });
+}
+
+// A replayed loop: Belady eviction and trace prefetch choose the victims and queue page-ins ahead.
+TEST(AllocationFailure, ReplayedLoopWithTracePrefetch) {
+  Config c = test::small_config(4, 16);
+  c.prefetch = "trace";
+  c.eviction = "belady";
+  sweep(c, [](Fixture& f) { f.iteration(); });
+}
