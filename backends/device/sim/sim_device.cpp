@@ -401,7 +401,12 @@ Status SimDevice::do_record_event(EventHandle event, StreamHandle stream) {
   op.kind = sim::SimOp::Kind::record;
   op.event = as_event(event);
   op.record = op.event->begin_record(as_stream(stream)->progress());
-  as_stream(stream)->enqueue(op);
+  try {
+    as_stream(stream)->enqueue(op);
+  } catch (...) {
+    op.event->abandon_record(*op.record);  // a failed record changes nothing (std::bad_alloc)
+    throw;
+  }
   spend(costs_.event_record);
   return Status::success();
 }

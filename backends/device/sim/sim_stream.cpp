@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "backends/device/sim/copy_engine.hpp"
 #include "backends/topology/placement.hpp"
@@ -65,10 +66,19 @@ DeviceClock::time_point StreamProgress::floor() const noexcept {
 std::shared_ptr<SimEvent::Record> SimEvent::begin_record(std::shared_ptr<const StreamProgress> on) {
   auto record = std::make_shared<Record>();
   std::lock_guard lk(mu_);
-  progress_ = std::move(on);
+  previous_progress_ = std::exchange(progress_, std::move(on));
+  previous_ = std::exchange(latest_, record);
   record->generation = ++recorded_;
-  latest_ = record;
   return record;
+}
+
+void SimEvent::abandon_record(const Record& record) noexcept {
+  std::lock_guard lk(mu_);
+  if (recorded_ != record.generation) return;  // recorded again since: the later record stands
+  --recorded_;
+  progress_ = std::move(previous_progress_);
+  latest_ = std::move(previous_);
+  cv_.notify_all();
 }
 
 std::shared_ptr<const SimEvent::Record> SimEvent::latest_record() const {

@@ -94,6 +94,9 @@ class SimEvent {
   // Starts a new record on the stream whose progress is `on`; returns it (the stream completes it
   // later).
   std::shared_ptr<Record> begin_record(std::shared_ptr<const StreamProgress> on);
+  // Undoes begin_record for a record that could not be queued: like a failed cuEventRecord, the event
+  // is left as it was (unless it has been recorded again since). Its waiters are woken to look again.
+  void abandon_record(const Record& record) noexcept;
   // The latest record (null if none), for a stream wait queued now: cuStreamWaitEvent waits for the
   // record before the call, not for one made later.
   [[nodiscard]] std::shared_ptr<const Record> latest_record() const;
@@ -118,6 +121,9 @@ class SimEvent {
   DeviceClock::time_point at_{};
   std::shared_ptr<const StreamProgress> progress_;  // of the stream of the latest record
   std::shared_ptr<Record> latest_;                  // the latest record
+  // The stream and record before the latest: what abandon_record returns to.
+  std::shared_ptr<const StreamProgress> previous_progress_;
+  std::shared_ptr<Record> previous_;
 };
 
 struct SimOp {
