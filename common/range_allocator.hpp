@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <new>
 #include <optional>
 
 namespace tvmm::common {
@@ -16,36 +17,51 @@ class RangeAllocator {
     if (size != 0) free_.emplace(T{0}, size);
   }
 
-  //! Start of a free run of `len`, or nullopt when none is long enough.
-  std::optional<T> allocate(T len) {
+  //! Start of a free run of `len`, or nullopt when none is long enough. Allocates no memory (the
+  //! rest of the run keeps its node), so it cannot throw.
+  std::optional<T> allocate(T len) noexcept {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second < len) continue;
       const T start = it->first;
       const T rest = it->second - len;
-      free_.erase(it);
-      if (rest != 0) free_.emplace(start + len, rest);
+      if (rest == 0) {
+        free_.erase(it);
+      } else if (auto node = free_.extract(it); !node.empty()) {  // (never empty: `it` is an element)
+        node.key() = start + len;
+        node.mapped() = rest;
+        free_.insert(std::move(node));
+      }
       free_total_ -= len;
       return start;
     }
     return std::nullopt;
   }
 
-  //! Returns [start, start + len), merging it with free neighbours.
-  void free(T start, T len) {
-    free_total_ += len;
+  //! Returns [start, start + len), merging it with free neighbours. A run with no free neighbour needs
+  //! a node of its own: if that allocation fails the run is lost to later allocations (a leak, not a
+  //! failure: frees run in destructors).
+  void free(T start, T len) noexcept {
     auto next = free_.lower_bound(start);
-    if (next != free_.end() && start + len == next->first) {
-      len += next->second;
-      next = free_.erase(next);
-    }
-    if (next != free_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == start) {
-        prev->second += len;
+    const bool join_next = next != free_.end() && start + len == next->first;
+    const auto prev = next == free_.begin() ? free_.end() : std::prev(next);
+    const bool join_prev = prev != free_.end() && prev->first + prev->second == start;
+    if (join_prev) {
+      prev->second += len + (join_next ? next->second : T{0});
+      if (join_next) free_.erase(next);
+    } else if (join_next) {
+      if (auto node = free_.extract(next); !node.empty()) {  // (never empty: `next` is an element)
+        node.key() = start;
+        node.mapped() += len;
+        free_.insert(std::move(node));
+      }
+    } else {
+      try {
+        free_.emplace(start, len);
+      } catch (const std::bad_alloc&) {
         return;
       }
     }
-    free_.emplace(start, len);
+    free_total_ += len;
   }
 
   [[nodiscard]] T free_total() const noexcept { return free_total_; }

@@ -30,6 +30,15 @@ EventRef EventPool::acquire() {
     fresh->pool = this;
     TVMM_CHECK(dev_.create_event(&fresh->handle));
     std::lock_guard lk(mu_);
+    // Room for this event in all_ and for every event in free_: recycle() runs in destructors and
+    // must not allocate. (Only here does all_ grow.)
+    try {
+      all_.reserve(all_.size() + 1);
+      free_.reserve(all_.size() + 1);
+    } catch (...) {
+      (void)dev_.destroy_event(fresh->handle);
+      throw;
+    }
     all_.push_back(fresh.get());
     e = fresh.release();
   }
@@ -54,7 +63,7 @@ void EventPool::wait(Event* e) {
 
 void EventPool::recycle(Event* e) noexcept {
   std::lock_guard lk(mu_);
-  free_.push_back(e);
+  free_.push_back(e);  // never allocates: acquire() keeps free_'s capacity at least all_.size()
 }
 
 }  // namespace tvmm::vmm

@@ -340,6 +340,11 @@ void PagerImpl::copy_behind() {
         ++k;
         continue;
       }
+      // Room for every page of the tensor first: a page claimed below must reach all three lists (the
+      // rollback reads own_slot for each claimed page).
+      claimed.reserve(claimed.size() + t->pages);
+      own_slot.reserve(own_slot.size() + t->pages);
+      indices.reserve(indices.size() + t->pages);
       behind_todo_.erase(behind_todo_.begin() + static_cast<std::ptrdiff_t>(k));
       const std::size_t first = claimed.size();
       for (std::uint32_t i = 0; i < t->pages; ++i) {

@@ -226,6 +226,9 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const
                                             bool may_wait, const Protect* protect, bool reaped) {
   const std::size_t count = pages.size();
   Frames got;
+  // Room for every frame first: a frame taken from the pool must land in `got` to be given back.
+  got.frames.reserve(count);
+  got.after.reserve(count);
   common::ScopeGuard give_back([&] { release_frames(got); });
   // Idle frames the pages' addresses are still mapped to: using them costs no driver call.
   for (PageEntry* p : pages) {

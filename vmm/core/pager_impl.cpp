@@ -326,16 +326,23 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
         (nvme_ ? " + NVMe budget " + format_bytes(cfg_.nvme.budget) + " - two pages" : std::string(" - one page")) +
         " kept for swapping); free tensors or raise the budgets");
   }
+  auto a = std::make_unique<Allocation>();
   const auto first = va_.allocate(static_cast<std::uint32_t>(pages));
   if (!first) {
     throw out_of_memory("tvmm::Pager::allocate" + label + ": no free run of " + std::to_string(pages) +
                         " pages in the " + format_bytes(cfg_.va_size) + " address reservation (largest run " +
                         std::to_string(va_.largest_free_run()) + " pages); raise va_size");
   }
-  auto a = std::make_unique<Allocation>();
-  a->id = next_id_++;
-  by_id_.emplace(a->id, a.get());
+  // The maps may fail to allocate: until both hold the tensor, a failure gives everything back.
+  common::ScopeGuard give_back_run([&] { va_.free(*first, static_cast<std::uint32_t>(pages)); });
+  a->id = next_id_;
   a->base = va_.addr(*first);
+  by_id_.emplace(a->id, a.get());
+  common::ScopeGuard forget_id([&] { by_id_.erase(a->id); });
+  if (owned) owned_.emplace(a->base, a.get());
+  forget_id.dismiss();
+  give_back_run.dismiss();
+  ++next_id_;
   a->bytes = bytes;
   a->first_page = *first;
   a->pages = static_cast<std::uint32_t>(pages);
@@ -349,7 +356,6 @@ Allocation* PagerImpl::allocate_pages(std::size_t bytes, Hints hints, bool owned
   }
   allocated_pages_ += pages;
   if (owned) {
-    owned_.emplace(a->base, a.get());
     observe_.counters.allocations.fetch_add(1, std::memory_order_relaxed);
     observe_.counters.live_bytes.fetch_add(pages * page_size_, std::memory_order_relaxed);
     observe_.counters.live_tensors.fetch_add(1, std::memory_order_relaxed);
