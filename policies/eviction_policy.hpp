@@ -20,6 +20,9 @@
 //                pager prefers the pages holding the frames that the pages it loads are still mapped
 //                to (PageEntry::mapped): evicting one of those saves the incoming page the driver's
 //                map, access grant and unmap.
+// insert, restore, touch and remove must not throw: the pager calls them where a failure could not be
+// rolled back (publishing a page-in, giving failed victims back). select may throw (std::bad_alloc)
+// before or between claims; the pager then gives the claimed pages back.
 
 #include <cstddef>
 #include <cstdint>

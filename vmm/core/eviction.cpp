@@ -12,6 +12,14 @@
 
 namespace tvmm::vmm {
 
+namespace {
+// Capacity for `more` elements past v's size, growing geometrically (a loop of these stays linear).
+template <class V>
+void room_for(V& v, std::size_t more) {
+  if (v.capacity() - v.size() < more) v.reserve(std::max(v.size() + more, 2 * v.capacity()));
+}
+}  // namespace
+
 std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Protect* protect,
                                                   std::span<PageEntry* const> loading) {
   std::vector<PageEntry*> victims;
@@ -94,8 +102,19 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
     // own choice, not an equally free drop), although its write-back will wait for that work:
     // measured on the six traces, leaving it out made LRU's steps 1.30x those with free calls instead
     // of 1.09x, and did not change Belady's (docs/benchmarks.md, "VMM call costs").
-    policy_->select(
-        count - victims.size(), [&](policies::PageIndex i) { return claim(table_[i]); }, holders);
+    try {
+      policy_->select(
+          count - victims.size(), [&](policies::PageIndex i) { return claim(table_[i]); }, holders);
+    } catch (...) {
+      // The policies rank their candidates in memory they allocate (std::bad_alloc): the victims
+      // claimed above go back, resident.
+      for (PageEntry* v : victims) {
+        policy_->restore(table_.index_of(*v));
+        v->set_state(PageState::device, v->ready != nullptr);
+      }
+      cv_.notify_all();
+      throw;
+    }
   }
   return victims;
 }
@@ -342,9 +361,9 @@ void PagerImpl::copy_behind() {
       }
       // Room for every page of the tensor first: a page claimed below must reach all three lists (the
       // rollback reads own_slot for each claimed page).
-      claimed.reserve(claimed.size() + t->pages);
-      own_slot.reserve(own_slot.size() + t->pages);
-      indices.reserve(indices.size() + t->pages);
+      room_for(claimed, t->pages);
+      room_for(own_slot, t->pages);
+      room_for(indices, t->pages);
       behind_todo_.erase(behind_todo_.begin() + static_cast<std::ptrdiff_t>(k));
       const std::size_t first = claimed.size();
       for (std::uint32_t i = 0; i < t->pages; ++i) {
