@@ -1,5 +1,7 @@
 #include "vmm/core/event_pool.hpp"
 
+#include <algorithm>
+
 #include "vmm/core/check.hpp"
 
 namespace tvmm::vmm {
@@ -33,8 +35,8 @@ EventRef EventPool::acquire() {
     // Room for this event in all_ and for every event in free_: recycle() runs in destructors and
     // must not allocate. (Only here does all_ grow.)
     try {
-      all_.reserve(all_.size() + 1);
-      free_.reserve(all_.size() + 1);
+      if (all_.size() == all_.capacity()) all_.reserve(std::max<std::size_t>(16, 2 * all_.capacity()));
+      free_.reserve(all_.capacity());
     } catch (...) {
       (void)dev_.destroy_event(fresh->handle);
       throw;

@@ -133,10 +133,11 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   // in transit, so nothing may allocate from the first claim on.
   std::vector<Candidate> chosen;
   std::vector<NvmeTier::Io> ios;
-  chosen.reserve(order.size());
-  writes.reserve(order.size());
-  arrives.reserve(order.size());
-  ios.reserve(order.size());
+  const std::size_t most = std::min(order.size(), want);  // the loop below stops at `want`
+  chosen.reserve(most);
+  writes.reserve(most);
+  arrives.reserve(most);
+  ios.reserve(most);
   for (const Candidate& c : order) {
     if (freed + chosen.size() >= want) break;
     PageEntry& p = *c.page;

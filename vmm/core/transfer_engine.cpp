@@ -74,10 +74,13 @@ void copy_done(void* user) {
 }  // namespace
 
 void TransferEngine::mark(device::StreamHandle stream, std::uint32_t lane, const char* what, device::DevPtr va,
-                          Timeline::Clock::time_point queued) {
-  auto m = std::make_unique<CopyMark>(CopyMark{trace_, lane, what, queued, va});
-  // Tracing never fails a copy: without its callback the span is just missing.
-  if (dev_.launch_host(stream, copy_done, m.get()).ok()) (void)m.release();  // copy_done owns it now
+                          Timeline::Clock::time_point queued) noexcept {
+  // Tracing never fails a copy (it is queued already): without its callback the span is just missing.
+  try {
+    auto m = std::make_unique<CopyMark>(CopyMark{trace_, lane, what, queued, va});
+    if (dev_.launch_host(stream, copy_done, m.get()).ok()) (void)m.release();  // copy_done owns it now
+  } catch (...) {                                                              // std::bad_alloc: no span for this copy
+  }
 }
 
 void TransferEngine::copy_in(device::DevPtr va, const void* host, std::size_t bytes) {

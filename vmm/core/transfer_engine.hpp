@@ -91,7 +91,7 @@ class TransferEngine {
   std::atomic<std::uint64_t> bytes_in_{0};
   std::atomic<std::uint64_t> bytes_out_{0};
   void mark(device::StreamHandle stream, std::uint32_t lane, const char* what, device::DevPtr va,
-            Timeline::Clock::time_point queued);
+            Timeline::Clock::time_point queued) noexcept;
   Timeline* trace_ = nullptr;
 };
 
