@@ -44,6 +44,9 @@ int PosixStorage::submit(std::span<const IoRequest> reqs) {
   if (const int rc = validate_requests(reqs, files_.slots()); rc != 0) return rc;
   {
     std::lock_guard lk(mu_);
+    // Room for every result first: a worker must not fail to report a finished transfer. (Each
+    // allocation throws before anything is queued: all or none.)
+    ready_.reserve(outstanding_ + reqs.size());
     queue_.insert(queue_.end(), reqs.begin(), reqs.end());
     outstanding_ += reqs.size();
   }
@@ -74,7 +77,7 @@ void PosixStorage::worker() {
     lk.unlock();
     const IoCompletion c{r.tag, transfer(r)};
     lk.lock();
-    ready_.push_back(c);
+    ready_.push_back(c);  // within the room submit() reserved
     done_cv_.notify_all();
   }
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
 
 namespace tvmm::storage {
 
@@ -79,12 +80,21 @@ std::optional<int> UringStorage::fixed_index(const void* buf) const noexcept {
 
 int UringStorage::submit(std::span<const IoRequest> reqs) {
   if (const int rc = validate_requests(reqs, files_.slots()); rc != 0) return rc;
-  for (const auto& r : reqs) waiting_.push_back(Op{r, 0});
+  // Room for every result first: complete() runs after the kernel has consumed a completion, and must
+  // not lose it to a failed allocation. All or none: a failure here queues nothing.
+  ready_.reserve(outstanding() + reqs.size());
+  const std::size_t before = waiting_.size();
+  try {
+    for (const auto& r : reqs) waiting_.push_back(Op{r, 0});
+  } catch (...) {
+    waiting_.resize(before);
+    throw;
+  }
   pump();
   return 0;
 }
 
-void UringStorage::prep(std::uint32_t index) {
+void UringStorage::prep(std::uint32_t index) noexcept {
   const Op& op = ops_[index];
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // never null: at most depth_ entries are in flight
   const int fd = files_.fd(op.req.slot);
@@ -120,18 +130,19 @@ void UringStorage::pump() {
   (void)io_uring_submit(&ring_);
 }
 
-void UringStorage::complete(std::uint32_t index, int res) {
+void UringStorage::complete(std::uint32_t index, int res) noexcept {
   Op& op = ops_[index];
   const auto want = static_cast<int>(files_.slot_size());
   const bool again = res == -EAGAIN || res == -EINTR;
   const bool short_io = res >= 0 && res < want;
   if ((again && op.attempts < kMaxAgain) || (short_io && op.attempts < kMaxShort)) {
     ++op.attempts;
-    waiting_.push_front(op);  // re-issue the whole request
-  } else {
-    ready_.push_back({op.req.tag, short_io ? -EIO : res});
+    prep(index);  // re-issue the whole request in its own entry (nothing to allocate); reap() submits it
+    resubmit_ = true;
+    return;
   }
-  free_.push_back(index);
+  ready_.push_back({op.req.tag, short_io ? -EIO : res});  // within the room submit() reserved
+  free_.push_back(index);                                 // within ops_.size(): never allocates
   --in_flight_;
 }
 
@@ -145,6 +156,7 @@ std::size_t UringStorage::reap(std::span<IoCompletion> out, std::size_t min) {
       io_uring_cqe_seen(&ring_, cqe);
       complete(index, res);
     }
+    if (std::exchange(resubmit_, false)) (void)io_uring_submit(&ring_);
     pump();
     const std::size_t want = std::min(min, outstanding());
     if (ready_.size() >= want || ready_.size() >= out.size()) break;

@@ -42,9 +42,11 @@ class UringStorage final : public StorageBackend {
   UringStorage(const StorageOptions& options, io_uring ring);
   // Moves waiting requests into free submission entries and submits them.
   void pump();
-  void prep(std::uint32_t index);
-  // Handles one completion: a final result goes to ready_, a retry back to waiting_.
-  void complete(std::uint32_t index, int res);
+  void prep(std::uint32_t index) noexcept;
+  // Handles one completion: a final result goes to ready_ (within the room submit() reserved); a retry
+  // is prepared again in its own entry, still in flight, and submitted by reap(). Never allocates: the
+  // kernel has consumed the completion, which must not be lost.
+  void complete(std::uint32_t index, int res) noexcept;
   // Index of the registered region holding [buf, buf+len), if any.
   std::optional<int> fixed_index(const void* buf) const noexcept;
 
@@ -55,6 +57,7 @@ class UringStorage final : public StorageBackend {
   std::vector<std::uint32_t> free_;  // free indices into ops_
   std::deque<Op> waiting_;           // submitted by the caller, not yet given to the kernel
   std::size_t in_flight_ = 0;        // given to the kernel
+  bool resubmit_ = false;            // complete() prepared retries not yet submitted
   std::vector<IoCompletion> ready_;  // final results not yet reaped
   std::vector<iovec> regions_;       // registered buffers
 };
