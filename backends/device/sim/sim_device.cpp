@@ -400,13 +400,17 @@ Status SimDevice::do_record_event(EventHandle event, StreamHandle stream) {
   sim::SimOp op;
   op.kind = sim::SimOp::Kind::record;
   op.event = as_event(event);
-  op.record = op.event->begin_record(as_stream(stream)->progress());
-  try {
-    as_stream(stream)->enqueue(op);
-  } catch (...) {
-    op.event->abandon_record(*op.record);  // a failed record changes nothing (std::bad_alloc)
-    throw;
-  }
+  op.record = std::make_shared<sim::SimEvent::Record>();
+  // The event takes the record only once it is queued: a record that cannot be queued (std::bad_alloc)
+  // changes nothing, as a failed cuEventRecord. (Lock order: stream, then event; the worker takes the
+  // event's lock only with the stream's let go.)
+  sim::SimStream* s = as_stream(stream);
+  s->enqueue(
+      op,
+      [](const sim::SimOp& queued, void* on) noexcept {
+        queued.event->begin_record(queued.record, static_cast<sim::SimStream*>(on)->progress());
+      },
+      s);
   spend(costs_.event_record);
   return Status::success();
 }

@@ -63,22 +63,11 @@ DeviceClock::time_point StreamProgress::floor() const noexcept {
   return DeviceClock::time_point(DeviceClock::duration(floor_.load(std::memory_order_acquire)));
 }
 
-std::shared_ptr<SimEvent::Record> SimEvent::begin_record(std::shared_ptr<const StreamProgress> on) {
-  auto record = std::make_shared<Record>();
+void SimEvent::begin_record(const std::shared_ptr<Record>& record, std::shared_ptr<const StreamProgress> on) noexcept {
   std::lock_guard lk(mu_);
-  previous_progress_ = std::exchange(progress_, std::move(on));
-  previous_ = std::exchange(latest_, record);
+  progress_ = std::move(on);
   record->generation = ++recorded_;
-  return record;
-}
-
-void SimEvent::abandon_record(const Record& record) noexcept {
-  std::lock_guard lk(mu_);
-  if (recorded_ != record.generation) return;  // recorded again since: the later record stands
-  --recorded_;
-  progress_ = std::move(previous_progress_);
-  latest_ = std::move(previous_);
-  cv_.notify_all();
+  latest_ = record;
 }
 
 std::shared_ptr<const SimEvent::Record> SimEvent::latest_record() const {
@@ -191,12 +180,15 @@ SimStream::~SimStream() {
   progress_->close();  // a query still holding it: its event has completed (the queue was drained)
 }
 
-void SimStream::enqueue(SimOp op) {
+void SimStream::enqueue(SimOp op) { enqueue(std::move(op), nullptr, nullptr); }
+
+void SimStream::enqueue(SimOp op, void (*queued)(const SimOp& op, void* ctx) noexcept, void* ctx) {
   bool wake = false;
   {
     std::lock_guard lk(mu_);
     op.queued = host_now(timing_);
-    queue_.push_back(op);
+    queue_.push_back(op);  // may throw (std::bad_alloc): then nothing is queued
+    if (queued != nullptr) queued(queue_.back(), ctx);
     ++submitted_;
     wake = worker_waiting_;
   }

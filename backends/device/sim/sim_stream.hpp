@@ -91,12 +91,11 @@ class SimEvent {
     bool done = false;
     DeviceClock::time_point at{};
   };
-  // Starts a new record on the stream whose progress is `on`; returns it (the stream completes it
-  // later).
-  std::shared_ptr<Record> begin_record(std::shared_ptr<const StreamProgress> on);
-  // Undoes begin_record for a record that could not be queued: like a failed cuEventRecord, the event
-  // is left as it was (unless it has been recorded again since). Its waiters are woken to look again.
-  void abandon_record(const Record& record) noexcept;
+  // Makes `record` (queued on the stream whose progress is `on`, which completes it later) the event's
+  // latest. Allocates nothing: SimDevice calls it once the record's operation is queued, under the
+  // stream's lock, so a record that cannot be queued leaves the event as it was (as a failed
+  // cuEventRecord does).
+  void begin_record(const std::shared_ptr<Record>& record, std::shared_ptr<const StreamProgress> on) noexcept;
   // The latest record (null if none), for a stream wait queued now: cuStreamWaitEvent waits for the
   // record before the call, not for one made later.
   [[nodiscard]] std::shared_ptr<const Record> latest_record() const;
@@ -121,9 +120,6 @@ class SimEvent {
   DeviceClock::time_point at_{};
   std::shared_ptr<const StreamProgress> progress_;  // of the stream of the latest record
   std::shared_ptr<Record> latest_;                  // the latest record
-  // The stream and record before the latest: what abandon_record returns to.
-  std::shared_ptr<const StreamProgress> previous_progress_;
-  std::shared_ptr<Record> previous_;
 };
 
 struct SimOp {
@@ -157,6 +153,9 @@ class SimStream {
   SimStream& operator=(const SimStream&) = delete;
 
   void enqueue(SimOp op);
+  // As enqueue, and once the operation is queued (it cannot fail then), runs `queued(op)` under the
+  // stream's lock, before the worker can take the operation.
+  void enqueue(SimOp op, void (*queued)(const SimOp& op, void* ctx) noexcept, void* ctx);
   void synchronize();
   [[nodiscard]] const std::shared_ptr<StreamProgress>& progress() const noexcept { return progress_; }
   // Restricts the worker thread to `cpus`; false if the OS refuses.
