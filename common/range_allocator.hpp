@@ -25,7 +25,7 @@ class RangeAllocator {
       const T start = it->first;
       const T rest = it->second - len;
       if (rest == 0) {
-        free_.erase(it);
+        spare_ = free_.extract(it);                               // kept for a free() that needs a node of its own
       } else if (auto node = free_.extract(it); !node.empty()) {  // (never empty: `it` is an element)
         node.key() = start + len;
         node.mapped() = rest;
@@ -38,8 +38,9 @@ class RangeAllocator {
   }
 
   //! Returns [start, start + len), merging it with free neighbours. A run with no free neighbour needs
-  //! a node of its own: if that allocation fails the run is lost to later allocations (a leak, not a
-  //! failure: frees run in destructors).
+  //! a node of its own: the one the latest exact fit or merge gave up if there is one (so a run just
+  //! allocated can always be given back), else a new one; if that allocation fails the run is lost to
+  //! later allocations (a leak, not a failure: frees run in destructors).
   void free(T start, T len) noexcept {
     auto next = free_.lower_bound(start);
     const bool join_next = next != free_.end() && start + len == next->first;
@@ -47,13 +48,18 @@ class RangeAllocator {
     const bool join_prev = prev != free_.end() && prev->first + prev->second == start;
     if (join_prev) {
       prev->second += len + (join_next ? next->second : T{0});
-      if (join_next) free_.erase(next);
+      if (join_next) spare_ = free_.extract(next);
     } else if (join_next) {
       if (auto node = free_.extract(next); !node.empty()) {  // (never empty: `next` is an element)
         node.key() = start;
         node.mapped() += len;
         free_.insert(std::move(node));
       }
+    } else if (!spare_.empty()) {
+      spare_.key() = start;
+      spare_.mapped() = len;
+      free_.insert(std::move(spare_));
+      spare_ = {};  // (a moved-from node handle is empty already)
     } else {
       try {
         free_.emplace(start, len);
@@ -73,7 +79,8 @@ class RangeAllocator {
 
  private:
   T free_total_;
-  std::map<T, T> free_;  // start -> length
+  std::map<T, T> free_;                       // start -> length
+  typename std::map<T, T>::node_type spare_;  // a node no run uses (empty: none)
 };
 
 }  // namespace tvmm::common
