@@ -215,17 +215,30 @@ TEST(AllocationFailure, ReplayedLoopWithWriteBehind) {
 }
 
 // A tensor allocated, written through a host pin (evicting) and freed; then one discarded and
-// written again.
-TEST(AllocationFailure, AllocateWriteFreeAndDiscard) {
-  sweep(test::small_config(4, 16), [](Fixture& f) {
+// written again. Under LRU, LFU and CLOCK: the discarded pages are claimed before the policy picks its
+// own victims, which LFU ranks in memory it allocates.
+void allocate_write_free_and_discard(const char* eviction) {
+  Config c = test::small_config(4, 16);
+  c.eviction = eviction;
+  sweep(c, [](Fixture& f) {
+    // The last tensor written is resident: discarded, its 2 pages are the first victims, and the
+    // 3-page tensor's third frame comes from the policy.
+    f.tensors[5].discard();
+    f.seeds[5] = Fixture::kUndefined;  // its contents are gone until it is written again below
     {
       auto t = f.pager.allocate(3 * kPage, {"new"});
       test::write(t, 7);
       EXPECT_EQ(test::mismatches(t, 7), 0u);
     }
-    f.tensors[2].discard();
-    f.seeds[2] = Fixture::kUndefined;  // its contents are gone until the write below succeeds
-    test::write(f.tensors[2], 300);
-    f.seeds[2] = 300;
+    test::write(f.tensors[5], 305);
+    f.seeds[5] = 305;
   });
+}
+
+TEST(AllocationFailure, AllocateWriteFreeAndDiscard) {
+  for (const char* eviction : {"lru", "lfu", "clock"}) {
+    SCOPED_TRACE(eviction);
+    allocate_write_free_and_discard(eviction);
+    if (HasFailure()) return;
+  }
 }
