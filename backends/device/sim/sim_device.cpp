@@ -138,7 +138,12 @@ Status SimDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, ChunkH
   const auto off = mem.granules.allocate(bytes);
   if (!off) return Status::fail(Errc::out_of_memory);
   const std::uint64_t handle = (*off + 1) | (where == ChunkLocation::host ? host_bit : 0);  // never 0
-  book_.add_chunk(handle, bytes);
+  try {
+    book_.add_chunk(handle, bytes);
+  } catch (...) {  // std::bad_alloc: like a failed cuMemCreate, nothing was created
+    mem.granules.free(*off, bytes);
+    throw;
+  }
   out->value = handle;
   charge(lk, costs_.create * static_cast<std::int64_t>(bytes / properties().granularity));
   return Status::success();
