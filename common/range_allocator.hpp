@@ -58,8 +58,7 @@ class RangeAllocator {
     } else if (!spare_.empty()) {
       spare_.key() = start;
       spare_.mapped() = len;
-      free_.insert(std::move(spare_));
-      spare_ = {};  // (a moved-from node handle is empty already)
+      free_.insert(std::move(spare_));  // leaves spare_ empty
     } else {
       try {
         free_.emplace(start, len);

@@ -44,6 +44,14 @@ void* allocate(std::size_t n, std::size_t align) {
   return p;
 }
 
+void* allocate_nothrow(std::size_t n, std::size_t align) noexcept {
+  try {
+    return allocate(n, align);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+
 // Arms the calling thread: its allocation number `n` (0 = the next) throws std::bad_alloc.
 void fail_allocation(long n) {
   failed = false;
@@ -63,33 +71,13 @@ void* operator new(std::size_t n, std::align_val_t a) { return allocate(n, stati
 void* operator new[](std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
 // The nothrow forms too (std::stable_sort's buffer uses them): every form must pair with the deletes
 // below, or a sanitizer sees operator new freed by free().
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return allocate(n, 0);
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return allocate(n, 0);
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return allocate_nothrow(n, 0); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return allocate_nothrow(n, 0); }
 void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try {
-    return allocate(n, static_cast<std::size_t>(a));
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
+  return allocate_nothrow(n, static_cast<std::size_t>(a));
 }
 void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try {
-    return allocate(n, static_cast<std::size_t>(a));
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
+  return allocate_nothrow(n, static_cast<std::size_t>(a));
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }

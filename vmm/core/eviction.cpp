@@ -108,15 +108,19 @@ std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Prote
     } catch (...) {
       // The policies rank their candidates in memory they allocate (std::bad_alloc): the victims
       // claimed above go back, resident.
-      for (PageEntry* v : victims) {
-        policy_->restore(table_.index_of(*v));
-        v->set_state(PageState::device, v->ready != nullptr);
-      }
+      unclaim(victims);
       cv_.notify_all();
       throw;
     }
   }
   return victims;
+}
+
+void PagerImpl::unclaim(std::span<PageEntry* const> victims) noexcept {
+  for (PageEntry* v : victims) {
+    policy_->restore(table_.index_of(*v));
+    v->set_state(PageState::device, v->ready != nullptr);
+  }
 }
 
 // Starts evicting `victims` (claimed: in transit, unpinned, out of the policy) to the host tier (or,
@@ -135,10 +139,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   // allocation included, must give them back resident, or they would stay in transit for good. So
   // everything that allocates is done in a try below, or before any state changes here.
   auto restore_all = [&]() noexcept {
-    for (PageEntry* v : victims) {
-      policy_->restore(table_.index_of(*v));
-      v->set_state(PageState::device, v->ready != nullptr);
-    }
+    unclaim(victims);
     cv_.notify_all();
   };
   // Slots lent by running page-ins (borrow_slot): each victim's write-back waits for its lender's page-in.
@@ -146,8 +147,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   // Step 2 below must not fail: the room for the frames in `got` is reserved here.
   try {
     lent.reserve(victims.size());  // borrow_slot changes the lender: nothing may throw after it
-    got.frames.reserve(got.frames.size() + victims.size());
-    got.after.reserve(got.after.size() + victims.size());
+    got.reserve_more(victims.size());
   } catch (...) {
     restore_all();
     throw;
@@ -167,8 +167,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     // Not expected (select_victims counts exactly what can be borrowed). Should a slot be missing, the
     // victim stays resident, as when an eviction fails, and the caller finds fewer frames (none: it
     // waits for a transfer, acquire_frames).
-    policy_->restore(table_.index_of(*v));
-    v->set_state(PageState::device, v->ready != nullptr);
+    unclaim({&v, 1});
     return true;
   });
   if (victims.size() != claimed) cv_.notify_all();

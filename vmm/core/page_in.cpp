@@ -227,8 +227,7 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const
   const std::size_t count = pages.size();
   Frames got;
   // Room for every frame first: a frame taken from the pool must land in `got` to be given back.
-  got.frames.reserve(count);
-  got.after.reserve(count);
+  got.reserve_more(count);
   common::ScopeGuard give_back([&] { release_frames(got); });
   // Idle frames the pages' addresses are still mapped to: using them costs no driver call.
   for (PageEntry* p : pages) {

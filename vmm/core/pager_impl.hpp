@@ -136,6 +136,11 @@ class PagerImpl {
     std::vector<EventRef> after;
     std::vector<std::uint32_t> recorded;  // empty: in the order added
     EventRef latest;                      // the last write-back added (it implies the others), or null
+    //! Room for `more` frames past those held, so that add() does not allocate.
+    void reserve_more(std::size_t more) {
+      frames.reserve(frames.size() + more);
+      after.reserve(after.size() + more);
+    }
     void add(std::uint32_t frame, EventRef e) {
       if (e) latest = e;
       frames.push_back(frame);
@@ -261,6 +266,9 @@ class PagerImpl {
   //! one of the frames gets that frame.
   void pair_frames(std::span<PageEntry* const> pages, Frames& got) const;
   void release_frames(Frames& got) noexcept;
+  // Gives claimed victims back, resident with their frames and known to the policy again (an eviction
+  // that could not go ahead). The caller wakes the waiters.
+  void unclaim(std::span<PageEntry* const> victims) noexcept;
   // Claims up to `count` victims, skipping the pages `protect` names and preferring the pages that hold
   // the frames `loading`'s addresses are still mapped to.
   std::vector<PageEntry*> select_victims(std::size_t count, const Protect* protect = nullptr,

@@ -317,10 +317,8 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   std::vector<PageEntry*> arrived;
   Frames arrived_frames, unused;
   arrived.reserve(batch.size());
-  for (Frames* f : {&arrived_frames, &unused}) {
-    f->frames.reserve(batch.size());
-    f->after.reserve(batch.size());
-  }
+  arrived_frames.reserve_more(batch.size());
+  unused.reserve_more(batch.size());
   const std::vector<PageState> before(batch.size(), PageState::nvme);
   std::exception_ptr copy_error;
   try {
