@@ -353,7 +353,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   cfg.sim.bandwidth_bytes_per_s = o.bus_gbs * 1e9;
   cfg.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(o.latency_us * 1e3));
   cfg.sim.timing = o.timing;
-  if (o.vmm_costs) cfg.sim.vmm_costs = modelled_vmm_costs();
+  if (o.vmm_costs) cfg.sim.vmm_costs = o.mapping_calls_free ? modelled_costs_mapping_free() : modelled_vmm_costs();
   cfg.device_backend = o.device;  // on "cuda" the bus and the kernels are real (busy kernels; GPU timers)
   cfg.eviction = policy == "trace" ? "belady" : naive ? "lru" : policy;  // with a trace, evict by next use too
   cfg.prefetch = policy == "trace" ? "trace" : "none";
@@ -467,7 +467,10 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.policy = policy;
   r.ratio = ratio;
   r.step_time_s = device_secs / measured;
-  r.vmm_costs = o.device == "cuda" ? "real" : o.vmm_costs ? "modelled" : "free";
+  r.vmm_costs = o.device == "cuda"     ? "real"
+                : !o.vmm_costs         ? "free"
+                : o.mapping_calls_free ? "mapping-free"
+                                       : "modelled";
   r.host = o.sync_kernels ? "synchronous" : "ahead";
   r.write_behind = o.write_behind;
   r.wall_step_time_s = secs / measured;

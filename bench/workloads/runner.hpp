@@ -19,6 +19,17 @@ namespace tvmm::bench {
   return SimDeviceConfig::VmmCosts::measured_h200();
 }
 
+//! modelled_vmm_costs() with the mapping calls free (cuMemMap, cuMemSetAccess and its wait for
+//! device-to-host copies, cuMemUnmap, cuMemCreate): the stream, event and launch calls still cost what
+//! they cost. A run with these against one with modelled_vmm_costs() isolates what the mapping calls
+//! add to a step, which issue 23 asks the pager to hide; turning every cost off (--vmm-costs off) also
+//! removes the program's own launches, which no pager can hide (--vmm-costs mapping-free).
+[[nodiscard]] inline SimDeviceConfig::VmmCosts modelled_costs_mapping_free() noexcept {
+  auto c = modelled_vmm_costs();
+  c.map = c.set_access = c.unmap = c.create = c.set_access_d2h_wait = std::chrono::nanoseconds{0};
+  return c;
+}
+
 struct RunOptions {
   std::size_t page_bytes = 2 * MiB;
   int iterations = 6;
@@ -38,6 +49,8 @@ struct RunOptions {
   //! The simulator charges each VMM call the host time of modelled_vmm_costs() (false: the calls are
   //! free, as in unit tests).
   bool vmm_costs = false;
+  //! With vmm_costs: charge modelled_costs_mapping_free() instead (the mapping calls free).
+  bool mapping_calls_free = false;
   //! A frame for every page of every tensor, whatever the ratio: nothing is ever evicted or mapped
   //! again (the all-in-memory peer: the program run with enough memory).
   bool whole_workload = false;
@@ -71,7 +84,7 @@ struct RunResult {
   std::string policy;  // lru, fifo, clock, trace, belady, naive
   double ratio = 0;
   double step_time_s = 0;       // device time (on the simulator, its model)
-  std::string vmm_costs;        // "modelled" or "free" (the simulator), "real" (--device cuda)
+  std::string vmm_costs;        // "modelled", "mapping-free" or "free" (the simulator), "real" (--device cuda)
   std::string host;             // "ahead" or "synchronous" (RunOptions::sync_kernels)
   bool write_behind = false;    // RunOptions::write_behind
   double wall_step_time_s = 0;  // wall clock, host and NVMe I/O included

@@ -193,8 +193,9 @@ int main(int argc, char** argv) {
   app.add_option("--vmm-costs", vmm_costs,
                  "The simulator charges cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemCreate, event records and queries, "
                  "stream waits, copy calls and kernel launches the host time an H200's driver took (on, the default; "
-                 "docs/benchmarks.md \"VMM call costs\"), or nothing (off)")
-      ->check(CLI::IsMember({"on", "off"}));
+                 "docs/benchmarks.md \"VMM call costs\"), nothing (off), or all but the mapping calls (mapping-free: "
+                 "map, set-access, unmap and create free, to measure what they add to a step)")
+      ->check(CLI::IsMember({"on", "off", "mapping-free"}));
   app.add_flag("--sync-kernels", o.sync_kernels,
                "The host waits for each kernel before the next kernel's pins, as a program that reads results "
                "between kernels: only prefetch overlaps page-ins with compute (summary.json: host = synchronous)");
@@ -210,7 +211,8 @@ int main(int argc, char** argv) {
                "the simulator the CPU kernels add real time to the modelled step)");
   CLI11_PARSE(app, argc, argv);
   o.device = device;
-  o.vmm_costs = vmm_costs == "on";
+  o.vmm_costs = vmm_costs != "off";
+  o.mapping_calls_free = vmm_costs == "mapping-free";
   o.write_behind = write_behind == "on";
   if (page_mib % 2 != 0) {
     std::fprintf(stderr, "tvmm-bench: --page-mib %zu is not a multiple of the 2 MiB granularity\n", page_mib);

@@ -277,6 +277,43 @@ TEST(Workloads, VmmCostsSlowARunThatMovesPagesAndAreRecorded) {
       << "free " << free_calls.step_time_s << " s, costly " << costly.step_time_s << " s";
 }
 
+// RunOptions::mapping_calls_free (--vmm-costs mapping-free) charges every modelled call but the mapping
+// ones: the same LFU run remaps pages (map calls made) yet spends no host time in them, while the
+// program's launches still cost it theirs (its lower bound counts them, and the host-bound step is
+// longer than with every call free); with the mapping calls charged too it is longer again.
+TEST(Workloads, MappingFreeCostsChargeEveryCallButTheMappingOnes) {
+  RunOptions o;
+  o.iterations = 3;
+  o.warmup = 1;
+  o.bus_gbs = 1000;
+  const auto w = make_train(4, 4 * MiB, 1);
+  const auto free_calls = run_pager(w, o, "lfu", 2.0);
+  o.vmm_costs = true;
+  o.mapping_calls_free = true;
+  const auto mapping_free = run_pager(w, o, "lfu", 2.0);
+  o.mapping_calls_free = false;
+  const auto costly = run_pager(w, o, "lfu", 2.0);
+  EXPECT_EQ(mapping_free.vmm_costs, "mapping-free");
+  auto calls = [](const RunResult& r, std::string_view kind) {
+    for (const auto& d : r.driver) {
+      if (kind == d.call) return d.calls;
+    }
+    return 0.0;
+  };
+  ASSERT_GT(calls(mapping_free, "map"), 0.0);
+  EXPECT_EQ(mapping_free.remap_s, 0.0) << "the mapping calls took modelled host time";
+  EXPECT_GT(costly.remap_s, 0.0);
+  const double launch_s = std::chrono::duration<double>(modelled_vmm_costs().launch).count();
+  EXPECT_GE(mapping_free.step_time_s, free_calls.step_time_s + calls(mapping_free, "launch") * launch_s * 0.5)
+      << "free " << free_calls.step_time_s << " s, mapping-free " << mapping_free.step_time_s << " s";
+  EXPECT_GT(costly.step_time_s, mapping_free.step_time_s);
+  const auto bound = reference(w, o, budgets_for(w, o, 2.0));
+  o.mapping_calls_free = true;
+  EXPECT_DOUBLE_EQ(reference(w, o, budgets_for(w, o, 2.0)).lower_bound_terms.launches_s,
+                   bound.lower_bound_terms.launches_s);
+  EXPECT_GT(bound.lower_bound_terms.launches_s, 0.0);
+}
+
 // The all-in-memory peer (whole_workload) has a frame for every page of every tensor, where tensors
 // dead between their uses make the peak live set smaller: with only the peak's frames, a dead tensor's
 // frames move to the next one every step (in the steady state without VMM calls either: each page gets
