@@ -3,6 +3,11 @@
 // the same error codes whatever its driver returns: reservations, chunks and mappings, and the checks
 // on them (map inside a reservation and not over a mapping, set_access/unmap over whole mappings,
 // release only what is unmapped). Not thread-safe: the backend holds its lock around each call.
+//
+// Each add_* either records everything or changes nothing (std::bad_alloc), and the remove_* calls never
+// allocate, so a backend can record a mapping before its driver call and forget it if the call fails,
+// and undo a driver call (reserve, create) whose record could not be allocated: a driver object with no
+// record, or a record with no object, would turn every later call on it into a wrong error.
 
 #include <cstdint>
 #include <iterator>
@@ -23,7 +28,7 @@ class VmmBookkeeping {
     if (m != mappings_.end() && m->first < base + bytes) return Status::fail(Errc::invalid_value);  // still mapped
     return Status::success();
   }
-  void remove_reservation(DevPtr base) { reservations_.erase(base); }
+  void remove_reservation(DevPtr base) noexcept { reservations_.erase(base); }
   //! The chunk behind [va, va+bytes) and va's offset in it, if one mapping holds the whole range.
   [[nodiscard]] bool backing(DevPtr va, std::size_t bytes, std::uint64_t* handle, std::size_t* offset) const {
     auto it = mappings_.upper_bound(va);
@@ -36,7 +41,15 @@ class VmmBookkeeping {
   }
   [[nodiscard]] const std::map<DevPtr, std::size_t>& reservations() const noexcept { return reservations_; }
 
-  void add_chunk(std::uint64_t handle, std::size_t bytes) { chunks_.emplace(handle, bytes); }
+  void add_chunk(std::uint64_t handle, std::size_t bytes) {
+    const auto it = chunks_.emplace(handle, bytes).first;
+    try {
+      chunk_maps_.emplace(handle, 0);  // add_mapping then counts without allocating
+    } catch (...) {
+      chunks_.erase(it);
+      throw;
+    }
+  }
   //! The chunk's size if it exists and is not mapped anywhere.
   [[nodiscard]] Status check_release_chunk(std::uint64_t handle, std::size_t* bytes) const {
     auto it = chunks_.find(handle);
@@ -47,7 +60,7 @@ class VmmBookkeeping {
     *bytes = it->second;
     return Status::success();
   }
-  void remove_chunk(std::uint64_t handle) {
+  void remove_chunk(std::uint64_t handle) noexcept {
     chunks_.erase(handle);
     chunk_maps_.erase(handle);
   }
@@ -68,9 +81,17 @@ class VmmBookkeeping {
     }
     return Status::success();
   }
+  //! Records a mapping of a chunk add_chunk recorded (check_map first).
+  //! Allocates only when no unmap left a spare record: an unmap followed by a map (a remap) never does.
   void add_mapping(DevPtr va, std::size_t bytes, std::uint64_t handle) {
-    mappings_.emplace(va, Mapping{bytes, handle});
-    ++chunk_maps_[handle];
+    if (spare_.empty()) {
+      mappings_.emplace(va, Mapping{bytes, handle});  // the only allocation
+    } else {
+      spare_.key() = va;
+      spare_.mapped() = Mapping{bytes, handle};
+      mappings_.insert(std::move(spare_));  // check_map said nothing is mapped at va: it goes in
+    }
+    if (auto c = chunk_maps_.find(handle); c != chunk_maps_.end()) ++c->second;
   }
   //! ok if [va, va+bytes) is tiled by whole mappings (not_mapped or invalid_value otherwise); with
   //! `count`, sets it to the number of those mappings.
@@ -85,10 +106,16 @@ class VmmBookkeeping {
     return at == va + bytes ? Status::success() : Status::fail(Errc::invalid_value);
   }
   //! Forgets the mappings tiling [va, va+bytes) (checked with check_whole_mappings first).
-  void remove_mappings(DevPtr va, std::size_t bytes) {
+  void remove_mappings(DevPtr va, std::size_t bytes) noexcept {
     for (auto m = mappings_.find(va); m != mappings_.end() && m->first < va + bytes;) {
-      --chunk_maps_[m->second.handle];
-      m = mappings_.erase(m);
+      if (auto c = chunk_maps_.find(m->second.handle); c != chunk_maps_.end()) --c->second;
+      const auto next = std::next(m);
+      if (spare_.empty()) {
+        spare_ = mappings_.extract(m);  // kept for the next add_mapping
+      } else {
+        mappings_.erase(m);
+      }
+      m = next;
     }
   }
 
@@ -101,6 +128,7 @@ class VmmBookkeeping {
   std::map<std::uint64_t, std::size_t> chunks_;  // handle -> bytes
   std::map<std::uint64_t, int> chunk_maps_;      // handle -> live mappings
   std::map<DevPtr, Mapping> mappings_;           // va -> mapping
+  std::map<DevPtr, Mapping>::node_type spare_;   // the record of the latest unmap, for the next map
 };
 
 }  // namespace tvmm::device

@@ -1,13 +1,15 @@
 // std::bad_alloc at every allocation of a pin's slow path: the pin fails with bad_alloc (or succeeds),
 // and the pager stays whole: its invariants hold, every tensor reads back what was written, and the
-// next pins work. This binary replaces the global operator new with one that a test arms to fail the
-// n-th allocation of the arming thread; the sweep arms n = 0, 1, 2, ... until a pin makes fewer than n
-// allocations. (A separate binary: the replacement must not count the other tests' allocations.)
+// next pins work; likewise for transparent mode's heap (last test). This binary replaces the global operator new with
+// one that a test arms to fail the n-th allocation of the arming thread; the sweep arms n = 0, 1, 2, ... until a pin
+// makes fewer than n allocations. (A separate binary: the replacement must not count the other tests' allocations.)
 // ALLOC_SWEEP_LOG=1 prints each n to stderr; `break tvmm_allocation_fails` in a debugger stops at the
 // failing allocation (`ignore` it n times).
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -15,10 +17,13 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "kernels/pattern.hpp"
 #include "test_support.hpp"
+#include "vmm/transparent/transparent_heap.hpp"
 
 namespace {
 
@@ -261,6 +266,119 @@ TEST(AllocationFailure, AllocateWriteFreeAndDiscard) {
   for (const char* eviction : {"lru", "lfu", "clock"}) {
     SCOPED_TRACE(eviction);
     allocate_write_free_and_discard(eviction);
+    if (HasFailure()) return;
+  }
+}
+
+// Transparent mode's heap, both mechanisms (vmm remaps, um managed memory): an allocation that demotes
+// the coldest device page to the host, a small allocation in a slab, frees, and a quiescent point that
+// promotes the page a launch named. After a failure every live allocation keeps its size and bytes, the
+// heap's usage counts the live allocations' pages, and the same step then works.
+namespace {
+
+struct HeapFixture {
+  static constexpr std::size_t kHeapPage = 2 * MiB;
+  // Allocations up to an eighth of a page take a slot of a slab page of their slot size (a power of 2):
+  // the fixture's small allocation has a slab of 1 KiB slots, each step's one of 4 KiB slots, so the first
+  // step makes a slab page and releases one.
+  static constexpr std::size_t kSmall = 1000, kStepSmall = 3000;
+  struct Live {
+    void* ptr;
+    std::size_t bytes;
+    std::uint64_t seed;
+  };
+  explicit HeapFixture(const std::string& memory) {
+    Config c;
+    c.device_budget = 4 * kHeapPage;
+    c.host_budget = 8 * kHeapPage;
+    c.bind_threads = false;
+    c.transparent_placement = "use";  // note_use ranks the pages maintain() promotes
+    c.transparent_memory = memory;
+    heap = vmm::make_transparent_heap(c, [] {});
+    for (std::uint64_t i = 0; i < 5; ++i) add(kHeapPage, 200 + i);
+    add(kSmall, 210);
+  }
+  void add(std::size_t bytes, std::uint64_t seed) {
+    void* p = heap->allocate(bytes);
+    live.push_back({p, bytes, seed});
+    kernels::fill_pattern(p, bytes, seed);
+  }
+  // Frees live[i]; a free that throws may have freed or not: the heap says which (size_of).
+  void free_at(std::size_t i) {
+    void* p = live[i].ptr;
+    try {
+      heap->free(p);
+    } catch (...) {
+      if (heap->size_of(p) == 0) live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      throw;
+    }
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  // One step: a new page (past the device budget: demotes) and a small allocation, the oldest of each
+  // freed, and a quiescent point after a launch named the
+  // oldest page.
+  void step() {
+    add(kHeapPage, next_seed++);
+    add(kStepSmall, next_seed++);
+    free_at(0);
+    const auto small = std::find_if(live.begin(), live.end(), [](const Live& l) { return l.bytes < kHeapPage; });
+    free_at(static_cast<std::size_t>(small - live.begin()));
+    heap->note_use(live.front().ptr);
+    heap->maintain(true);
+  }
+  void expect_intact(const std::string& where) const {
+    std::size_t pages = 0;
+    std::set<std::size_t> slabs;  // the slot sizes of the live small allocations: a slab page each
+    for (const Live& l : live) {
+      EXPECT_EQ(heap->size_of(l.ptr), l.bytes) << where;
+      EXPECT_EQ(kernels::count_mismatches(l.ptr, l.bytes, l.seed), 0u) << "seed " << l.seed << " " << where;
+      if (l.bytes == kHeapPage) {
+        ++pages;
+      } else {
+        slabs.insert(std::bit_ceil(l.bytes));
+      }
+    }
+    const auto u = heap->usage();
+    EXPECT_EQ(u.used, (pages + slabs.size()) * kHeapPage)
+        << "the heap's usage counts other pages than the live allocations' " << where;
+    EXPECT_LE(u.on_device, 4 * kHeapPage) << where;
+  }
+  std::unique_ptr<vmm::TransparentHeap> heap;
+  std::vector<Live> live;
+  std::uint64_t next_seed = 300;
+};
+
+void sweep_heap(const std::string& memory) {
+  long n = 0;
+  for (; n < 10'000; ++n) {
+    HeapFixture f(memory);
+    if (std::getenv("ALLOC_SWEEP_LOG")) std::fprintf(stderr, "n=%ld\n", n);
+    bool threw = false;
+    std::string what;
+    fail_allocation(n);
+    try {
+      f.step();
+    } catch (const std::exception& e) {
+      threw = true;
+      what = e.what();
+    }
+    const bool hit = disarm();
+    ASSERT_TRUE(hit || !threw) << "the step threw with no allocation failed (n = " << n << "): " << what;
+    f.expect_intact("after allocation " + std::to_string(n) + " failed");
+    if (!hit) break;
+    f.step();
+    f.expect_intact("after the step ran again, allocation " + std::to_string(n));
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(n, 0) << "the step allocated nothing: the sweep tested nothing";
+}
+
+}  // namespace
+
+TEST(AllocationFailure, TransparentHeapAllocateFreeAndPromote) {
+  for (const char* memory : {"vmm", "um"}) {
+    SCOPED_TRACE(memory);
+    sweep_heap(memory);
     if (HasFailure()) return;
   }
 }

@@ -66,10 +66,11 @@ ChunkLocation RemapHeap::do_place(DevPtr va, ChunkLocation wanted) {
     frame = pool(where).try_acquire();
   }
   if (!frame) no_frame();
+  common::ScopeGuard give_back([&] { pool(where).release(*frame); });  // also on std::bad_alloc
   if (auto s = device().map(va, page(), pool(where).chunk(*frame)); !s.ok()) {
-    pool(where).release(*frame);
     throw_status(s, "map(page, frame)", __FILE__, __LINE__);
   }
+  give_back.dismiss();
   frame_of(va) = *frame;
   return where;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <new>
 #include <sstream>
 
 #include "common/scope_guard.hpp"
@@ -132,10 +133,12 @@ DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t 
     if (where == ChunkLocation::device) --device_left;
   }
   do_placed(va, n);
-  undo.dismiss();
-  on_device_ += static_cast<std::size_t>(std::count(b.where.begin(), b.where.end(), ChunkLocation::device));
+  const auto placed_on_device =
+      static_cast<std::size_t>(std::count(b.where.begin(), b.where.end(), ChunkLocation::device));
   b.slab = !program;
-  blocks_.emplace(va, std::move(b));
+  blocks_.emplace(va, std::move(b));  // the last step that may fail (std::bad_alloc): `undo` releases the pages
+  undo.dismiss();
+  on_device_ += placed_on_device;
   used_pages_ += n;
   if (program) {
     ++counters_.allocations;
@@ -151,6 +154,7 @@ void* TransparentHeap::allocate_small(Lock& lk, std::size_t bytes, bool& drained
   // Small allocations freed in stream order whose stream got there give their slots back first.
   if (!ordered_.empty() && !capturing()) release_stream_ordered(lk, false);
   auto& open = open_[slot];
+  DevPtr made = 0;     // the slab page made for this allocation, if one was
   if (open.empty()) {  // a new slab: one page, as an allocation of the heap's own
     DevPtr va = 0;
     try {
@@ -162,23 +166,44 @@ void* TransparentHeap::allocate_small(Lock& lk, std::size_t bytes, bool& drained
     if (va != 0 && !open.empty()) {
       release_block(lk, blocks_.find(va));  // making room freed a slot of this size: no second slab
     } else if (va != 0) {
-      Slab sl;
-      sl.slot = slot;
-      sl.used.assign(page_ / slot, false);
-      slabs_.emplace(va, std::move(sl));
-      open.insert(va);
+      // std::bad_alloc in here gives the page back: no slab without its record, no record without its page.
+      try {
+        Slab sl;
+        sl.slot = slot;
+        sl.used.assign(page_ / slot, false);
+        const auto made_slab = slabs_.emplace(va, std::move(sl)).first;
+        try {
+          open.insert(va);
+        } catch (...) {
+          slabs_.erase(made_slab);
+          throw;
+        }
+      } catch (...) {
+        release_block(lk, blocks_.find(va));
+        throw;
+      }
+      made = va;
     }
   }
   const DevPtr slab_va = *open.begin();
   Slab& sl = slabs_.at(slab_va);
   const auto free_slot = static_cast<std::size_t>(std::find(sl.used.begin(), sl.used.end(), false) - sl.used.begin());
-  sl.used[free_slot] = true;
-  if (++sl.in_use == sl.used.size()) open.erase(slab_va);
   const DevPtr p = slab_va + free_slot * slot;
   Small sm;
   sm.bytes = bytes;
   sm.slab = slab_va;
-  small_.emplace(p, sm);
+  try {
+    small_.emplace(p, sm);  // first: std::bad_alloc here leaves the slab as it was (open, the slot free)
+  } catch (...) {
+    if (made != 0) {  // and gives back a slab page made for this allocation
+      open.erase(made);
+      slabs_.erase(made);
+      release_block(lk, blocks_.find(made));
+    }
+    throw;
+  }
+  sl.used[free_slot] = true;
+  if (++sl.in_use == sl.used.size()) open.erase(slab_va);
   blocks_.at(slab_va).last_use = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   ++counters_.allocations;
   counters_.allocated_bytes += bytes;
@@ -217,7 +242,12 @@ void TransparentHeap::release_small(Lock& lk, std::map<DevPtr, Small>::iterator 
     slabs_.erase(slab_va);
     release_block(lk, blocks_.find(slab_va));
   } else {
-    open_[sl.slot].insert(slab_va);
+    try {
+      open_[sl.slot].insert(slab_va);
+    } catch (const std::bad_alloc&) {
+      // The free is done; a slab that was full stays out of the open set, its slot unused until
+      // another of its slots is freed.
+    }
   }
 }
 
@@ -391,6 +421,7 @@ void TransparentHeap::collect_uses() {
     double heat;  // the uses, each weighted by the share of the block it likely touches
   };
   std::vector<Used> used;
+  used.reserve(blocks_.size());  // before any use is taken from its slot: none is lost to std::bad_alloc
   std::uint64_t total = 0;
   for (auto& [va, b] : blocks_) {
     if (b.deferred && !b.kept) continue;  // being freed: its uses are cleared with it

@@ -234,7 +234,12 @@ Status CudaDevice::do_reserve(std::size_t bytes, DevPtr* out) {
   const Status s = TVMM_CU(api_->MemAddressReserve(&p, bytes, align, 0, 0));
   if (!s.ok()) return s;
   std::lock_guard lk(mu_);
-  book_.add_reservation(static_cast<DevPtr>(p), bytes);
+  try {
+    book_.add_reservation(static_cast<DevPtr>(p), bytes);
+  } catch (...) {  // std::bad_alloc: give the range back rather than keep one no record knows
+    (void)TVMM_CU(api_->MemAddressFree(p, bytes));
+    throw;
+  }
   *out = static_cast<DevPtr>(p);
   return s;
 }
@@ -260,7 +265,12 @@ Status CudaDevice::do_create_chunk(std::size_t bytes, ChunkLocation where, Chunk
   const Status s = TVMM_CU(api_->MemCreate(&h, bytes, &prop, 0));
   if (!s.ok()) return s;
   std::lock_guard lk(mu_);
-  book_.add_chunk(static_cast<std::uint64_t>(h), bytes);
+  try {
+    book_.add_chunk(static_cast<std::uint64_t>(h), bytes);
+  } catch (...) {  // std::bad_alloc: release the memory rather than leak it unrecorded
+    (void)TVMM_CU(api_->MemRelease(h));
+    throw;
+  }
   out->value = static_cast<std::uint64_t>(h);
   return s;
 }
@@ -277,8 +287,9 @@ Status CudaDevice::do_release_chunk(ChunkHandle chunk) {
 Status CudaDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   std::lock_guard lk(mu_);
   if (auto s = book_.check_map(va, bytes, chunk.value); !s.ok()) return s;
+  book_.add_mapping(va, bytes, chunk.value);  // first: std::bad_alloc here maps nothing
   const Status s = TVMM_CU(api_->MemMap(dptr(va), bytes, 0, static_cast<CUmemGenericAllocationHandle>(chunk.value), 0));
-  if (s.ok()) book_.add_mapping(va, bytes, chunk.value);
+  if (!s.ok()) book_.remove_mappings(va, bytes);
   return s;
 }
 

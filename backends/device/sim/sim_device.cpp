@@ -112,7 +112,12 @@ Status SimDevice::do_reserve(std::size_t bytes, DevPtr* out) {
   if (base > raw) ::munmap(p, base - raw);
   if (base + bytes < raw + bytes + g) ::munmap(as_ptr(base + bytes), raw + bytes + g - (base + bytes));
   std::lock_guard lk(mu_);
-  book_.add_reservation(base, bytes);
+  try {
+    book_.add_reservation(base, bytes);
+  } catch (...) {  // std::bad_alloc: like a failed cuMemAddressReserve, nothing stays reserved
+    ::munmap(as_ptr(base), bytes);
+    throw;
+  }
   *out = base;
   return Status::success();
 }
@@ -165,6 +170,7 @@ Status SimDevice::do_release_chunk(ChunkHandle chunk) {
 Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   std::unique_lock lk(mu_);
   if (auto s = book_.check_map(va, bytes, chunk.value); !s.ok()) return s;
+  book_.add_mapping(va, bytes, chunk.value);  // first: std::bad_alloc here maps nothing
   // MAP_POPULATE builds the page-table entries now, as a real map does, instead of taking one minor
   // fault per 4 KiB on the first copy into the page. Then no access until set_access, as in CUDA
   // (mprotect keeps the populated entries).
@@ -173,9 +179,9 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
       ::mprotect(as_ptr(va), bytes, PROT_NONE) != 0) {
     const Status failed = sys_fail();
     make_inaccessible(va, bytes);
+    book_.remove_mappings(va, bytes);
     return failed;
   }
-  book_.add_mapping(va, bytes, chunk.value);
   charge(lk, costs_.map);
   return Status::success();
 }
