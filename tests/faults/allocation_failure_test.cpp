@@ -271,7 +271,8 @@ TEST(AllocationFailure, AllocateWriteFreeAndDiscard) {
 }
 
 // Transparent mode's heap, both mechanisms (vmm remaps, um managed memory): an allocation that demotes
-// the coldest device page to the host, a small allocation in a slab, frees, and a quiescent point that
+// the coldest device page to the host, a small allocation in a slab, frees (at once, deferred to the next
+// quiescent point, and after a stream's work), and a quiescent point that
 // promotes the page a launch named. After a failure every live allocation keeps its size and bytes, the
 // heap's usage counts the live allocations' pages, and the same step then works.
 namespace {
@@ -297,17 +298,32 @@ struct HeapFixture {
     heap = vmm::make_transparent_heap(c, [] {});
     for (std::uint64_t i = 0; i < 5; ++i) add(kHeapPage, 200 + i);
     add(kSmall, 210);
+    if (!heap->device().create_stream(&stream).ok()) throw std::runtime_error("no stream");
   }
+  ~HeapFixture() {
+    heap->maintain(true);  // releases what the frees deferred before the stream goes
+    (void)heap->device().destroy_stream(stream);
+  }
+  HeapFixture(const HeapFixture&) = delete;
+  HeapFixture& operator=(const HeapFixture&) = delete;
   void add(std::size_t bytes, std::uint64_t seed) {
     void* p = heap->allocate(bytes);
     live.push_back({p, bytes, seed});
     kernels::fill_pattern(p, bytes, seed);
   }
-  // Frees live[i]; a free that throws may have freed or not: the heap says which (size_of).
-  void free_at(std::size_t i) {
+  enum class Free { now, deferred, after_stream };
+  // Frees live[i] (at once, at the next quiescent point, or once the work queued on `stream` so far has
+  // run); a free that throws may have freed or not: the heap says which (size_of).
+  void free_at(std::size_t i, Free how = Free::now) {
     void* p = live[i].ptr;
     try {
-      heap->free(p);
+      if (how == Free::now) {
+        heap->free(p);
+      } else if (how == Free::deferred) {
+        heap->free_deferred(p);
+      } else {
+        heap->free_after(p, stream);
+      }
     } catch (...) {
       if (heap->size_of(p) == 0) live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
       throw;
@@ -322,11 +338,16 @@ struct HeapFixture {
     add(kStepSmall, next_seed++);
     free_at(0);
     const auto small = std::find_if(live.begin(), live.end(), [](const Live& l) { return l.bytes < kHeapPage; });
-    free_at(static_cast<std::size_t>(small - live.begin()));
+    free_at(static_cast<std::size_t>(small - live.begin()), Free::deferred);
+    add(kHeapPage, next_seed++);
+    free_at(live.size() - 1, Free::after_stream);
     heap->note_use(live.front().ptr);
     heap->maintain(true);
   }
-  void expect_intact(const std::string& where) const {
+  // After a quiescent point (which releases the frees deferred so far), with no allocation failing.
+  void expect_intact(const std::string& where) {
+    (void)heap->device().synchronize_stream(stream);
+    heap->maintain(true);
     std::size_t pages = 0;
     std::set<std::size_t> slabs;  // the slot sizes of the live small allocations: a slab page each
     for (const Live& l : live) {
@@ -344,6 +365,7 @@ struct HeapFixture {
     EXPECT_LE(u.on_device, 4 * kHeapPage) << where;
   }
   std::unique_ptr<vmm::TransparentHeap> heap;
+  device::StreamHandle stream = nullptr;
   std::vector<Live> live;
   std::uint64_t next_seed = 300;
 };

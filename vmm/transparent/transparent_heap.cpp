@@ -290,16 +290,17 @@ void TransparentHeap::free_after(void* ptr, device::StreamHandle stream) {
     }
     device::EventHandle e = nullptr;
     if (dev_->create_event(&e).ok()) {
+      common::ScopeGuard destroy([&] { (void)dev_->destroy_event(e); });  // also on std::bad_alloc below
       if (dev_->record_event(e, stream).ok()) {
+        ordered_.insert(p);  // first: std::bad_alloc here leaves the allocation live
+        destroy.dismiss();
         counters_.allocated_bytes -= f->bytes;
         f->deferred = true;
         f->after = e;
-        ordered_.insert(p);
         ++counters_.frees;
         ++counters_.stream_ordered_frees;
         return;
       }
-      (void)dev_->destroy_event(e);
     }
   }
   free(ptr);  // the stream is not one tvmm can record on: the draining free
