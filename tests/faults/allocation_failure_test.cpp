@@ -270,6 +270,28 @@ TEST(AllocationFailure, AllocateWriteFreeAndDiscard) {
   }
 }
 
+// Range pins of three tensors released together, a prefetch, and a tensor given up as an address and
+// freed through the pager (a small one: it lives in the always-resident arena), on one stream.
+TEST(AllocationFailure, RangePinsReleasedTogetherPrefetchAndFree) {
+  sweep(test::small_config(4, 16), [](Fixture& f) {
+    auto s = f.pager.create_stream();
+    {
+      std::vector<Pin> pins;
+      pins.reserve(3);
+      pins.push_back(f.tensors[0].pin_range(s, 0, kPage, Access::read_write));
+      pins.push_back(f.tensors[1].pin_range(s, kPage, kPage, Access::read));
+      pins.push_back(f.tensors[2].pin(s, Access::read));
+      release_together(pins);
+    }
+    f.tensors[3].prefetch(s);
+    auto small = f.pager.allocate(100, {"small"});
+    test::write(small, 9);
+    EXPECT_EQ(test::mismatches(small, 9), 0u);
+    f.pager.free(small.release());
+    s.synchronize();
+  });
+}
+
 // Transparent mode's heap, both mechanisms (vmm remaps, um managed memory): an allocation that demotes
 // the coldest device page to the host, a small allocation in a slab, frees (at once, deferred to the next
 // quiescent point, and after a stream's work), and a quiescent point that
