@@ -42,11 +42,11 @@ class VmmBookkeeping {
   [[nodiscard]] const std::map<DevPtr, std::size_t>& reservations() const noexcept { return reservations_; }
 
   void add_chunk(std::uint64_t handle, std::size_t bytes) {
-    const auto it = chunks_.emplace(handle, bytes).first;
+    const auto [it, inserted] = chunks_.emplace(handle, bytes);
     try {
       chunk_maps_.emplace(handle, 0);  // add_mapping then counts without allocating
     } catch (...) {
-      chunks_.erase(it);
+      if (inserted) chunks_.erase(it);  // never a record this call did not make
       throw;
     }
   }
@@ -128,7 +128,10 @@ class VmmBookkeeping {
   std::map<std::uint64_t, std::size_t> chunks_;  // handle -> bytes
   std::map<std::uint64_t, int> chunk_maps_;      // handle -> live mappings
   std::map<DevPtr, Mapping> mappings_;           // va -> mapping
-  std::map<DevPtr, Mapping>::node_type spare_;   // the record of the latest unmap, for the next map
+  // The record of the latest unmap, for the next map: one per backend, so "an unmap then a map never
+  // allocates" holds for a caller that makes both while no other thread maps on the same backend in
+  // between (RemapHeap::do_move, under the heap's lock, on a backend of its own).
+  std::map<DevPtr, Mapping>::node_type spare_;
 };
 
 }  // namespace tvmm::device

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/range_allocator.hpp"
 #include "kernels/pattern.hpp"
 #include "test_support.hpp"
 #include "vmm/transparent/transparent_heap.hpp"
@@ -270,6 +271,27 @@ TEST(AllocationFailure, AllocateWriteFreeAndDiscard) {
   }
 }
 
+// The address space's runs: allocated after prepare(), they can be freed in any order, the ones with no
+// free neighbour included, with every allocation failing; none is lost (all of it is one run again).
+TEST(AllocationFailure, AddressRunsAreFreedWithoutAllocating) {
+  common::RangeAllocator<std::uint32_t> runs(64);
+  std::vector<std::uint32_t> starts;
+  for (int i = 0; i < 16; ++i) {
+    runs.prepare();
+    starts.push_back(*runs.allocate(4));
+  }
+  // Every other run first (each with no free neighbour), then the rest, each failing allocation armed.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t i = static_cast<std::size_t>(pass); i < starts.size(); i += 2) {
+      fail_allocation(0);
+      runs.free(starts[i], 4);
+      EXPECT_FALSE(disarm()) << "freeing run " << i << " allocated";
+    }
+  }
+  EXPECT_EQ(runs.free_total(), 64u);
+  EXPECT_EQ(runs.largest_free_run(), 64u);
+}
+
 // Range pins of three tensors released together, a prefetch, and a tensor given up as an address and
 // freed through the pager (a small one: it lives in the always-resident arena), on one stream.
 TEST(AllocationFailure, RangePinsReleasedTogetherPrefetchAndFree) {
@@ -305,6 +327,7 @@ struct HeapFixture {
   // the fixture's small allocation has a slab of 1 KiB slots, each step's one of 4 KiB slots, so the first
   // step makes a slab page and releases one.
   static constexpr std::size_t kSmall = 1000, kStepSmall = 3000;
+  static constexpr std::size_t kCapacity = 12 * kHeapPage;  // device and host budgets together
   struct Live {
     void* ptr;
     std::size_t bytes;
@@ -313,17 +336,25 @@ struct HeapFixture {
   explicit HeapFixture(const std::string& memory) {
     Config c;
     c.device_budget = 4 * kHeapPage;
-    c.host_budget = 8 * kHeapPage;
+    c.host_budget = kCapacity - c.device_budget;
     c.bind_threads = false;
     c.transparent_placement = "use";  // note_use ranks the pages maintain() promotes
     c.transparent_memory = memory;
+    // vmm: an address range of exactly the capacity, so a page of it lost to a failure shows when
+    // expect_intact fills the heap.
+    c.va_size = kCapacity;
     heap = vmm::make_transparent_heap(c, [] {});
+    live.reserve(32);  // a push_back after a successful allocate must not fail
     for (std::uint64_t i = 0; i < 5; ++i) add(kHeapPage, 200 + i);
     add(kSmall, 210);
     if (!heap->device().create_stream(&stream).ok()) throw std::runtime_error("no stream");
   }
   ~HeapFixture() {
-    heap->maintain(true);  // releases what the frees deferred before the stream goes
+    try {
+      heap->maintain(true);  // releases what the frees deferred before the stream goes
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "maintain at the end: " << e.what();
+    }
     (void)heap->device().destroy_stream(stream);
   }
   HeapFixture(const HeapFixture&) = delete;
@@ -384,6 +415,15 @@ struct HeapFixture {
     const auto u = heap->usage();
     EXPECT_EQ(u.used, (pages + slabs.size()) * kHeapPage)
         << "the heap's usage counts other pages than the live allocations' " << where;
+    // Every page of the capacity can still be allocated: no frame, address range or slab was lost.
+    std::vector<void*> fill;
+    try {
+      for (std::size_t used = u.used; used < kCapacity; used += kHeapPage) fill.push_back(heap->allocate(kHeapPage));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "only " << fill.size() << " of the " << (kCapacity - u.used) / kHeapPage
+                    << " free pages could be allocated (" << e.what() << ") " << where;
+    }
+    for (void* p : fill) heap->free(p);
     EXPECT_LE(u.on_device, 4 * kHeapPage) << where;
   }
   std::unique_ptr<vmm::TransparentHeap> heap;

@@ -34,7 +34,10 @@ AddressSpace::~AddressSpace() {
   dev_.warn_failed(dev_.release_reservation(base_, bytes_), "releasing the address reservation");
 }
 
-std::optional<std::uint32_t> AddressSpace::allocate(std::uint32_t pages) { return runs_.allocate(pages); }
+std::optional<std::uint32_t> AddressSpace::allocate(std::uint32_t pages) {
+  runs_.prepare();  // so the run's free() cannot lose it to std::bad_alloc
+  return runs_.allocate(pages);
+}
 
 void AddressSpace::free(std::uint32_t first, std::uint32_t pages) { runs_.free(first, pages); }
 

@@ -20,9 +20,10 @@ class AddressSpace {
   AddressSpace(const AddressSpace&) = delete;
   AddressSpace& operator=(const AddressSpace&) = delete;
 
-  //! First page of a free run of `pages`, or nullopt when no run is long enough. Caller holds the lock.
+  //! First page of a free run of `pages`, or nullopt when no run is long enough. Throws std::bad_alloc,
+  //! changing nothing, when it cannot keep a node for the run's free. Caller holds the lock.
   std::optional<std::uint32_t> allocate(std::uint32_t pages);
-  //! Returns a run; caller holds the lock.
+  //! Returns a run (never allocates: allocate() kept its node). Caller holds the lock.
   void free(std::uint32_t first, std::uint32_t pages);
 
   [[nodiscard]] device::DevPtr base() const noexcept { return base_; }

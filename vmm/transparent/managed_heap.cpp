@@ -48,7 +48,12 @@ DevPtr ManagedHeap::do_reserve(std::size_t pages) {
   const auto va = reinterpret_cast<DevPtr>(p);
   widen_envelope(va, va + pages * page());
   std::lock_guard lk(ranges_mu_);
-  ranges_.emplace(va, pages * page());
+  try {
+    ranges_.emplace(va, pages * page());
+  } catch (...) {  // std::bad_alloc: a range no record knows would never be freed
+    (void)device().free_managed(p, pages * page());
+    throw;
+  }
   return va;
 }
 

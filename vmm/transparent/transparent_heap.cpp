@@ -110,19 +110,19 @@ DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t 
                         " allocated by the program. Raise TVMM_HOST_BUDGET (host.budget) to hold more; the NVMe "
                         "tier needs the explicit API");
   }
+  Block b;
+  b.where.reserve(n);  // before the address range: std::bad_alloc here has nothing to give back
   const DevPtr va = do_reserve(n);
+  common::ScopeGuard undo([&] { do_release(va, n, b.where); });  // also frees the range (where empty)
   clear_uses(va, n);  // what was noted on this memory before belongs to its previous allocation
 
   // 1. Room on the device: a new allocation is the hottest memory there is, so colder pages make way;
   //    none while device memory given back to an allocation outside the heap is held back for it.
   const std::size_t on_device = device_held_back() ? 0 : std::min(n, device_pages_);
   const std::size_t idle = device_pages_ - on_device_;
-  Block b;
   b.bytes = bytes;
   b.last_use = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   b.scored_at = use_clock_;
-  b.where.reserve(n);
-  common::ScopeGuard undo([&] { do_release(va, n, b.where); });
   if (on_device > idle && !capture) demote(lk, on_device - idle, drained);
 
   // 2. Place every page: the device for as many as it now has room for, the host for the rest.
