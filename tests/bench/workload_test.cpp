@@ -18,6 +18,14 @@
 namespace tvmm::bench {
 namespace {
 
+// A run's calls of one kind per iteration ("map", "launch", ...: RunResult::DriverRow::call).
+double driver_calls(const RunResult& r, std::string_view kind) {
+  for (const auto& d : r.driver) {
+    if (kind == d.call) return d.calls;
+  }
+  return 0.0;
+}
+
 std::vector<KernelPin> pins_of(const Workload& w) {
   std::vector<KernelPin> all;
   for (const auto& k : w.step) all.insert(all.end(), k.pins.begin(), k.pins.end());
@@ -294,17 +302,11 @@ TEST(Workloads, MappingFreeCostsChargeEveryCallButTheMappingOnes) {
   o.mapping_calls_free = false;
   const auto costly = run_pager(w, o, "lfu", 2.0);
   EXPECT_EQ(mapping_free.vmm_costs, "mapping-free");
-  auto calls = [](const RunResult& r, std::string_view kind) {
-    for (const auto& d : r.driver) {
-      if (kind == d.call) return d.calls;
-    }
-    return 0.0;
-  };
-  ASSERT_GT(calls(mapping_free, "map"), 0.0);
+  ASSERT_GT(driver_calls(mapping_free, "map"), 0.0);
   EXPECT_EQ(mapping_free.remap_s, 0.0) << "the mapping calls took modelled host time";
   EXPECT_GT(costly.remap_s, 0.0);
   const double launch_s = std::chrono::duration<double>(modelled_vmm_costs().launch).count();
-  EXPECT_GE(mapping_free.step_time_s, free_calls.step_time_s + calls(mapping_free, "launch") * launch_s * 0.5)
+  EXPECT_GE(mapping_free.step_time_s, free_calls.step_time_s + driver_calls(mapping_free, "launch") * launch_s * 0.5)
       << "free " << free_calls.step_time_s << " s, mapping-free " << mapping_free.step_time_s << " s";
   EXPECT_GT(costly.step_time_s, mapping_free.step_time_s);
   const auto bound = reference(w, o, budgets_for(w, o, 2.0));
@@ -341,12 +343,7 @@ TEST(Workloads, TheWholeWorkloadBudgetHoldsEveryTensor) {
   // The frames move between the two tensors, and each page comes back to the frame its address is still
   // mapped to: after the warm-up, no VMM call either (the stream and event calls cost host time too).
   auto vmm_calls = [](const RunResult& r) {
-    double calls = 0;
-    for (const auto& d : r.driver) {
-      const std::string_view call = d.call;
-      if (call == "map" || call == "set_access" || call == "unmap") calls += d.calls;
-    }
-    return calls;
+    return driver_calls(r, "map") + driver_calls(r, "set_access") + driver_calls(r, "unmap");
   };
   EXPECT_EQ(vmm_calls(peak_run), 0.0) << "a page-in into its old frame makes no VMM call";
   EXPECT_EQ(peak_run.remap_s, 0.0);
