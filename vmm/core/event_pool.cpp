@@ -1,7 +1,6 @@
 #include "vmm/core/event_pool.hpp"
 
-#include <algorithm>
-
+#include "common/reserve_room.hpp"
 #include "vmm/core/check.hpp"
 
 namespace tvmm::vmm {
@@ -35,7 +34,7 @@ EventRef EventPool::acquire() {
     // Room for this event in all_ and for every event in free_: recycle() runs in destructors and
     // must not allocate. (Only here does all_ grow.)
     try {
-      if (all_.size() == all_.capacity()) all_.reserve(std::max<std::size_t>(16, 2 * all_.capacity()));
+      common::reserve_room(all_, 1);
       free_.reserve(all_.capacity());
     } catch (...) {
       (void)dev_.destroy_event(fresh->handle);

@@ -5,20 +5,13 @@
 #include <optional>
 #include <utility>
 
+#include "common/reserve_room.hpp"
 #include "common/scope_guard.hpp"
 #include "vmm/core/check.hpp"
 #include "vmm/core/labels.hpp"
 #include "vmm/core/pager_impl.hpp"
 
 namespace tvmm::vmm {
-
-namespace {
-// Capacity for `more` elements past v's size, growing geometrically (a loop of these stays linear).
-template <class V>
-void room_for(V& v, std::size_t more) {
-  if (v.capacity() - v.size() < more) v.reserve(std::max(v.size() + more, 2 * v.capacity()));
-}
-}  // namespace
 
 std::vector<PageEntry*> PagerImpl::select_victims(std::size_t count, const Protect* protect,
                                                   std::span<PageEntry* const> loading) {
@@ -360,9 +353,9 @@ void PagerImpl::copy_behind() {
       }
       // Room for every page of the tensor first: a page claimed below must reach all three lists (the
       // rollback reads own_slot for each claimed page).
-      room_for(claimed, t->pages);
-      room_for(own_slot, t->pages);
-      room_for(indices, t->pages);
+      common::reserve_room(claimed, t->pages);
+      common::reserve_room(own_slot, t->pages);
+      common::reserve_room(indices, t->pages);
       behind_todo_.erase(behind_todo_.begin() + static_cast<std::ptrdiff_t>(k));
       const std::size_t first = claimed.size();
       for (std::uint32_t i = 0; i < t->pages; ++i) {
