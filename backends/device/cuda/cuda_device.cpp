@@ -287,7 +287,10 @@ Status CudaDevice::do_release_chunk(ChunkHandle chunk) {
 Status CudaDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
   std::lock_guard lk(mu_);
   if (auto s = book_.check_map(va, bytes, chunk.value); !s.ok()) return s;
-  book_.add_mapping(va, bytes, chunk.value);  // first: std::bad_alloc here maps nothing
+  // Recorded first, so std::bad_alloc maps nothing; forgotten if the driver refuses. The record must
+  // match the driver: cuMemMap "can only create mappings on VA range reservations that are not
+  // currently mapped" (cuda.h), and an unrecorded mapping would make every later map there fail.
+  book_.add_mapping(va, bytes, chunk.value);
   const Status s = TVMM_CU(api_->MemMap(dptr(va), bytes, 0, static_cast<CUmemGenericAllocationHandle>(chunk.value), 0));
   if (!s.ok()) book_.remove_mappings(va, bytes);
   return s;
