@@ -428,18 +428,21 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
     }
   }
   // 2. Claim every page so no other thread can choose one as a victim meanwhile.
-  std::vector<EventRef> waits;
   for (std::uint32_t i = 0; i < a->pages; ++i) {
     PageEntry& p = pages[i];
     if (p.state() == PageState::device) policy_->remove(table_.index_of(p));
     p.set_state(PageState::transit);
-    if (p.ready != nullptr) waits.emplace_back(p.ready);
   }
-  for (auto& e : take_uses(a)) waits.push_back(std::move(e));
+  std::vector<EventRef> waits = take_uses(a);
   // 3. Wait, without the lock, for queued work that may still touch the pages: their last stream uses
   //    and page-ins. Returning a frame to the pool is not stream-ordered: another page may take it.
+  //    The page-ins are waited for where the pages name them, with no list to allocate: a page in
+  //    transit is this call's alone, and reap() leaves its `ready` alone.
   lk.unlock();
   wait_quietly(waits, a);
+  for (std::uint32_t i = 0; i < a->pages; ++i) {
+    if (Event* e = pages[i].ready; e != nullptr && (i == 0 || pages[i - 1].ready != e)) wait_quietly(e, a);
+  }
   lk.lock();
   try {
     reap(lk);

@@ -216,6 +216,8 @@ class PagerImpl {
   std::vector<EventRef> take_uses(Allocation* a);
   // Waits for every event, logging (not throwing) failures: for paths that cannot report.
   void wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept;
+  // One event, the same way; false once the device is lost (nothing completes any more).
+  bool wait_quietly(Event* e, const Allocation* a) noexcept;
   // Page-ins of `span` of `a` still running (one reference each, deduplicated); caller holds mu_.
   std::vector<EventRef> pending_page_ins(const Allocation* a, PageSpan span);
   // Pages of `span` of `a` on the host tier, at most `limit`; caller holds mu_.

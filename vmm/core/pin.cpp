@@ -222,14 +222,22 @@ std::vector<EventRef> PagerImpl::take_uses(Allocation* a) {
 
 void PagerImpl::wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept {
   for (auto& e : events) {
-    try {
-      events_.wait(e.get());
-    } catch (const std::exception& ex) {
-      if (dev_->lost()) break;  // nothing completes any more: said once already
-      std::fprintf(stderr, "tvmm: waiting for the last use of %s failed: %s\n", tensor_label(a).c_str(), ex.what());
-    }
+    if (!wait_quietly(e.get(), a)) break;
   }
   events.clear();
+}
+
+bool PagerImpl::wait_quietly(Event* e, const Allocation* a) noexcept {
+  try {
+    events_.wait(e);
+  } catch (const std::exception& ex) {
+    if (dev_->lost()) return false;  // nothing completes any more: said once already
+    try {
+      std::fprintf(stderr, "tvmm: waiting for work on %s failed: %s\n", tensor_label(a).c_str(), ex.what());
+    } catch (...) {  // the label could not be allocated
+    }
+  }
+  return true;
 }
 
 std::vector<EventRef> PagerImpl::pending_page_ins(const Allocation* a, PageSpan span) {
