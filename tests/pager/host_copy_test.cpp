@@ -79,8 +79,9 @@ TEST(HostCopy, AWriteMakesTheCopyStaleAndLetsItsSlotGo) {
   auto b = p.allocate(kPage, {"b"});
   write(a, 1);
   write(b, 2);
-  EXPECT_EQ(mismatches(a, 1), 0u);  // a resident, keeping its copy; b on the host
-  p.check_invariants();             // retires a's page-in: the copy is kept
+  EXPECT_EQ(mismatches(a, 1), 0u);    // a resident, keeping its copy; b on the host
+  ASSERT_EQ(a.tier(), Tier::device);  // reaps: retires a's page-in, and the copy is kept
+  p.check_invariants();
   EXPECT_EQ(p.stats().host_used_bytes, 2 * kPage) << "a's copy and b";
   {
     auto pin = a.pin(Access::read_write);

@@ -19,6 +19,8 @@ struct Event {
   std::atomic<std::uint32_t> refs{0};
   std::atomic<bool> done{false};  // cached: once complete, a pooled event is not re-recorded until reused
   EventPool* pool = nullptr;
+  //! Whether a query or wait has already found the event complete (no driver call).
+  [[nodiscard]] bool known_done() const noexcept { return done.load(std::memory_order_acquire); }
 };
 
 //! An owning reference to a pooled Event (copyable; the last reference returns it to the pool).

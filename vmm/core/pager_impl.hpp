@@ -218,7 +218,10 @@ class PagerImpl {
   void wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept;
   // One event, the same way; false once the device is lost (nothing completes any more).
   bool wait_quietly(Event* e, const Allocation* a) noexcept;
-  // Page-ins of `span` of `a` still running (one reference each, deduplicated); caller holds mu_.
+  // Page-ins of `span` of `a` not known to be complete (one reference each, deduplicated); caller holds
+  // mu_. It does not query them: the caller orders its stream (or thread) after each, and a stream wait
+  // costs the host about what a query does (0.78 against 0.63 us on an H200) while nearly every page-in
+  // a pin finds pending is still running (99% of them on the replays), so a query first only adds one.
   std::vector<EventRef> pending_page_ins(const Allocation* a, PageSpan span);
   // Pages of `span` of `a` on the host tier, at most `limit`; caller holds mu_.
   std::vector<PageEntry*> host_pages(const Allocation* a, PageSpan span, std::size_t limit = SIZE_MAX);

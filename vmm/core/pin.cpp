@@ -245,7 +245,7 @@ std::vector<EventRef> PagerImpl::pending_page_ins(const Allocation* a, PageSpan 
   std::vector<EventRef> out;
   for (std::uint32_t i = 0; i < span.count; ++i) {
     Event* e = pages[i].ready;
-    if (e != nullptr && (out.empty() || out.back().get() != e) && !events_.is_done(e)) out.emplace_back(e);
+    if (e != nullptr && (out.empty() || out.back().get() != e) && !e->known_done()) out.emplace_back(e);
   }
   return out;
 }
@@ -278,8 +278,12 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
   waiters_.fetch_add(1);
   common::ScopeGuard unregister([&] { waiters_.fetch_sub(1); });
   Lock lk(mu_);
-  reap(lk);
-  bool reaped = true;  // and mu_ held since: the first eviction need not reap again (acquire_frames)
+  // Retire finished transfers (a query per queue on a GPU) only when this pin has pages to bring back
+  // or waits for some in transit; pages on the device, pending or not, need neither. A pin that needs
+  // frames for fresh pages reaps at its first eviction (acquire_frames). `reaped`: reaped with mu_
+  // held since, so the first eviction need not reap again.
+  bool reaped = leaving_or_away(a, span);
+  if (reaped) reap(lk);
 
   // 1. Admission: the pinned working set must fit the device budget (the frames there are, while the
   //    device is short of memory; read under mu_). A tensor larger than it never fits; otherwise wait
