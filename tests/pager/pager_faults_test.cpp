@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "backends/device/faulty/faulty_device.hpp"
+#include "common/scope_guard.hpp"
 #include "faulty_pager.hpp"
 #include "test_support.hpp"
 #include "vmm/core/pager_impl.hpp"
@@ -430,41 +431,77 @@ TEST(PagerQueries, ASlowPathThatEvictsReapsOnce) {
   }
 }
 
-// A stream pin of pages on the device whose page-in is still running (prefetched, or loaded by an
-// earlier pin) makes no query: it neither reaps (nothing of it needs a frame or is in transit) nor asks
-// whether the page-in is done; its stream waits for the page-in, which a query would have found
-// running anyway. Checked without each half: 1 query (not reaping, but asking) or 2 (reaping: the held
-// page-in's and the last write-back's events).
-TEST(PagerQueries, APinOfPagesStillLoadingOrdersItsStreamWithoutQuerying) {
+// Two frames; a and b written and then pushed to the host tier by c and d.
+struct TwoOnTheHost {
   device::FaultyDevice* dev = nullptr;
   Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
-  Stream s = pager.create_stream();
+  Stream s = pager.create_stream(), s2 = pager.create_stream();
   Tensor a = pager.allocate(64 * KiB, {"a"}), b = pager.allocate(64 * KiB, {"b"});
-  Tensor c = pager.allocate(64 * KiB, {"c"});
-  for (Tensor* t : {&a, &b, &c}) {  // c's pin evicts a to the host
-    auto pin = t->pin(Access::write);
-    test::fill(pin.data(), t->size(), 11);
+  Tensor c = pager.allocate(64 * KiB, {"c"}), d = pager.allocate(64 * KiB, {"d"});
+  TwoOnTheHost() {
+    for (Tensor* t : {&a, &b, &c, &d}) {
+      auto pin = t->pin(Access::write);
+      test::fill(pin.data(), t->size(), 11);
+    }
   }
-  ASSERT_EQ(a.tier(), Tier::host);
-  dev->hold(Op::copy_in);
-  Pin first = a.pin(s, Access::read);  // loads a; its page-in is held, so never complete here
-  ASSERT_EQ(dev->held(Op::copy_in), 1u);
-  first = Pin();
-  const auto before = pager.stats().driver;
-  Pin second = a.pin(s, Access::read);
-  const auto after = pager.stats().driver;
+  void expect_intact() {
+    pager.check_invariants();
+    for (Tensor* t : {&a, &b, &c, &d}) {
+      auto back = t->pin(Access::read);
+      EXPECT_EQ(test::mismatches(back.data(), t->size(), 11), 0u);
+    }
+  }
+};
+
+// A stream pin of pages on the device whose page-in is still running (prefetched, or loaded by an
+// earlier pin), behind an older page-in batch, makes no query: it neither reaps (nothing of it needs a
+// frame or is in transit, and the reap's first query would be about the older batch) nor asks whether
+// its page-in is done; its stream waits for the page-in, which a query would have found running anyway.
+// Checked without each half: 1 query (not reaping, but asking) or 2 (reaping: the held page-ins' and
+// the last write-back's events).
+TEST(PagerQueries, APinOfPagesStillLoadingOrdersItsStreamWithoutQuerying) {
+  TwoOnTheHost t;
+  ASSERT_EQ(t.a.tier(), Tier::host);
+  ASSERT_EQ(t.b.tier(), Tier::host);
+  t.dev->hold(Op::copy_in);
+  common::ScopeGuard let_go([&] { t.dev->release_all(); });  // a failed ASSERT must not leave copies held
+  { Pin first = t.a.pin(t.s2, Access::read); }               // loads a: the oldest page-in batch, held
+  { Pin first = t.b.pin(t.s2, Access::read); }               // loads b: a later batch, held too
+  ASSERT_EQ(t.dev->held(Op::copy_in), 2u);
+  const auto before = t.pager.stats().driver;
+  Pin again = t.b.pin(t.s, Access::read);
+  const auto after = t.pager.stats().driver;
   EXPECT_EQ(after.query.calls - before.query.calls, 0u) << "the pin queried events";
-  EXPECT_EQ(after.stream_wait.calls - before.stream_wait.calls, 1u) << "the stream was not ordered after a's page-in";
-  EXPECT_EQ(dev->held(Op::copy_in), 1u);
+  EXPECT_EQ(after.stream_wait.calls - before.stream_wait.calls, 1u) << "s was not ordered after b's page-in";
   std::atomic<bool> ran{false};
-  s.launch([&ran] { ran = true; });  // must wait for the held page-in
+  t.s.launch([&ran] { ran = true; });  // s itself has nothing queued before: only the wait holds it
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(ran) << "work queued after the pin ran before a's page-in";
-  dev->release_all();
-  s.synchronize();
+  EXPECT_FALSE(ran) << "work queued on s after the pin ran before b's page-in";
+  t.dev->release_all();
+  t.s.synchronize();
+  t.s2.synchronize();
   EXPECT_TRUE(ran);
-  second = Pin();
-  pager.check_invariants();
-  auto back = a.pin(Access::read);
-  EXPECT_EQ(test::mismatches(back.data(), a.size(), 11), 0u);
+  again = Pin();
+  t.expect_intact();
+}
+
+// A pin whose page waits for the oldest page-in batch reaps, so a page-in that ended while nothing
+// reaped is retired there and the next pin of the page hits: no stream wait, no lock. Without that rule
+// the page stayed pending, and every pin of it took the slow path and a stream wait, for as long as no
+// eviction, free or prefetch reaped (checked: the third pin made a stream wait).
+TEST(PagerQueries, APageInThatEndedUnnoticedIsRetiredByTheNextPinOfItsPages) {
+  TwoOnTheHost t;
+  ASSERT_EQ(t.a.tier(), Tier::host);
+  { Pin first = t.a.pin(t.s, Access::read); }   // loads a, the only page-in batch
+  t.s.synchronize();                            // it has ended, and nothing has reaped since
+  { Pin second = t.a.pin(t.s, Access::read); }  // a's batch is the oldest: this pin reaps and retires it
+  const auto before = t.pager.stats();
+  Pin third = t.a.pin(t.s, Access::read);
+  const auto after = t.pager.stats();
+  EXPECT_EQ(after.driver.stream_wait.calls - before.driver.stream_wait.calls, 0u) << "a's page stayed pending";
+  EXPECT_EQ(after.driver.query.calls - before.driver.query.calls, 0u);
+  EXPECT_EQ(after.hits - before.hits, 1u);
+  third = Pin();
+  t.s.synchronize();
+  t.expect_intact();
 }

@@ -441,7 +441,8 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
   lk.unlock();
   wait_quietly(waits, a);
   for (std::uint32_t i = 0; i < a->pages; ++i) {
-    if (Event* e = pages[i].ready; e != nullptr && (i == 0 || pages[i - 1].ready != e)) wait_quietly(e, a);
+    Event* e = pages[i].ready;
+    if (e != nullptr && (i == 0 || pages[i - 1].ready != e) && !wait_quietly(e, a)) break;
   }
   lk.lock();
   try {

@@ -227,6 +227,8 @@ class PagerImpl {
   std::vector<PageEntry*> host_pages(const Allocation* a, PageSpan span, std::size_t limit = SIZE_MAX);
   // Whether a page of the span is on the host or NVMe tier or in transit (under mu_).
   [[nodiscard]] bool leaving_or_away(const Allocation* a, PageSpan span) const noexcept;
+  // Whether a page of `span` of `a` waits for the oldest page-in batch not yet retired (under mu_).
+  [[nodiscard]] bool waits_for_oldest_load(const Allocation* a, PageSpan span) const noexcept;
   // nvme_->run without mu_ (taken back on return, also by an exception), as a span on the trace's I/O
   // lane (`what`: "nvme write" or "nvme read"). `frames_held`: device frames the caller holds for pages
   // that do not record them yet (counted in frames_in_hand_ meanwhile).

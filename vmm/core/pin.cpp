@@ -250,6 +250,16 @@ std::vector<EventRef> PagerImpl::pending_page_ins(const Allocation* a, PageSpan 
   return out;
 }
 
+bool PagerImpl::waits_for_oldest_load(const Allocation* a, PageSpan span) const noexcept {
+  if (loads_.empty()) return false;
+  const Event* oldest = loads_.front().done.get();
+  const PageEntry* pages = &table_[a->first_page + span.first];
+  for (std::uint32_t i = 0; i < span.count; ++i) {
+    if (pages[i].ready == oldest) return true;
+  }
+  return false;
+}
+
 bool PagerImpl::leaving_or_away(const Allocation* a, PageSpan span) const noexcept {
   const PageEntry* pages = &table_[a->first_page + span.first];
   for (std::uint32_t i = 0; i < span.count; ++i) {
@@ -279,10 +289,14 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
   common::ScopeGuard unregister([&] { waiters_.fetch_sub(1); });
   Lock lk(mu_);
   // Retire finished transfers (a query per queue on a GPU) only when this pin has pages to bring back
-  // or waits for some in transit; pages on the device, pending or not, need neither. A pin that needs
-  // frames for fresh pages reaps at its first eviction (acquire_frames). `reaped`: reaped with mu_
-  // held since, so the first eviction need not reap again.
-  bool reaped = leaving_or_away(a, span);
+  // or waits for some in transit, or when one of its pages waits for the oldest page-in batch: the
+  // reap's first query is then about that batch, and once it is retired, pins of its pages hit. A pin
+  // whose pages wait only for later batches orders its stream after them: an older batch is still
+  // outstanding, and the first pin of one of its pages reaps (so pages whose page-ins ended long ago
+  // do not stay pending while nothing else reaps). A pin that needs frames for fresh pages reaps at its
+  // first eviction (acquire_frames). `reaped`: reaped with mu_ held since, so the first eviction need
+  // not reap again.
+  bool reaped = leaving_or_away(a, span) || waits_for_oldest_load(a, span);
   if (reaped) reap(lk);
 
   // 1. Admission: the pinned working set must fit the device budget (the frames there are, while the
