@@ -314,6 +314,26 @@ TEST(AllocationFailure, RangePinsReleasedTogetherPrefetchAndFree) {
   });
 }
 
+// A tensor and a small one (in the always-resident arena) freed while their last stream uses are still
+// on record: freeing waits for those uses in place, allocating nothing, since it runs where nothing may
+// throw (a tensor's destructor). Until it did, the uses' events were collected into a list first, and a
+// failure there ended the process.
+TEST(AllocationFailure, FreedWithAStreamUseOnRecord) {
+  sweep(test::small_config(4, 16), [](Fixture& f) {
+    auto s = f.pager.create_stream();
+    {
+      auto t = f.pager.allocate(2 * kPage, {"new"});
+      auto small = f.pager.allocate(100, {"small"});
+      {
+        auto pin = t.pin(s, Access::write);
+        auto pin_small = small.pin(s, Access::write);
+        s.busy_for(std::chrono::microseconds(200));
+      }
+    }  // both freed here, each with a use on s
+    s.synchronize();
+  });
+}
+
 // Transparent mode's heap, both mechanisms (vmm remaps, um managed memory): an allocation that demotes
 // the coldest device page to the host, a small allocation in a slab, frees (at once, deferred to the next
 // quiescent point, and after a stream's work), and a quiescent point that

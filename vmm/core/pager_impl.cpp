@@ -433,13 +433,12 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
     if (p.state() == PageState::device) policy_->remove(table_.index_of(p));
     p.set_state(PageState::transit);
   }
-  std::vector<EventRef> waits = take_uses(a);
   // 3. Wait, without the lock, for queued work that may still touch the pages: their last stream uses
   //    and page-ins. Returning a frame to the pool is not stream-ordered: another page may take it.
   //    The page-ins are waited for where the pages name them, with no list to allocate: a page in
   //    transit is this call's alone, and reap() leaves its `ready` alone.
   lk.unlock();
-  wait_quietly(waits, a);
+  wait_for_last_uses(a);
   for (std::uint32_t i = 0; i < a->pages; ++i) {
     Event* e = pages[i].ready;
     if (e != nullptr && (i == 0 || pages[i - 1].ready != e) && !wait_quietly(e, a)) break;
@@ -494,8 +493,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
 // A small allocation owns no pages: wait for its last stream uses, then return its units to the arena
 // (and release the arena page if it became empty).
 void PagerImpl::reclaim_small(Allocation* a) noexcept {
-  std::vector<EventRef> waits = take_uses(a);
-  wait_quietly(waits, a);
+  wait_for_last_uses(a);
   Allocation* empty_page = nullptr;
   {
     std::lock_guard lk(mu_);

@@ -213,10 +213,11 @@ class PagerImpl {
   void prune_uses(Allocation& a, bool record);
   // Records `point` (on `stream`, at pin count `mark`) as a's latest release point on that stream.
   void note_release(Allocation& a, device::StreamHandle stream, ReleaseTicket point, std::uint64_t mark);
-  std::vector<EventRef> take_uses(Allocation* a);
-  // Waits for every event, logging (not throwing) failures: for paths that cannot report.
-  void wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept;
-  // One event, the same way; false once the device is lost (nothing completes any more).
+  // Waits for the last stream uses of `a`, which no one references any more, and forgets them; a
+  // release path: allocates nothing and never throws (failures are logged).
+  void wait_for_last_uses(Allocation* a) noexcept;
+  // Waits for `e`, logging (not throwing) a failure: for paths that cannot report. False once the
+  // device is lost (nothing completes any more).
   bool wait_quietly(Event* e, const Allocation* a) noexcept;
   // Page-ins of `span` of `a` not known to be complete (one reference each, deduplicated); caller holds
   // mu_. It does not query them: the caller orders its stream (or thread) after each, and a stream wait

@@ -208,23 +208,17 @@ void PagerImpl::prune_uses(Allocation& a, bool record) {
   a.use_count.store(static_cast<std::uint32_t>(a.uses.size()), std::memory_order_release);
 }
 
-std::vector<EventRef> PagerImpl::take_uses(Allocation* a) {
-  std::vector<EventRef> out;
+void PagerImpl::wait_for_last_uses(Allocation* a) noexcept {
+  // No one else reads or changes the uses of an allocation no one references: a new use needs a pin,
+  // and eviction prunes only the uses of its victims' tensors, which reclaim has claimed (or which live
+  // in the always-resident arena). So each event is waited for in place, with nothing to allocate.
   std::lock_guard ul(a->uses_mu);
   for (auto& u : a->uses) {
-    releases_->resolve(u.point, true);
-    if (u.point.done) out.push_back(std::move(u.point.done));
+    releases_->resolve(u.point, true);  // noexcept: without an event it synchronizes the stream
+    if (u.point.done && !wait_quietly(u.point.done.get(), a)) break;
   }
-  a->uses.clear();
+  a->uses.clear();  // keeps its capacity: frees nothing but the events' references
   a->use_count.store(0, std::memory_order_release);
-  return out;
-}
-
-void PagerImpl::wait_quietly(std::vector<EventRef>& events, const Allocation* a) noexcept {
-  for (auto& e : events) {
-    if (!wait_quietly(e.get(), a)) break;
-  }
-  events.clear();
 }
 
 bool PagerImpl::wait_quietly(Event* e, const Allocation* a) noexcept {
