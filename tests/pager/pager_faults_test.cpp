@@ -485,6 +485,35 @@ TEST(PagerQueries, APinOfPagesStillLoadingOrdersItsStreamWithoutQuerying) {
   t.expect_intact();
 }
 
+// A victim whose page-in still runs (prefetched, never used since) is evicted without querying that
+// page-in: its frame's next user is ordered after it all the same, so the page-in cannot land in the
+// frame after the new tensor's kernel wrote it (checked: without that order e reads back a's bytes).
+// The pin queries 2 events (the reap's oldest page-in and write-back), where querying a's page-in made
+// 3 (checked).
+TEST(PagerQueries, AVictimStillLoadingIsEvictedWithoutQueryingItsPageIn) {
+  TwoOnTheHost t;
+  ASSERT_EQ(t.a.tier(), Tier::host);
+  t.dev->hold(Op::copy_in);
+  common::ScopeGuard let_go([&] { t.dev->release_all(); });
+  t.a.prefetch(t.s2);  // a: loading (held), clean, its host copy kept; no use of it on record
+  Tensor e = t.pager.allocate(64 * KiB, {"e"});
+  Pin hold_d = t.d.pin(Access::read);  // of the two frames, a's is the only one to take
+  const auto before = t.pager.stats().driver;
+  Pin pin_e = e.pin(t.s, Access::write);  // evicts a: dropped (its copy is current), after its page-in
+  const auto after = t.pager.stats().driver;
+  EXPECT_EQ(after.query.calls - before.query.calls, 2u) << "the eviction queried a's page-in";
+
+  void* const p = pin_e.data();
+  t.s.launch([p] { test::fill(p, 64 * KiB, 23); });
+  t.dev->release_all();
+  t.s.synchronize();
+  t.s2.synchronize();
+  pin_e = Pin();
+  hold_d = Pin();
+  EXPECT_EQ(test::mismatches(e, 23), 0u) << "a's page-in landed in e's frame after e was written";
+  t.expect_intact();
+}
+
 // A pin whose page waits for the oldest page-in batch reaps, so a page-in that ended while nothing
 // reaped is retired there and the next pin of the page hits: no stream wait, no lock. Without that rule
 // the page stayed pending, and every pin of it took the slow path and a stream wait, for as long as no
