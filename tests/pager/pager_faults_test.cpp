@@ -485,6 +485,36 @@ TEST(PagerQueries, APinOfPagesStillLoadingOrdersItsStreamWithoutQuerying) {
   t.expect_intact();
 }
 
+// Page-ins that ended unnoticed behind an oldest batch that no page names any more (its page, a
+// prefetch, was evicted before its use) stop keeping their pages pending within 8 slow-path pins: every
+// 8th pin that finds only pages on the device reaps. Without that (only the oldest-batch rule), no pin
+// names that batch, nothing reaps, and every pin of b took the slow path and a stream wait (checked).
+TEST(PagerQueries, PagesBehindAnOrphanedOldestBatchStopBeingPendingWithinEightPins) {
+  TwoOnTheHost t;
+  t.dev->hold(Op::copy_in);
+  common::ScopeGuard let_go([&] { t.dev->release_all(); });
+  t.a.prefetch(t.s2);  // a: loading (held), the oldest batch; it takes c's frame
+  Tensor e = t.pager.allocate(64 * KiB, {"e"});
+  {
+    Pin hold_d = t.d.pin(Access::read);
+    Pin pin_e = e.pin(t.s, Access::write);  // evicts a before its use: no page names its batch now
+  }
+  { Pin first = t.b.pin(t.s, Access::read); }  // loads b: a later batch, held too
+  ASSERT_EQ(t.dev->held(Op::copy_in), 2u);
+  t.dev->release_all();
+  t.s.synchronize();
+  t.s2.synchronize();  // both batches have ended, and nothing has reaped since
+  int pins = 0;
+  for (bool waited = true; waited && pins < 16; ++pins) {
+    const auto before = t.pager.stats().driver.stream_wait.calls;
+    { Pin again = t.b.pin(t.s, Access::read); }
+    waited = t.pager.stats().driver.stream_wait.calls != before;
+  }
+  EXPECT_LE(pins, 8) << "b's page stayed pending";
+  t.s.synchronize();
+  t.expect_intact();
+}
+
 // A victim whose page-in still runs (prefetched, never used since) is evicted without querying that
 // page-in: its frame's next user is ordered after it all the same, so the page-in cannot land in the
 // frame after the new tensor's kernel wrote it (checked: without that order e reads back a's bytes).

@@ -214,7 +214,8 @@ class PagerImpl {
   // Records `point` (on `stream`, at pin count `mark`) as a's latest release point on that stream.
   void note_release(Allocation& a, device::StreamHandle stream, ReleaseTicket point, std::uint64_t mark);
   // Waits for the last stream uses of `a`, which no one references any more, and forgets them; a
-  // release path: allocates nothing and never throws (failures are logged).
+  // release path: never throws, and allocates nothing but a use's event if it was never recorded (if
+  // that fails, ReleasePoints::resolve synchronizes the stream instead). Failures are logged.
   void wait_for_last_uses(Allocation* a) noexcept;
   // Waits for `e`, logging (not throwing) a failure: for paths that cannot report. False once the
   // device is lost (nothing completes any more).
@@ -374,6 +375,12 @@ class PagerImpl {
   WriteBehind write_behind_;                               // which writes to copy behind; guarded by mu_
   std::vector<std::uint64_t> behind_todo_;                 // tensors to copy behind once unpinned (mu_)
   std::atomic<bool> behind_waiting_{false};                // behind_todo_ is not empty (a hint for pin)
+  // Slow-path pins since the last reap that found only pages on the device and left them pending
+  // (pin_slow; under mu_). At kReapAfterPins such pins one reaps: a page-in that ended unnoticed, or
+  // an oldest batch no page names any more (its pages evicted or freed before it was retired), keeps
+  // the pages behind it pending for at most that many pins, at a reap's few queries per as many pins.
+  std::uint32_t pins_since_reap_ = 0;
+  static constexpr std::uint32_t kReapAfterPins = 8;
   //! Per device frame: the page resident in it (its frame), or kNoPage; guarded by mu_.
   std::vector<std::uint32_t> frame_page_;
   static constexpr std::uint32_t kNoPage = UINT32_MAX;

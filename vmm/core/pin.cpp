@@ -211,7 +211,7 @@ void PagerImpl::prune_uses(Allocation& a, bool record) {
 void PagerImpl::wait_for_last_uses(Allocation* a) noexcept {
   // No one else reads or changes the uses of an allocation no one references: a new use needs a pin,
   // and eviction prunes only the uses of its victims' tensors, which reclaim has claimed (or which live
-  // in the always-resident arena). So each event is waited for in place, with nothing to allocate.
+  // in the always-resident arena). So each event is waited for in place, with no list to allocate.
   std::lock_guard ul(a->uses_mu);
   for (auto& u : a->uses) {
     releases_->resolve(u.point, true);  // noexcept: without an event it synchronizes the stream
@@ -285,12 +285,12 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
   // Retire finished transfers (a query per queue on a GPU) only when this pin has pages to bring back
   // or waits for some in transit, or when one of its pages waits for the oldest page-in batch: the
   // reap's first query is then about that batch, and once it is retired, pins of its pages hit. A pin
-  // whose pages wait only for later batches orders its stream after them: an older batch is still
-  // outstanding, and the first pin of one of its pages reaps (so pages whose page-ins ended long ago
-  // do not stay pending while nothing else reaps). A pin that needs frames for fresh pages reaps at its
-  // first eviction (acquire_frames). `reaped`: reaped with mu_ held since, so the first eviction need
-  // not reap again.
-  bool reaped = leaving_or_away(a, span) || waits_for_oldest_load(a, span);
+  // whose pages wait only for later batches orders its stream after them, and every kReapAfterPins-th
+  // such pin reaps, so that pages whose page-ins ended unnoticed do not stay pending for good while
+  // nothing else reaps (the oldest batch's pages may never be pinned again, or may be gone). A pin that
+  // needs frames for fresh pages reaps at its first eviction (acquire_frames). `reaped`: reaped with
+  // mu_ held since, so the first eviction need not reap again.
+  bool reaped = leaving_or_away(a, span) || waits_for_oldest_load(a, span) || ++pins_since_reap_ >= kReapAfterPins;
   if (reaped) reap(lk);
 
   // 1. Admission: the pinned working set must fit the device budget (the frames there are, while the

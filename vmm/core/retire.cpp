@@ -16,6 +16,7 @@ namespace tvmm::vmm {
 // (or, for pages dropped without a copy, on NVMe, or nowhere if their contents were discarded). The
 // victims' addresses stay mapped to their old frames (PageEntry::mapped).
 bool PagerImpl::reap(Lock& /*lk*/) {
+  pins_since_reap_ = 0;
   bool retired = false;
   while (!loads_.empty() && events_.is_done(loads_.front().done.get())) {
     LoadBatch& b = loads_.front();
