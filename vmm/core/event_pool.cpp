@@ -48,7 +48,7 @@ EventRef EventPool::acquire() {
 }
 
 bool EventPool::is_done(Event* e) {
-  if (e->done.load(std::memory_order_acquire)) return true;
+  if (e->known_done()) return true;
   const auto s = dev_.query_event(e->handle);
   if (s.code == device::Errc::not_ready) return false;
   TVMM_CHECK(s);
@@ -57,7 +57,7 @@ bool EventPool::is_done(Event* e) {
 }
 
 void EventPool::wait(Event* e) {
-  if (e->done.load(std::memory_order_acquire)) return;
+  if (e->known_done()) return;
   TVMM_CHECK(dev_.synchronize_event(e->handle));
   e->done.store(true, std::memory_order_release);
 }

@@ -224,6 +224,11 @@ class PagerImpl {
   // mu_. It does not query them: the caller orders its stream (or thread) after each, and a stream wait
   // costs the host about what a query does (0.78 against 0.63 us on an H200) while nearly every page-in
   // a pin finds pending is still running (99% of them on the replays), so a query first only adds one.
+  // Waiting on one that has completed is harmless: cuStreamWaitEvent "makes all future work submitted
+  // to hStream wait for all work captured in hEvent" and uses "the most recently captured state at the
+  // time of the API call" (cuda.h), and the references returned keep each event from being recorded
+  // again (EventPool reuses an event only once no one holds it). The eviction's wait for a victim's
+  // page-in relies on the same rule.
   std::vector<EventRef> pending_page_ins(const Allocation* a, PageSpan span);
   // Pages of `span` of `a` on the host tier, at most `limit`; caller holds mu_.
   std::vector<PageEntry*> host_pages(const Allocation* a, PageSpan span, std::size_t limit = SIZE_MAX);
