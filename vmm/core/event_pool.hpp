@@ -19,6 +19,15 @@ struct Event {
   std::atomic<std::uint32_t> refs{0};
   std::atomic<bool> done{false};  // cached: once complete, a pooled event is not re-recorded until reused
   EventPool* pool = nullptr;
+  // Set at each record by TransferEngine::record_on, before anyone else sees the event (a held
+  // reference keeps it from being recorded again):
+  //! The stream it was recorded on.
+  device::StreamHandle stream = nullptr;
+  //! On one of the pager's copy streams: its place in the order of their records (a later event on the
+  //! same stream completes after it: it implies this one). 0 on any other stream.
+  std::uint64_t seq = 0;
+  //! Recorded on the pager's device-to-host stream (a write-back's event).
+  bool write_back = false;
   //! Whether a query or wait has already found the event complete (no driver call).
   [[nodiscard]] bool known_done() const noexcept { return done.load(std::memory_order_acquire); }
 };

@@ -93,7 +93,11 @@ void TransferEngine::copy_in(device::DevPtr va, const void* host, std::size_t by
 
 void TransferEngine::copy_out(void* host, device::DevPtr va, std::size_t bytes) {
   const auto queued = Timeline::Clock::now();
-  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), bytes, device::CopyKind::device_to_host, out_));
+  {
+    std::lock_guard lk(out_mu_);
+    TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), bytes, device::CopyKind::device_to_host, out_));
+    out_latest_.reset();  // set after the call: a record taken meanwhile covers this copy too
+  }
   pages_out_.fetch_add(1, std::memory_order_relaxed);
   bytes_out_.fetch_add(bytes, std::memory_order_relaxed);
   if (trace_ != nullptr) mark(out_, trace_->copy_out, "write-back", va, queued);
@@ -113,23 +117,57 @@ void TransferEngine::copy_behind(void* host, device::DevPtr va, std::size_t byte
   if (trace_ != nullptr) mark(stream, trace_->copy_out, "write-behind", va, queued);
 }
 
-void TransferEngine::order_behind_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(behind_stream(), e->handle)); }
+void TransferEngine::order_behind_after(Event* e) {
+  const auto s = behind_stream();
+  if (!recorded_on(e, s)) TVMM_CHECK(dev_.stream_wait_event(s, e->handle));
+}
 
-EventRef TransferEngine::record_behind() { return record_on(behind_stream()); }
+EventRef TransferEngine::record_behind() { return record_copy(behind_stream()); }
 
-void TransferEngine::order_copy_out_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(out_, e->handle)); }
+void TransferEngine::order_copy_out_after(Event* e) {
+  if (recorded_on(e, out_)) return;
+  std::lock_guard lk(out_mu_);
+  TVMM_CHECK(dev_.stream_wait_event(out_, e->handle));
+  out_latest_.reset();
+}
 
-void TransferEngine::order_copy_in_after(Event* e) { TVMM_CHECK(dev_.stream_wait_event(in_, e->handle)); }
+void TransferEngine::order_copy_in_after(Event* e) {
+  if (!recorded_on(e, in_)) TVMM_CHECK(dev_.stream_wait_event(in_, e->handle));
+}
 
 EventRef TransferEngine::record_on(device::StreamHandle stream) {
   EventRef e = events_.acquire();
-  TVMM_CHECK(dev_.record_event(e.get()->handle, stream));
+  Event* ev = e.get();
+  TVMM_CHECK(dev_.record_event(ev->handle, stream));
+  ev->stream = stream;
+  ev->seq = 0;
+  ev->write_back = false;
   return e;
 }
 
-EventRef TransferEngine::record_in() { return record_on(in_); }
+EventRef TransferEngine::record_copy(device::StreamHandle stream) {
+  EventRef e = events_.acquire();
+  Event* ev = e.get();
+  {
+    // Numbered in the order of the records, which the lock makes the order on each stream too.
+    std::lock_guard lk(seq_mu_);
+    TVMM_CHECK(dev_.record_event(ev->handle, stream));
+    ev->seq = ++seq_;
+  }
+  ev->stream = stream;
+  ev->write_back = stream == out_;
+  return e;
+}
 
-EventRef TransferEngine::record_out() { return record_on(out_); }
+EventRef TransferEngine::record_in() { return record_copy(in_); }
+
+EventRef TransferEngine::record_out() {
+  // An event recorded with nothing queued on the stream since the previous one completes with it (one
+  // stream runs in order): that one serves, with no driver call.
+  std::lock_guard lk(out_mu_);
+  if (!out_latest_) out_latest_ = record_copy(out_);
+  return out_latest_;
+}
 
 bool TransferEngine::drain() noexcept {
   const bool in_ok = dev_.synchronize_stream(in_).ok();

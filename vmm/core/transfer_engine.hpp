@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <span>
 
 #include "backends/device/device_backend.hpp"
@@ -52,6 +53,8 @@ class TransferEngine {
   //! Queues a write-behind copy of the page's first `bytes` (device address -> host slot; the page stays
   //! resident) on the write-behind stream, which is created on the first call.
   void copy_behind(void* host, device::DevPtr va, std::size_t bytes);
+  // The order_*_after calls make no driver call for an event recorded on the stream they order: its
+  // later work runs after that event anyway.
   //! Makes later write-behind copies wait for `e` (a last use or a page-in).
   void order_behind_after(Event* e);
   //! An event that completes when the write-behind copies queued so far have completed.
@@ -62,7 +65,8 @@ class TransferEngine {
   void order_copy_in_after(Event* e);
   //! An event that completes when the page-ins queued so far have completed.
   EventRef record_in();
-  //! An event that completes when the write-backs queued so far have completed.
+  //! An event that completes when the write-backs queued so far have completed: the previous one
+  //! returned, when nothing was queued on the device-to-host stream since (no copy, no wait).
   EventRef record_out();
   //! An event that completes when the work queued on `stream` (a program's stream) so far has
   //! completed: a release point.
@@ -85,7 +89,17 @@ class TransferEngine {
   device::StreamHandle in_ = nullptr;
   device::StreamHandle out_ = nullptr;
   device::StreamHandle behind_ = nullptr;  // created by the first write-behind call
+  std::mutex out_mu_;                      // the device-to-host stream's calls, and out_latest_
+  std::mutex seq_mu_;                      // the copy streams' records, and seq_
+  std::uint64_t seq_ = 0;                  // the copy streams' records so far (Event::seq)
+  EventRef out_latest_;  // the event record_out() returned last, while nothing was queued on out_ since
   device::StreamHandle behind_stream();
+  // An event on one of the copy streams, numbered (Event::seq).
+  EventRef record_copy(device::StreamHandle stream);
+  // Whether `e` was recorded on `s`, one of the copy streams (which live as long as the engine, so no
+  // other stream's handle can equal theirs meanwhile; a program's stream may be destroyed while its
+  // work still runs and its handle reused, which is why only copy-stream events, seq != 0, count).
+  static bool recorded_on(const Event* e, device::StreamHandle s) noexcept { return e->seq != 0 && e->stream == s; }
   std::atomic<std::uint64_t> pages_in_{0};
   std::atomic<std::uint64_t> pages_out_{0};
   std::atomic<std::uint64_t> bytes_in_{0};
