@@ -315,6 +315,48 @@ TEST(PagerDroppedVictims, DoNotWaitForEarlierWriteBacks) {
   EXPECT_EQ(test::mismatches(back.data(), a.size(), 7), 0u);
 }
 
+// A victim dropped without a copy whose last kernel still runs hands its frame over behind that kernel
+// alone: the frame's next user waits for the kernel, but not for a write-back queued earlier for another
+// victim. (Before, the eviction recorded an event on the copy stream, behind a's held write-back, and
+// c2's kernel waited for that too: checked, `ran` stayed false after `go`.)
+TEST(PagerDroppedVictims, WithTheirLastKernelRunningWaitOnlyForThatKernel) {
+  HeldWriteBackOfA t(7);
+  auto& [dev, pager, s, a, b, c1, c2, pin1] = t;
+  ASSERT_EQ(dev->held(Op::copy_out), 1u);
+  std::atomic<bool> go{false};
+  common::ScopeGuard let_go([&] {  // a failed ASSERT must leave nothing waiting
+    go = true;
+    dev->release_all();
+  });
+  auto s3 = pager.create_stream();
+  {
+    Pin use = b.pin(s3, Access::read);
+    s3.launch([&go] {
+      while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  b.discard();
+  auto s2 = pager.create_stream();
+  auto pin2 = c2.pin(s2, Access::write);  // evicts b: dropped, its kernel still running
+  std::atomic<bool> ran{false};
+  s2.launch([&ran] { ran = true; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(ran) << "c2's frame was used while b's last kernel still ran";
+  go = true;
+  EXPECT_TRUE(test::eventually([&] { return ran.load(); }, std::chrono::milliseconds(2000)))
+      << "the dropped victim's frame waited for a's held write-back";
+  EXPECT_EQ(dev->held(Op::copy_out), 1u);
+  dev->release_all();
+  s.synchronize();
+  s2.synchronize();
+  s3.synchronize();
+  pin1 = Pin();
+  pin2 = Pin();
+  pager.check_invariants();
+  auto back = a.pin(Access::read);
+  EXPECT_EQ(test::mismatches(back.data(), a.size(), 7), 0u);
+}
+
 TEST_F(PagerFaults, FramesAreRecycledNotCreatedOnTheHotPath) {
   dev_->fail_always(Op::create_chunk, Errc::out_of_memory);
   auto fresh = pager_->allocate(64 * KiB);
@@ -542,6 +584,43 @@ TEST(PagerQueries, AVictimStillLoadingIsEvictedWithoutQueryingItsPageIn) {
   hold_d = Pin();
   EXPECT_EQ(test::mismatches(e, 23), 0u) << "a's page-in landed in e's frame after e was written";
   t.expect_intact();
+}
+
+// A pin orders its stream after the latest of its pages' page-ins on the page-in stream only: the
+// earlier ones there complete before it (one stream runs in order). x's two pages load in two batches,
+// both held; pinning all of x makes two stream waits (the page-in stream's, for the write-back of the
+// frame's previous page, and s's), where waiting for each batch made three (checked).
+TEST(PagerQueries, APinWaitsOnceForItsPageInsOnOneStream) {
+  device::FaultyDevice* dev = nullptr;
+  Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
+  Stream s = pager.create_stream();
+  Tensor x = pager.allocate(128 * KiB, {"x"}), y = pager.allocate(128 * KiB, {"y"});
+  for (Tensor* t : {&x, &y}) {
+    auto pin = t->pin(Access::write);
+    test::fill(pin.data(), t->size(), 13);
+  }
+  ASSERT_EQ(x.tier(), Tier::host);
+  dev->hold(Op::copy_in);
+  common::ScopeGuard let_go([&] { dev->release_all(); });
+  { Pin first = x.pin_range(s, 0, 64 * KiB, Access::read); }  // loads x's first page: a batch, held
+  const auto before = pager.stats().driver;
+  Pin whole = x.pin(s, Access::read);  // loads the second page: a later batch, held too
+  const auto after = pager.stats().driver;
+  ASSERT_EQ(dev->held(Op::copy_in), 2u);
+  EXPECT_EQ(after.stream_wait.calls - before.stream_wait.calls, 2u);
+  std::atomic<std::size_t> bad{1};
+  s.launch([&bad, p = whole.data(), n = x.size()] { bad = test::mismatches(p, n, 13); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  dev->release(Op::copy_in, 1);  // the first batch only: s still waits for the second
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(bad.load(), 1u) << "s ran before x's second page arrived";
+  dev->release_all();
+  s.synchronize();
+  EXPECT_EQ(bad.load(), 0u) << "s ran before x's pages arrived";
+  whole = Pin();
+  pager.check_invariants();
+  auto back = y.pin(Access::read);
+  EXPECT_EQ(test::mismatches(back.data(), y.size(), 13), 0u);
 }
 
 // A pin whose page waits for the oldest page-in batch reaps, so a page-in that ended while nothing

@@ -212,14 +212,25 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     per_page.reserve(victims.size());
     for (std::size_t i = 0; i < queue.size(); ++i) {
       auto& [v, after] = queue[i];
+      const auto vw = v->word.load(std::memory_order_acquire);
+      // No copy for a page whose contents are dead or whose host slot already holds them.
+      const bool copy = v->host_slot != kNoSlot && !word::discarded(vw) && !word::host_copy(vw);
+      // A page dropped with one thing pending (its last use, or its page-in) hands its frame over
+      // behind that event itself: no driver call, and the frame's next user does not wait for the
+      // write-backs queued before (as an event recorded on the copy stream would make it). Not when
+      // its host slot may still receive an earlier write-back (kept from a failed eviction: the slot
+      // is freed when this event completes, so it must follow that copy) or a write-behind copy still
+      // reads the frame (reap() must find that batch done first: see above).
+      if (!copy && after.size() == 1 && (v->host_slot == kNoSlot || word::host_copy(vw)) && !word::writing_behind(vw)) {
+        ++dropped;
+        per_page.emplace_back(after.front());
+        continue;
+      }
       for (Event* e : after) {
         if (std::find(ordered.begin(), ordered.end(), e) != ordered.end()) continue;
         xfer_->order_copy_out_after(e);
         ordered.push_back(e);
       }
-      // No copy for a page whose contents are dead or whose host slot already holds them.
-      const auto vw = v->word.load(std::memory_order_acquire);
-      const bool copy = v->host_slot != kNoSlot && !word::discarded(vw) && !word::host_copy(vw);
       if (copy) {
         copying = i + 1;  // the copy stream waits for `after` already
         xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v), used_bytes(*v));

@@ -140,10 +140,10 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
   bool any = false;
   EventRef done;
   try {
-    Event* ordered = nullptr;  // the latest write-back the page-ins wait for so far
+    std::vector<Event*> ordered;  // what the page-in stream waits for already
     auto follow = [&](Event* e) {
-      if (e == nullptr || e == ordered) return;
-      ordered = e;
+      if (e == nullptr || std::find(ordered.begin(), ordered.end(), e) != ordered.end()) return;
+      ordered.push_back(e);
       xfer_->order_copy_in_after(e);
     };
     for (const std::size_t i : got.in_recording_order()) {
@@ -152,15 +152,17 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
       xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot), used_bytes(*pages[i]));
       any = true;
     }
-    // One event for the chunk, after the latest write-back (which implies the others), so pages that
-    // were not copied (fresh, or Access::write) are usable once it completes. A chunk with no copy
-    // uses that write-back's own event: making the page-in stream wait for it would hold back every
-    // later page-in, into free frames too, behind a write-back they do not need.
-    if (any) {
-      follow(got.latest_after());
+    // One event for the chunk, after the latest write-back (which implies the others) and whatever
+    // else a frame follows, so pages that were not copied (fresh, or Access::write) are usable once it
+    // completes. A chunk with no copy whose frames follow one event only uses that event: making the
+    // page-in stream wait for it would hold back every later page-in, into free frames too, behind a
+    // write-back (or a kernel) they do not need.
+    const EventRef* only = any ? nullptr : got.only_after();
+    if (only != nullptr) {
+      done = *only;
+    } else if (any || got.latest_after() != nullptr || !got.others.empty()) {
+      got.follow_all(follow);
       done = xfer_->record_in();
-    } else if (const EventRef* latest = got.latest_after_ref()) {
-      done = *latest;
     }
     // 5. Publish: resident, known to the policy, pending until `done` completes.
     publish_chunk(pages, before, got, done, needs_copy);

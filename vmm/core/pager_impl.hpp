@@ -10,6 +10,7 @@
 // word and touches the policy (which has its own lock). Lock order: mu_ -> policy lock; mu_ ->
 // Allocation::uses_mu. No thread waits for a transfer while holding mu_.
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -122,27 +123,36 @@ class PagerImpl {
   };
   struct EvictionBatch {  // write-backs whose victims are still mapped at their old addresses
     std::vector<std::uint32_t> pages;
-    //! Per page: its write-back (and every earlier one) has completed; null for a page dropped with
-    //! nothing pending (its frame was free at once).
+    //! Per page: its write-back (and every earlier one) has completed; for a page dropped without a
+    //! copy, the one thing it waited for (its last use or its page-in), or null with nothing pending
+    //! (its frame was free at once).
     std::vector<EventRef> done;
-    std::size_t retired = 0;  // pages [0, retired) are retired (events complete in order)
+    std::size_t retired = 0;  // pages [0, retired) are retired, in order (an event done later waits)
   };
-  // Frames for a chunk. after[i] is the write-back of frames[i]'s previous page (null for a frame that
-  // was free): every use of the frame must follow it. All write-backs are recorded on one copy stream,
-  // so the later of two such events implies the earlier; frames are added in recording order, and
-  // pair_frames may then permute them (recorded[i]: where frames[i] was added).
+  // Frames for a chunk. after[i] is what every use of frames[i] must follow (null for a frame that was
+  // free): the write-back of its previous page, or, for a page dropped without a copy whose frame waited
+  // for one thing only, that thing itself (its last use, or its page-in; see evict). All write-backs
+  // are recorded on one copy stream, so the later of two such events implies the earlier; frames are
+  // added in recording order, and pair_frames may then permute them (recorded[i]: where frames[i] was
+  // added). The other events are kept apart (`others`): nothing implies them.
   struct Frames {
     std::vector<std::uint32_t> frames;
     std::vector<EventRef> after;
     std::vector<std::uint32_t> recorded;  // empty: in the order added
     EventRef latest;                      // the last write-back added (it implies the others), or null
+    std::vector<Event*> others;           // the events in `after` not on the write-back stream, each once
     //! Room for `more` frames past those held, so that add() does not allocate.
     void reserve_more(std::size_t more) {
       frames.reserve(frames.size() + more);
       after.reserve(after.size() + more);
+      others.reserve(others.size() + more);
     }
     void add(std::uint32_t frame, EventRef e) {
-      if (e) latest = e;
+      if (e && e.get()->write_back) {
+        latest = e;
+      } else if (e && std::find(others.begin(), others.end(), e.get()) == others.end()) {
+        others.push_back(e.get());  // held by `after`
+      }
       frames.push_back(frame);
       after.push_back(std::move(e));
     }
@@ -151,10 +161,26 @@ class PagerImpl {
       after.clear();
       recorded.clear();
       latest = EventRef();
+      others.clear();
     }
-    //! The latest write-back any frame follows (it implies the others), or null.
+    //! The latest write-back any frame follows (it implies the others on the write-back stream), or null.
     [[nodiscard]] Event* latest_after() const noexcept { return latest.get(); }
-    [[nodiscard]] const EventRef* latest_after_ref() const noexcept { return latest ? &latest : nullptr; }
+    //! The one event every frame's use must follow, if there is one (null if none, or if several).
+    [[nodiscard]] const EventRef* only_after() const noexcept {
+      if (others.empty()) return latest ? &latest : nullptr;
+      if (latest || others.size() > 1) return nullptr;
+      for (const EventRef& e : after) {
+        if (e.get() == others.front()) return &e;
+      }
+      return nullptr;
+    }
+    //! Calls `follow` with each event that, once waited for, orders work after every frame's `after`:
+    //! the latest write-back and each of the others.
+    template <typename F>
+    void follow_all(F&& follow) const {
+      for (Event* e : others) follow(e);
+      if (latest) follow(latest.get());
+    }
     //! Indices into frames, in the order they were added (the write-backs' recording order).
     [[nodiscard]] std::vector<std::size_t> in_recording_order() const;
   };

@@ -239,7 +239,23 @@ std::vector<EventRef> PagerImpl::pending_page_ins(const Allocation* a, PageSpan 
   std::vector<EventRef> out;
   for (std::uint32_t i = 0; i < span.count; ++i) {
     Event* e = pages[i].ready;
-    if (e != nullptr && (out.empty() || out.back().get() != e) && !e->known_done()) out.emplace_back(e);
+    if (e == nullptr || e->known_done()) continue;
+    // Of two events on one copy stream the later implies the earlier (Event::seq): only the later is
+    // waited for. Events on other streams (a dropped page's last use, see evict) are kept.
+    bool implied = false;
+    for (EventRef& o : out) {
+      Event* f = o.get();
+      if (f == e || (e->seq != 0 && f->stream == e->stream && f->seq > e->seq)) {
+        implied = true;
+        break;
+      }
+      if (f->seq != 0 && f->stream == e->stream && e->seq > f->seq) {
+        o = EventRef(e);  // implies the one it replaces
+        implied = true;
+        break;
+      }
+    }
+    if (!implied) out.emplace_back(e);
   }
   return out;
 }

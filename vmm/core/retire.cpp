@@ -49,7 +49,8 @@ bool PagerImpl::reap(Lock& /*lk*/) {
     behind_.pop_front();
     retired = true;
   }
-  // Write-backs page by page (their events complete in the order they were recorded).
+  // Write-backs page by page, in order (those on the copy stream complete in the order recorded; a
+  // dropped page's use or page-in may complete later than the next page's write-back, which then waits).
   while (!evictions_.empty()) {
     EvictionBatch& b = evictions_.front();
     std::size_t done = b.retired;

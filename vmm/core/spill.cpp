@@ -323,8 +323,9 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   std::exception_ptr copy_error;
   try {
     // The reads take longer than the write-backs: waiting here for the latest (which implies the
-    // others) costs nothing and keeps the copies unordered among themselves.
-    if (Event* latest = got.latest_after()) xfer_->order_copy_in_after(latest);
+    // others) and the frames' other events costs nothing and keeps the copies unordered among
+    // themselves.
+    got.follow_all([&](Event* e) { xfer_->order_copy_in_after(e); });
   } catch (...) {
     abort_chunk(got);
     throw;
