@@ -623,6 +623,41 @@ TEST(PagerQueries, APinWaitsOnceForItsPageInsOnOneStream) {
   EXPECT_EQ(test::mismatches(back.data(), y.size(), 13), 0u);
 }
 
+// A stream the pager created remembers the latest page-in it was made to wait for, and a later pin on
+// it of pages loaded before that makes no stream wait: its work follows them already (the page-in stream
+// runs in order). Another stream still waits. Checked without the memory: the second pin on s made one.
+TEST(PagerQueries, AStreamOrderedAfterALaterPageInDoesNotWaitForAnEarlierOne) {
+  TwoOnTheHost t;
+  t.dev->hold(Op::copy_in);
+  common::ScopeGuard let_go([&] { t.dev->release_all(); });
+  { Pin first = t.a.pin(t.s2, Access::read); }  // loads a: a batch, held
+  { Pin first = t.b.pin(t.s2, Access::read); }  // loads b: a later batch, held too
+  ASSERT_EQ(t.dev->held(Op::copy_in), 2u);
+  auto waits = [&] { return t.pager.stats().driver.stream_wait.calls; };
+  auto before = waits();
+  { Pin pin_b = t.b.pin(t.s, Access::read); }  // s waits for b's page-in
+  EXPECT_EQ(waits() - before, 1u);
+  before = waits();
+  std::atomic<bool> ran{false};
+  {
+    Pin pin_a = t.a.pin(t.s, Access::read);  // a's page-in is earlier: s follows it already
+    EXPECT_EQ(waits() - before, 0u) << "s waited again for an earlier page-in";
+    t.s.launch([&ran] { ran = true; });
+  }
+  Stream s3 = t.pager.create_stream();
+  before = waits();
+  { Pin pin_a = t.a.pin(s3, Access::read); }
+  EXPECT_EQ(waits() - before, 1u) << "a stream that never waited was not ordered after a's page-in";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(ran) << "work on s ran before the page-ins it follows";
+  t.dev->release_all();
+  t.s.synchronize();
+  t.s2.synchronize();
+  s3.synchronize();
+  EXPECT_TRUE(ran);
+  t.expect_intact();
+}
+
 // A pin whose page waits for the oldest page-in batch reaps, so a page-in that ended while nothing
 // reaped is retired there and the next pin of the page hits: no stream wait, no lock. Without that rule
 // the page stayed pending, and every pin of it took the slow path and a stream wait, for as long as no

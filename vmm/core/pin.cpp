@@ -367,12 +367,10 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
   // 4. Order the caller after the page-ins: its stream waits (the thread does not), or, for a
   //    host-synchronous pin, the thread waits.
   try {
-    for (auto& e : waits) {
-      if (stream != nullptr) {
-        xfer_->stream_wait(stream, e.get());
-      } else {
-        events_.wait(e.get());
-      }
+    if (stream != nullptr) {
+      releases_->order_after(stream, waits);
+    } else {
+      for (auto& e : waits) events_.wait(e.get());
     }
   } catch (...) {
     for (std::uint32_t i = 0; i < n; ++i) unpin_page(pages[i]);
@@ -497,7 +495,7 @@ void PagerImpl::prefetch(Allocation* a, device::StreamHandle stream) {
   const std::vector<EventRef> waits = pending_page_ins(a, whole(a));
   lk.unlock();
   observe_.counters.prefetched.fetch_add(loaded, std::memory_order_relaxed);
-  for (const auto& e : waits) xfer_->stream_wait(stream, e.get());
+  releases_->order_after(stream, waits);
 }
 
 void PagerImpl::discard(Allocation* a) {

@@ -68,6 +68,34 @@ void ReleasePoints::synchronized(device::StreamHandle s, std::uint64_t upto) noe
   line->complete = std::max(line->complete, std::min(upto, line->taken));
 }
 
+void ReleasePoints::order_after(device::StreamHandle s, std::span<const EventRef> events) {
+  if (events.empty()) return;
+  const auto line = line_of(s);
+  for (const EventRef& r : events) {
+    Event* e = r.get();
+    if (!line || e->seq == 0) {
+      xfer_.stream_wait(s, e);
+      continue;
+    }
+    {
+      std::lock_guard ll(line->mu);
+      const auto it =
+          std::find_if(line->waited.begin(), line->waited.end(), [&](const auto& w) { return w.first == e->stream; });
+      if (it != line->waited.end() && it->second >= e->seq) continue;
+    }
+    xfer_.stream_wait(s, e);
+    // Noted once the wait is queued: a thread that reads it and skips its own wait queues its work on
+    // `s` after this one's wait.
+    std::lock_guard ll(line->mu);
+    auto it =
+        std::find_if(line->waited.begin(), line->waited.end(), [&](const auto& w) { return w.first == e->stream; });
+    if (it == line->waited.end()) {
+      it = std::find_if(line->waited.begin(), line->waited.end(), [](const auto& w) { return w.first == nullptr; });
+    }
+    if (it != line->waited.end()) *it = {e->stream, std::max(it->second, e->seq)};
+  }
+}
+
 void ReleasePoints::record_locked(ReleaseLine& line) {
   EventRef e = xfer_.record_on(line.stream);
   line.recorded.emplace_back(line.taken, std::move(e));

@@ -22,10 +22,12 @@
 // (synchronize, destroy) has every point taken before the synchronization complete. A stream the
 // pager did not create may be destroyed at any time: its points are recorded at once, as before.
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <utility>
 
@@ -46,6 +48,9 @@ struct ReleaseLine {
   //! Events recorded on the stream, oldest first: each covers every point up to its number.
   std::deque<std::pair<std::uint64_t, EventRef>> recorded;
   std::uint64_t evictions = 0;  //!< the pager's evictions at the latest point taken
+  //! Per copy stream (the pager's, at most three), the latest of its events (Event::seq) this stream
+  //! was made to wait for: its work queued since follows every earlier event there too.
+  std::array<std::pair<device::StreamHandle, std::uint64_t>, 3> waited{};
 };
 
 //! A release point: a line and a point number, and the event chosen for it once one is.
@@ -87,6 +92,13 @@ class ReleasePoints {
   //! complete), or (without `record`) unchanged: with `record` it always ends with an event or
   //! complete. Never throws: when a record fails, the stream is synchronized and the point is complete.
   void resolve(ReleaseTicket& t, bool record) noexcept;
+
+  //! Makes `s` wait for each of `events` (without blocking the calling thread). A stream the pager
+  //! created remembers the latest event of each copy stream it was made to wait for, and skips a wait
+  //! for an earlier one there: its work already follows it (a copy stream runs in order, Event::seq).
+  //! A stream's memory goes with it (remove_stream), so a new stream that gets its handle starts with
+  //! none. Throws when a wait fails.
+  void order_after(device::StreamHandle s, std::span<const EventRef> events);
 
  private:
   std::shared_ptr<ReleaseLine> line_of(device::StreamHandle s);
