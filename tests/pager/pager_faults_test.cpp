@@ -3,6 +3,7 @@
 // must keep working once the device behaves again.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -355,6 +356,48 @@ TEST(PagerDroppedVictims, WithTheirLastKernelRunningWaitOnlyForThatKernel) {
   pager.check_invariants();
   auto back = a.pin(Access::read);
   EXPECT_EQ(test::mismatches(back.data(), a.size(), 7), 0u);
+}
+
+// A chunk with nothing to copy whose frames follow several events (victims dropped behind their own last
+// kernels, on two streams) is usable only once every one has completed: c's work waits for both kernels.
+TEST(PagerDroppedVictims, AChunkBehindSeveralKernelsWaitsForEach) {
+  device::FaultyDevice* dev = nullptr;
+  Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
+  Tensor b1 = pager.allocate(64 * KiB, {"b1"}), b2 = pager.allocate(64 * KiB, {"b2"});
+  Tensor c = pager.allocate(128 * KiB, {"c"});
+  for (Tensor* t : {&b1, &b2}) {
+    auto pin = t->pin(Access::write);
+    test::fill(pin.data(), t->size(), 17);
+  }
+  std::array<std::atomic<bool>, 2> go{};
+  common::ScopeGuard let_go([&] { go[0] = go[1] = true; });
+  Stream s1 = pager.create_stream(), s2 = pager.create_stream(), s3 = pager.create_stream();
+  for (int i : {0, 1}) {
+    Stream& st = i == 0 ? s1 : s2;
+    Pin use = (i == 0 ? b1 : b2).pin(st, Access::read);
+    st.launch([&go, i] {
+      while (!go[i]) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  b1.discard();
+  b2.discard();
+  const auto before = dev->calls(Op::copy_in) + dev->calls(Op::copy_out);
+  Pin pin_c = c.pin(s3, Access::write);  // takes b1's and b2's frames, each behind its own kernel
+  EXPECT_EQ(dev->calls(Op::copy_in) + dev->calls(Op::copy_out) - before, 0u) << "a copy was made";
+  std::atomic<bool> ran{false};
+  s3.launch([&ran] { ran = true; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(ran) << "c's frames were used while both dropped pages' kernels still ran";
+  go[0] = true;  // b1 was discarded first: its frame is the chunk's first, and its event the first met
+  s1.synchronize();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(ran) << "c's frames were used while b2's kernel still ran";
+  go[1] = true;
+  s2.synchronize();
+  s3.synchronize();
+  EXPECT_TRUE(ran);
+  pin_c = Pin();
+  pager.check_invariants();
 }
 
 TEST_F(PagerFaults, FramesAreRecycledNotCreatedOnTheHotPath) {
