@@ -400,6 +400,65 @@ TEST(PagerDroppedVictims, AChunkBehindSeveralKernelsWaitsForEach) {
   pager.check_invariants();
 }
 
+// A page dropped with only its page-in pending hands that event over, and the page-in of a fresh page
+// is the write-back its frame followed: an older write-back than one a victim evicted with it records.
+// The chunk's event must be the later of the two. Here c takes a's frame (a's write-back, held) and b's
+// (b's page-in: x's earlier write-back, completed but never queried, since every reap stops at d's
+// kernel, held by a gate). Before the fix the chunk took x's write-back as its latest: c's kernel ran,
+// and wrote a's frame, while a's write-back was still to read it (checked: `ran`, and a's bytes).
+TEST(PagerDroppedVictims, AHandedOverWriteBackDoesNotHideALaterOne) {
+  device::FaultyDevice* dev = nullptr;
+  Pager pager = make_faulty_pager(test::small_config(3, 8), dev);
+  Tensor d = pager.allocate(64 * KiB, {"d"}), x = pager.allocate(64 * KiB, {"x"});
+  Tensor a = pager.allocate(64 * KiB, {"a"}), e = pager.allocate(64 * KiB, {"e"});
+  Tensor b = pager.allocate(64 * KiB, {"b"}), c = pager.allocate(128 * KiB, {"c"});
+  for (Tensor* t : {&d, &x, &a}) {
+    auto pin = t->pin(Access::write);
+    test::fill(pin.data(), t->size(), 17);
+  }
+  std::atomic<bool> go{false};
+  common::ScopeGuard let_go([&] {
+    go = true;
+    dev->release_all();
+  });
+  Stream s1 = pager.create_stream(), s2 = pager.create_stream(), s3 = pager.create_stream(), s4 = pager.create_stream(),
+         s5 = pager.create_stream();
+  {
+    Pin use = d.pin(s1, Access::read);
+    s1.launch([&go] {
+      while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  { Pin other = a.pin(s5, Access::read); }  // a later release than d's, so d is taken as discarded
+  s5.synchronize();
+  d.discard();
+  { Pin first = e.pin(s2, Access::write); }  // takes d's frame behind d's kernel: every reap stops there
+  dev->hold(Op::copy_out);
+  { Pin first = b.pin(s3, Access::write); }  // evicts x (write-back held); b's page-in is that write-back
+  ASSERT_EQ(dev->held(Op::copy_out), 1u);
+  dev->release(Op::copy_out, 1);  // x's write-back runs; nothing queries its event
+  s3.synchronize();
+  { Pin other = e.pin(s2, Access::read); }  // a later release than b's
+  b.discard();
+  Pin pin_c = c.pin(s4, Access::write);  // evicts a (write-back held) and b (dropped behind x's)
+  ASSERT_EQ(dev->held(Op::copy_out), 1u) << "the test needs a's write-back in c's chunk";
+  std::atomic<bool> ran{false};
+  s4.launch([&ran, p = pin_c.data(), n = c.size()] {
+    test::fill(p, n, 99);
+    ran = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(ran) << "c's kernel ran before a's write-back had read a's frame";
+  dev->release_all();
+  go = true;
+  for (Stream* st : {&s1, &s2, &s3, &s4, &s5}) st->synchronize();
+  EXPECT_TRUE(ran);
+  pin_c = Pin();
+  pager.check_invariants();
+  auto back = a.pin(Access::read);
+  EXPECT_EQ(test::mismatches(back.data(), a.size(), 17), 0u) << "a's host copy holds c's bytes";
+}
+
 TEST_F(PagerFaults, FramesAreRecycledNotCreatedOnTheHotPath) {
   dev_->fail_always(Op::create_chunk, Errc::out_of_memory);
   auto fresh = pager_->allocate(64 * KiB);

@@ -19,7 +19,7 @@ struct Event {
   std::atomic<std::uint32_t> refs{0};
   std::atomic<bool> done{false};  // cached: once complete, a pooled event is not re-recorded until reused
   EventPool* pool = nullptr;
-  // Set at each record by TransferEngine::record_on, before anyone else sees the event (a held
+  // Set at each record by the transfer engine (record_on, record_copy), before anyone else sees the event (a held
   // reference keeps it from being recorded again):
   //! The stream it was recorded on.
   device::StreamHandle stream = nullptr;

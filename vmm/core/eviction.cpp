@@ -119,9 +119,10 @@ void PagerImpl::unclaim(std::span<PageEntry* const> victims) noexcept {
 // Starts evicting `victims` (claimed: in transit, unpinned, out of the policy) to the host tier (or,
 // for a page whose NVMe copy is current or whose contents were discarded, to nothing: it is dropped
 // without a copy) and appends their frames to `got` at once, without waiting, each with the event of
-// its own write-back: every use of a frame must be ordered after that event. The victims stay in
-// transit until reap() sees their events complete; their addresses stay mapped to the frames
-// (PageEntry::mapped) until they are loaded into other frames or freed.
+// its own write-back (or, for a page dropped with one thing pending, that thing's event): every use of
+// a frame must be ordered after that event. The victims stay in transit until reap() sees their events
+// complete; their addresses stay mapped to the frames (PageEntry::mapped) until they are loaded into
+// other frames or freed.
 //
 // The write-backs are pipelined. Each waits only for its own victim's last uses and page-in (and, the
 // copy stream being in order, for the write-backs queued before it), and a page-in into its frame waits
@@ -207,7 +208,8 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     for (std::size_t i = 0; i < queue.size(); ++i) victims[i] = queue[i].first;
     // 1. Per victim, in order: make the copy stream wait for what is still pending of its uses (the host
     //    does not wait for those), queue its write-back, and record an event after it. A page dropped
-    //    without a copy gets an event too: its frame's next users must follow its last uses.
+    //    without a copy gets an event too, its frame's next users must follow its last uses: the one
+    //    thing pending itself, or one recorded after several.
     std::vector<Event*> ordered;  // what the copy stream already waits for
     per_page.reserve(victims.size());
     for (std::size_t i = 0; i < queue.size(); ++i) {

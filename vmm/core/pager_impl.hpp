@@ -131,15 +131,17 @@ class PagerImpl {
   };
   // Frames for a chunk. after[i] is what every use of frames[i] must follow (null for a frame that was
   // free): the write-back of its previous page, or, for a page dropped without a copy whose frame waited
-  // for one thing only, that thing itself (its last use, or its page-in; see evict). All write-backs
-  // are recorded on one copy stream, so the later of two such events implies the earlier; frames are
-  // added in recording order, and pair_frames may then permute them (recorded[i]: where frames[i] was
-  // added). The other events are kept apart (`others`): nothing implies them.
+  // for one thing only, that thing itself (its last use, or its page-in, which may be an older
+  // write-back: the one its own frame followed; see evict). All write-backs are recorded on one copy
+  // stream, so the later of two such events implies the earlier: `latest` is the latest by
+  // Event::seq, whatever the order they were added in. Frames are added in eviction order, and
+  // pair_frames may then permute them (recorded[i]: where frames[i] was added). The other events are
+  // kept apart (`others`): nothing implies them.
   struct Frames {
     std::vector<std::uint32_t> frames;
     std::vector<EventRef> after;
     std::vector<std::uint32_t> recorded;  // empty: in the order added
-    EventRef latest;                      // the last write-back added (it implies the others), or null
+    EventRef latest;                      // the latest write-back added (it implies the others), or null
     std::vector<Event*> others;           // the events in `after` not on the write-back stream, each once
     //! Room for `more` frames past those held, so that add() does not allocate.
     void reserve_more(std::size_t more) {
@@ -149,7 +151,8 @@ class PagerImpl {
     }
     void add(std::uint32_t frame, EventRef e) {
       if (e && e.get()->write_back) {
-        latest = e;
+        // Not simply the last added: a handed-over page-in may be an older write-back (evict).
+        if (!latest || e.get()->seq > latest.get()->seq) latest = e;
       } else if (e && std::find(others.begin(), others.end(), e.get()) == others.end()) {
         others.push_back(e.get());  // held by `after`
       }

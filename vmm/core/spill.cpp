@@ -98,8 +98,10 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   struct Candidate {
     PageEntry* page;
     const EventRef* arrives;  // its write-back from the device; null: on the host
-    std::size_t arrival;      // write-backs complete in the order queued: this one's place (0: on the host)
-    std::size_t next = 0;     // with a trace: pins until its tensor's next use
+    // Write-backs complete in the order queued (a page dropped behind its last kernel may complete
+    // later than the next): this one's place (0: on the host).
+    std::size_t arrival;
+    std::size_t next = 0;  // with a trace: pins until its tensor's next use
   };
   const bool by_next_use = prefetch_.replaying();
   std::vector<Candidate> order;
