@@ -23,8 +23,10 @@ struct Event {
   // reference keeps it from being recorded again):
   //! The stream it was recorded on.
   device::StreamHandle stream = nullptr;
-  //! On one of the pager's copy streams: its place in the order of their records (a later event on the
-  //! same stream completes after it: it implies this one). 0 on any other stream.
+  //! On one of the pager's copy streams: its place in the order of their records. A later event on the
+  //! same stream implies this one: cuEventRecord "captures in hEvent the contents of hStream at the
+  //! time of this call" (cuda.h), and a stream runs its work in order, so what the later one captured
+  //! includes what this one did. 0 on any other stream.
   std::uint64_t seq = 0;
   //! Recorded on the pager's device-to-host stream (a write-back's event).
   bool write_back = false;
