@@ -30,6 +30,11 @@ struct Event {
   std::uint64_t seq = 0;
   //! Recorded on the pager's device-to-host stream (a write-back's event).
   bool write_back = false;
+  //! Whether this event's completion implies `o`'s: the same event, or a later one on the same copy
+  //! stream (seq above). Events on other streams imply nothing here.
+  [[nodiscard]] bool implies(const Event& o) const noexcept {
+    return this == &o || (o.seq != 0 && stream == o.stream && seq > o.seq);
+  }
   //! Whether a query or wait has already found the event complete (no driver call).
   [[nodiscard]] bool known_done() const noexcept { return done.load(std::memory_order_acquire); }
 };

@@ -152,7 +152,7 @@ class PagerImpl {
     void add(std::uint32_t frame, EventRef e) {
       if (e && e.get()->write_back) {
         // Not simply the last added: a handed-over page-in may be an older write-back (evict).
-        if (!latest || e.get()->seq > latest.get()->seq) latest = e;
+        if (!latest || e.get()->implies(*latest.get())) latest = e;
       } else if (e && std::find(others.begin(), others.end(), e.get()) == others.end()) {
         others.push_back(e.get());  // held by `after`
       }

@@ -242,20 +242,13 @@ std::vector<EventRef> PagerImpl::pending_page_ins(const Allocation* a, PageSpan 
     if (e == nullptr || e->known_done()) continue;
     // Of two events on one copy stream the later implies the earlier (Event::seq): only the later is
     // waited for. Events on other streams (a dropped page's last use, see evict) are kept.
-    bool implied = false;
-    for (EventRef& o : out) {
-      Event* f = o.get();
-      if (f == e || (e->seq != 0 && f->stream == e->stream && f->seq > e->seq)) {
-        implied = true;
-        break;
-      }
-      if (f->seq != 0 && f->stream == e->stream && e->seq > f->seq) {
-        o = EventRef(e);  // implies the one it replaces
-        implied = true;
-        break;
-      }
+    auto kept = std::find_if(out.begin(), out.end(),
+                             [&](const EventRef& o) { return o.get()->implies(*e) || e->implies(*o.get()); });
+    if (kept == out.end()) {
+      out.emplace_back(e);
+    } else if (!kept->get()->implies(*e)) {
+      *kept = EventRef(e);  // implies the one it replaces
     }
-    if (!implied) out.emplace_back(e);
   }
   return out;
 }
