@@ -213,14 +213,16 @@ class PagerUnmapRuns : public ::testing::Test {
     b_.reset();
     return dev_->calls(Op::unmap) - before;
   }
-  // Frees c and destroys the pager; returns the unmap calls its destructor made.
+  // Frees c and destroys the pager; returns the unmap calls its destructor made for tensor addresses
+  // (each of the 4 frames is also unmapped once from its own address: DeviceTier::frame_addr).
   std::uint64_t destroy_pager() {
     c_.reset();
     pager_->check_invariants();
     const auto before = unmaps();
     pager_.reset();
-    return unmaps() - before;
+    return unmaps() - before - kFrames;
   }
+  static constexpr std::uint64_t kFrames = 4;  // small_config(4, 16)
   [[nodiscard]] std::uint64_t unmaps() const { return (*calls_)[static_cast<std::size_t>(Op::unmap)]; }
   [[nodiscard]] std::uint64_t maps() const { return (*calls_)[static_cast<std::size_t>(Op::map)]; }
   device::FaultyDevice* dev_ = nullptr;
@@ -289,6 +291,29 @@ TEST(PagerFaultsStart, FrameCreationFailureIsOutOfMemory) {
   auto pin = t.pin(Access::write);  // the device recovered
   test::fill(pin.data(), t.size(), 3);
   EXPECT_EQ(test::mismatches(pin.data(), t.size(), 3), 0u);
+}
+
+// Each frame is mapped at its own address when it is created (DeviceTier::frame_addr: the pager's copies
+// go there). When that map or its access grant fails, the frame's memory goes back at once and the pin
+// fails naming the call: the device's whole capacity (two frames here) is there for the next pin.
+TEST(PagerFaultsStart, AFrameWhoseOwnAddressCannotBeMappedGivesItsMemoryBack) {
+  for (const Op op : {Op::map, Op::set_access}) {
+    device::FaultyDevice* dev = nullptr;
+    Pager pager = make_faulty_pager(test::small_config(2, 8), dev);
+    auto t = pager.allocate(2 * 64 * KiB);
+    dev->fail_once(op, Errc::invalid_value);
+    try {
+      (void)t.pin(Access::write);
+      ADD_FAILURE() << "expected device_error";
+    } catch (const device_error& e) {
+      EXPECT_NE(std::string(e.what()).find(op == Op::map ? "map" : "set_access"), std::string::npos) << e.what();
+    }
+    pager.check_invariants();
+    auto pin = t.pin(Access::write);  // both frames: the memory of the one that failed came back
+    test::fill(pin.data(), t.size(), 4);
+    EXPECT_EQ(test::mismatches(pin.data(), t.size(), 4), 0u);
+    EXPECT_EQ(dev->calls(Op::create_chunk), 3u);
+  }
 }
 
 // A release point's event is recorded when an eviction must follow it, or at release for every

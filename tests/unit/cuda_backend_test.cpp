@@ -5,6 +5,7 @@
 // and a page-in ordered after the write-back of its frame's previous page.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -37,12 +38,16 @@ struct Call {
 };
 
 // The fake GPU: every stream runs its work at once (so ordering is the order of calls), device
-// addresses are host memory reserved with mmap, so copies and host callables really move bytes.
+// addresses are host memory reserved with mmap, so copies and host callables really move bytes. Each
+// allocation (cuMemCreate) is a memfd, and cuMemMap maps it shared, so one allocation mapped at two
+// addresses shows the same bytes at both, as on a GPU (the pager copies through each frame's own
+// address and kernels read the tensor's).
 struct Fake {
   std::mutex mu;
   std::vector<Call> log;
   std::vector<std::pair<void*, std::size_t>> reservations;
   std::uint64_t next_handle = 1;
+  std::vector<int> memfds;  // by handle - 1: the allocation's memory (-1 once released)
   int streams = 0, events = 0;
   bool host_numa = false;              // the device supports host-located VMM chunks (on host node 1)
   bool managed = false;                // the device supports managed memory with concurrent access
@@ -177,23 +182,47 @@ std::shared_ptr<const cu::Api> fake_api() {
         prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
       return CUDA_ERROR_INVALID_VALUE;
     }
+    const int fd = ::memfd_create("fake-allocation", MFD_CLOEXEC);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      if (fd >= 0) ::close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     {
       std::lock_guard lk(g_fake->mu);
       *h = g_fake->next_handle++;
+      g_fake->memfds.push_back(fd);
     }
     g_fake->add({host ? "cuMemCreate(host numa " + std::to_string(prop->location.id) + ")" : "cuMemCreate", 0, size});
     return CUDA_SUCCESS;
   };
-  api->MemRelease = [](CUmemGenericAllocationHandle) {
+  api->MemRelease = [](CUmemGenericAllocationHandle h) {
+    {
+      // The memory lives on in its mappings (cuMemRelease: freed once they are unmapped).
+      std::lock_guard lk(g_fake->mu);
+      ::close(std::exchange(g_fake->memfds.at(h - 1), -1));
+    }
     g_fake->add({"cuMemRelease"});
     return CUDA_SUCCESS;
   };
-  api->MemMap = [](CUdeviceptr p, std::size_t size, std::size_t, CUmemGenericAllocationHandle, unsigned long long) {
+  api->MemMap = [](CUdeviceptr p, std::size_t size, std::size_t offset, CUmemGenericAllocationHandle h,
+                   unsigned long long) {
     if (g_fake->map_result != CUDA_SUCCESS) return g_fake->map_result;
-    g_fake->add({"cuMemMap", static_cast<std::uintptr_t>(p), size});
+    int fd = -1;
+    {
+      std::lock_guard lk(g_fake->mu);
+      fd = g_fake->memfds.at(h - 1);
+    }
+    if (::mmap(reinterpret_cast<void*>(p), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+               static_cast<off_t>(offset)) == MAP_FAILED) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    g_fake->add({"cuMemMap", static_cast<std::uintptr_t>(p), size, reinterpret_cast<const void*>(h)});
     return CUDA_SUCCESS;
   };
   api->MemUnmap = [](CUdeviceptr p, std::size_t size) {
+    // Back to reserved memory of its own (this fake keeps reserved addresses writable).
+    ::mmap(reinterpret_cast<void*>(p), size, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     g_fake->add({"cuMemUnmap", static_cast<std::uintptr_t>(p), size});
     return CUDA_SUCCESS;
   };
@@ -330,7 +359,12 @@ std::shared_ptr<const cu::Api> fake_api() {
 class CudaBackendFake : public ::testing::Test {
  protected:
   void SetUp() override { g_fake = &fake_; }
-  void TearDown() override { g_fake = nullptr; }
+  void TearDown() override {
+    for (int fd : fake_.memfds) {
+      if (fd >= 0) ::close(fd);
+    }
+    g_fake = nullptr;
+  }
   static Config config() {
     Config c = test::small_config(4, 16);
     c.device_backend = "cuda";
@@ -429,9 +463,11 @@ TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
 TEST_F(CudaBackendFake, ThePagerReservesOnceCreatesFramesOnceAndRegistersTheHostTier) {
   {
     auto p = vmm::make_pager(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
+    // The tensors' addresses, then the frames' own (one page per frame of the device budget).
     const auto reserves = calls("cuMemAddressReserve");
-    ASSERT_EQ(reserves.size(), 1u);
+    ASSERT_EQ(reserves.size(), 2u);
     EXPECT_EQ(reserves[0].bytes, p.config().va_size);
+    EXPECT_EQ(reserves[1].bytes, p.config().device_budget);
     const auto reg = calls("cuMemHostRegister");
     ASSERT_EQ(reg.size(), 1u);
     EXPECT_EQ(reg[0].bytes, p.config().host_budget);
@@ -448,7 +484,7 @@ TEST_F(CudaBackendFake, ThePagerReservesOnceCreatesFramesOnceAndRegistersTheHost
     EXPECT_TRUE(calls("cuMemRelease").empty());
   }
   EXPECT_EQ(calls("cuMemRelease").size(), 4u);
-  EXPECT_EQ(calls("cuMemAddressFree").size(), 1u);
+  EXPECT_EQ(calls("cuMemAddressFree").size(), 2u);
   EXPECT_EQ(calls("cuMemHostUnregister").size(), 1u);
 }
 
@@ -458,11 +494,18 @@ TEST_F(CudaBackendFake, AccessIsGrantedOncePerContiguousRun) {
   auto s = p.create_stream();
   const std::size_t before_maps = calls("cuMemMap").size();
   auto pin = t.pin(s, Access::write);
-  EXPECT_EQ(calls("cuMemMap").size() - before_maps, 4u);
+  // Each of the 4 frames, created for this pin, is mapped at its own address and granted access there
+  // once; the tensor's 4 pages are mapped one by one and granted access with one call.
+  const auto base = reinterpret_cast<std::uintptr_t>(t.data());
+  auto in_tensor = [&](const Call& c) { return c.ptr >= base && c.ptr < base + 4 * kGranularity; };
+  const auto maps = calls("cuMemMap");
+  EXPECT_EQ(maps.size() - before_maps, 8u);
+  EXPECT_EQ(std::count_if(maps.begin(), maps.end(), in_tensor), 4);
   const auto access = calls("cuMemSetAccess");
-  ASSERT_EQ(access.size(), 1u);
-  EXPECT_EQ(access[0].ptr, reinterpret_cast<std::uintptr_t>(t.data()));
-  EXPECT_EQ(access[0].bytes, 4 * kGranularity);
+  ASSERT_EQ(access.size(), 5u);
+  EXPECT_EQ(std::count_if(access.begin(), access.end(), [](const Call& c) { return c.bytes == kGranularity; }), 4);
+  EXPECT_EQ(access.back().ptr, base);
+  EXPECT_EQ(access.back().bytes, 4 * kGranularity);
 }
 
 TEST_F(CudaBackendFake, VictimsKeepTheirMappingsAndPageInsWaitForTheWriteBack) {
@@ -476,8 +519,16 @@ TEST_F(CudaBackendFake, VictimsKeepTheirMappingsAndPageInsWaitForTheWriteBack) {
   }
   { auto pin = b.pin(s, Access::write); }  // evicts a
   const auto a0 = reinterpret_cast<std::uintptr_t>(a.data());
+  // The frame a0 is mapped to, and that frame's own address, through which the pager copies it.
+  const std::size_t a0_map = find_call(0, [&](const Call& c) { return c.name == "cuMemMap" && c.ptr == a0; });
+  ASSERT_NE(a0_map, SIZE_MAX);
+  const void* a0_frame = g_fake->log[a0_map].handle;
+  const std::size_t own = find_call(0, [&](const Call& c) { return c.name == "cuMemMap" && c.handle == a0_frame; });
+  ASSERT_LT(own, a0_map) << "a frame is mapped at its own address when it is created, before any tensor's";
+  const std::uintptr_t frame0 = g_fake->log[own].ptr;
   // a's write-back, then an event on the same stream.
-  const std::size_t copy = find_call(0, [&](const Call& c) { return c.name == "cuMemcpyDtoHAsync" && c.ptr == a0; });
+  const std::size_t copy =
+      find_call(0, [&](const Call& c) { return c.name == "cuMemcpyDtoHAsync" && c.ptr == frame0; });
   ASSERT_NE(copy, SIZE_MAX);
   const void* out_stream = g_fake->log[copy].handle;
   const std::size_t recorded =
@@ -508,10 +559,46 @@ TEST_F(CudaBackendFake, VictimsKeepTheirMappingsAndPageInsWaitForTheWriteBack) {
   const std::size_t wait =
       find_call(b_event, [&](const Call& c) { return c.name == "cuStreamWaitEvent" && c.event == b_done; });
   const std::size_t page_in =
-      find_call(mark, [&](const Call& c) { return c.name == "cuMemcpyHtoDAsync" && c.ptr == a0; });
+      find_call(mark, [&](const Call& c) { return c.name == "cuMemcpyHtoDAsync" && c.ptr == frame0; });
   ASSERT_NE(wait, SIZE_MAX) << "no stream waits for the write-back of the frame's previous page";
   ASSERT_NE(page_in, SIZE_MAX);
   EXPECT_LT(wait, page_in) << "the page-in was queued before its stream waited for the frame's write-back";
+}
+
+// A page-in into another frame than the one its address is still mapped to is queued before the calls
+// that move the address (unmap, map, access grant): the copy goes to the frame's own address, so the bus
+// starts on it while the host makes them (PagerImpl::load_chunk).
+TEST_F(CudaBackendFake, APageInIsQueuedBeforeTheCallsThatMoveItsAddress) {
+  auto p = vmm::make_pager(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
+  auto a = p.allocate(2 * kGranularity);
+  auto b = p.allocate(2 * kGranularity);
+  auto c = p.allocate(2 * kGranularity);
+  auto s = p.create_stream();
+  {
+    auto pin = a.pin(s, Access::write);
+    s.launch([d = pin.data()] { test::fill(d, 2 * kGranularity, 13); });
+  }
+  { auto pin = b.pin(s, Access::write); }
+  { auto pin = c.pin(s, Access::write); }  // the device's 4 frames are full: a, least recently used, leaves
+  std::size_t mark = 0;
+  {
+    std::lock_guard lk(g_fake->mu);
+    mark = g_fake->log.size();
+  }
+  {
+    auto pin = a.pin(s, Access::read);  // b leaves, and a's pages go to b's frames
+    s.launch([&, d = pin.data()] { EXPECT_EQ(test::mismatches(d, 2 * kGranularity, 13), 0u); });
+  }
+  p.check_invariants();
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data());
+  auto in_a = [&](std::uintptr_t ptr) { return ptr >= a0 && ptr < a0 + 2 * kGranularity; };
+  const std::size_t moved =
+      find_call(mark, [&](const Call& c) { return (c.name == "cuMemUnmap" || c.name == "cuMemMap") && in_a(c.ptr); });
+  ASSERT_NE(moved, SIZE_MAX) << "the test needs a's addresses to move to other frames";
+  const std::size_t page_in = find_call(mark, [&](const Call& c) { return c.name == "cuMemcpyHtoDAsync"; });
+  ASSERT_NE(page_in, SIZE_MAX);
+  EXPECT_LT(page_in, moved) << "the page-in waited for the mapping calls";
+  EXPECT_FALSE(in_a(g_fake->log[page_in].ptr)) << "a page-in went to a tensor address, not to its frame's own";
 }
 
 TEST_F(CudaBackendFake, AutoOrdinalIsTheCurrentContextsDeviceElseZero) {

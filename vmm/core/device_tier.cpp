@@ -8,24 +8,70 @@
 namespace tvmm::vmm {
 
 DeviceTier::DeviceTier(device::DeviceBackend& dev, std::size_t page_size, std::uint32_t budget_frames,
-                       device::ChunkLocation where)
+                       device::ChunkLocation where, Window window)
     : dev_(dev), page_size_(page_size), budget_(budget_frames), where_(where) {
   chunks_.reserve(budget_frames);
   free_.reserve(budget_frames);
   free_at_.assign(budget_frames, kNotFree);
   gone_.reserve(budget_frames);  // release_idle (noexcept) never allocates
+  if (window == Window::mapped) TVMM_CHECK(dev_.reserve(std::size_t{budget_frames} * page_size_, &window_));
 }
 
 DeviceTier::~DeviceTier() {
+  bool all = true;
   for (std::uint32_t f = 0; f < chunks_.size(); ++f) {
     if (std::find(gone_.begin(), gone_.end(), f) != gone_.end()) continue;
-    dev_.warn_failed(dev_.release_chunk(chunks_[f]), where_ == device::ChunkLocation::host
-                                                         ? "releasing a host-located frame"
-                                                         : "releasing a device frame");
+    all = destroy(f, where_ == device::ChunkLocation::host ? "releasing a host-located frame"
+                                                           : "releasing a device frame") &&
+          all;
+  }
+  // A reservation with a mapping left in it cannot go (cuMemAddressFree needs it unmapped).
+  if (window_ != 0 && all) {
+    dev_.warn_failed(dev_.release_reservation(window_, std::size_t{budget_} * page_size_),
+                     "releasing the frames' address reservation");
   }
 }
 
+bool DeviceTier::create(std::uint32_t f, device::ChunkHandle* out) {
+  const device::Status st = dev_.create_chunk(page_size_, out, where_);
+  if (st.code == device::Errc::out_of_memory) return false;
+  TVMM_CHECK(st);
+  if (window_ == 0) return true;
+  // Mapped once for the frame's life; one memory may be mapped at several addresses (CUDA Programming
+  // Guide, Virtual Memory Management, "Virtual Aliasing Support"), so the tensor addresses mapped to it
+  // later see the same bytes. cuMemMap's mappings start with no access (cuda.h, cuMemSetAccess).
+  const device::DevPtr at = frame_addr(f);
+  try {
+    TVMM_CHECK(dev_.map(at, page_size_, *out));
+    try {
+      TVMM_CHECK(dev_.set_access(at, page_size_));
+    } catch (...) {
+      dev_.warn_failed(dev_.unmap(at, page_size_), "unmapping a frame whose access grant failed");
+      throw;
+    }
+  } catch (...) {
+    dev_.warn_failed(dev_.release_chunk(*out), "releasing a frame that could not be mapped");
+    throw;
+  }
+  return true;
+}
+
+bool DeviceTier::destroy(std::uint32_t f, const char* what) noexcept {
+  if (window_ != 0) {
+    if (const device::Status st = dev_.unmap(frame_addr(f), page_size_); !st.ok()) {
+      dev_.warn_failed(st, "unmapping a frame's own address");
+      return false;
+    }
+  }
+  if (const device::Status st = dev_.release_chunk(chunks_[f]); !st.ok()) {
+    dev_.warn_failed(st, what);
+    return false;
+  }
+  return true;
+}
+
 std::uint32_t DeviceTier::release_idle(std::uint32_t frames) noexcept {
+  if (window_ != 0) return 0;  // see the header: only tiers without a frame window give memory back
   std::uint32_t done = 0;
   while (done < frames && !free_.empty()) {
     const std::uint32_t f = free_.back();
@@ -50,8 +96,9 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
     f = pop_free();
   } else if (may_create()) {
     device::ChunkHandle c;
-    const device::Status st = dev_.create_chunk(page_size_, &c, where_);
-    if (st.code == device::Errc::out_of_memory) {
+    f = gone_.empty() ? static_cast<std::uint32_t>(chunks_.size())
+                      : gone_.back();  // a number given back, else the next
+    if (!create(f, &c)) {
       // Something took the memory since the budget was checked against it (another process, or the
       // program's own allocations): no frame now. The caller evicts into the frames that exist, and the
       // tier tries again a second later (at once while it has none), so a shortage costs one failed
@@ -67,16 +114,13 @@ std::optional<std::uint32_t> DeviceTier::try_acquire() {
       retry_at_ = Clock::now() + std::chrono::seconds(1);
       return std::nullopt;
     }
-    TVMM_CHECK(st);
     short_ = false;
     retry_at_ = {};        // the next frame may be created when needed, too
     if (!gone_.empty()) {  // a frame number whose memory was given back
-      f = gone_.back();
       gone_.pop_back();
       chunks_[f] = c;
     } else {
-      f = static_cast<std::uint32_t>(chunks_.size());
-      chunks_.push_back(c);
+      chunks_.push_back(c);  // never reallocates: reserved for the budget
     }
   } else {
     return std::nullopt;

@@ -2,6 +2,10 @@
 // The device tier: a pool of physical frames of page_size bytes. Frames are created on first need, up
 // to the budget, then recycled forever: creating physical memory costs hundreds of microseconds on a
 // real GPU, so the hot path never creates or releases it. All methods require the pager lock.
+// With a frame window (the pager's tier), each frame is also mapped, once, at an address of its own in a
+// reservation of the tier's (frame_addr): the pager's copies go there, so that a copy never depends on
+// which tensor address the frame is mapped at, nor on when that mapping changes (docs/architecture.md,
+// "Frame addresses").
 // The transparent heap uses a second pool of host-located chunks (ChunkLocation::host): the same
 // mechanism, other memory.
 
@@ -16,8 +20,11 @@ namespace tvmm::vmm {
 
 class DeviceTier {
  public:
+  //! Whether each frame is also mapped at an address of its own (frame_addr), for copies.
+  enum class Window : bool { none, mapped };
+  //! With Window::mapped, reserves budget_frames pages of address space at once (throws on failure).
   DeviceTier(device::DeviceBackend& dev, std::size_t page_size, std::uint32_t budget_frames,
-             device::ChunkLocation where = device::ChunkLocation::device);
+             device::ChunkLocation where = device::ChunkLocation::device, Window window = Window::none);
   ~DeviceTier();
   DeviceTier(const DeviceTier&) = delete;
   DeviceTier& operator=(const DeviceTier&) = delete;
@@ -35,12 +42,19 @@ class DeviceTier {
   //! created, or the device is short and the next try is not due), without doing either.
   [[nodiscard]] bool may_acquire() const noexcept { return !free_.empty() || may_create(); }
   //! Gives up to `frames` idle frames' memory back to the device (release_chunk), for allocations made
-  //! outside tvmm; returns how many. The tier then counts as short: it creates no frame for a second (so
-  //! the memory is there for the allocation that needed it), then tries again as after any shortage.
+  //! outside tvmm; returns how many. A tier with a frame window gives none back (0): its frames stay
+  //! mapped there for the tier's life (transparent mode's heap, the one caller, has no window). The tier then counts as
+  //! short: it creates no frame for a second (so the memory is there for the allocation that needed it), then tries
+  //! again as after any shortage.
   std::uint32_t release_idle(std::uint32_t frames) noexcept;
   //! Frames created and not in use.
   [[nodiscard]] std::uint32_t idle() const noexcept { return static_cast<std::uint32_t>(free_.size()); }
   [[nodiscard]] device::ChunkHandle chunk(std::uint32_t frame) const noexcept { return chunks_[frame]; }
+  //! The address `frame` is mapped at for as long as it exists, with access granted (Window::mapped
+  //! only): the same memory as the tensor addresses mapped to it, which may change meanwhile.
+  [[nodiscard]] device::DevPtr frame_addr(std::uint32_t frame) const noexcept {
+    return window_ + device::DevPtr{frame} * page_size_;
+  }
 
   [[nodiscard]] std::uint32_t budget() const noexcept { return budget_; }
   //! The frames the tier can count on now: its budget, or the frames it has while the device has no
@@ -60,6 +74,7 @@ class DeviceTier {
   std::size_t page_size_;
   std::uint32_t budget_;
   device::ChunkLocation where_;
+  device::DevPtr window_ = 0;  // the frames' own addresses (Window::mapped), or 0
   std::uint32_t in_use_ = 0;
   std::uint32_t peak_ = 0;
   std::vector<device::ChunkHandle> chunks_;  // by frame number; those in gone_ hold no memory
@@ -67,6 +82,12 @@ class DeviceTier {
   std::vector<std::uint32_t> free_at_;       // by frame number: its index in free_, or kNotFree (take())
   static constexpr std::uint32_t kNotFree = UINT32_MAX;
   void push_free(std::uint32_t frame) noexcept;
+  // Creates frame `f`'s memory (and maps it in the window); false when the device has no memory for it.
+  // Throws for other failures, leaving nothing behind.
+  bool create(std::uint32_t f, device::ChunkHandle* out);
+  // Unmaps frame `f` from the window (if any) and gives its memory back; false (with a warning) if the
+  // device refuses either. For the destructor.
+  bool destroy(std::uint32_t f, const char* what) noexcept;
   std::uint32_t pop_free() noexcept;
   std::vector<std::uint32_t> gone_;  // frame numbers whose memory was given back (release_idle)
   using Clock = std::chrono::steady_clock;

@@ -235,7 +235,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       }
       if (copy) {
         copying = i + 1;  // the copy stream waits for `after` already
-        xfer_->copy_out(host_->ptr(v->host_slot), va_of(*v), used_bytes(*v));
+        xfer_->copy_out(host_->ptr(v->host_slot), frame_addr(v->frame), used_bytes(*v));
       } else {
         ++dropped;
       }
@@ -412,7 +412,7 @@ void PagerImpl::copy_behind() {
       for (std::size_t c = first; c < claimed.size(); ++c) {
         PageEntry& p = *claimed[c];
         if (p.ready != nullptr && !events_.is_done(p.ready)) xfer_->order_behind_after(p.ready);
-        xfer_->copy_behind(host_->ptr(p.host_slot), va_of(p), used_bytes(p));
+        xfer_->copy_behind(host_->ptr(p.host_slot), frame_addr(p.frame), used_bytes(p));
         indices.push_back(table_.index_of(p));
       }
       write_behind_.copied(t->id);

@@ -130,12 +130,11 @@ void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const
 void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
                            Access access) {
   common::ScopeGuard give_back([&] { release_frames(got); });
-  // 3. Map the pages at their addresses (grouping access grants per contiguous run).
-  map_chunk(pages, got);
-  // 4. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
+  // 3. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
   //    each after the write-back of its own frame's previous page, so that a chunk's page-ins overlap
-  //    the write-backs of the frames after theirs. NVMe pages arrive here only with Access::write
-  //    (others are read and paged in by stage_in).
+  //    the write-backs of the frames after theirs. They go to the frames' own addresses, so they are
+  //    queued before the mapping calls of step 4 and run while the host makes them. NVMe pages arrive
+  //    here only with Access::write (others are read and paged in by stage_in).
   auto needs_copy = [&](std::size_t i) { return before[i] == PageState::host && access != Access::write; };
   bool any = false;
   EventRef done;
@@ -149,7 +148,7 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
     for (const std::size_t i : got.in_recording_order()) {
       if (!needs_copy(i)) continue;
       follow(got.after[i].get());
-      xfer_->copy_in(va_of(*pages[i]), host_->ptr(pages[i]->host_slot), used_bytes(*pages[i]));
+      xfer_->copy_in(frame_addr(got.frames[i]), host_->ptr(pages[i]->host_slot), used_bytes(*pages[i]));
       any = true;
     }
     // One event for the chunk, after the latest write-back (which implies the others) and whatever
@@ -164,6 +163,9 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
       got.follow_all(follow);
       done = xfer_->record_in();
     }
+    // 4. Map the pages at their addresses (grouping access grants per contiguous run): a pin returns
+    //    only once its pages' addresses reach their frames.
+    map_chunk(pages, got);
     // 5. Publish: resident, known to the policy, pending until `done` completes.
     publish_chunk(pages, before, got, done, needs_copy);
   } catch (...) {

@@ -118,7 +118,8 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
       prefetch_(cfg_, policies::find_eviction_policy(cfg_.eviction)->needs_trace) {
   const auto frames = static_cast<std::uint32_t>(cfg_.device_budget / page_size_);
   const auto slots = static_cast<std::uint32_t>(cfg_.host_budget / page_size_);
-  device_ = std::make_unique<DeviceTier>(*dev_, page_size_, frames);
+  device_ = std::make_unique<DeviceTier>(*dev_, page_size_, frames, device::ChunkLocation::device,
+                                         DeviceTier::Window::mapped);
   frame_page_.assign(frames, kNoPage);
   placement_ = std::make_unique<HostPlacement>(cfg_, *dev_, std::size_t{slots} * page_size_);
   host_ = std::make_unique<HostTier>(*dev_, placement_->memory(), page_size_, slots);

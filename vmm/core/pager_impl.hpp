@@ -190,6 +190,9 @@ class PagerImpl {
 
   [[nodiscard]] PageEntry* pages_of(const Allocation* a) noexcept { return &table_[a->first_page]; }
   [[nodiscard]] device::DevPtr va_of(const PageEntry& p) const noexcept { return va_.addr(table_.index_of(p)); }
+  //! Where the pager's copies reach the memory of `frame` (DeviceTier::frame_addr): never a tensor
+  //! address, whose mapping may move to another frame while a copy of its old one is still queued.
+  [[nodiscard]] device::DevPtr frame_addr(std::uint32_t frame) const noexcept { return device_->frame_addr(frame); }
   //! What a page move's fixed cost (a copy's launch and latency, about 5 us: tvmm-bench's modelled
   //! per-copy latency, `--latency-us`) is worth in bytes on a 50 GB/s bus. The eviction policies that
   //! read the trace weigh a page's next use by (its bytes + this) / (a page + this): a tensor's partial

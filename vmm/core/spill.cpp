@@ -306,7 +306,6 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
     put_back(*batch.back());
     batch.pop_back();
   }
-  map_chunk(batch, got);
   // 3. Read without the lock. Each page's copy to the device is queued as soon as its read has been
   //    verified, so the reads of the next pages overlap it; the copies follow the write-backs of the
   //    frames' previous pages.
@@ -335,7 +334,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   auto page_in = [&](std::size_t i) noexcept {
     if (ios[i].error != 0 || copy_error) return;
     try {
-      xfer_->copy_in(va_of(*batch[i]), ios[i].buf, used_bytes(*batch[i]));
+      xfer_->copy_in(frame_addr(got.frames[i]), ios[i].buf, used_bytes(*batch[i]));
       copied[i] = 1;
     } catch (...) {
       copy_error = std::current_exception();
@@ -343,7 +342,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   };
   NvmeTier::Hooks hooks;
   hooks.done = page_in;
-  run_nvme(lk, ios, hooks, "nvme read", got.frames.size());  // the frames are mapped, not yet the pages'
+  run_nvme(lk, ios, hooks, "nvme read", got.frames.size());  // the copies go to the frames' own addresses
   EventRef done;
   try {
     if (copy_error) std::rethrow_exception(copy_error);
@@ -352,10 +351,9 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
     abort_chunk(got);  // the NVMe copies are untouched: `restore` puts the pages back there
     throw;
   }
-  // 4. Publish the pages that arrived: resident, keeping their NVMe slots as clean copies. A failed
-  //    read leaves its page on NVMe (its slot untouched; its address keeps its new mapping, as an
-  //    evicted page's does), so nothing wrong is ever handed out; its frame returns to the pool after
-  //    the victims' write-backs.
+  // 4. Map and publish the pages that arrived: resident, keeping their NVMe slots as clean copies. A
+  //    failed read leaves its page on NVMe (its slot and its address's mapping untouched), so nothing
+  //    wrong is ever handed out; its frame returns to the pool after the victims' write-backs.
   const NvmeTier::Io* failed = nullptr;
   const PageEntry* failed_page = nullptr;
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -378,10 +376,14 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   if (!unused.frames.empty()) release_frames(unused);
   auto from_host = [](std::size_t) { return true; };
   try {
+    // The pages' addresses are mapped after their reads and copies are under way (the copies do not
+    // need them: PagerImpl::frame_addr), and only for the pages that arrived.
+    map_chunk(arrived, arrived_frames);
     publish_chunk(arrived, std::span(before).first(arrived.size()), arrived_frames, done, from_host);
   } catch (...) {
-    // Nothing was published (publish_chunk fails only before it changes anything): `restore` puts the
-    // pages back on NVMe once their copies are drained and their frames returned.
+    // Nothing was published (map_chunk and publish_chunk fail only before they change anything but
+    // mappings): `restore` puts the pages back on NVMe once their copies are drained and their frames
+    // returned.
     abort_chunk(arrived_frames);
     release_frames(arrived_frames);
     throw;

@@ -68,7 +68,7 @@ struct CopyMark {
 
 void copy_done(void* user) {
   std::unique_ptr<CopyMark> m(static_cast<CopyMark*>(user));
-  m->trace->span(m->lane, m->what, m->queued, Timeline::Clock::now(), "\"va\": " + std::to_string(m->va));
+  m->trace->span(m->lane, m->what, m->queued, Timeline::Clock::now(), "\"frame\": " + std::to_string(m->va));
 }
 
 }  // namespace
@@ -83,24 +83,24 @@ void TransferEngine::mark(device::StreamHandle stream, std::uint32_t lane, const
   }
 }
 
-void TransferEngine::copy_in(device::DevPtr va, const void* host, std::size_t bytes) {
+void TransferEngine::copy_in(device::DevPtr frame, const void* host, std::size_t bytes) {
   const auto queued = Timeline::Clock::now();
-  TVMM_CHECK(dev_.memcpy_async(host_ptr(va), host, bytes, device::CopyKind::host_to_device, in_));
+  TVMM_CHECK(dev_.memcpy_async(host_ptr(frame), host, bytes, device::CopyKind::host_to_device, in_));
   pages_in_.fetch_add(1, std::memory_order_relaxed);
   bytes_in_.fetch_add(bytes, std::memory_order_relaxed);
-  if (trace_ != nullptr) mark(in_, trace_->copy_in, "page in", va, queued);
+  if (trace_ != nullptr) mark(in_, trace_->copy_in, "page in", frame, queued);
 }
 
-void TransferEngine::copy_out(void* host, device::DevPtr va, std::size_t bytes) {
+void TransferEngine::copy_out(void* host, device::DevPtr frame, std::size_t bytes) {
   const auto queued = Timeline::Clock::now();
   {
     std::lock_guard lk(out_mu_);
-    TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), bytes, device::CopyKind::device_to_host, out_));
+    TVMM_CHECK(dev_.memcpy_async(host, host_ptr(frame), bytes, device::CopyKind::device_to_host, out_));
     out_latest_.reset();  // set after the call: a record taken meanwhile covers this copy too
   }
   pages_out_.fetch_add(1, std::memory_order_relaxed);
   bytes_out_.fetch_add(bytes, std::memory_order_relaxed);
-  if (trace_ != nullptr) mark(out_, trace_->copy_out, "write-back", va, queued);
+  if (trace_ != nullptr) mark(out_, trace_->copy_out, "write-back", frame, queued);
 }
 
 device::StreamHandle TransferEngine::behind_stream() {
@@ -108,13 +108,13 @@ device::StreamHandle TransferEngine::behind_stream() {
   return behind_;
 }
 
-void TransferEngine::copy_behind(void* host, device::DevPtr va, std::size_t bytes) {
+void TransferEngine::copy_behind(void* host, device::DevPtr frame, std::size_t bytes) {
   const auto queued = Timeline::Clock::now();
   const auto stream = behind_stream();
-  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(va), bytes, device::CopyKind::device_to_host, stream));
+  TVMM_CHECK(dev_.memcpy_async(host, host_ptr(frame), bytes, device::CopyKind::device_to_host, stream));
   pages_out_.fetch_add(1, std::memory_order_relaxed);
   bytes_out_.fetch_add(bytes, std::memory_order_relaxed);
-  if (trace_ != nullptr) mark(stream, trace_->copy_out, "write-behind", va, queued);
+  if (trace_ != nullptr) mark(stream, trace_->copy_out, "write-behind", frame, queued);
 }
 
 void TransferEngine::order_behind_after(Event* e) {

@@ -45,14 +45,15 @@ class TransferEngine {
   //! callback after each copy marks its completion). Null: no tracing (the default).
   void set_timeline(Timeline* trace) noexcept { trace_ = trace; }
   //! Queues a page-in of the page's first `bytes` (host slot -> device address; at most a page: the
-  //! last page of a tensor moves only the bytes the tensor holds) on the host-to-device stream.
-  void copy_in(device::DevPtr va, const void* host, std::size_t bytes);
-  //! Queues a write-back of the page's first `bytes` (device address -> host slot) on the
-  //! device-to-host stream.
-  void copy_out(void* host, device::DevPtr va, std::size_t bytes);
+  //! last page of a tensor moves only the bytes the tensor holds) on the host-to-device stream. The
+  //! pager passes its frame's own address (DeviceTier::frame_addr), never a tensor's.
+  void copy_in(device::DevPtr frame, const void* host, std::size_t bytes);
+  //! Queues a write-back of the page's first `bytes` (device address -> host slot; the frame's own
+  //! address) on the device-to-host stream.
+  void copy_out(void* host, device::DevPtr frame, std::size_t bytes);
   //! Queues a write-behind copy of the page's first `bytes` (device address -> host slot; the page stays
   //! resident) on the write-behind stream, which is created on the first call.
-  void copy_behind(void* host, device::DevPtr va, std::size_t bytes);
+  void copy_behind(void* host, device::DevPtr frame, std::size_t bytes);
   // The order_*_after calls make no driver call for an event recorded on the stream they order: its
   // later work runs after that event anyway.
   //! Makes later write-behind copies wait for `e` (a last use or a page-in).
