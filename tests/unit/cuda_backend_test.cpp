@@ -460,7 +460,7 @@ TEST_F(CudaBackendFake, DeviceFactsComeFromTheDriver) {
   EXPECT_TRUE(dev.destroy_stream(s).ok());
 }
 
-TEST_F(CudaBackendFake, ThePagerReservesOnceCreatesFramesOnceAndRegistersTheHostTier) {
+TEST_F(CudaBackendFake, ThePagerReservesTwiceCreatesFramesOnceAndRegistersTheHostTier) {
   {
     auto p = vmm::make_pager(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
     // The tensors' addresses, then the frames' own (one page per frame of the device budget).
