@@ -572,14 +572,14 @@ TEST_F(CudaBackendFake, APageInIsQueuedBeforeTheCallsThatMoveItsAddress) {
   auto p = vmm::make_pager(config(), std::make_unique<device::CudaDevice>(fake_api(), 0));
   auto a = p.allocate(2 * kGranularity);
   auto b = p.allocate(2 * kGranularity);
-  auto c = p.allocate(2 * kGranularity);
+  auto third = p.allocate(2 * kGranularity);
   auto s = p.create_stream();
   {
     auto pin = a.pin(s, Access::write);
     s.launch([d = pin.data()] { test::fill(d, 2 * kGranularity, 13); });
   }
   { auto pin = b.pin(s, Access::write); }
-  { auto pin = c.pin(s, Access::write); }  // the device's 4 frames are full: a, least recently used, leaves
+  { auto pin = third.pin(s, Access::write); }  // the device's 4 frames are full: a, least recently used, leaves
   std::size_t mark = 0;
   {
     std::lock_guard lk(g_fake->mu);
