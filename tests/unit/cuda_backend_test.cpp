@@ -580,6 +580,9 @@ TEST_F(CudaBackendFake, APageInIsQueuedBeforeTheCallsThatMoveItsAddress) {
   }
   { auto pin = b.pin(s, Access::write); }
   { auto pin = third.pin(s, Access::write); }  // the device's 4 frames are full: a, least recently used, leaves
+  // Held, so that a cannot go back to its old frames (which `third` holds) even where the pager prefers
+  // to evict the page holding an incoming page's old frame (slow mapping calls, as under a sanitizer).
+  auto held = third.pin(s, Access::read);
   std::size_t mark = 0;
   {
     std::lock_guard lk(g_fake->mu);
