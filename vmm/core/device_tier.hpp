@@ -42,10 +42,10 @@ class DeviceTier {
   //! created, or the device is short and the next try is not due), without doing either.
   [[nodiscard]] bool may_acquire() const noexcept { return !free_.empty() || may_create(); }
   //! Gives up to `frames` idle frames' memory back to the device (release_chunk), for allocations made
-  //! outside tvmm; returns how many. A tier with a frame window gives none back (0): its frames stay
-  //! mapped there for the tier's life (transparent mode's heap, the one caller, has no window). The tier then counts as
-  //! short: it creates no frame for a second (so the memory is there for the allocation that needed it), then tries
-  //! again as after any shortage.
+  //! outside tvmm; returns how many. The tier then counts as short: it creates no frame for a second (so
+  //! the memory is there for the allocation that needed it), then tries again as after any shortage.
+  //! A tier with a frame window gives none back (0): its frames stay mapped there for the tier's life
+  //! (transparent mode's heap, the one caller, has no window).
   std::uint32_t release_idle(std::uint32_t frames) noexcept;
   //! Frames created and not in use.
   [[nodiscard]] std::uint32_t idle() const noexcept { return static_cast<std::uint32_t>(free_.size()); }
