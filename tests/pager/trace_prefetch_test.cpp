@@ -178,3 +178,62 @@ TEST(BeladyPolicy, DefersThePageTheLastQueuedWorkUsed) {
   s.synchronize();
   p.check_invariants();
 }
+
+// A prefetch that finds no frame it may take must leave the discarded pages where eviction finds them
+// first. One-page tensors over 4 frames, each iteration: W read-write; A, B written; X read; C written;
+// C, B read and discarded; Y read; A read and discarded. Three pins ahead, the prefetch targets find
+// every frame holding a page needed before them, the discarded ones included (their tensors are written
+// again sooner), so they load nothing. They used to take those pages off the queue of discarded pages
+// all the same; the pins after them then wrote live pages back where dropping a dead one was enough:
+// 6 write-backs per 3 iterations against 3 with no prefetch at all.
+TEST(TracePrefetch, AFailedPrefetchLeavesDiscardedPagesFirstInLine) {
+  auto write_backs = [](const char* prefetch) {
+    Config c = test::small_config(4, 16);
+    c.prefetch = prefetch;
+    c.eviction = "belady";
+    c.prefetch_distance = 3;
+    Pager p(c);
+    enum { W, A, B, C, X, Y, N };
+    std::vector<Tensor> ts;
+    for (int i = 0; i < N; ++i) ts.push_back(p.allocate(64 * KiB));
+    std::vector<std::uint64_t> seed(N, 0);
+    std::size_t bad = 0;
+    for (int i : {X, Y, W}) {
+      auto pin = ts[static_cast<std::size_t>(i)].pin(Access::write);
+      test::fill(pin.data(), 64 * KiB, seed[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i) + 1);
+    }
+    struct Step {
+      int tensor;
+      Access access;
+      bool discard;
+    };
+    const Step steps[] = {{W, Access::read_write, false}, {A, Access::write, false}, {B, Access::write, false},
+                          {X, Access::read, false},       {C, Access::write, false}, {C, Access::read, true},
+                          {B, Access::read, true},        {Y, Access::read, false},  {A, Access::read, true}};
+    Stats before{};
+    for (int it = 0; it < 6; ++it) {
+      if (it == 3) before = p.stats();  // recorded, then replayed: the last three iterations count
+      p.mark_iteration();
+      for (const Step& s : steps) {
+        const auto i = static_cast<std::size_t>(s.tensor);
+        {
+          auto pin = ts[i].pin(s.access);
+          if (s.access != Access::write) bad += test::mismatches(pin.data(), 64 * KiB, seed[i]);
+          if (s.access != Access::read) {
+            seed[i] = static_cast<std::uint64_t>(it * 100 + s.tensor + 1);
+            test::fill(pin.data(), 64 * KiB, seed[i]);
+          }
+        }
+        if (s.discard) ts[i].discard();
+      }
+    }
+    const Stats after = p.stats();
+    EXPECT_EQ(bad, 0u) << prefetch;
+    EXPECT_EQ(after.trace_divergences, 0u) << prefetch;
+    p.check_invariants();
+    return after.device_to_host.pages - before.device_to_host.pages;
+  };
+  const auto none = write_backs("none");
+  EXPECT_GT(none, 0u);  // W and X leave the device: the setting has pressure
+  EXPECT_EQ(write_backs("trace"), none) << "trace prefetch that loaded nothing wrote more pages back than no prefetch";
+}
