@@ -204,7 +204,10 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
       if (word::writing_behind(vw)) {
         if (Event* e = behind_event_of(table_.index_of(*v)); e != nullptr) after.push_back(e);
       }
-      if (!word::discarded(vw)) write_behind_.evicted(v->owner->id, v->droppable(vw));
+      if (!word::discarded(vw)) {
+        write_behind_.evicted(v->owner->id, v->droppable(vw));
+        v->left_live = true;
+      }
       std::lock_guard ul(v->owner->uses_mu);
       prune_uses(*v->owner, true);
       for (auto& u : v->owner->uses) {  // each has its event after prune_uses(.., true)
@@ -386,7 +389,7 @@ void PagerImpl::copy_behind() {
       for (std::uint32_t i = 0; i < t->pages; ++i) {
         PageEntry& p = pages[i];
         const auto w = p.word.load(std::memory_order_acquire);
-        if (word::state(w) != PageState::device || word::discarded(w) || word::host_copy(w) ||
+        if (!p.left_live || word::state(w) != PageState::device || word::discarded(w) || word::host_copy(w) ||
             word::writing_behind(w) || p.clean_on_nvme(w))
           continue;
         // A slot the page holds already is the source of its page-in, still running, whose copy a write
@@ -408,6 +411,7 @@ void PagerImpl::copy_behind() {
           continue;
         }
         if (slot) p.host_slot = *slot;
+        p.left_live = false;  // set again if this page leaves once more: then it is copied next time too
         claimed.push_back(&p);
         own_slot.push_back(slot ? 1 : 0);
       }
@@ -438,6 +442,7 @@ void PagerImpl::copy_behind() {
       PageEntry& p = *claimed[c];
       (void)p.clear_host_copy();
       (void)p.end_writing_behind();
+      p.left_live = true;  // not copied: still one to copy
       if (drained && own_slot[c] != 0) host_->release(std::exchange(p.host_slot, kNoSlot));
     }
     throw;

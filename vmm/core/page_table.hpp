@@ -107,7 +107,10 @@ struct PageEntry {
   //! frame unmaps it first. kNoFrame: nothing mapped; kUnknownMapping: mapped where a failed rollback
   //! left it (access not known to be granted), so always unmapped before the next map.
   std::uint32_t mapped = kNoFrame;
-  Spill spill = Spill::none;    //!< being written to NVMe straight from an eviction (see Spill)
+  Spill spill = Spill::none;  //!< being written to NVMe straight from an eviction (see Spill)
+  //! The page left the device with live contents since write-behind last copied it (or since it was
+  //! allocated): write-behind copies only such pages of a tensor (PagerImpl::copy_behind). Guarded by mu_.
+  bool left_live = false;
   Allocation* owner = nullptr;  //!< the allocation this page belongs to
   Event* ready = nullptr;       //!< page-in completion while pending (one reference held)
   std::uint64_t checksum = 0;   //!< XXH3 of the NVMe slot's data, seeded with the slot

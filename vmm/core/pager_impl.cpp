@@ -473,6 +473,7 @@ void PagerImpl::reclaim(Allocation* a) noexcept {
       p.nvme_slot = kNoSlot;
     }
     p.forget_contents();
+    p.left_live = false;
     if (p.ready != nullptr) EventRef::drop(std::exchange(p.ready, nullptr));
     p.owner = nullptr;
     p.set_state(PageState::unused);
