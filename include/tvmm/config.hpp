@@ -196,7 +196,8 @@ struct TVMM_API Config {
   //! Write-behind (off by default), while the access trace replays (`eviction = "belady"` or
   //! `prefetch = "trace"`): a write whose data earlier iterations evicted before the tensor's next
   //! write is copied to the host tier as soon as its kernel is done, on a copy stream of its own, while
-  //! the page stays resident; the eviction that follows then moves nothing. It moves write-backs from
+  //! the page stays resident; the eviction that follows then moves nothing. Only the tensor's pages
+  //! that left the device since their last copy are copied. It moves write-backs from
   //! where fresh data waits for frames (a forward pass) to where the device-to-host bus is idle (a
   //! backward pass), and takes host slots only while a quarter of the tier is free. Its copies also
   //! take the bus from write-backs that pins wait for, so it is slower on some workloads
