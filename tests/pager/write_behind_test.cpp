@@ -52,6 +52,16 @@ struct Step {
   }
 };
 
+// The eviction figures the write-behind comparisons check, from `before` to `after`.
+Stats evictions_between(const Stats& before, const Stats& after) {
+  Stats d{};
+  d.evictions = after.evictions - before.evictions;
+  d.clean_evictions = after.clean_evictions - before.clean_evictions;
+  d.written_behind = after.written_behind - before.written_behind;
+  d.device_to_host.pages = after.device_to_host.pages - before.device_to_host.pages;
+  return d;
+}
+
 using Op = device::FaultyDevice::Op;
 
 // The step on a pager whose device injects faults and holds copies, after 4 iterations that record
@@ -85,11 +95,7 @@ TEST(WriteBehind, ALearntWriteIsCopiedBehindAndItsEvictionMovesNothing) {
     const auto after = p.stats();
     EXPECT_EQ(s.bad, 0u);
     p.check_invariants();
-    Stats& d = on ? with : without;
-    d.evictions = after.evictions - before.evictions;
-    d.clean_evictions = after.clean_evictions - before.clean_evictions;
-    d.written_behind = after.written_behind - before.written_behind;
-    d.device_to_host.pages = after.device_to_host.pages - before.device_to_host.pages;
+    (on ? with : without) = evictions_between(before, after);
   }
   EXPECT_EQ(without.written_behind, 0u);
   EXPECT_EQ(without.clean_evictions, 0u) << "every victim is dirty without write-behind";
@@ -233,11 +239,7 @@ TEST(WriteBehind, OnlyThePagesThatLeftAreCopiedBehind) {
     const auto after = p.stats();
     EXPECT_EQ(bad, 0u);
     p.check_invariants();
-    Stats& d = on ? with : without;
-    d.evictions = after.evictions - before.evictions;
-    d.clean_evictions = after.clean_evictions - before.clean_evictions;
-    d.written_behind = after.written_behind - before.written_behind;
-    d.device_to_host.pages = after.device_to_host.pages - before.device_to_host.pages;
+    (on ? with : without) = evictions_between(before, after);
   }
   ASSERT_EQ(with.evictions, without.evictions) << "write-behind changes when pages move, not which";
   EXPECT_GT(with.clean_evictions, 0u) << "some evictions were made clean by a copy behind";
