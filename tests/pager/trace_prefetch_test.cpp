@@ -104,6 +104,29 @@ TEST(Prefetcher, ZeroDistanceIsTheModesDefault) {
   EXPECT_EQ(Config{}.prefetch_distance, 0u);
 }
 
+// The recorded trace says which pins may write: Access::write and read_write leave the pages dirty,
+// Access::read does not (an offline simulation over recorded() counts write-backs from this), and
+// only Access::write discards.
+TEST(Prefetcher, RecordsWhichPinsWrite) {
+  Config c;
+  c.prefetch = "trace";
+  vmm::Prefetcher pf(c, false);
+  vmm::Allocation a;
+  a.id = 7;
+  a.pages = 2;
+  const vmm::PageSpan span{0, 2};
+  (void)pf.on_iteration();  // starts recording
+  for (const Access acc : {Access::read, Access::read_write, Access::write}) (void)pf.on_pin(&a, span, acc);
+  const auto rec = pf.trace().recorded();
+  ASSERT_EQ(rec.size(), 3u);
+  EXPECT_FALSE(rec[0].writes);
+  EXPECT_FALSE(rec[0].discard);
+  EXPECT_TRUE(rec[1].writes);
+  EXPECT_FALSE(rec[1].discard);
+  EXPECT_TRUE(rec[2].writes);
+  EXPECT_TRUE(rec[2].discard);
+}
+
 // At the default distance a pin loads the next pin's tensor and no further. 8 one-page tensors pinned
 // 0..7 every iteration over 4 frames: when the replayed iteration pins tensor 0, tensor 1 follows it
 // onto the device and tensor 2 stays on the host.

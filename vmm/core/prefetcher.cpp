@@ -24,7 +24,8 @@ std::vector<AccessTrace::Ahead> Prefetcher::keep_loads(std::vector<AccessTrace::
 }
 
 std::vector<AccessTrace::Ahead> Prefetcher::record_pin(const Allocation* a, PageSpan span, Access access) noexcept {
-  const policies::TraceAccess acc{a->id, span.count, access == Access::write, false, span.first};
+  policies::TraceAccess acc{a->id, span.count, access == Access::write, false, span.first};
+  acc.writes = access != Access::read;  // the trace says which pins leave their pages dirty
   try {
     return keep_loads(trace_.on_pin(acc, distance_));
   } catch (const std::bad_alloc&) {
