@@ -1,14 +1,17 @@
 // std::bad_alloc at every allocation of a pin's slow path: the pin fails with bad_alloc (or succeeds),
 // and the pager stays whole: its invariants hold, every tensor reads back what was written, and the
-// next pins work; likewise for transparent mode's heap (last test). This binary replaces the global operator new with
-// one that a test arms to fail the n-th allocation of the arming thread; the sweep arms n = 0, 1, 2, ... until a pin
-// makes fewer than n allocations. (A separate binary: the replacement must not count the other tests' allocations.)
+// next pins work; likewise for the C API, pager creation included, and for transparent mode's heap
+// (the last two tests). This binary replaces the global operator new with one that a test arms to
+// fail the n-th allocation of the arming thread; the sweep arms n = 0, 1, 2, ... until a pin makes
+// fewer than n allocations. (A separate binary: the replacement must not count the other tests'
+// allocations.)
 // ALLOC_SWEEP_LOG=1 prints each n to stderr; `break tvmm_allocation_fails` in a debugger stops at the
 // failing allocation (`ignore` it n times).
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cstddef>
@@ -24,6 +27,7 @@
 #include "common/range_allocator.hpp"
 #include "kernels/pattern.hpp"
 #include "test_support.hpp"
+#include "tvmm/tvmm.h"
 #include "vmm/transparent/transparent_heap.hpp"
 
 namespace {
@@ -478,6 +482,175 @@ void sweep_heap(const std::string& memory) {
 }
 
 }  // namespace
+
+// The C API (include/tvmm/tvmm.h): a C program's step, each of its allocations failing in turn. Every
+// call returns TVMM_SUCCESS or TVMM_ERROR_OUT_OF_MEMORY with a reason, a failed create leaves its
+// output NULL, no C++ exception crosses the API, the tensors written before keep their bytes, and the
+// step then works. Pager creation is swept the same way.
+namespace {
+
+constexpr const char* kCConfig = R"([device]
+backend = "sim"
+budget = "256KiB"
+page_size = "64KiB"
+va_size = "64MiB"
+
+[device.sim]
+granularity = "64KiB"
+
+[host]
+budget = "1MiB"
+
+[pager]
+wait_timeout_ms = 2000
+
+[policy.admission]
+min_bytes = 0
+
+[policy.prefetch]
+name = "trace"
+
+[policy.eviction]
+name = "belady"
+)";
+
+struct CStep {
+  int calls = 0;     // calls made
+  int failures = 0;  // calls that failed (with TVMM_ERROR_OUT_OF_MEMORY)
+  // Checks one call's status; false if it failed (and then its output, if any, must be NULL).
+  bool ok(tvmm_status st, const void* out, const char* what) {
+    ++calls;
+    if (st == TVMM_SUCCESS) return true;
+    ++failures;
+    EXPECT_EQ(st, TVMM_ERROR_OUT_OF_MEMORY) << what << ": " << tvmm_status_name(st) << ": " << tvmm_last_error();
+    EXPECT_STRNE(tvmm_last_error(), "") << what << " failed without a reason";
+    EXPECT_EQ(out, nullptr) << what << " failed but left a handle";
+    return false;
+  }
+};
+
+// Pins `t` on the host for reading and counts the bytes that differ from `seed`'s pattern (or returns
+// SIZE_MAX if it cannot be pinned).
+std::size_t c_mismatches(tvmm_tensor* t, std::uint64_t seed) {
+  tvmm_pin* pin = nullptr;
+  if (tvmm_pin_create(t, nullptr, 0, 0, TVMM_ACCESS_READ, &pin) != TVMM_SUCCESS) return SIZE_MAX;
+  const std::size_t bad = test::mismatches(tvmm_pin_address(pin), tvmm_tensor_size(t), seed);
+  tvmm_pin_destroy(pin);
+  return bad;
+}
+
+// One iteration of a C program: a new tensor written on the host, the old ones pinned on a stream
+// (read and written, two at a time, released together), the counters read, a prefetch, a discard, and the new
+// tensor and the stream destroyed. Returns the calls' tally.
+CStep c_step(tvmm_pager* pager, std::vector<tvmm_tensor*>& old) {
+  CStep r;
+  r.ok(tvmm_pager_mark_iteration(pager), nullptr, "tvmm_pager_mark_iteration");
+  tvmm_stream* s = nullptr;
+  const bool have_stream = r.ok(tvmm_stream_create(pager, &s), s, "tvmm_stream_create");
+  tvmm_tensor* t = nullptr;
+  if (r.ok(tvmm_tensor_create(pager, 3 * kPage, "new", &t), t, "tvmm_tensor_create")) {
+    tvmm_pin* w = nullptr;
+    if (r.ok(tvmm_pin_create(t, nullptr, 0, 0, TVMM_ACCESS_WRITE, &w), w, "tvmm_pin_create (host, write)")) {
+      test::fill(tvmm_pin_address(w), tvmm_tensor_size(t), 7);
+      tvmm_pin_destroy(w);
+    }
+  }
+  if (have_stream) {
+    for (std::size_t k = 0; k < old.size(); k += 2) {  // two tensors per kernel: 4 of the 4 frames
+      std::array<tvmm_pin*, 2> pins{};  // no allocation of the test's own while armed
+      for (std::size_t i = k; i < std::min(k + 2, old.size()); ++i) {
+        tvmm_pin* p = nullptr;
+        if (r.ok(tvmm_pin_create(old[i], s, 0, 0, TVMM_ACCESS_READ_WRITE, &p), p, "tvmm_pin_create (stream)"))
+          pins[i - k] = p;
+      }
+      tvmm_pins_destroy(pins.data(), pins.size());  // NULL entries are ignored
+    }
+    r.ok(tvmm_tensor_prefetch(old.front(), s), nullptr, "tvmm_tensor_prefetch");
+    r.ok(tvmm_stream_synchronize(s), nullptr, "tvmm_stream_synchronize");
+  }
+  std::size_t needed = 0;
+  static std::array<char, 1 << 16> json;
+  if (r.ok(tvmm_pager_stats_json(pager, json.data(), json.size(), &needed), nullptr, "tvmm_pager_stats_json")) {
+    EXPECT_LE(needed, json.size());
+    EXPECT_EQ(json.front(), '{');
+  }
+  if (t != nullptr) r.ok(tvmm_tensor_discard(t), nullptr, "tvmm_tensor_discard");
+  tvmm_tensor_destroy(t);
+  tvmm_stream_destroy(s);
+  return r;
+}
+
+}  // namespace
+
+TEST(AllocationFailure, CApiCallsFailWithAStatusAndLoseNothing) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/c.toml";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(kCConfig, f);
+    std::fclose(f);
+  }
+  // Pager creation: parsing, validation, the device and the tiers.
+  long n = 0;
+  for (; n < 100'000; ++n) {
+    tvmm_pager* pager = reinterpret_cast<tvmm_pager*>(&n);  // not NULL: a failed create must clear it
+    if (std::getenv("ALLOC_SWEEP_LOG")) std::fprintf(stderr, "create n=%ld\n", n);
+    fail_allocation(n);
+    const tvmm_status st = tvmm_pager_create(path.c_str(), &pager);
+    const bool hit = disarm();
+    if (!hit) {
+      ASSERT_EQ(st, TVMM_SUCCESS) << tvmm_last_error();
+      tvmm_pager_destroy(pager);
+      break;
+    }
+    if (st == TVMM_SUCCESS) {  // the failure was handled inside (a hint, a retry)
+      tvmm_pager_destroy(pager);
+      continue;
+    }
+    ASSERT_EQ(st, TVMM_ERROR_OUT_OF_MEMORY) << "allocation " << n << ": " << tvmm_status_name(st) << ": "
+                                           << tvmm_last_error();
+    ASSERT_EQ(pager, nullptr) << "allocation " << n;
+  }
+  EXPECT_GT(n, 0) << "creating a pager allocated nothing: the sweep tested nothing";
+  // The step, on a device of 4 frames that 5 tensors of 2 pages overfill.
+  long swept = 0;
+  for (n = 0; n < 100'000; ++n) {
+    tvmm_pager* pager = nullptr;
+    ASSERT_EQ(tvmm_pager_create(path.c_str(), &pager), TVMM_SUCCESS) << tvmm_last_error();
+    std::vector<tvmm_tensor*> old(5, nullptr);
+    for (std::size_t i = 0; i < old.size(); ++i) {
+      ASSERT_EQ(tvmm_tensor_create(pager, 2 * kPage, "old", &old[i]), TVMM_SUCCESS) << tvmm_last_error();
+      tvmm_pin* w = nullptr;
+      ASSERT_EQ(tvmm_pin_create(old[i], nullptr, 0, 0, TVMM_ACCESS_WRITE, &w), TVMM_SUCCESS) << tvmm_last_error();
+      test::fill(tvmm_pin_address(w), 2 * kPage, 200 + i);
+      tvmm_pin_destroy(w);
+    }
+    for (int it = 0; it < 3; ++it) {  // recorded, then replayed: Belady eviction and trace prefetch
+      const CStep warm = c_step(pager, old);
+      ASSERT_EQ(warm.failures, 0);
+    }
+    if (std::getenv("ALLOC_SWEEP_LOG")) std::fprintf(stderr, "step n=%ld\n", n);
+    fail_allocation(n);
+    const CStep armed = c_step(pager, old);
+    const bool hit = disarm();
+    if (!hit) {
+      EXPECT_EQ(armed.failures, 0);
+    } else {
+      ++swept;
+    }
+    // The stream pins read and wrote the tensors without changing them: every byte is as written.
+    for (std::size_t i = 0; i < old.size(); ++i) {
+      EXPECT_EQ(c_mismatches(old[i], 200 + i), 0u) << "tensor " << i << " after allocation " << n << " failed";
+    }
+    const CStep again = c_step(pager, old);
+    EXPECT_EQ(again.failures, 0) << "after allocation " << n << " failed";
+    for (tvmm_tensor* t : old) tvmm_tensor_destroy(t);
+    tvmm_pager_destroy(pager);
+    if (::testing::Test::HasFailure() || !hit) break;
+  }
+  EXPECT_GT(swept, 10) << "the step made too few allocations for the sweep to test anything";
+}
 
 TEST(AllocationFailure, TransparentHeapAllocateFreeAndPromote) {
   for (const char* memory : {"vmm", "um"}) {

@@ -4,13 +4,13 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -124,8 +124,9 @@ bool is_section_prefix(std::string_view name) {
   return false;
 }
 
-std::string where(const toml::source_region& r) {
-  std::string file = r.path ? std::string(*r.path) : std::string("<string>");
+// `source` names the text (parse_config does not hand it to toml++: see there).
+std::string where(const toml::source_region& r, std::string_view source) {
+  std::string file = !source.empty() ? std::string(source) : r.path ? std::string(*r.path) : std::string("<string>");
   return file + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
 }
 
@@ -259,18 +260,18 @@ void apply(Config& cfg, const ConfigKey& k, const Raw& v, const std::string& nam
 // The keys a file has set, and the name it used for each (to refuse a key set under both its names).
 using KeysSet = std::vector<std::pair<const ConfigKey*, std::string>>;
 
-void walk(Config& cfg, const toml::table& table, const std::string& prefix, KeysSet& set) {
+void walk(Config& cfg, const toml::table& table, const std::string& prefix, KeysSet& set, std::string_view source) {
   for (auto&& [key, node] : table) {
     const std::string k(key.str());
     const std::string full = prefix.empty() ? k : prefix + "." + k;
-    const std::string loc = where(key.source());
+    const std::string loc = where(key.source(), source);
     if (const auto* sub = node.as_table()) {
       if (!is_section_prefix(full)) {
         throw config_error(
             "unknown section [" + full + "]; valid sections: " + join(sections()) + "." + suggestion(full, sections()),
             loc);
       }
-      walk(cfg, *sub, full, set);
+      walk(cfg, *sub, full, set, source);
       continue;
     }
     const ConfigKey* spec = find_key(prefix, k);
@@ -304,7 +305,7 @@ void walk(Config& cfg, const toml::table& table, const std::string& prefix, Keys
       raw.list.emplace();
       for (auto&& item : *arr) raw.list->push_back(*item.value<std::string>());
     }
-    apply(cfg, *spec, raw, full, where(node.source()));
+    apply(cfg, *spec, raw, full, where(node.source(), source));
   }
 }
 
@@ -365,12 +366,15 @@ Config parse_config(std::string_view text, std::string_view source) {
   Config cfg;
   toml::table table;
   try {
-    table = toml::parse(text, source);
+    // Without the source's name: toml++ 3.3 copies it in a noexcept constructor (utf8_reader), so
+    // running out of memory there would terminate the process instead of throwing std::bad_alloc.
+    // Errors name the source through where() instead.
+    table = toml::parse(text);
   } catch (const toml::parse_error& e) {
-    throw config_error(std::string(e.description()) + " (not valid TOML)", where(e.source()));
+    throw config_error(std::string(e.description()) + " (not valid TOML)", where(e.source(), source));
   }
   KeysSet set;
-  walk(cfg, table, "", set);
+  walk(cfg, table, "", set, source);
   return cfg;
 }
 
@@ -379,9 +383,15 @@ Config load_config(const std::string& path) {
   if (!in) {
     throw config_error("cannot open the config file '" + path + "'; check the path");
   }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  Config cfg = parse_config(buf.str(), path);
+  // Read in chunks into a string, not with `stream << in.rdbuf()`: that insertion catches what the
+  // copy throws and stops, so running out of memory while reading would parse a truncated file (a
+  // "not valid TOML" error, or worse a valid file missing its last sections) instead of failing with
+  // std::bad_alloc.
+  std::string text;
+  std::array<char, 4096> chunk{};
+  while (in.read(chunk.data(), chunk.size()) || in.gcount() > 0) text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+  if (in.bad()) throw config_error("cannot read the config file '" + path + "'; check that it is a readable file");
+  Config cfg = parse_config(text, path);
   (void)apply_environment(cfg);
   return cfg;
 }

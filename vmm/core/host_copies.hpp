@@ -15,7 +15,8 @@ namespace tvmm::vmm {
 
 class HostCopies {
  public:
-  HostCopies(PageTable& table, HostTier& host) noexcept : table_(table), host_(host) {}
+  // Not noexcept: libstdc++'s std::deque allocates even when default-constructed (std::bad_alloc).
+  HostCopies(PageTable& table, HostTier& host) : table_(table), host_(host) {}
 
   //! After `p`'s page-in from its host slot completed: keeps the slot as a copy while the contents are
   //! unchanged (word::kHostCopy still set) and the tier has room, else lets it go.
