@@ -557,7 +557,7 @@ CStep c_step(tvmm_pager* pager, std::vector<tvmm_tensor*>& old) {
   }
   if (have_stream) {
     for (std::size_t k = 0; k < old.size(); k += 2) {  // two tensors per kernel: 4 of the 4 frames
-      std::array<tvmm_pin*, 2> pins{};  // no allocation of the test's own while armed
+      std::array<tvmm_pin*, 2> pins{};                 // no allocation of the test's own while armed
       for (std::size_t i = k; i < std::min(k + 2, old.size()); ++i) {
         tvmm_pin* p = nullptr;
         if (r.ok(tvmm_pin_create(old[i], s, 0, 0, TVMM_ACCESS_READ_WRITE, &p), p, "tvmm_pin_create (stream)"))
@@ -608,8 +608,8 @@ TEST(AllocationFailure, CApiCallsFailWithAStatusAndLoseNothing) {
       tvmm_pager_destroy(pager);
       continue;
     }
-    ASSERT_EQ(st, TVMM_ERROR_OUT_OF_MEMORY) << "allocation " << n << ": " << tvmm_status_name(st) << ": "
-                                           << tvmm_last_error();
+    ASSERT_EQ(st, TVMM_ERROR_OUT_OF_MEMORY)
+        << "allocation " << n << ": " << tvmm_status_name(st) << ": " << tvmm_last_error();
     ASSERT_EQ(pager, nullptr) << "allocation " << n;
   }
   EXPECT_GT(n, 0) << "creating a pager allocated nothing: the sweep tested nothing";

@@ -389,7 +389,8 @@ Config load_config(const std::string& path) {
   // std::bad_alloc.
   std::string text;
   std::array<char, 4096> chunk{};
-  while (in.read(chunk.data(), chunk.size()) || in.gcount() > 0) text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+  while (in.read(chunk.data(), chunk.size()) || in.gcount() > 0)
+    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
   if (in.bad()) throw config_error("cannot read the config file '" + path + "'; check that it is a readable file");
   Config cfg = parse_config(text, path);
   (void)apply_environment(cfg);
