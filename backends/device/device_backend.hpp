@@ -63,6 +63,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,13 @@ class DeviceBackend {
   [[nodiscard]] virtual std::chrono::steady_clock::time_point host_clock() const noexcept {
     return std::chrono::steady_clock::now();
   }
+  //! How much longer the device-to-host copies queued so far keep that direction's bus busy, seen
+  //! from the calling thread's present host time: each copy counted from when it was queued, or right
+  //! after the one queued before it, for its bytes over the bus's speed. An estimate from below (a copy
+  //! that waits for a kernel starts later). std::nullopt where the backend does not know its bus's
+  //! speed: the CUDA backend, and the simulator with an unthrottled bus. Write-behind queues its copies
+  //! only while this is zero.
+  [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> d2h_backlog() const noexcept { return std::nullopt; }
 
   Status reserve(std::size_t bytes, DevPtr* out);
   Status release_reservation(DevPtr base, std::size_t bytes);

@@ -482,6 +482,47 @@ TEST(SimDevice, AnAccessGrantWaitsForDeviceToHostCopiesUpToItsCap) {
   EXPECT_EQ(measure(CopyKind::host_to_device), microseconds(3 * 10));
 }
 
+// d2h_backlog: how long the device-to-host copies queued so far keep that bus busy, seen from the calling
+// thread's host time; copies the other way do not count, and an unthrottled bus cannot say.
+TEST(SimDevice, TheDeviceToHostBacklogCountsTheCopiesQueuedThatWay) {
+  using std::chrono::milliseconds;
+  constexpr std::size_t g = 64 * KiB;
+  {
+    SimDeviceConfig c;
+    c.granularity = g;
+    SimDevice dev(c, 4 * g);
+    EXPECT_FALSE(dev.d2h_backlog().has_value()) << "a bus as fast as memcpy has no speed to count with";
+  }
+  SimDeviceConfig c;
+  c.granularity = g;
+  c.timing = "model";
+  c.bandwidth_bytes_per_s = static_cast<double>(g) * 1000;  // a page per millisecond
+  SimDevice dev(c, 4 * g);
+  StreamHandle s = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  DevPtr va = 0;
+  ChunkHandle chunk;
+  ASSERT_TRUE(dev.reserve(g, &va).ok());
+  ASSERT_TRUE(dev.create_chunk(g, &chunk).ok());
+  ASSERT_TRUE(dev.map(va, g, chunk).ok());
+  ASSERT_TRUE(dev.set_access(va, g).ok());
+  void* host = nullptr;
+  ASSERT_TRUE(dev.alloc_host(g, &host).ok());
+  auto* page = reinterpret_cast<void*>(va);
+  EXPECT_EQ(dev.d2h_backlog(), milliseconds(0));
+  ASSERT_TRUE(dev.memcpy_async(page, host, g, CopyKind::host_to_device, s).ok());
+  EXPECT_EQ(dev.d2h_backlog(), milliseconds(0)) << "a copy to the device takes the other bus";
+  for (int k = 0; k < 2; ++k) ASSERT_TRUE(dev.memcpy_async(host, page, g, CopyKind::device_to_host, s).ok());
+  EXPECT_EQ(dev.d2h_backlog(), milliseconds(2));
+  ASSERT_TRUE(dev.synchronize_stream(s).ok());  // this thread's host time passes their end
+  EXPECT_EQ(dev.d2h_backlog(), milliseconds(0));
+  EXPECT_TRUE(dev.unmap(va, g).ok());
+  EXPECT_TRUE(dev.release_chunk(chunk).ok());
+  EXPECT_TRUE(dev.release_reservation(va, g).ok());
+  EXPECT_TRUE(dev.free_host(host, g).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+}
+
 // The test adaptor's hold: copies of one direction run only as released, in order; the other direction
 // and the stream's later work follow them.
 TEST(FaultyDevice, HeldCopiesRunOnlyOnceReleasedInOrder) {

@@ -246,3 +246,58 @@ TEST(WriteBehind, OnlyThePagesThatLeftAreCopiedBehind) {
   EXPECT_EQ(with.written_behind, with.clean_evictions) << "each page copied behind left the device";
   EXPECT_EQ(with.device_to_host.pages, without.device_to_host.pages) << "so no copy was wasted";
 }
+
+// A learnt write is copied behind only onto a device-to-host bus that would otherwise idle
+// (DeviceBackend::d2h_backlog): while copies queued before keep the bus busy it waits, so that it does
+// not delay the write-backs that pins wait for, and a later pin copies it once the bus is free. Here a
+// copy of the test's own keeps the (modelled) bus busy for 40 ms.
+TEST(WriteBehind, AWriteWaitsWhileTheDeviceToHostBusIsBusy) {
+  constexpr std::size_t kBusy = 40;  // pages, a millisecond each
+  std::uint64_t copied_at_b_pin[2] = {0, 0};
+  for (const bool busy : {false, true}) {
+    Config c = step_config(true);
+    c.sim.timing = "model";  // host time moves only where the host waits: the busy copy stays ahead
+    c.sim.bandwidth_bytes_per_s = static_cast<double>(kPage) * 1000;
+    c.sim.capacity = 4 * kPage;  // a page beyond the pager's 3 frames for the busy copy
+    device::FaultyDevice* dev = nullptr;
+    Pager p(test::make_faulty_pager(c, dev));
+    Step s(p);
+    s.run(p, 4);  // record, replay and learn: A's write is copied behind after B's pin
+    device::DevPtr va = 0;
+    device::ChunkHandle chunk;
+    ASSERT_TRUE(dev->reserve(kPage, &va).ok());
+    ASSERT_TRUE(dev->create_chunk(kPage, &chunk).ok());
+    ASSERT_TRUE(dev->map(va, kPage, chunk).ok());
+    ASSERT_TRUE(dev->set_access(va, kPage).ok());
+    void* host = nullptr;
+    ASSERT_TRUE(dev->alloc_host(kPage, &host).ok());
+    device::StreamHandle t = nullptr;
+    ASSERT_TRUE(dev->create_stream(&t).ok());
+    p.mark_iteration();
+    if (busy) {
+      for (std::size_t k = 0; k < kBusy; ++k) {
+        const auto* src = reinterpret_cast<const void*>(va);
+        ASSERT_TRUE(dev->memcpy_async(host, src, kPage, device::CopyKind::device_to_host, t).ok());
+      }
+    }
+    const auto before = p.stats().written_behind;
+    s.forward(0);
+    s.forward(1);
+    copied_at_b_pin[busy ? 1 : 0] = p.stats().written_behind - before;
+    ASSERT_TRUE(dev->synchronize_stream(t).ok());  // the bus is free from here
+    s.forward(2);
+    s.forward(3);
+    for (std::size_t i = 4; i-- > 0;) s.backward(i);
+    ++s.iteration;
+    EXPECT_GT(p.stats().written_behind - before, copied_at_b_pin[busy ? 1 : 0]) << "busy " << busy;
+    EXPECT_EQ(s.bad, 0u);
+    p.check_invariants();
+    EXPECT_TRUE(dev->destroy_stream(t).ok());
+    EXPECT_TRUE(dev->free_host(host, kPage).ok());
+    EXPECT_TRUE(dev->unmap(va, kPage).ok());
+    EXPECT_TRUE(dev->release_chunk(chunk).ok());
+    EXPECT_TRUE(dev->release_reservation(va, kPage).ok());
+  }
+  EXPECT_EQ(copied_at_b_pin[0], 1u) << "with the bus idle, A is copied behind after B's pin";
+  EXPECT_EQ(copied_at_b_pin[1], 0u) << "with the bus busy, A waits";
+}

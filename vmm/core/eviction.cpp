@@ -366,6 +366,10 @@ void PagerImpl::copy_behind() {
   bool room = true;
   try {
     for (std::size_t k = 0; k < behind_todo_.size() && room;) {
+      // Only onto a device-to-host bus that would idle: a copy queued while write-backs keep it busy
+      // delays the ones queued after it, which pins wait for (their frames). The writes wait in
+      // behind_todo_ for a later pin; a backend that cannot tell (nullopt) is not held back.
+      if (const auto backlog = dev_->d2h_backlog(); backlog && backlog->count() > 0) break;
       const auto it = by_id_.find(behind_todo_[k]);
       if (it == by_id_.end()) {  // freed meanwhile
         behind_todo_.erase(behind_todo_.begin() + static_cast<std::ptrdiff_t>(k));

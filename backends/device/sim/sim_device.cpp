@@ -187,9 +187,16 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
 }
 
 void SimDevice::note_d2h(std::size_t bytes) {
-  if (costs_.set_access_d2h_wait.count() == 0 || d2h_->bandwidth() <= 0) return;
+  if (d2h_->bandwidth() <= 0) return;
   std::lock_guard lk(mu_);
   d2h_queued_until_ = std::max(d2h_queued_until_, sim::host_time(timing_)) + d2h_->slot(bytes);
+}
+
+std::optional<std::chrono::nanoseconds> SimDevice::d2h_backlog() const noexcept {
+  if (d2h_->bandwidth() <= 0) return std::nullopt;
+  const auto now = sim::host_time(timing_);
+  std::lock_guard lk(mu_);
+  return std::max<std::chrono::nanoseconds>(d2h_queued_until_ - now, std::chrono::nanoseconds(0));
 }
 
 Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {

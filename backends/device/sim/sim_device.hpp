@@ -34,6 +34,9 @@ class SimDevice final : public DeviceBackend {
   [[nodiscard]] std::chrono::steady_clock::time_point host_clock() const noexcept override {
     return std::chrono::steady_clock::time_point(sim::charged_host_time());
   }
+  //! From the device-to-host copies queued so far on a throttled bus (SimDeviceConfig::
+  //! bandwidth_bytes_per_s), against the calling thread's host time in the configured timing.
+  [[nodiscard]] std::optional<std::chrono::nanoseconds> d2h_backlog() const noexcept override;
 
  private:
   Status do_reserve(std::size_t bytes, DevPtr* out) override;
@@ -78,7 +81,7 @@ class SimDevice final : public DeviceBackend {
   };
   [[nodiscard]] Memory& memory_of(std::uint64_t handle) noexcept;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;  // mutable: d2h_backlog() reads d2h_queued_until_ under it
   Memory device_mem_;
   Memory host_mem_;
   VmmBookkeeping book_;  // reservations, chunks (handle = offset + 1, | host bit), mappings
@@ -91,7 +94,8 @@ class SimDevice final : public DeviceBackend {
   std::map<std::uintptr_t, std::size_t> managed_;     // alloc_managed ranges (under mu_)
   [[nodiscard]] bool managed_range(const void* ptr, std::size_t bytes) const;  // under mu_
   // When the device-to-host copies queued so far would end if each ran at its queueing host time or
-  // right after the one before it (under mu_): what a set_access waits for (VmmCosts::set_access_d2h_wait).
+  // right after the one before it (under mu_): what a set_access waits for (VmmCosts::set_access_d2h_wait)
+  // and what d2h_backlog() reports. Kept only on a throttled bus.
   std::chrono::steady_clock::time_point d2h_queued_until_{};
   void note_d2h(std::size_t bytes);
   // A VMM call succeeded: releases mu_ (held by `lk`), then spends the call's modelled host time.
