@@ -199,9 +199,10 @@ struct TVMM_API Config {
   //! the page stays resident; the eviction that follows then moves nothing. Only the tensor's pages
   //! that left the device since their last copy are copied. It moves write-backs from
   //! where fresh data waits for frames (a forward pass) to where the device-to-host bus is idle (a
-  //! backward pass), and takes host slots only while a quarter of the tier is free. Its copies also
-  //! take the bus from write-backs that pins wait for, so it is slower on some workloads
-  //! (docs/architecture.md and docs/benchmarks.md, "Write-behind").
+  //! backward pass), and takes host slots only while a quarter of the tier is free. A copy waits while
+  //! copies already queued keep the device-to-host bus busy (where the device backend can tell: the
+  //! simulator with a throttled bus, not yet the CUDA backend). Off by default: each copy is bytes on
+  //! the bus, and some are not needed (docs/architecture.md and docs/benchmarks.md, "Write-behind").
   bool write_behind = false;
   //! Prefetch policy: "none" (only explicit Tensor::prefetch); "trace": record the pins of one
   //! iteration (between the first two Pager::mark_iteration calls), then in later iterations start the

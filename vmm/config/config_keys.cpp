@@ -478,8 +478,9 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back(bool_key("policy.eviction", "write_behind",
                           "while the access trace replays (belady, or trace prefetch): copy a write to the host tier "
                           "right after its kernel, keeping the page resident, where earlier iterations evicted that "
-                          "write's data before its next write, so that the eviction later moves nothing (off by "
-                          "default: the copies take the bus from write-backs that pins wait for)",
+                          "write's data before its next write, so that the eviction later moves nothing; a copy waits "
+                          "while the device-to-host bus is busy, where the device can tell (off by default: each "
+                          "copy is bytes on the bus, and some are not needed)",
                           [](Config& c) -> bool& { return c.write_behind; }));
   keys.push_back({"transparent",
                   "memory",
