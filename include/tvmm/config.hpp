@@ -260,6 +260,10 @@ struct TVMM_API Config {
 //! the key, what was expected and, for a misspelt key, the closest valid one.
 [[nodiscard]] TVMM_API Config load_config(const std::string& path);
 
+//! The text of a policy file, for parse_config: throws `tvmm::config_error` naming the path if it
+//! cannot be opened or read, or names a directory.
+[[nodiscard]] TVMM_API std::string read_config_file(const std::string& path);
+
 //! Parses TOML text into a Config (defaults for absent keys); `source` names it in error messages.
 //! Does not read the environment.
 [[nodiscard]] TVMM_API Config parse_config(std::string_view toml, std::string_view source = "<string>");

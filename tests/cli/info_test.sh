@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `tvmm info`: the text report has every section, the JSON report every key (and parses, when python3
-# is here), a config's placement is reported, and a bad config is an error. Args: TVMM
+# is here), a config's placement is reported, and a bad config (or a directory) is an error. Args: TVMM
 set -euo pipefail
 tvmm=$1
 text=$("$tvmm" info)
@@ -22,4 +22,12 @@ printf '[host]\nbudget = "64MiB"\nnuma = "none"\n' >"$cfg"
 printf '[host]\nnuma = "nowhere"\n' >"$cfg"
 if err=$("$tvmm" info --config "$cfg" 2>&1); then echo "a bad config was accepted"; exit 1; fi
 grep -q 'host.numa' <<<"$err" || { echo "unhelpful error: $err"; exit 1; }
+# A directory named as the config is an error (it used to read as an empty file: every default), for
+# `tvmm info` and `tvmm check-config` alike.
+dir=$(dirname "$cfg")
+for cmd in "info --config" "check-config"; do
+  # shellcheck disable=SC2086 # $cmd is two words on purpose
+  if err=$("$tvmm" $cmd "$dir" 2>&1); then echo "tvmm $cmd accepted the directory $dir"; exit 1; fi
+  grep -q 'is a directory, not a config file' <<<"$err" || { echo "unhelpful error: $err"; exit 1; }
+done
 echo "tvmm info: ok"

@@ -185,6 +185,17 @@ TEST(ConfigFile, MissingFile) {
   }
 }
 
+// A directory named as the config file is an error, not an empty file that leaves every default.
+TEST(ConfigFile, ADirectoryIsNotAConfigFile) {
+  test::TempDir dir;
+  try {
+    (void)load_config(dir.path());
+    FAIL() << "a directory loaded as a config file";
+  } catch (const config_error& e) {
+    EXPECT_TRUE(has(e.what(), "'" + dir.path() + "' is a directory, not a config file")) << e.what();
+  }
+}
+
 TEST(ConfigFile, PrintedConfigurationReadsBackTheSame) {
   Config c;
   c.device_budget = 96 * MiB;

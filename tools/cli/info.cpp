@@ -141,14 +141,6 @@ std::string limit_json(rlim_t v) { return v == RLIM_INFINITY ? "null" : std::to_
 
 }  // namespace
 
-std::string read_config_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw config_error("cannot open the config file '" + path + "'; check the path");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 int run_info(const InfoOptions& o) {
   // The configuration first: a bad one is the one error this command reports as such.
   std::optional<Pager> pager;

@@ -15,7 +15,4 @@ struct InfoOptions {
 //! Prints the report on stdout; returns the process exit status (1 for a bad config).
 int run_info(const InfoOptions& options);
 
-//! The contents of a config file; throws tvmm::config_error naming the path if it cannot be read.
-std::string read_config_file(const std::string& path);
-
 }  // namespace tvmm::cli

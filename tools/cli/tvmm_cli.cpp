@@ -16,7 +16,7 @@ namespace {
 
 int check_config(const std::string& path, bool use_env) {
   try {
-    tvmm::Config cfg = tvmm::parse_config(tvmm::cli::read_config_file(path), path);
+    tvmm::Config cfg = tvmm::parse_config(tvmm::read_config_file(path), path);
     const auto overrides = use_env ? tvmm::apply_environment(cfg) : std::vector<std::string>{};
     cfg.validate();
     std::string from_env;

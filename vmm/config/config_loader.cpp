@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -378,7 +379,12 @@ Config parse_config(std::string_view text, std::string_view source) {
   return cfg;
 }
 
-Config load_config(const std::string& path) {
+std::string read_config_file(const std::string& path) {
+  // std::ifstream opens a directory, and reading it then gives no bytes: an empty file, every default.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw config_error("'" + path + "' is a directory, not a config file; name a .toml file in it");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw config_error("cannot open the config file '" + path + "'; check the path");
@@ -392,7 +398,11 @@ Config load_config(const std::string& path) {
   while (in.read(chunk.data(), chunk.size()) || in.gcount() > 0)
     text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
   if (in.bad()) throw config_error("cannot read the config file '" + path + "'; check that it is a readable file");
-  Config cfg = parse_config(text, path);
+  return text;
+}
+
+Config load_config(const std::string& path) {
+  Config cfg = parse_config(read_config_file(path), path);
   (void)apply_environment(cfg);
   return cfg;
 }
