@@ -61,7 +61,15 @@ bool parse_pci_bus_id(std::string_view text, unsigned* domain, unsigned* bus, un
   return true;
 }
 
-Topology::Topology(hwloc_topology* topo, bool this_system) : topo_(topo), this_system_(this_system) { read(); }
+Topology::Topology(hwloc_topology* topo, bool this_system) : topo_(topo), this_system_(this_system) {
+  try {
+    read();
+  } catch (...) {  // std::bad_alloc: no destructor runs for an object not yet built, so free the topology here
+    hwloc_topology_destroy(topo_);
+    topo_ = nullptr;
+    throw;
+  }
+}
 
 Topology Topology::load() {
   hwloc_topology_t t = init_with_io();
