@@ -8,9 +8,8 @@ lib="$1"
 header="$2"
 declared=$(grep -o 'tvmm_[a-z_]*(' "$header" | tr -d '(' | sort -u)
 public='Pager|Tensor|Pin|Stream|StreamTimer|Config|error|invalid_argument|out_of_memory|config_error|device_error'
-public+='|io_error|timeout_error|format_bytes|parse_size|load_config|read_config_file|parse_config|apply_environment|to_toml'
-public+='|to_string'
-public+='|to_json|driver_times|release_together'
+public+='|io_error|timeout_error|format_bytes|parse_size|load_config|read_config_file|parse_config|apply_environment'
+public+='|to_toml|to_string|to_json|driver_times|release_together'
 symbols=$(nm -D --defined-only "$lib" | awk '$2 != "A" { print $3 }' | c++filt)
 total=$(printf '%s\n' "$symbols" | grep -c . || true)
 bad=$(printf '%s\n' "$symbols" | grep -Ev "^tvmm_[a-z_]+$|^((typeinfo|typeinfo name|vtable) for )?tvmm::($public)\b" || true)

@@ -125,9 +125,9 @@ bool is_section_prefix(std::string_view name) {
   return false;
 }
 
-// `source` names the text (parse_config does not hand it to toml++: see there).
+// `source` names the text: parse_config does not hand it to toml++ (see there), so `r` has no path.
 std::string where(const toml::source_region& r, std::string_view source) {
-  std::string file = !source.empty() ? std::string(source) : r.path ? std::string(*r.path) : std::string("<string>");
+  std::string file = source.empty() ? std::string("<string>") : std::string(source);
   return file + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
 }
 
