@@ -105,6 +105,28 @@ TEST(WriteBehind, ALearntWriteIsCopiedBehindAndItsEvictionMovesNothing) {
   EXPECT_EQ(with.device_to_host.pages, without.device_to_host.pages) << "no copy was wasted";
 }
 
+// A host tier that fills up takes its kept copies back for the next write-backs, before their pages'
+// evictions: a copy behind made then saves nothing. So no write is copied in an iteration in which the
+// tier filled up, nor in the one after it; once it has not filled for a whole iteration, writes are
+// copied again.
+TEST(WriteBehind, NothingIsCopiedBehindWhileTheHostTierFillsUp) {
+  for (const std::size_t host_pages : {2, 3}) {
+    Config c = step_config(true);
+    c.host_budget =
+        host_pages * kPage;  // one page off the device at a time: with 2 slots, a copy behind fills the tier
+    Pager p(c);
+    Step s(p);
+    s.run(p, 8);
+    EXPECT_EQ(s.bad, 0u) << host_pages;
+    p.check_invariants();
+    if (host_pages == 2) {
+      EXPECT_EQ(p.stats().written_behind, 0u) << "copied behind into a tier that fills at every eviction";
+    } else {
+      EXPECT_GT(p.stats().written_behind, 0u) << "a tier with a slot to spare takes copies behind";
+    }
+  }
+}
+
 TEST(WriteBehind, OffTheTraceNothingIsCopiedBehind) {
   Config c = step_config(true);  // LRU does not read the trace, so it is not recorded
   c.eviction = "lru";

@@ -94,3 +94,17 @@ TEST(WriteBehind, NothingIsCopiedOffTheTraceAndAFreedTensorIsForgotten) {
   EXPECT_EQ(wb.score(1), 0);
   wb.evicted(99, false);  // never written: ignored
 }
+
+TEST(WriteBehind, AHostTierThatFilledUpStopsCopiesForThatIterationAndTheNext) {
+  WriteBehind wb;
+  EXPECT_FALSE(wb.host_tier_filled(0)) << "a tier that never filled";
+  EXPECT_TRUE(wb.host_tier_filled(1)) << "it filled before the first iteration mark";
+  wb.on_iteration(1);  // iteration 1 begins; the tier filled once before
+  EXPECT_TRUE(wb.host_tier_filled(1)) << "it filled in the iteration before this one";
+  EXPECT_TRUE(wb.host_tier_filled(2)) << "and in this one";
+  wb.on_iteration(2);  // iteration 2: it filled in iteration 1
+  EXPECT_TRUE(wb.host_tier_filled(2));
+  wb.on_iteration(2);  // iteration 3: iteration 2 went without filling it
+  EXPECT_FALSE(wb.host_tier_filled(2)) << "a whole iteration without filling: copies again";
+  EXPECT_TRUE(wb.host_tier_filled(3)) << "until it fills again";
+}

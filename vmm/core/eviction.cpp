@@ -363,7 +363,9 @@ void PagerImpl::copy_behind() {
   std::vector<PageEntry*> claimed;     // pages whose copy is being queued
   std::vector<std::uint8_t> own_slot;  // per claimed page: it got a new slot (else it refreshes its own)
   std::vector<std::uint32_t> indices;
-  bool room = true;
+  // A host tier that filled up lately would take the copies back before their pages' evictions
+  // (WriteBehind::host_tier_filled): the writes go uncopied, to be written back when evicted.
+  bool room = !write_behind_.host_tier_filled(host_->fills());
   try {
     for (std::size_t k = 0; k < behind_todo_.size() && room;) {
       // Only onto a device-to-host bus that would idle: a copy queued while write-backs keep it busy

@@ -24,6 +24,7 @@ std::optional<std::uint32_t> HostTier::try_acquire() noexcept {
   free_.pop_back();
   ++in_use_;
   peak_ = std::max(peak_, in_use_);
+  if (free_.empty()) ++fills_;
   return s;
 }
 

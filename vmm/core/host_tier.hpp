@@ -26,6 +26,9 @@ class HostTier {
   [[nodiscard]] std::uint32_t in_use() const noexcept { return in_use_; }
   [[nodiscard]] std::uint32_t free_count() const noexcept { return slots_ - in_use_; }
   [[nodiscard]] std::uint32_t peak() const noexcept { return peak_; }
+  //! How many times the tier has filled up: try_acquire handed out its last free slot. The next page
+  //! that needs a slot then takes a kept copy's back or spills a page to NVMe.
+  [[nodiscard]] std::uint64_t fills() const noexcept { return fills_; }
 
  private:
   device::DeviceBackend& dev_;
@@ -34,6 +37,7 @@ class HostTier {
   std::byte* base_ = nullptr;
   std::uint32_t in_use_ = 0;
   std::uint32_t peak_ = 0;
+  std::uint64_t fills_ = 0;
   std::vector<std::uint32_t> free_;
 };
 

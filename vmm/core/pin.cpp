@@ -128,6 +128,10 @@ void PagerImpl::pin(Allocation* a, PageSpan span, Access access, device::StreamH
 
 void PagerImpl::mark_iteration() {
   observe_.iteration();
+  if (cfg_.write_behind) {
+    Lock lk(mu_);
+    write_behind_.on_iteration(host_->fills());
+  }
   prefetch_ahead(prefetch_.on_iteration());
 }
 

@@ -19,6 +19,12 @@
 //  - one step towards 0 when it was neither copied nor evicted.
 // A write is copied behind when its position's score is positive: after one iteration in which its
 // data was evicted, and not for a few iterations after a copy that did not save a write-back.
+//
+// When: not while the host tier fills up. A full tier takes its kept copies back (the oldest first)
+// for the write-backs and NVMe reads that need slots, so a copy made then is mostly taken back before
+// its page's eviction, having saved nothing (the encoder at 2x with half its evicted data on NVMe:
+// half the copies were). So no write is copied in an iteration in which the tier filled up, or in the
+// one after it.
 // The pager calls every method under its lock; the class has none of its own.
 
 #include <cstdint>
@@ -44,6 +50,14 @@ class WriteBehind {
   void evicted(std::uint64_t tensor, bool had_copy);
   //! `tensor` was freed.
   void forget(std::uint64_t tensor) { last_.erase(tensor); }
+  //! An iteration boundary; `fills` is HostTier::fills() now.
+  void on_iteration(std::uint64_t fills) noexcept {
+    fills_before_ = fills_at_iteration_;
+    fills_at_iteration_ = fills;
+  }
+  //! Whether the host tier filled up (HostTier::fills() is `fills` now) in this iteration or the one
+  //! before: then no write is copied.
+  [[nodiscard]] bool host_tier_filled(std::uint64_t fills) const noexcept { return fills != fills_before_; }
   //! The score of a position (for tests and checks); 0 for one never seen.
   [[nodiscard]] std::int8_t score(std::size_t index) const { return index < score_.size() ? score_[index] : 0; }
 
@@ -58,6 +72,8 @@ class WriteBehind {
   std::size_t length_ = 0;          // the trace the scores are for: its length and drops
   std::uint64_t drops_ = 0;
   std::unordered_map<std::uint64_t, LastWrite> last_;  // per tensor, its latest write
+  std::uint64_t fills_before_ = 0;                     // HostTier::fills() when the iteration before this one began
+  std::uint64_t fills_at_iteration_ = 0;               // and when this one began
 };
 
 }  // namespace tvmm::vmm
