@@ -111,7 +111,6 @@ inline std::string read_file(const std::filesystem::path& p) {
   return s.str();
 }
 
-//! A fresh directory under $TMPDIR (or /tmp), removed with everything in it at scope exit.
 // Sets an environment variable for one test; restores it on exit.
 class ScopedEnv {
  public:
@@ -132,6 +131,7 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+//! A fresh directory under $TMPDIR (or /tmp), removed with everything in it at scope exit.
 class TempDir {
  public:
   TempDir() {

@@ -186,10 +186,10 @@ class DeviceBackend {
   }
   //! How much longer the device-to-host copies queued so far keep that direction's bus busy, seen
   //! from the calling thread's present host time: each copy counted from when it was queued, or right
-  //! after the one queued before it, for its bytes over the bus's speed. An estimate from below (a copy
-  //! that waits for a kernel starts later). std::nullopt where the backend does not know its bus's
-  //! speed: the CUDA backend, and the simulator with an unthrottled bus. Write-behind queues its copies
-  //! only while this is zero.
+  //! after the one queued before it, for its bytes over the bus's speed (BusBacklog). An estimate from
+  //! below (a copy that waits for a kernel starts later). std::nullopt where the backend does not know
+  //! its bus's speed: the simulator with an unthrottled bus, the CUDA backend where neither
+  //! Config::bus_bytes_per_s nor sysfs gives one. Write-behind queues its copies only while this is zero.
   [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> d2h_backlog() const noexcept { return std::nullopt; }
 
   Status reserve(std::size_t bytes, DevPtr* out);

@@ -20,7 +20,7 @@ std::unique_ptr<DeviceBackend> make_sim(const Config& config) {
 
 std::unique_ptr<DeviceBackend> make_cuda(const Config& config) {
 #if defined(TVMM_HAVE_CUDA)
-  return make_cuda_device(config.cuda_device, config.gpu_direct_rdma);
+  return make_cuda_device(config.cuda_device, config.gpu_direct_rdma, config.bus_bytes_per_s);
 #else
   (void)config;
   throw device_error(

@@ -146,6 +146,13 @@ struct TVMM_API Config {
   //! CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED (the Pager constructor throws
   //! tvmm::device_error otherwise). Off by default: tvmm itself moves pages with copies.
   bool gpu_direct_rdma = false;
+  //! The "cuda" backend: the speed a device-to-host copy reaches over the GPU's link to the host, in
+  //! bytes per second, by which write-behind judges whether that bus is idle (its copies wait while
+  //! the write-backs queued before them keep it busy). 0 = the PCIe link's, as Linux's sysfs gives
+  //! it (max_link_speed and max_link_width of the GPU and the bridges above it, x 0.82); where sysfs
+  //! gives none, write-behind cannot tell and copies without waiting. Set it for a link sysfs does
+  //! not describe (NVLink-C2C, a virtual machine's bus).
+  double bus_bytes_per_s = 0;
   //! Page size in bytes, the unit of residency. 0 = the backend's granularity. Otherwise a multiple
   //! of the granularity (larger pages amortise the fixed per-page driver cost).
   std::size_t page_size = 0;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "backends/device/cuda/cuda_device.hpp"
+#include "backends/device/host_link.hpp"
 #include "test_support.hpp"
 #include "tvmm/tvmm.hpp"
 #include "vmm/transparent/transparent_heap.hpp"
@@ -414,4 +415,55 @@ TEST(CudaOnEmulator, GpuDirectRdmaOnAGpuWithoutItIsRefusedAtStart) {
   EXPECT_NE(m.find("does not support GPUDirect RDMA with VMM allocations"), std::string::npos) << m;
   c.gpu_direct_rdma = false;  // the default: no flag, and any GPU
   EXPECT_NO_THROW(Pager{c});
+}
+
+// Write-behind waits while the device-to-host copies queued before keep that bus busy
+// (DeviceBackend::d2h_backlog). The CUDA backend counts its copies with the link's speed: the one
+// configured (device.bus_gbs), else the PCIe link's from sysfs, else none (std::nullopt: write-behind
+// cannot tell, and does not wait).
+TEST(CudaOnEmulator, TheDeviceToHostBacklogCountsTheCopiesQueuedAtTheLinksSpeed) {
+  constexpr std::size_t kBytes = 2 * MiB;
+  {
+    // Unconfigured: what sysfs says of the emulated GPU's bus id (nothing on a machine without it).
+    auto dev = device::make_cuda_device(0);
+    const auto* cuda = dynamic_cast<const device::CudaDevice*>(dev.get());
+    ASSERT_NE(cuda, nullptr);
+    EXPECT_EQ(dev->d2h_backlog().has_value(), cuda->bus_bytes_per_s() > 0);
+    EXPECT_EQ(cuda->bus_bytes_per_s(), device::pcie_copy_bytes_per_s(dev->properties().pci_bus_id).value_or(0.0))
+        << dev->properties().pci_bus_id;
+  }
+  // 1 GB/s: a 2 MiB copy keeps the bus busy 2.1 ms, long beside the calls between the checks.
+  auto dev = device::make_cuda_device(0, false, 1e9);
+  ASSERT_EQ(dev->d2h_backlog(), std::chrono::nanoseconds(0)) << "nothing queued";
+  device::DevPtr va = 0;
+  device::ChunkHandle chunk;
+  ASSERT_TRUE(dev->reserve(kBytes, &va).ok());
+  ASSERT_TRUE(dev->create_chunk(kBytes, &chunk).ok());
+  ASSERT_TRUE(dev->map(va, kBytes, chunk).ok());
+  ASSERT_TRUE(dev->set_access(va, kBytes).ok());
+  void* host = nullptr;
+  ASSERT_TRUE(dev->alloc_host(kBytes, &host).ok());
+  device::StreamHandle s = nullptr;
+  ASSERT_TRUE(dev->create_stream(&s).ok());
+  auto* dptr = reinterpret_cast<void*>(va);
+  ASSERT_TRUE(dev->memcpy_async(dptr, host, kBytes, device::CopyKind::host_to_device, s).ok());
+  EXPECT_EQ(dev->d2h_backlog(), std::chrono::nanoseconds(0)) << "a copy to the device takes the other bus";
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(dev->memcpy_async(host, dptr, kBytes, device::CopyKind::device_to_host, s).ok());
+  ASSERT_TRUE(dev->memcpy_async(host, dptr, kBytes, device::CopyKind::device_to_host, s).ok());
+  const auto backlog = dev->d2h_backlog();
+  const auto queried = std::chrono::steady_clock::now();
+  const auto elapsed = queried - t0;
+  const auto two = std::chrono::nanoseconds(2 * static_cast<std::int64_t>(static_cast<double>(kBytes) / 1e9 * 1e9));
+  ASSERT_TRUE(backlog.has_value());
+  EXPECT_LE(*backlog, two) << "the second copy counted from the end of the first";
+  EXPECT_GE(*backlog, two - elapsed);
+  ASSERT_TRUE(dev->synchronize_stream(s).ok());
+  std::this_thread::sleep_until(queried + *backlog + std::chrono::milliseconds(1));
+  EXPECT_EQ(dev->d2h_backlog(), std::chrono::nanoseconds(0)) << "counted from the calls: over once their time passed";
+  EXPECT_TRUE(dev->destroy_stream(s).ok());
+  EXPECT_TRUE(dev->free_host(host, kBytes).ok());
+  EXPECT_TRUE(dev->unmap(va, kBytes).ok());
+  EXPECT_TRUE(dev->release_chunk(chunk).ok());
+  EXPECT_TRUE(dev->release_reservation(va, kBytes).ok());
 }

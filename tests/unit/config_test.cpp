@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "test_support.hpp"
@@ -77,6 +78,16 @@ TEST(Config, BadGranularityIsRejected) {
   auto c = test::small_config(4, 8);
   c.sim.granularity = 3000;
   EXPECT_NE(config_error_of(c).find("power of two"), std::string::npos);
+}
+
+TEST(Config, ANegativeOrNonFiniteBusSpeedIsRejected) {
+  auto c = test::small_config(4, 8);
+  for (const double bad : {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    c.bus_bytes_per_s = bad;
+    EXPECT_NE(config_error_of(c).find("bus_bytes_per_s"), std::string::npos) << bad;
+  }
+  c.bus_bytes_per_s = 25e9;  // a PCIe 4.0 x16 link's copies
+  EXPECT_EQ(config_error_of(c), "");
 }
 
 TEST(Config, FormatBytes) {

@@ -58,6 +58,10 @@ void Config::validate() const {
                        ": expected a finite number of bytes per second >= 0 (0 = unthrottled)");
   }
   if (sim.copy_latency.count() < 0) throw config_error("sim.copy_latency must be >= 0");
+  if (!std::isfinite(bus_bytes_per_s) || bus_bytes_per_s < 0.0) {
+    throw config_error("bus_bytes_per_s = " + std::to_string(bus_bytes_per_s) +
+                       ": expected a finite number of bytes per second >= 0 (0 = the PCIe link's, from sysfs)");
+  }
   if (host_numa != "auto" && host_numa != "none" && host_numa != "interleave" &&
       (host_numa.empty() || host_numa.find_first_not_of("0123456789") != std::string::npos)) {
     throw config_error("host_numa = \"" + host_numa +

@@ -273,6 +273,17 @@ std::vector<ConfigKey> make_keys() {
                           "cuda backend: device memory that GPUDirect RDMA can reach (cuMemCreate's "
                           "gpuDirectRDMACapable); needs a GPU that supports it with VMM",
                           [](Config& c) -> bool& { return c.gpu_direct_rdma; }));
+  keys.push_back({"device",
+                  "bus_gbs",
+                  KeyType::number,
+                  "a number of GB/s >= 0",
+                  "cuda backend: the speed device-to-host copies reach over the link to the host, in GB/s "
+                  "(1e9 bytes/s), by which write-behind judges that bus idle; 0 = the PCIe link's, from sysfs",
+                  false,
+                  0.0,
+                  {},
+                  [](Config& c, const KeyValue& v) { c.bus_bytes_per_s = v.number * 1e9; },
+                  [](const Config& c) { return toml_number(c.bus_bytes_per_s / 1e9); }});
   keys.push_back(size_key("device.sim", "capacity",
                           "physical memory of the simulated GPU (a hard limit); \"auto\" = the "
                           "device budget",

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "backends/device/host_link.hpp"
 #include "tvmm/errors.hpp"
 
 #if defined(TVMM_HAVE_GPU_KERNELS)
@@ -157,17 +158,25 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal, bool gpu_
   return o;
 }
 
-CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal, bool gpu_direct_rdma)
-    : CudaDevice(api, open(*api, ordinal, gpu_direct_rdma)) {}
+CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal, bool gpu_direct_rdma, double bus_bytes_per_s)
+    : CudaDevice(api, open(*api, ordinal, gpu_direct_rdma), bus_bytes_per_s) {}
 
-CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened)
+namespace {
+double link_speed(const DeviceProperties& props, double configured) {
+  if (configured > 0) return configured;
+  return pcie_copy_bytes_per_s(props.pci_bus_id).value_or(0.0);
+}
+}  // namespace
+
+CudaDevice::CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened, double bus_bytes_per_s)
     : DeviceBackend(std::move(opened.props)),
       api_(std::move(api)),
       dev_(opened.dev),
       ctx_(opened.ctx),
       host_numa_chunks_(opened.host_numa_chunks),
       host_numa_id_(opened.host_numa_id),
-      rdma_(opened.rdma) {}
+      rdma_(opened.rdma),
+      bus_bytes_per_s_(link_speed(properties(), bus_bytes_per_s)) {}
 
 CudaDevice::~CudaDevice() {
   if (module_ != nullptr) {
@@ -370,10 +379,27 @@ Status CudaDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes
   if (kind == CopyKind::host_to_device) {
     return TVMM_CU(api_->MemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, bytes, as_stream(stream)));
   }
-  return TVMM_CU(api_->MemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), bytes, as_stream(stream)));
+  const Status st = TVMM_CU(api_->MemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), bytes, as_stream(stream)));
+  if (st.ok()) note_d2h(bytes);
+  return st;
 }
 
-Status CudaDevice::do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind, StreamHandle stream) {
+void CudaDevice::note_d2h(std::size_t bytes) {
+  if (bus_bytes_per_s_ <= 0) return;
+  const auto slot =
+      std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) / bus_bytes_per_s_ * 1e9));
+  std::lock_guard lk(d2h_mu_);
+  d2h_queued_.queued(std::chrono::steady_clock::now(), slot);
+}
+
+std::optional<std::chrono::nanoseconds> CudaDevice::d2h_backlog() const noexcept {
+  if (bus_bytes_per_s_ <= 0) return std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lk(d2h_mu_);
+  return d2h_queued_.left(now);
+}
+
+Status CudaDevice::do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, CopyKind bus, StreamHandle stream) {
   {
     std::lock_guard lk(mu_);
     std::uint64_t handle = 0;
@@ -382,7 +408,9 @@ Status CudaDevice::do_copy_device(DevPtr dst, DevPtr src, std::size_t bytes, Cop
       return Status::fail(Errc::invalid_value);
     }
   }
-  return TVMM_CU(api_->MemcpyDtoDAsync(dptr(dst), dptr(src), bytes, as_stream(stream)));
+  const Status st = TVMM_CU(api_->MemcpyDtoDAsync(dptr(dst), dptr(src), bytes, as_stream(stream)));
+  if (st.ok() && bus == CopyKind::device_to_host) note_d2h(bytes);  // into a host-located chunk
+  return st;
 }
 
 Status CudaDevice::do_launch_host(StreamHandle stream, HostFn fn, void* user) {
@@ -528,8 +556,8 @@ Status CudaDevice::do_event_elapsed(EventHandle start, EventHandle end, std::chr
 
 #undef TVMM_CU
 
-std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal, bool gpu_direct_rdma) {
-  return std::make_unique<CudaDevice>(cuda::load_driver(), ordinal, gpu_direct_rdma);
+std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal, bool gpu_direct_rdma, double bus_bytes_per_s) {
+  return std::make_unique<CudaDevice>(cuda::load_driver(), ordinal, gpu_direct_rdma, bus_bytes_per_s);
 }
 
 }  // namespace tvmm::device

@@ -14,10 +14,13 @@
 // (push/pop; nothing changes when it is current already), so tvmm never changes a program's current
 // context. The driver is reached only through an Api table (cuda_api.hpp), so a fake can drive it.
 
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "backends/device/bus_backlog.hpp"
 #include "backends/device/cuda/cuda_api.hpp"
 #include "backends/device/device_backend.hpp"
 #include "backends/device/vmm_bookkeeping.hpp"
@@ -29,8 +32,11 @@ class CudaDevice final : public DeviceBackend {
   //! Opens device `ordinal` (-1: the current context's device, else 0) through `api`. Throws tvmm::device_error naming
   //! the failing call when the driver has no such device or the device lacks virtual memory management.
   //! With `gpu_direct_rdma`, device chunks are created GPUDirect-RDMA capable; a device that cannot is
-  //! a tvmm::device_error.
-  CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal, bool gpu_direct_rdma = false);
+  //! a tvmm::device_error. `bus_bytes_per_s`: the speed device-to-host copies reach over the link to
+  //! the host, which d2h_backlog() counts with; 0 = the PCIe link's, as sysfs describes it
+  //! (pcie_copy_bytes_per_s), and none where it does not.
+  CudaDevice(std::shared_ptr<const cuda::Api> api, int ordinal, bool gpu_direct_rdma = false,
+             double bus_bytes_per_s = 0);
   ~CudaDevice() override;
 
   //! The GPU kernels (kernels/cuda/kernels.cu), each launched on `stream` over device memory; fill and
@@ -44,6 +50,12 @@ class CudaDevice final : public DeviceBackend {
 
   //! The driver's name for a failure ("CUDA_ERROR_ILLEGAL_ADDRESS").
   [[nodiscard]] std::string describe(const Status& s) const override;
+  //! The device-to-host copies queued through this backend (memcpy_async, and copy_device over that
+  //! bus), each counted from its call for its bytes over the link's speed; std::nullopt where the
+  //! speed is not known (see the constructor).
+  [[nodiscard]] std::optional<std::chrono::nanoseconds> d2h_backlog() const noexcept override;
+  //! The link speed d2h_backlog() counts with, in bytes per second; 0 where none is known.
+  [[nodiscard]] double bus_bytes_per_s() const noexcept { return bus_bytes_per_s_; }
 
   //! Why the kernels cannot run here ("" until a launch found out): the driver they need, or that the
   //! build has none. Valid after a kernel call returned not_supported.
@@ -68,7 +80,7 @@ class CudaDevice final : public DeviceBackend {
     bool rdma = false;
   };
   static Opened open(const cuda::Api& api, int ordinal, bool gpu_direct_rdma);
-  CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened);
+  CudaDevice(std::shared_ptr<const cuda::Api> api, Opened opened, double bus_bytes_per_s);
 
   Status do_reserve(std::size_t bytes, DevPtr* out) override;
   Status do_release_reservation(DevPtr base, std::size_t bytes) override;
@@ -120,6 +132,10 @@ class CudaDevice final : public DeviceBackend {
   bool rdma_ = false;     // device chunks are created GPUDirect-RDMA capable
   std::mutex mu_;         // guards book_ (the VMM calls' bookkeeping; copies and events take no lock)
   VmmBookkeeping book_;
+  const double bus_bytes_per_s_;  // d2h_backlog()'s link speed; 0 = not known
+  mutable std::mutex d2h_mu_;     // guards d2h_queued_ (taken by device-to-host copies, only where the speed is known)
+  BusBacklog d2h_queued_;
+  void note_d2h(std::size_t bytes);
   mutable std::mutex module_mu_;  // guards the lazily loaded kernels
   CUmodule module_ = nullptr;
   Status module_status_ = Status::fail(Errc::not_ready);  // not_ready = not loaded yet
@@ -129,6 +145,6 @@ class CudaDevice final : public DeviceBackend {
 
 //! The driver's backend for device `ordinal`: loads the driver (cuda::load_driver) and opens the
 //! device. Throws tvmm::device_error ("no CUDA driver ..." / "no CUDA device ...") with the fix.
-std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal, bool gpu_direct_rdma = false);
+std::unique_ptr<DeviceBackend> make_cuda_device(int ordinal, bool gpu_direct_rdma = false, double bus_bytes_per_s = 0);
 
 }  // namespace tvmm::device

@@ -189,14 +189,14 @@ Status SimDevice::do_map(DevPtr va, std::size_t bytes, ChunkHandle chunk) {
 void SimDevice::note_d2h(std::size_t bytes) {
   if (d2h_->bandwidth() <= 0) return;
   std::lock_guard lk(mu_);
-  d2h_queued_until_ = std::max(d2h_queued_until_, sim::host_time(timing_)) + d2h_->slot(bytes);
+  d2h_queued_.queued(sim::host_time(timing_), d2h_->slot(bytes));
 }
 
 std::optional<std::chrono::nanoseconds> SimDevice::d2h_backlog() const noexcept {
   if (d2h_->bandwidth() <= 0) return std::nullopt;
   const auto now = sim::host_time(timing_);
   std::lock_guard lk(mu_);
-  return std::max<std::chrono::nanoseconds>(d2h_queued_until_ - now, std::chrono::nanoseconds(0));
+  return d2h_queued_.left(now);
 }
 
 Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
@@ -210,8 +210,8 @@ Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {
   const auto now = sim::host_time(timing_);
   for (std::size_t m = 0; m < mappings; ++m) {
     cost += costs_.set_access;
-    if (d2h_queued_until_ > now + cost)
-      cost += std::min<std::chrono::nanoseconds>(d2h_queued_until_ - (now + cost), costs_.set_access_d2h_wait);
+    if (const auto left = d2h_queued_.left(now + cost); left.count() > 0)
+      cost += std::min<std::chrono::nanoseconds>(left, costs_.set_access_d2h_wait);
   }
   charge(lk, cost);
   return Status::success();

@@ -12,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "backends/device/bus_backlog.hpp"
 #include "backends/device/device_backend.hpp"
 #include "backends/device/sim/sim_stream.hpp"
 #include "backends/device/vmm_bookkeeping.hpp"
@@ -81,7 +82,7 @@ class SimDevice final : public DeviceBackend {
   };
   [[nodiscard]] Memory& memory_of(std::uint64_t handle) noexcept;
 
-  mutable std::mutex mu_;  // mutable: d2h_backlog() reads d2h_queued_until_ under it
+  mutable std::mutex mu_;  // mutable: d2h_backlog() reads d2h_queued_ under it
   Memory device_mem_;
   Memory host_mem_;
   VmmBookkeeping book_;  // reservations, chunks (handle = offset + 1, | host bit), mappings
@@ -93,10 +94,10 @@ class SimDevice final : public DeviceBackend {
   std::map<std::uintptr_t, std::size_t> registered_;  // register_host ranges (under mu_)
   std::map<std::uintptr_t, std::size_t> managed_;     // alloc_managed ranges (under mu_)
   [[nodiscard]] bool managed_range(const void* ptr, std::size_t bytes) const;  // under mu_
-  // When the device-to-host copies queued so far would end if each ran at its queueing host time or
-  // right after the one before it (under mu_): what a set_access waits for (VmmCosts::set_access_d2h_wait)
-  // and what d2h_backlog() reports. Kept only on a throttled bus.
-  std::chrono::steady_clock::time_point d2h_queued_until_{};
+  // The device-to-host copies queued so far, each from its queueing host time (under mu_): what a
+  // set_access waits for (VmmCosts::set_access_d2h_wait) and what d2h_backlog() reports. Kept only on
+  // a throttled bus.
+  BusBacklog d2h_queued_;
   void note_d2h(std::size_t bytes);
   // A VMM call succeeded: releases mu_ (held by `lk`), then spends the call's modelled host time.
   void charge(std::unique_lock<std::mutex>& lk, std::chrono::nanoseconds cost);
