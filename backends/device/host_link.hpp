@@ -14,7 +14,8 @@ namespace tvmm::device {
 inline constexpr double kPcieCopyShare = 0.82;
 
 //! Bytes per second each way that copies reach over the PCI Express link of the device `bus_id`
-//! ("0000:65:00.0", as cuDeviceGetPCIBusId gives it) to the host, from sysfs under `pci_devices`
+//! (as cuDeviceGetPCIBusId gives it, "00000000:65:00.0", or as sysfs names it, "0000:65:00.0") to the
+//! host, from sysfs under `pci_devices`
 //! (/sys/bus/pci/devices on Linux): the slowest `max_link_speed` and the narrowest `max_link_width`
 //! of the device and of every bridge above it up to its root port, after the line encoding (8b/10b up
 //! to 5 GT/s, 128b/130b up to 32 GT/s, 242B/256B FLITs above), times kPcieCopyShare. The maxima, not

@@ -53,6 +53,14 @@ TEST(HostLink, APcie5x16GpuBehindItsRootPortCopiesAt82PercentOf63GBs) {
   EXPECT_NEAR(*v / 1e9, 51.7, 0.1) << "an H200 copied 50.7-52.4 GB/s each way";
 }
 
+TEST(HostLink, TheDriversFormOfTheBusIdFindsSysfsName) {
+  Tree t;
+  t.add(t.root, "0000:1a:00.0", "16.0 GT/s PCIe", "16");
+  EXPECT_DOUBLE_EQ(*t.of("00000000:1A:00.0"), gbs(16, 16, 128.0 / 130.0)) << "cuDeviceGetPCIBusId's form";
+  EXPECT_DOUBLE_EQ(*t.of("1a:00.0"), gbs(16, 16, 128.0 / 130.0)) << "no domain: domain 0";
+  EXPECT_FALSE(t.of("not-a-bus-id").has_value());
+}
+
 TEST(HostLink, TheSlowestAndNarrowestLinkOnTheWayToTheRootBounds) {
   Tree t;
   const auto root_port = t.add(t.root, "0000:00:01.0", "16.0 GT/s PCIe", "16");      // a PCIe 4.0 host

@@ -12,6 +12,7 @@
 #if defined(TVMM_HAVE_CUDA)
 #include "backends/device/cuda/cuda_api.hpp"
 #endif
+#include "backends/device/host_link.hpp"
 #include "backends/storage/storage_backend.hpp"
 #include "backends/topology/topology.hpp"
 #include "tvmm/tvmm.hpp"
@@ -75,6 +76,7 @@ struct Gpu {
   std::optional<unsigned> node;
   bool vmm = false;               // cuMemCreate/cuMemMap (tvmm needs them)
   bool host_numa_chunks = false;  // cuMemCreate at CU_MEM_LOCATION_TYPE_HOST_NUMA
+  std::optional<double> link;     // bytes/s each way of its PCIe link, as sysfs describes it
 };
 
 struct Cuda {
@@ -125,6 +127,7 @@ Cuda probe_cuda(const topology::Topology* topo) {
                                                  dev) == CUDA_SUCCESS &&
                          v != 0;
     if (topo != nullptr && !g.bus_id.empty()) g.node = topo->node_near_pci(g.bus_id);
+    g.link = device::pcie_copy_bytes_per_s(g.bus_id);
     c.gpus.push_back(std::move(g));
   }
 #else
@@ -205,7 +208,8 @@ int run_info(const InfoOptions& o) {
            ", \"memory_bytes\": " + std::to_string(g.memory) +
            ", \"numa_node\": " + (g.node ? std::to_string(*g.node) : "null") +
            ", \"vmm\": " + (g.vmm ? "true" : "false") +
-           ", \"host_numa_chunks\": " + (g.host_numa_chunks ? "true" : "false") + "}";
+           ", \"host_numa_chunks\": " + (g.host_numa_chunks ? "true" : "false") +
+           ", \"host_link_bytes_per_s\": " + (g.link ? std::to_string(*g.link) : "null") + "}";
     }
     j += "]},\n  \"pci_nvidia_gpus\": [";
     for (std::size_t i = 0; i < pci_gpus.size(); ++i) {
@@ -246,6 +250,12 @@ int run_info(const InfoOptions& o) {
                 g.name.c_str(), format_bytes(g.memory).c_str(), g.bus_id.c_str(),
                 g.node ? std::to_string(*g.node).c_str() : "unknown", g.vmm ? "yes" : "NO (tvmm cannot use it)",
                 g.host_numa_chunks ? "supported" : "not supported");
+    if (g.link) {
+      std::printf("    host link: copies at about %.1f GB/s each way (its PCIe link in sysfs)\n", *g.link / 1e9);
+    } else {
+      std::printf("    host link: not described in sysfs; write-behind cannot tell when its bus is busy "
+                  "unless device.bus_gbs is set\n");
+    }
   }
   for (const auto& d : pci_gpus) {
     std::printf("  on the PCI bus: NVIDIA GPU at %s, nearest NUMA node %s\n", d.bus_id.c_str(),
