@@ -60,7 +60,7 @@ struct RunOptions {
   //! far ahead as the pager lets it.
   bool sync_kernels = false;
   //! The pager's Config::write_behind (for every policy whose run replays the access trace).
-  bool write_behind = false;
+  bool write_behind = true;
   std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
   bool verify = false;         // write and check every tensor's bytes (always on with --device cuda)
   std::string pin_log;         // the pager's pin_log.file (tests read the pins it saw)

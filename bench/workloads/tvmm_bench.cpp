@@ -199,11 +199,11 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-kernels", o.sync_kernels,
                "The host waits for each kernel before the next kernel's pins, as a program that reads results "
                "between kernels: only prefetch overlaps page-ins with compute (summary.json: host = synchronous)");
-  std::string write_behind = "off";
+  std::string write_behind = "on";
   app.add_option("--write-behind", write_behind,
                  "Copy a write to the host right after its kernel where earlier iterations evicted its data before "
-                 "the next write, so the eviction moves nothing (on), or never (off, the default; docs/architecture.md "
-                 "\"Write-behind\")")
+                 "the next write, so the eviction moves nothing (on, the default, as the pager's), or never (off; "
+                 "docs/architecture.md \"Write-behind\")")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--json", json, "Also write the records (as in summary.json) to this file");
   app.add_flag("--verify", o.verify,

@@ -200,17 +200,20 @@ struct TVMM_API Config {
   //! when both are not needed again in this iteration (docs/architecture.md, "Access trace, trace
   //! prefetch and Belady").
   std::size_t keep_recent = 0;
-  //! Write-behind (off by default), while the access trace replays (`eviction = "belady"` or
+  //! Write-behind (on by default), while the access trace replays (`eviction = "belady"` or
   //! `prefetch = "trace"`): a write whose data earlier iterations evicted before the tensor's next
   //! write is copied to the host tier as soon as its kernel is done, on a copy stream of its own, while
   //! the page stays resident; the eviction that follows then moves nothing. Only the tensor's pages
-  //! that left the device since their last copy are copied. It moves write-backs from
-  //! where fresh data waits for frames (a forward pass) to where the device-to-host bus is idle (a
-  //! backward pass), and takes host slots only while a quarter of the tier is free. A copy waits while
-  //! copies already queued keep the device-to-host bus busy (where the device backend can tell: the
-  //! simulator with a throttled bus, not yet the CUDA backend). Off by default: each copy is bytes on
-  //! the bus, and some are not needed (docs/architecture.md and docs/benchmarks.md, "Write-behind").
-  bool write_behind = false;
+  //! that left the device since their last copy are copied. It moves write-backs from where fresh data
+  //! waits for frames (a forward pass) to where the device-to-host bus is idle (a backward pass). It
+  //! takes host slots only while a quarter of the tier is free, and none in an iteration in which the
+  //! host tier filled up or the one after it (a full tier takes copies back before their evictions). A
+  //! copy waits while copies already queued keep the device-to-host bus busy, where the device backend
+  //! can tell (the simulator with a throttled bus; the CUDA backend at `bus_bytes_per_s` or the PCIe
+  //! link's speed). With the host tier holding everything the device evicts it took 0.95-0.96 of the
+  //! step time on the model traces; off, the same eviction moves no byte early (docs/architecture.md
+  //! and docs/benchmarks.md, "Write-behind").
+  bool write_behind = true;
   //! Prefetch policy: "none" (only explicit Tensor::prefetch); "trace": record the pins of one
   //! iteration (between the first two Pager::mark_iteration calls), then in later iterations start the
   //! page-ins of the tensors `prefetch_distance` pins ahead (a pin that differs from the trace drops it

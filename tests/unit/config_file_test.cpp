@@ -41,6 +41,7 @@ backend = "sim"
 budget = "96MiB"
 page_size = "4MiB"
 va_size = "8GiB"
+bus_gbs = 26
 [device.sim]
 capacity = "128MiB"
 granularity = "1MiB"
@@ -52,6 +53,7 @@ budget = 1073741824
 wait_timeout_ms = 250
 [policy.eviction]
 name = "clock"
+write_behind = false
 )");
   EXPECT_EQ(c.device_backend, "sim");
   EXPECT_EQ(c.device_budget, 96 * MiB);
@@ -64,6 +66,9 @@ name = "clock"
   EXPECT_EQ(c.host_budget, GiB);
   EXPECT_EQ(c.wait_timeout, std::chrono::milliseconds(250));
   EXPECT_EQ(c.eviction, "clock");
+  EXPECT_DOUBLE_EQ(c.bus_bytes_per_s, 26e9);
+  EXPECT_FALSE(c.write_behind) << "on by default: the file turns it off";
+  EXPECT_TRUE(Config{}.write_behind);
 }
 
 TEST(ConfigFile, AbsentKeysKeepDefaultsAndAutoMeansResolveLater) {

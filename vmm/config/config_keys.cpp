@@ -490,8 +490,8 @@ std::vector<ConfigKey> make_keys() {
                           "while the access trace replays (belady, or trace prefetch): copy a write to the host tier "
                           "right after its kernel, keeping the page resident, where earlier iterations evicted that "
                           "write's data before its next write, so that the eviction later moves nothing; a copy waits "
-                          "while the device-to-host bus is busy, where the device can tell (off by default: each "
-                          "copy is bytes on the bus, and some are not needed)",
+                          "while the device-to-host bus is busy, where the device can tell, and none is made while the "
+                          "host tier fills up (on by default; off moves no byte before its eviction)",
                           [](Config& c) -> bool& { return c.write_behind; }));
   keys.push_back({"transparent",
                   "memory",
