@@ -16,6 +16,7 @@
 #include "backends/device/device_backend.hpp"
 #include "backends/device/faulty/faulty_device.hpp"
 #include "backends/device/sim/sim_device.hpp"
+#include "device_scratch.hpp"
 #include "test_support.hpp"
 
 using namespace tvmm;
@@ -498,17 +499,10 @@ TEST(SimDevice, TheDeviceToHostBacklogCountsTheCopiesQueuedThatWay) {
   c.timing = "model";
   c.bandwidth_bytes_per_s = static_cast<double>(g) * 1000;  // a page per millisecond
   SimDevice dev(c, 4 * g);
-  StreamHandle s = nullptr;
-  ASSERT_TRUE(dev.create_stream(&s).ok());
-  DevPtr va = 0;
-  ChunkHandle chunk;
-  ASSERT_TRUE(dev.reserve(g, &va).ok());
-  ASSERT_TRUE(dev.create_chunk(g, &chunk).ok());
-  ASSERT_TRUE(dev.map(va, g, chunk).ok());
-  ASSERT_TRUE(dev.set_access(va, g).ok());
-  void* host = nullptr;
-  ASSERT_TRUE(dev.alloc_host(g, &host).ok());
-  auto* page = reinterpret_cast<void*>(va);
+  tvmm::test::DeviceScratch scratch(dev, g);
+  void* page = scratch.device();
+  void* host = scratch.host();
+  const StreamHandle s = scratch.stream();
   EXPECT_EQ(dev.d2h_backlog(), milliseconds(0));
   ASSERT_TRUE(dev.memcpy_async(page, host, g, CopyKind::host_to_device, s).ok());
   EXPECT_EQ(dev.d2h_backlog(), milliseconds(0)) << "a copy to the device takes the other bus";
@@ -516,11 +510,6 @@ TEST(SimDevice, TheDeviceToHostBacklogCountsTheCopiesQueuedThatWay) {
   EXPECT_EQ(dev.d2h_backlog(), milliseconds(2));
   ASSERT_TRUE(dev.synchronize_stream(s).ok());  // this thread's host time passes their end
   EXPECT_EQ(dev.d2h_backlog(), milliseconds(0));
-  EXPECT_TRUE(dev.unmap(va, g).ok());
-  EXPECT_TRUE(dev.release_chunk(chunk).ok());
-  EXPECT_TRUE(dev.release_reservation(va, g).ok());
-  EXPECT_TRUE(dev.free_host(host, g).ok());
-  EXPECT_TRUE(dev.destroy_stream(s).ok());
 }
 
 // The test adaptor's hold: copies of one direction run only as released, in order; the other direction

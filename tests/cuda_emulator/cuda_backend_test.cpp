@@ -12,6 +12,7 @@
 
 #include "backends/device/cuda/cuda_device.hpp"
 #include "backends/device/host_link.hpp"
+#include "device_scratch.hpp"
 #include "test_support.hpp"
 #include "tvmm/tvmm.hpp"
 #include "vmm/transparent/transparent_heap.hpp"
@@ -435,17 +436,10 @@ TEST(CudaOnEmulator, TheDeviceToHostBacklogCountsTheCopiesQueuedAtTheLinksSpeed)
   // 1 GB/s: a 2 MiB copy keeps the bus busy 2.1 ms, long beside the calls between the checks.
   auto dev = device::make_cuda_device(0, false, 1e9);
   ASSERT_EQ(dev->d2h_backlog(), std::chrono::nanoseconds(0)) << "nothing queued";
-  device::DevPtr va = 0;
-  device::ChunkHandle chunk;
-  ASSERT_TRUE(dev->reserve(kBytes, &va).ok());
-  ASSERT_TRUE(dev->create_chunk(kBytes, &chunk).ok());
-  ASSERT_TRUE(dev->map(va, kBytes, chunk).ok());
-  ASSERT_TRUE(dev->set_access(va, kBytes).ok());
-  void* host = nullptr;
-  ASSERT_TRUE(dev->alloc_host(kBytes, &host).ok());
-  device::StreamHandle s = nullptr;
-  ASSERT_TRUE(dev->create_stream(&s).ok());
-  auto* dptr = reinterpret_cast<void*>(va);
+  test::DeviceScratch scratch(*dev, kBytes);
+  void* dptr = scratch.device();
+  void* host = scratch.host();
+  const auto s = scratch.stream();
   ASSERT_TRUE(dev->memcpy_async(dptr, host, kBytes, device::CopyKind::host_to_device, s).ok());
   EXPECT_EQ(dev->d2h_backlog(), std::chrono::nanoseconds(0)) << "a copy to the device takes the other bus";
   const auto t0 = std::chrono::steady_clock::now();
@@ -461,9 +455,4 @@ TEST(CudaOnEmulator, TheDeviceToHostBacklogCountsTheCopiesQueuedAtTheLinksSpeed)
   ASSERT_TRUE(dev->synchronize_stream(s).ok());
   std::this_thread::sleep_until(queried + *backlog + std::chrono::milliseconds(1));
   EXPECT_EQ(dev->d2h_backlog(), std::chrono::nanoseconds(0)) << "counted from the calls: over once their time passed";
-  EXPECT_TRUE(dev->destroy_stream(s).ok());
-  EXPECT_TRUE(dev->free_host(host, kBytes).ok());
-  EXPECT_TRUE(dev->unmap(va, kBytes).ok());
-  EXPECT_TRUE(dev->release_chunk(chunk).ok());
-  EXPECT_TRUE(dev->release_reservation(va, kBytes).ok());
 }

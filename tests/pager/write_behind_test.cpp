@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_scratch.hpp"
 #include "faulty_pager.hpp"
 #include "test_support.hpp"
 
@@ -284,22 +285,14 @@ TEST(WriteBehind, AWriteWaitsWhileTheDeviceToHostBusIsBusy) {
     device::FaultyDevice* dev = nullptr;
     Pager p(test::make_faulty_pager(c, dev));
     Step s(p);
-    s.run(p, 4);  // record, replay and learn: A's write is copied behind after B's pin
-    device::DevPtr va = 0;
-    device::ChunkHandle chunk;
-    ASSERT_TRUE(dev->reserve(kPage, &va).ok());
-    ASSERT_TRUE(dev->create_chunk(kPage, &chunk).ok());
-    ASSERT_TRUE(dev->map(va, kPage, chunk).ok());
-    ASSERT_TRUE(dev->set_access(va, kPage).ok());
-    void* host = nullptr;
-    ASSERT_TRUE(dev->alloc_host(kPage, &host).ok());
-    device::StreamHandle t = nullptr;
-    ASSERT_TRUE(dev->create_stream(&t).ok());
+    s.run(p, 4);                               // record, replay and learn: A's write is copied behind after B's pin
+    test::DeviceScratch scratch(*dev, kPage);  // released before the pager that owns `dev`
+    const device::StreamHandle t = scratch.stream();
     p.mark_iteration();
     if (busy) {
       for (std::size_t k = 0; k < kBusy; ++k) {
-        const auto* src = reinterpret_cast<const void*>(va);
-        ASSERT_TRUE(dev->memcpy_async(host, src, kPage, device::CopyKind::device_to_host, t).ok());
+        ASSERT_TRUE(
+            dev->memcpy_async(scratch.host(), scratch.device(), kPage, device::CopyKind::device_to_host, t).ok());
       }
     }
     const auto before = p.stats().written_behind;
@@ -314,11 +307,6 @@ TEST(WriteBehind, AWriteWaitsWhileTheDeviceToHostBusIsBusy) {
     EXPECT_GT(p.stats().written_behind - before, copied_at_b_pin[busy ? 1 : 0]) << "busy " << busy;
     EXPECT_EQ(s.bad, 0u);
     p.check_invariants();
-    EXPECT_TRUE(dev->destroy_stream(t).ok());
-    EXPECT_TRUE(dev->free_host(host, kPage).ok());
-    EXPECT_TRUE(dev->unmap(va, kPage).ok());
-    EXPECT_TRUE(dev->release_chunk(chunk).ok());
-    EXPECT_TRUE(dev->release_reservation(va, kPage).ok());
   }
   EXPECT_EQ(copied_at_b_pin[0], 1u) << "with the bus idle, A is copied behind after B's pin";
   EXPECT_EQ(copied_at_b_pin[1], 0u) << "with the bus busy, A waits";

@@ -253,8 +253,9 @@ int run_info(const InfoOptions& o) {
     if (g.link) {
       std::printf("    host link: copies at about %.1f GB/s each way (its PCIe link in sysfs)\n", *g.link / 1e9);
     } else {
-      std::printf("    host link: not described in sysfs; write-behind cannot tell when its bus is busy "
-                  "unless device.bus_gbs is set\n");
+      std::printf(
+          "    host link: not described in sysfs; write-behind cannot tell when its bus is busy "
+          "unless device.bus_gbs is set\n");
     }
   }
   for (const auto& d : pci_gpus) {
