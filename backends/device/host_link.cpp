@@ -1,7 +1,6 @@
 #include "backends/device/host_link.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -39,15 +38,13 @@ double encoding(double gts) {
 std::optional<double> pcie_copy_bytes_per_s(const std::string& bus_id, const std::string& pci_devices) {
   // The driver prints an 8-digit domain and capital hex digits ("00000000:1A:00.0"), sysfs a 4-digit
   // domain and small ones ("0000:1a:00.0").
-  unsigned domain = 0, bus = 0, dev = 0, func = 0;
-  if (!topology::parse_pci_bus_id(bus_id, &domain, &bus, &dev, &func)) return std::nullopt;
-  char id[32];
-  std::snprintf(id, sizeof id, "%04x:%02x:%02x.%01x", domain, bus, dev, func);
+  const auto id = topology::linux_pci_bus_id(bus_id);
+  if (!id) return std::nullopt;
   std::error_code ec;
   // /sys/bus/pci/devices/<id> links to the device's place in the tree
   // (/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0): each directory above it holding a link is a
   // bridge on the way to the root complex.
-  std::filesystem::path dir = std::filesystem::canonical(std::filesystem::path(pci_devices) / id, ec);
+  std::filesystem::path dir = std::filesystem::canonical(std::filesystem::path(pci_devices) / *id, ec);
   if (ec) return std::nullopt;
   double gts = std::numeric_limits<double>::infinity();
   double lanes = std::numeric_limits<double>::infinity();

@@ -148,13 +148,19 @@ const NumaNode* Topology::node(unsigned id) const noexcept {
   return nullptr;
 }
 
-std::optional<unsigned> Topology::node_near_pci(std::string_view bus_id) const {
+std::optional<std::string> linux_pci_bus_id(std::string_view text) {
   unsigned d = 0, b = 0, v = 0, f = 0;
-  if (!parse_pci_bus_id(bus_id, &d, &b, &v, &f)) return std::nullopt;
+  if (!parse_pci_bus_id(text, &d, &b, &v, &f)) return std::nullopt;
   char id[32];
   std::snprintf(id, sizeof id, "%04x:%02x:%02x.%01x", d, b, v, f);
+  return std::string(id);
+}
+
+std::optional<unsigned> Topology::node_near_pci(std::string_view bus_id) const {
+  const auto id = linux_pci_bus_id(bus_id);
+  if (!id) return std::nullopt;
   for (const auto& dev : pci_) {
-    if (dev.bus_id == id) return dev.node;
+    if (dev.bus_id == *id) return dev.node;
   }
   return std::nullopt;
 }

@@ -76,5 +76,8 @@ class Topology {
 
 //! Parses a PCI bus id: "DDDD:BB:DD.F" or "BB:DD.F" (domain 0), hexadecimal. False if malformed.
 bool parse_pci_bus_id(std::string_view text, unsigned* domain, unsigned* bus, unsigned* dev, unsigned* func);
+//! A PCI bus id as Linux names the device ("0000:1a:00.0": 4-digit domain, small hex digits), from any
+//! form parse_pci_bus_id reads (the CUDA driver's is "00000000:1A:00.0"); nullopt if malformed.
+std::optional<std::string> linux_pci_bus_id(std::string_view text);
 
 }  // namespace tvmm::topology

@@ -384,6 +384,9 @@ Status CudaDevice::do_memcpy_async(void* dst, const void* src, std::size_t bytes
   return st;
 }
 
+// cuMemcpyDtoHAsync is \note_async in cuda.h (CUDA 13.0, its comment above line 10612): the call
+// returns once the copy is queued, so the copy is counted from the call, as queued work; a copy that
+// waits for earlier work in its stream starts later (the estimate is from below, as the contract says).
 void CudaDevice::note_d2h(std::size_t bytes) {
   if (bus_bytes_per_s_ <= 0) return;
   const auto slot =
