@@ -16,16 +16,31 @@ class DeviceScratch {
  public:
   //! Throws std::runtime_error naming the call that failed (the test then fails with it).
   DeviceScratch(device::DeviceBackend& dev, std::size_t bytes) : dev_(dev), bytes_(bytes) {
-    check(dev_.create_stream(&stream_), "create_stream");
-    check(dev_.reserve(bytes_, &va_), "reserve");
-    check(dev_.create_chunk(bytes_, &chunk_), "create_chunk");
-    chunk_made_ = true;
-    check(dev_.map(va_, bytes_, chunk_), "map");
-    mapped_ = true;
-    check(dev_.set_access(va_, bytes_), "set_access");
-    check(dev_.alloc_host(bytes_, &host_), "alloc_host");
+    try {
+      check(dev_.create_stream(&stream_), "create_stream");
+      check(dev_.reserve(bytes_, &va_), "reserve");
+      check(dev_.create_chunk(bytes_, &chunk_), "create_chunk");
+      chunk_made_ = true;
+      check(dev_.map(va_, bytes_, chunk_), "map");
+      mapped_ = true;
+      check(dev_.set_access(va_, bytes_), "set_access");
+      check(dev_.alloc_host(bytes_, &host_), "alloc_host");
+    } catch (...) {
+      release();  // no destructor runs for a constructor that throws: give back what was made
+      throw;
+    }
   }
-  ~DeviceScratch() {
+  ~DeviceScratch() { release(); }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+
+  //! The device range, as a pointer for memcpy_async.
+  [[nodiscard]] void* device() const noexcept { return reinterpret_cast<void*>(va_); }
+  [[nodiscard]] void* host() const noexcept { return host_; }
+  [[nodiscard]] device::StreamHandle stream() const noexcept { return stream_; }
+
+ private:
+  void release() {
     if (host_ != nullptr) {
       EXPECT_TRUE(dev_.free_host(host_, bytes_).ok());
     }
@@ -42,15 +57,6 @@ class DeviceScratch {
       EXPECT_TRUE(dev_.destroy_stream(stream_).ok());
     }
   }
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-
-  //! The device range, as a pointer for memcpy_async.
-  [[nodiscard]] void* device() const noexcept { return reinterpret_cast<void*>(va_); }
-  [[nodiscard]] void* host() const noexcept { return host_; }
-  [[nodiscard]] device::StreamHandle stream() const noexcept { return stream_; }
-
- private:
   static void check(const device::Status& s, const char* call) {
     if (!s.ok())
       throw std::runtime_error(std::string("DeviceScratch: ") + call + " failed: " + device::errc_name(s.code));
