@@ -8,7 +8,8 @@ measured time. Weights are randomly initialised; nothing is downloaded.
 
     python3 bench/traces/capture.py resnet18 bench/traces/resnet18.trace.gz
     python3 bench/traces/capture.py gpt2 bench/traces/gpt2.trace.gz
-    (also mobilenet_v2, widefc, encoder, lstm, unet, vit: capture.py --help)
+    (also mobilenet_v2, widefc, encoder, lstm, unet, vit, densenet121, convnext_tiny, seq2seq, mixer:
+    capture.py --help)
 
 Each op also gets its floating-point operations and the bytes of the tensors it read and wrote, so that
 replay can model its time on a GPU (trace format version 2).
@@ -279,6 +280,46 @@ class UNet(nn.Module):
         return self.head(x)
 
 
+class Seq2Seq(nn.Module):
+    """An encoder-decoder transformer (translation-style): the decoder's every block reads the encoder's
+    output through cross-attention, so the encoder's last activation stays live across the decoder."""
+
+    def __init__(self, vocab, seq, d, layers, heads):
+        super().__init__()
+        self.src, self.tgt, self.pos = nn.Embedding(vocab, d), nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.core = nn.Transformer(d, heads, layers, layers, 4 * d, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, src, tgt):
+        pos = self.pos(torch.arange(src.shape[1]))
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+        return self.head(self.core(self.src(src) + pos, self.tgt(tgt) + pos, tgt_mask=mask))
+
+
+class Mixer(nn.Module):
+    """An MLP-Mixer: patches embedded by a strided convolution, then blocks of two MLPs, one across the
+    patches (on the transposed activation) and one across the channels; no attention, no convolution."""
+
+    def __init__(self, classes, image, patch, d, layers):
+        super().__init__()
+        n = (image // patch) ** 2
+        self.embed = nn.Conv2d(3, d, patch, stride=patch)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict({"ln1": nn.LayerNorm(d), "tok1": nn.Linear(n, 4 * n), "tok2": nn.Linear(4 * n, n),
+                           "ln2": nn.LayerNorm(d), "ch1": nn.Linear(d, 4 * d), "ch2": nn.Linear(4 * d, d)})
+            for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        for b in self.blocks:
+            y = b["ln1"](x).transpose(1, 2)
+            x = x + b["tok2"](F.gelu(b["tok1"](y))).transpose(1, 2)
+            x = x + b["ch2"](F.gelu(b["ch1"](b["ln2"](x))))
+        return self.head(self.ln(x).mean(dim=1))
+
+
 def build(model, args):
     torch.manual_seed(0)
     if model in ("mobilenet_v2", "widefc"):
@@ -329,6 +370,36 @@ def build(model, args):
         x = torch.randn(args.batch, 3, args.image, args.image)
         loss_fn = lambda: F.cross_entropy(net(x), y)
         return net, opt, loss_fn, (x, y), meta
+    if model in ("densenet121", "convnext_tiny"):
+        import torchvision
+        net = getattr(torchvision.models, model)(num_classes=100)
+        x = torch.randn(args.batch, 3, args.image, args.image)
+        y = torch.randint(0, 100, (args.batch,))
+        opt = (torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9) if model == "densenet121"
+               else torch.optim.AdamW(net.parameters(), lr=1e-4))
+        loss_fn = lambda: F.cross_entropy(net(x), y)
+        meta = {"batch": args.batch, "image": args.image,
+                "optimizer": "SGD(momentum=0.9)" if model == "densenet121" else "AdamW"}
+        return net, opt, loss_fn, (x, y), meta
+    if model == "seq2seq":
+        net = Seq2Seq(args.vocab, args.seq, args.width, args.layers, args.heads)
+        src = torch.randint(0, args.vocab, (args.batch, args.seq))
+        tgt = torch.randint(0, args.vocab, (args.batch, args.seq))
+        y = torch.randint(0, args.vocab, (args.batch, args.seq))
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        loss_fn = lambda: F.cross_entropy(net(src, tgt).flatten(0, 1), y.flatten())
+        meta = {"batch": args.batch, "seq": args.seq, "vocab": args.vocab, "width": args.width,
+                "layers": args.layers, "heads": args.heads, "optimizer": "AdamW"}
+        return net, opt, loss_fn, (src, tgt, y), meta
+    if model == "mixer":
+        net = Mixer(args.classes, args.image, args.patch, args.width, args.layers)
+        x = torch.randn(args.batch, 3, args.image, args.image)
+        y = torch.randint(0, args.classes, (args.batch,))
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        loss_fn = lambda: F.cross_entropy(net(x), y)
+        meta = {"batch": args.batch, "image": args.image, "patch": args.patch, "width": args.width,
+                "layers": args.layers, "classes": args.classes, "optimizer": "AdamW"}
+        return net, opt, loss_fn, (x, y), meta
     if model == "resnet18":
         import torchvision
         net = torchvision.models.resnet18(num_classes=100)
@@ -350,31 +421,37 @@ def build(model, args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    models = ["resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm", "unet", "vit"]
+    models = ["resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm", "unet", "vit", "densenet121",
+              "convnext_tiny", "seq2seq", "mixer"]
     p.add_argument("model", choices=models)
     p.add_argument("out", help="trace file to write (.gz: gzip-compressed)")
     p.add_argument("--batch", type=int, default=None,
-                   help="batch size (resnet18, widefc, vit: 16; mobilenet_v2, lstm, unet: 8; gpt2, encoder: 4)")
+                   help="batch size (resnet18, widefc, vit, densenet121, mixer: 16; mobilenet_v2, lstm, unet, "
+                        "convnext_tiny: 8; gpt2, encoder, seq2seq: 4)")
     p.add_argument("--image", type=int, default=None,
-                   help="resnet18, mobilenet_v2, unet: image side in pixels (128); widefc, vit: (64)")
-    p.add_argument("--seq", type=int, default=None, help="gpt2, encoder: sequence length (128); lstm: 32")
-    p.add_argument("--vocab", type=int, default=None, help="gpt2, encoder, lstm: vocabulary size (8192)")
+                   help="resnet18, mobilenet_v2, unet: image side in pixels (128); widefc, vit, densenet121, "
+                        "convnext_tiny, mixer: (64)")
+    p.add_argument("--seq", type=int, default=None, help="gpt2, encoder: sequence length (128); seq2seq: 64; lstm: 32")
+    p.add_argument("--vocab", type=int, default=None, help="gpt2, encoder, seq2seq, lstm: vocabulary size (8192)")
     p.add_argument("--width", type=int, default=None,
-                   help="gpt2, encoder: embedding width (512); lstm: embedding (256); widefc: fully connected "
-                        "units (4096); unet: channels of the first level (32); vit: hidden width (384)")
+                   help="gpt2, encoder, seq2seq: embedding width (512); lstm: embedding (256); widefc: fully "
+                        "connected units (4096); unet: channels of the first level (32); vit: hidden width "
+                        "(384); mixer: channels (256)")
     p.add_argument("--hidden", type=int, default=512, help="lstm: hidden units")
     p.add_argument("--layers", type=int, default=None,
-                   help="gpt2, vit: blocks (6); encoder: blocks (4); lstm: layers (2); unet: levels down (4)")
-    p.add_argument("--heads", type=int, default=8, help="gpt2, encoder, vit: attention heads")
-    p.add_argument("--patch", type=int, default=8, help="vit: patch side in pixels")
-    p.add_argument("--classes", type=int, default=None, help="unet: classes per pixel (8); vit: classes (100)")
+                   help="gpt2, vit: blocks (6); encoder: blocks (4); seq2seq: blocks of the encoder and of the "
+                        "decoder (3); mixer: blocks (8); lstm: layers (2); unet: levels down (4)")
+    p.add_argument("--heads", type=int, default=8, help="gpt2, encoder, seq2seq, vit: attention heads")
+    p.add_argument("--patch", type=int, default=8, help="vit, mixer: patch side in pixels")
+    p.add_argument("--classes", type=int, default=None, help="unet: classes per pixel (8); vit, mixer: classes (100)")
     args = p.parse_args()
-    defaults = {"batch": {"gpt2": 4, "encoder": 4, "mobilenet_v2": 8, "lstm": 8, "unet": 8}.get(args.model, 16),
-                "seq": 32 if args.model == "lstm" else 128,
+    defaults = {"batch": {"gpt2": 4, "encoder": 4, "seq2seq": 4, "mobilenet_v2": 8, "lstm": 8, "unet": 8,
+                          "convnext_tiny": 8}.get(args.model, 16),
+                "seq": {"lstm": 32, "seq2seq": 64}.get(args.model, 128),
                 "vocab": 8192,
-                "width": {"widefc": 4096, "lstm": 256, "unet": 32, "vit": 384}.get(args.model, 512),
-                "image": 64 if args.model in ("widefc", "vit") else 128,
-                "layers": {"lstm": 2, "encoder": 4, "unet": 4}.get(args.model, 6),
+                "width": {"widefc": 4096, "lstm": 256, "unet": 32, "vit": 384, "mixer": 256}.get(args.model, 512),
+                "image": 64 if args.model in ("widefc", "vit", "densenet121", "convnext_tiny", "mixer") else 128,
+                "layers": {"lstm": 2, "encoder": 4, "unet": 4, "seq2seq": 3, "mixer": 8}.get(args.model, 6),
                 "classes": 8 if args.model == "unet" else 100}
     for k, v in defaults.items():
         if getattr(args, k) is None:
