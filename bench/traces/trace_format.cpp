@@ -88,6 +88,7 @@ Trace parse_trace(const std::string& text, const std::string& source) {
   std::size_t n = 0;
   bool header = false;
   int version = 0;
+  std::uint64_t total_bytes = 0;  // of the storages so far (at most kMaxTraceBytes)
   while (std::getline(in, line)) {
     ++n;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -120,6 +121,11 @@ Trace parse_trace(const std::string& text, const std::string& source) {
              "storage id \"" + f[1] + "\": ids must be 0, 1, 2... in order (expected " +
                  std::to_string(t.storages.size()) + ")");
       if (!parse_number(f[2], s.bytes)) fail(source, n, "storage bytes \"" + f[2] + "\" is not a whole number");
+      if (s.bytes > kMaxTraceBytes - total_bytes)
+        fail(source, n,
+             "storage " + f[1] + " of " + f[2] + " bytes brings the trace's storages past " +
+                 std::to_string(kMaxTraceBytes) + " bytes (1 PiB), more than replay can model");
+      total_bytes += s.bytes;
       s.kind = f[3];
       s.name = f[4];
       t.storages.push_back(std::move(s));

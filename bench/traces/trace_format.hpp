@@ -19,6 +19,10 @@
 
 namespace tvmm::bench {
 
+//! The most bytes a trace's storages may add up to (1 PiB): far beyond any GPU's memory, and low
+//! enough that replay's sums of bytes and counts of pages cannot overflow. read_trace rejects more.
+inline constexpr std::uint64_t kMaxTraceBytes = std::uint64_t{1} << 50;
+
 //! One tensor storage of the traced program.
 struct TraceStorage {
   std::uint64_t bytes = 0;

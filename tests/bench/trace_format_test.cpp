@@ -96,6 +96,15 @@ TEST(TraceFormat, BadInputSaysWhereAndWhat) {
   EXPECT_NE(expect_error(head + "op 1 f 0,,0 -\n").find("bad storage id list"), std::string::npos);
   EXPECT_NE(expect_error(head + "opp 1 f 0 -\n").find("unknown record \"opp\""), std::string::npos);
   EXPECT_NE(expect_error(head + "storage 1 lots temp y\n").find("not a whole number"), std::string::npos);
+  // Sizes whose page counts would overflow replay's arithmetic (a 2^64 - 1 byte storage once came out as
+  // a working set of 0 pages, and every run failed with a device budget of 0) are refused where they are.
+  EXPECT_NE(expect_error(head + "storage 1 18446744073709551615 temp y\n")
+                .find("t.trace:3: storage 1 of 18446744073709551615 bytes brings the trace's storages past"),
+            std::string::npos);
+  const std::string half = std::to_string(kMaxTraceBytes / 2);
+  EXPECT_NO_THROW((void)parse_trace(head + "storage 1 " + half + " temp y\n", "t.trace"));
+  EXPECT_NE(expect_error(head + "storage 1 " + half + " temp y\nstorage 2 " + half + " temp z\n").find("t.trace:4"),
+            std::string::npos);
   EXPECT_THROW((void)read_trace("/nonexistent/x.trace.gz"), std::runtime_error);
   // A gzip file cut short is reported, not read as a shorter trace.
   test::TempDir dir;
