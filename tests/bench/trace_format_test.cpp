@@ -52,9 +52,9 @@ TEST(TraceFormat, RoundTripsAsTextPlainFileAndGzip) {
 TEST(TraceFormat, ShippedTracesAreRealTrainingSteps) {
   // The suite's six, and six held out of it (captured after the policies were tuned on the six: U-Net
   // and ViT, then four more after every setting had been chosen on those eight).
-  for (const char* name : {"resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm", "held-out/unet",
-                           "held-out/vit", "held-out/densenet121", "held-out/convnext_tiny", "held-out/seq2seq",
-                           "held-out/mixer"}) {
+  for (const char* name :
+       {"resnet18", "gpt2", "mobilenet_v2", "widefc", "encoder", "lstm", "held-out/unet", "held-out/vit",
+        "held-out/densenet121", "held-out/convnext_tiny", "held-out/seq2seq", "held-out/mixer"}) {
     const auto t = read_trace(std::string(TVMM_SOURCE_DIR) + "/bench/traces/" + name + ".trace.gz");
     SCOPED_TRACE(name);
     const std::string model = name;
