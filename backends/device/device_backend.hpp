@@ -184,6 +184,13 @@ class DeviceBackend {
   [[nodiscard]] virtual std::chrono::steady_clock::time_point host_clock() const noexcept {
     return std::chrono::steady_clock::now();
   }
+  //! The calling thread's present time on the one timeline every thread shares, as the pager's
+  //! timeline (timeline.file) dates its events: the wall clock on a GPU; on the simulator the thread's
+  //! host time in the configured timing (with "model", modelled: the calls it was charged for and the
+  //! device work it waited for; a host function launched on a stream runs at its start on the device).
+  [[nodiscard]] virtual std::chrono::steady_clock::time_point timeline_clock() const noexcept {
+    return std::chrono::steady_clock::now();
+  }
   //! How much longer the device-to-host copies queued so far keep that direction's bus busy, seen
   //! from the calling thread's present host time: each copy counted from when it was queued, or right
   //! after the one queued before it, for its bytes over the bus's speed (BusBacklog). An estimate from

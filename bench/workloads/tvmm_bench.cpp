@@ -57,6 +57,24 @@ struct Job {
 double profile_bus_gbs(const Sizes& s) { return s.op_time == "cpu" ? 0 : gpu_profile(s.op_time).bus_bytes_per_s / 1e9; }
 
 // The trace files shipped in bench/traces, found next to the source tree or the binary.
+// --timeline FILE for one run of a policy: FILE itself when it is the only run; with more, FILE's name
+// gets the run's workload, ratio and policy before its extension (t.json -> t.replay-gpt2.2x.trace.json),
+// other characters than letters, digits, '.', '-' and '_' made '-'.
+std::string timeline_path(const std::string& file, bool only_run, const std::string& workload, double ratio,
+                          const std::string& policy) {
+  if (only_run) return file;
+  char r[32];
+  std::snprintf(r, sizeof r, "%gx", ratio);
+  std::string tag = workload + "." + r + "." + policy;
+  for (char& c : tag) {
+    const bool plain =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
+    if (!plain) c = '-';
+  }
+  const std::filesystem::path p(file);
+  return (p.parent_path() / (p.stem().string() + "." + tag + p.extension().string())).string();
+}
+
 std::string shipped_trace(const std::string& name) {
   for (const auto& dir : {std::string(TVMM_SOURCE_DIR) + "/bench/traces", std::string("bench/traces")}) {
     const auto p = dir + "/" + name;
@@ -206,10 +224,24 @@ int main(int argc, char** argv) {
                  "docs/architecture.md \"Write-behind\")")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--json", json, "Also write the records (as in summary.json) to this file");
+  std::string timeline;
+  app.add_option("--timeline", timeline,
+                 "Write each policy run's pager timeline (Perfetto, ui.perfetto.dev: page moves, pins, stalls, "
+                 "evictions; on the simulator in modelled time with --timing model) to this file; with several "
+                 "runs, one file each, named FILE with the workload, ratio and policy before its extension");
   app.add_flag("--verify", o.verify,
                "Write and check every tensor's bytes with the pattern kernels (always on with --device cuda; on "
                "the simulator the CPU kernels add real time to the modelled step)");
   CLI11_PARSE(app, argc, argv);
+  if (!timeline.empty()) {  // before any run: a bad directory would fail every one of them
+    const auto dir = std::filesystem::path(timeline).parent_path();
+    std::error_code ec;
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+      std::fprintf(stderr, "tvmm-bench: --timeline %s: no directory %s to write it in; create it or name another\n",
+                   timeline.c_str(), dir.c_str());
+      return 2;
+    }
+  }
   o.device = device;
   o.vmm_costs = vmm_costs != "off";
   o.mapping_calls_free = vmm_costs == "mapping-free";
@@ -268,7 +300,12 @@ int main(int argc, char** argv) {
 
   std::size_t total_runs = 0, done = 0;
   const std::size_t per_ratio = policies.size() + peers.size() + (wants("kernel") ? 1 : 0);  // + tvmm on the wall clock
-  for (const auto& j : jobs) total_runs += j.ratios.size() * per_ratio;
+  std::size_t policy_runs = 0;
+  for (const auto& j : jobs) {
+    total_runs += j.ratios.size() * per_ratio;
+    policy_runs += j.ratios.size() * policies.size();
+  }
+  std::vector<std::string> timelines_written;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   std::vector<Record> records;
   std::vector<ResidencyTimeline> timelines;
@@ -392,6 +429,7 @@ int main(int argc, char** argv) {
       for (const auto& policy : policies) {
         auto po = jo;
         po.progress = label(policy);
+        if (!timeline.empty()) po.timeline = timeline_path(timeline, policy_runs == 1, w.name, ratio, policy);
         ResidencyTimeline tl{w.name, policy, ratio, {}};
         const bool sample = job.timeline && policy == "trace" && (ratio == 2.0 || job.ratios.size() == 1);
         try {
@@ -399,6 +437,7 @@ int main(int argc, char** argv) {
           if (r.mismatched_bytes != 0) ++failures;
           records.push_back({w.name, device, w.op_time, w.working_set_bytes(), b, jo.page_bytes, r, peer_set});
           if (sample) timelines.push_back(std::move(tl));
+          if (!po.timeline.empty()) timelines_written.push_back(po.timeline);
         } catch (const std::exception& e) {
           std::fprintf(stderr, "%stvmm-bench: %s %s at %.2fx failed: %s\n", tty ? "\n" : "", w.name.c_str(),
                        policy.c_str(), ratio, e.what());
@@ -430,5 +469,6 @@ int main(int argc, char** argv) {
     if (!write_outputs(out, records, timelines)) return 1;
     std::printf("results in %s/: summary.json, runs.csv, a CSV per workload, plots.gp and PNG plots\n", out.c_str());
   }
+  for (const auto& t : timelines_written) std::printf("timeline (open it in ui.perfetto.dev): %s\n", t.c_str());
   return failures == 0 ? 0 : 1;
 }

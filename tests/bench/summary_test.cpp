@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <linux/magic.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -168,4 +169,53 @@ TEST(BenchSummary, KernelPeerOnTmpfsIsSkippedWithTheReason) {
 }
 
 }  // namespace
+}  // namespace tvmm::bench
+
+namespace tvmm::bench {
+namespace {
+
+// The "page in" spans of a timeline file (Chrome trace-event JSON), or -1 when it does not parse.
+long page_ins(const std::string& path) {
+  try {
+    const auto doc = json::parse(test::read_file(path));
+    long n = 0;
+    for (const auto& e : doc.at("traceEvents")) n += e.at("name") == "page in";
+    return n;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+// --timeline FILE: the pager's timeline of each policy run, FILE itself for a single run and one file
+// per run otherwise (the workload, ratio and policy before the extension); a directory that does not
+// exist is refused before anything runs.
+TEST(BenchCli, TimelineWritesEachPolicyRunsPagerTimeline) {
+  test::TempDir dir;
+  const std::string common = std::string(TVMM_BENCH_BIN) +
+                             " --workload train --layers 3 --tensor-mib 2 --iterations 3 --policies lru --peers none "
+                             "--compute-us 100 --host-fraction 1 --disk-dir " +
+                             disk_dir();
+  const std::string log = dir.path() + "/stdout";
+  ASSERT_EQ(std::system((common + " --ratios 2 --timeline " + dir.path() + "/one.json > " + log + " 2>&1").c_str()), 0)
+      << test::read_file(log);
+  EXPECT_GT(page_ins(dir.path() + "/one.json"), 0);
+  EXPECT_NE(test::read_file(log).find("timeline (open it in ui.perfetto.dev): " + dir.path() + "/one.json"),
+            std::string::npos)
+      << test::read_file(log);
+
+  ASSERT_EQ(std::system((common + " --ratios 2 3 --timeline " + dir.path() + "/t.json > " + log + " 2>&1").c_str()), 0)
+      << test::read_file(log);
+  EXPECT_GT(page_ins(dir.path() + "/t.train.2x.lru.json"), 0);
+  EXPECT_GT(page_ins(dir.path() + "/t.train.3x.lru.json"), 0);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/t.json"));
+
+  const int rc =
+      std::system((common + " --ratios 2 --timeline " + dir.path() + "/missing/t.json > " + log + " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  EXPECT_NE(test::read_file(log).find("--timeline " + dir.path() + "/missing/t.json: no directory"), std::string::npos)
+      << test::read_file(log);
+}
+
 }  // namespace tvmm::bench

@@ -1,12 +1,16 @@
 // The timeline (timeline.file / TVMM_TIMELINE): valid Chrome trace-event JSON with the promised lanes
 // (copy engines, the NVMe I/O queue, streams, pinning threads, evictions) and an event per page move,
-// NVMe batch, pin, pin stall and eviction.
+// NVMe batch, pin, pin stall and eviction, dated by the device backend's timeline clock (modelled time
+// on the simulator with timing "model").
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "test_support.hpp"
 #include "tvmm/tvmm.hpp"
@@ -139,4 +143,49 @@ TEST(Timeline, ASecondTraceOnTheSameThreadNamesItsOwnLanes) {
     EXPECT_TRUE(std::any_of(t.lanes.begin(), t.lanes.end(),
                             [](const auto& l) { return l.second.rfind("pins: thread ", 0) == 0; }));
   }
+}
+
+// With the simulator's timing "model" the events are dated in modelled time, as the device timed them:
+// the host's own work takes none (a 300 ms sleep between two pins does not separate them), and a
+// mapping call's modelled cost does. Until the timeline read the backend's clock it used the wall clock.
+TEST(Timeline, OnTheModelledSimulatorEventsAreInModelledTime) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/trace.json";
+  {
+    Config c = test::small_config(2, 4);
+    c.sim.timing = "model";
+    c.sim.bandwidth_bytes_per_s = 1e9;  // a page in 66 us
+    c.sim.vmm_costs.map = std::chrono::milliseconds(5);
+    c.timeline_file = path;
+    Pager p(c);
+    auto s = p.create_stream();
+    std::vector<Tensor> ts;
+    for (int i = 0; i < 3; ++i) ts.push_back(p.allocate(64 * KiB));
+    s.busy_for(std::chrono::milliseconds(1));
+    s.synchronize();  // this thread now has the device's modelled time
+    for (auto& t : ts) {
+      auto pin = t.pin(s, Access::write);  // its address is mapped to a frame: 5 ms of modelled host time
+      if (&t == &ts[0]) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // host work: no time
+    }
+    { auto pin = ts[0].pin(s, Access::read); }  // evicted by the third: a page-in, after a write-back
+    s.synchronize();
+  }
+  const Trace t = read_trace(path);
+  std::vector<double> pins;  // microseconds
+  for (const auto& e : t.on.at("stream 1")) pins.push_back(e.at("ts").get<double>());
+  ASSERT_EQ(pins.size(), 4u);
+  for (std::size_t i = 1; i < pins.size(); ++i) EXPECT_GE(pins[i], pins[i - 1]);
+  EXPECT_GE(pins[0], 5e3);              // after its page's map
+  EXPECT_GE(pins[1] - pins[0], 5e3);    // another map
+  EXPECT_LT(pins[1] - pins[0], 100e3);  // but not the sleep
+  // The copies are dated on the same modelled clock: the page-in is queued after the write-back that
+  // frees its frame, and completes no sooner than its 66 us on the bus, after the write-back's end.
+  const auto& in = t.on.at("copy engine: host to device");
+  const auto& out = t.on.at("copy engine: device to host");
+  ASSERT_EQ(in.size(), 1u);
+  ASSERT_GE(out.size(), 1u);
+  EXPECT_GE(in[0].at("ts").get<double>(), pins[2]);
+  EXPECT_GE(in[0].at("dur").get<double>(), 60.0);
+  EXPECT_GE(in[0].at("ts").get<double>() + in[0].at("dur").get<double>(),
+            out[0].at("ts").get<double>() + out[0].at("dur").get<double>());
 }

@@ -163,7 +163,7 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
         !table_[i].droppable(w) || word::writing_behind(w)};
   };
   policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);
-  observe_.open(cfg_);
+  observe_.open(cfg_, *dev_);
   xfer_->set_timeline(observe_.timeline());
   // One host slot stays free so that swapping a page in never has to wait for itself (a full device
   // evicts to the host before the incoming page's host slot is released); with an NVMe tier, one NVMe

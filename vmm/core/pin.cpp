@@ -196,7 +196,7 @@ void PagerImpl::wait_for_uses(Allocation* a) {
     prune_uses(*a, true);
     for (auto& u : a->uses) waits.push_back(u.point.done);
   }
-  const auto t0 = Clock::now();
+  const auto t0 = observe_.now();
   for (auto& e : waits) events_.wait(e.get());
   observe_.stall(t0);
   std::lock_guard ul(a->uses_mu);
@@ -286,8 +286,8 @@ std::vector<PageEntry*> PagerImpl::host_pages(const Allocation* a, PageSpan span
 }
 
 void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::StreamHandle stream) {
-  const auto t0 = Clock::now();
-  const auto deadline = t0 + cfg_.wait_timeout;
+  const auto t0 = observe_.now();
+  const auto deadline = t0.wall + cfg_.wait_timeout;
   PageEntry* pages = pages_of(a) + span.first;
   const std::uint32_t n = span.count;
   // Registered as a waiter for the whole slow path, before any condition is tested, so an unpin that

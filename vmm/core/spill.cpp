@@ -68,7 +68,7 @@ void PagerImpl::run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::
     lk.lock();
     frames_in_hand_ -= static_cast<std::uint32_t>(frames_held);
   });
-  const auto start = Clock::now();
+  const auto start = observe_.now();
   nvme_->run(ios, hooks);
   observe_.nvme_batch(what, start, ios.size());
 }

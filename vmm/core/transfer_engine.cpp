@@ -68,7 +68,7 @@ struct CopyMark {
 
 void copy_done(void* user) {
   std::unique_ptr<CopyMark> m(static_cast<CopyMark*>(user));
-  m->trace->span(m->lane, m->what, m->queued, Timeline::Clock::now(), "\"frame\": " + std::to_string(m->va));
+  m->trace->span(m->lane, m->what, m->queued, m->trace->now(), "\"frame\": " + std::to_string(m->va));
 }
 
 }  // namespace
@@ -84,7 +84,7 @@ void TransferEngine::mark(device::StreamHandle stream, std::uint32_t lane, const
 }
 
 void TransferEngine::copy_in(device::DevPtr frame, const void* host, std::size_t bytes) {
-  const auto queued = Timeline::Clock::now();
+  const auto queued = trace_ != nullptr ? trace_->now() : Timeline::Clock::time_point{};
   TVMM_CHECK(dev_.memcpy_async(host_ptr(frame), host, bytes, device::CopyKind::host_to_device, in_));
   pages_in_.fetch_add(1, std::memory_order_relaxed);
   bytes_in_.fetch_add(bytes, std::memory_order_relaxed);
@@ -92,7 +92,7 @@ void TransferEngine::copy_in(device::DevPtr frame, const void* host, std::size_t
 }
 
 void TransferEngine::copy_out(void* host, device::DevPtr frame, std::size_t bytes) {
-  const auto queued = Timeline::Clock::now();
+  const auto queued = trace_ != nullptr ? trace_->now() : Timeline::Clock::time_point{};
   {
     std::lock_guard lk(out_mu_);
     TVMM_CHECK(dev_.memcpy_async(host, host_ptr(frame), bytes, device::CopyKind::device_to_host, out_));
@@ -109,7 +109,7 @@ device::StreamHandle TransferEngine::behind_stream() {
 }
 
 void TransferEngine::copy_behind(void* host, device::DevPtr frame, std::size_t bytes) {
-  const auto queued = Timeline::Clock::now();
+  const auto queued = trace_ != nullptr ? trace_->now() : Timeline::Clock::time_point{};
   const auto stream = behind_stream();
   TVMM_CHECK(dev_.memcpy_async(host, host_ptr(frame), bytes, device::CopyKind::device_to_host, stream));
   pages_out_.fetch_add(1, std::memory_order_relaxed);

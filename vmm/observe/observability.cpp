@@ -5,10 +5,11 @@
 
 namespace tvmm::vmm {
 
-void Observability::open(const Config& config) {
+void Observability::open(const Config& config, const device::DeviceBackend& device) {
   if (!config.stats_file.empty()) stats_out_ = std::make_unique<OutputFile>(config.stats_file, "stats.file");
   if (!config.pin_log_file.empty()) pin_log_ = std::make_unique<PinLog>(config.pin_log_file);
-  if (!config.timeline_file.empty()) timeline_ = std::make_unique<Timeline>(config.timeline_file);
+  if (!config.timeline_file.empty())
+    timeline_ = std::make_unique<Timeline>(config.timeline_file, [&device] { return device.timeline_clock(); });
 }
 
 Observability::~Observability() = default;
@@ -20,7 +21,7 @@ void Observability::record_pin(std::uint64_t tensor, std::uint32_t pages, Access
   try {
     const std::uint32_t lane = stream != nullptr ? timeline_->lane("stream " + std::to_string(stream_number(stream)))
                                                  : timeline_->thread_lane();
-    timeline_->instant(lane, hit ? "pin (hit)" : "pin (miss)", Clock::now(),
+    timeline_->instant(lane, hit ? "pin (hit)" : "pin (miss)", timeline_->now(),
                        "\"tensor\": " + std::to_string(tensor) + ", \"pages\": " + std::to_string(pages));
   } catch (...) {  // the timeline misses this pin
   }
@@ -30,21 +31,21 @@ void Observability::iteration() noexcept {
   if (pin_log_) pin_log_->iteration();
 }
 
-void Observability::stall(Clock::time_point since) noexcept {
+void Observability::stall(Moment since) noexcept {
   const auto now = Clock::now();
   counters.stall_ns.fetch_add(
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - since).count()),
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - since.wall).count()),
       std::memory_order_relaxed);
   if (!timeline_) return;
   try {
-    timeline_->span(timeline_->thread_lane(), "pin stall", since, now);
+    timeline_->span(timeline_->thread_lane(), "pin stall", since.timeline, timeline_->now());
   } catch (...) {  // a lane name could not be allocated: the timeline misses this stall
   }
 }
 
 void Observability::evicted(std::span<const std::uint32_t> pages) noexcept {
   if (!timeline_) return;
-  const auto now = Clock::now();
+  const auto now = timeline_->now();
   try {
     for (const std::uint32_t page : pages) {
       timeline_->instant(timeline_->evictions, "evict", now, "\"page\": " + std::to_string(page));
@@ -53,10 +54,10 @@ void Observability::evicted(std::span<const std::uint32_t> pages) noexcept {
   }
 }
 
-void Observability::nvme_batch(const char* what, Clock::time_point start, std::size_t pages) noexcept {
+void Observability::nvme_batch(const char* what, Moment start, std::size_t pages) noexcept {
   if (!timeline_) return;
   try {
-    timeline_->span(timeline_->nvme, what, start, Clock::now(), "\"pages\": " + std::to_string(pages));
+    timeline_->span(timeline_->nvme, what, start.timeline, timeline_->now(), "\"pages\": " + std::to_string(pages));
   } catch (...) {  // the timeline misses this batch
   }
 }

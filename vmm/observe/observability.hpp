@@ -41,8 +41,18 @@ class Observability {
 
   //! Opens the outputs `config` names (a bad path throws config_error now, not at exit). Called once,
   //! at the end of the pager's construction: the pin log's and the timeline's clocks start here, and a
-  //! pager that fails to build leaves no file behind.
-  void open(const Config& config);
+  //! pager that fails to build leaves no file behind. `device` dates the timeline's events
+  //! (DeviceBackend::timeline_clock) and outlives this.
+  void open(const Config& config, const device::DeviceBackend& device);
+
+  //! A moment by both clocks: the wall clock (what Stats::stall_ns counts) and the timeline's (the
+  //! default time point when there is no timeline).
+  struct Moment {
+    Clock::time_point wall, timeline;
+  };
+  [[nodiscard]] Moment now() const noexcept {
+    return {Clock::now(), timeline_ ? timeline_->now() : Clock::time_point{}};
+  }
 
   //! The timeline, or null when none was asked for (the transfer engine records page moves in it).
   [[nodiscard]] Timeline* timeline() const noexcept { return timeline_.get(); }
@@ -56,11 +66,11 @@ class Observability {
   //! An iteration mark (Pager::mark_iteration).
   void iteration() noexcept;
   //! The calling thread waited for the pager from `since` until now: counted, and a span on its lane.
-  void stall(Clock::time_point since) noexcept;
+  void stall(Moment since) noexcept;
   //! Pages evicted from the device just now (page numbers).
   void evicted(std::span<const std::uint32_t> pages) noexcept;
   //! An NVMe batch of `pages` pages ("nvme write" or "nvme read") ran from `start` until now.
-  void nvme_batch(const char* what, Clock::time_point start, std::size_t pages) noexcept;
+  void nvme_batch(const char* what, Moment start, std::size_t pages) noexcept;
   //! A stream was destroyed: a later stream at the same handle gets a lane of its own.
   void stream_destroyed(device::StreamHandle stream) noexcept;
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <utility>
 
 #include "vmm/config/config_keys.hpp"
 
@@ -15,7 +16,8 @@ namespace {
 std::atomic<std::uint64_t> g_timelines{0};  // timelines made so far in this process
 }  // namespace
 
-Timeline::Timeline(const std::string& path) : out_(path, "timeline.file"), number_(++g_timelines) {
+Timeline::Timeline(const std::string& path, std::function<Clock::time_point()> clock)
+    : out_(path, "timeline.file"), number_(++g_timelines), clock_(std::move(clock)) {
   copy_in = lane("copy engine: host to device");
   copy_out = lane("copy engine: device to host");
   nvme = lane("I/O queue: nvme");
@@ -44,7 +46,9 @@ std::uint32_t Timeline::thread_lane() {
 }
 
 double Timeline::us(Clock::time_point t) const noexcept {
-  return std::chrono::duration<double, std::micro>(t - start_).count();
+  // A thread that has not yet waited for the device has no modelled time of its own (the simulator's
+  // timing "model" starts it at 0): its events are dated at the timeline's start.
+  return std::max(0.0, std::chrono::duration<double, std::micro>(t - start_).count());
 }
 
 void Timeline::span(std::uint32_t lane, const char* name, Clock::time_point start, Clock::time_point end,

@@ -7,10 +7,14 @@
 //   stream N                                      an instant per stream pin (the tensor, hit or miss)
 //   pins: thread T                                a span per pin stall (the calling thread waited)
 //   evictions                                     an instant per page evicted from the device
-// Events are kept in memory and written when the pager is destroyed. Thread-safe.
+// Events are kept in memory and written when the pager is destroyed. Thread-safe. Times are the
+// device backend's timeline clock (DeviceBackend::timeline_clock): the wall clock on a GPU, the
+// modelled time on the simulator with timing "model", so that a simulated run's copies, pins and
+// stalls line up as the model timed them.
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,11 +27,15 @@ class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
   //! Opens `path` now (a bad path is a config_error at construction, as for the other outputs).
-  explicit Timeline(const std::string& path);
+  //! `clock` dates the events (the calling thread's present time on a timeline every thread shares);
+  //! empty = Clock::now.
+  explicit Timeline(const std::string& path, std::function<Clock::time_point()> clock = {});
   ~Timeline();
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
+  //! The present time by the timeline's clock, for the events' times.
+  [[nodiscard]] Clock::time_point now() const noexcept { return clock_ ? clock_() : Clock::now(); }
   //! A lane by name, created on first use (its id is stable).
   std::uint32_t lane(const std::string& name);
   //! The lane "pins: thread T" of the calling thread.
@@ -55,7 +63,8 @@ class Timeline {
 
   OutputFile out_;
   std::uint64_t number_;  // this timeline among all the process has made (thread_lane's cache key)
-  Clock::time_point start_ = Clock::now();
+  std::function<Clock::time_point()> clock_;
+  Clock::time_point start_ = now();
   std::mutex mu_;
   std::vector<std::string> lanes_;
   std::vector<Event> events_;

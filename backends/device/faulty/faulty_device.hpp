@@ -100,6 +100,9 @@ class FaultyDevice final : public DeviceBackend {
   [[nodiscard]] std::chrono::steady_clock::time_point host_clock() const noexcept override {
     return inner_->host_clock();
   }
+  [[nodiscard]] std::chrono::steady_clock::time_point timeline_clock() const noexcept override {
+    return inner_->timeline_clock();
+  }
   [[nodiscard]] std::optional<std::chrono::nanoseconds> d2h_backlog() const noexcept override {
     return inner_->d2h_backlog();
   }

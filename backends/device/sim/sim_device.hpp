@@ -5,6 +5,7 @@
 // read-write, unmap puts PROT_NONE anonymous memory back. Device addresses are host addresses, so host
 // callables launched on a stream act as kernels.
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -34,6 +35,12 @@ class SimDevice final : public DeviceBackend {
   //! its own bookkeeping is not a GPU's cost, so with the costs off the clock stands still.
   [[nodiscard]] std::chrono::steady_clock::time_point host_clock() const noexcept override {
     return std::chrono::steady_clock::time_point(sim::charged_host_time());
+  }
+  //! sim::host_time in the configured timing (with "model", the modelled time, not the wall clock),
+  //! from this device's start on: with "model", a thread that has not yet waited for the device has
+  //! only the costs of its calls for a time, and is dated at that start (streams' clocks begin after it).
+  [[nodiscard]] std::chrono::steady_clock::time_point timeline_clock() const noexcept override {
+    return std::max(sim::host_time(timing_), origin_);
   }
   //! From the device-to-host copies queued so far on a throttled bus (SimDeviceConfig::
   //! bandwidth_bytes_per_s), against the calling thread's host time in the configured timing.

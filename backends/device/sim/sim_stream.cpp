@@ -241,6 +241,9 @@ void SimStream::execute(const SimOp& op) {
                           op.file_dst.fd >= 0 ? &op.file_dst : nullptr);
       break;
     case SimOp::Kind::host: {
+      // The function runs at its start on the device: what it reads of the host time (the pager's
+      // timeline dates a copy's completion so) is that, in model timing as in wall.
+      if (timing_ == Timing::model) t_seen = start;
       const auto t0 = DeviceClock::now();
       op.fn(op.user);
       clock_ = start + (DeviceClock::now() - t0);
