@@ -56,7 +56,6 @@ struct Job {
 // A replay job on a GPU profile runs over that GPU's host link.
 double profile_bus_gbs(const Sizes& s) { return s.op_time == "cpu" ? 0 : gpu_profile(s.op_time).bus_bytes_per_s / 1e9; }
 
-// The trace files shipped in bench/traces, found next to the source tree or the binary.
 // --timeline FILE for one run of a policy: FILE itself when it is the only run; with more, FILE's name
 // gets the run's workload, ratio and policy before its extension (t.json -> t.replay-gpt2.2x.trace.json),
 // other characters than letters, digits, '.', '-' and '_' made '-'.
@@ -75,6 +74,7 @@ std::string timeline_path(const std::string& file, bool only_run, const std::str
   return (p.parent_path() / (p.stem().string() + "." + tag + p.extension().string())).string();
 }
 
+// The trace files shipped in bench/traces, found next to the source tree or the binary.
 std::string shipped_trace(const std::string& name) {
   for (const auto& dir : {std::string(TVMM_SOURCE_DIR) + "/bench/traces", std::string("bench/traces")}) {
     const auto p = dir + "/" + name;

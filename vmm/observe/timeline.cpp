@@ -46,8 +46,8 @@ std::uint32_t Timeline::thread_lane() {
 }
 
 double Timeline::us(Clock::time_point t) const noexcept {
-  // A thread that has not yet waited for the device has no modelled time of its own (the simulator's
-  // timing "model" starts it at 0): its events are dated at the timeline's start.
+  // The clock is each calling thread's own (DeviceBackend::timeline_clock): one that lags the thread
+  // that made the timeline is dated at the timeline's start, never before it.
   return std::max(0.0, std::chrono::duration<double, std::micro>(t - start_).count());
 }
 
