@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/storage/faulty/faulty_storage.hpp"
+#include "backends/storage/posix/posix_storage.hpp"
 #include "common/range_allocator.hpp"
 #include "kernels/pattern.hpp"
 #include "test_support.hpp"
@@ -294,6 +297,62 @@ TEST(AllocationFailure, AddressRunsAreFreedWithoutAllocating) {
   }
   EXPECT_EQ(runs.free_total(), 64u);
   EXPECT_EQ(runs.largest_free_run(), 64u);
+}
+
+// The faulty storage adaptor, which the NVMe tests build on, keeps the storage backends' contract under
+// std::bad_alloc: submit() queues a batch whole or not at all, and reap() hands out every completion,
+// a synthetic failure and a held one included, without allocating. (Until it made its batch aside, a
+// failure after the first request left that one's synthetic failure queued, and reap allocated.)
+TEST(AllocationFailure, FaultyStorageSubmitIsAllOrNoneAndReapAllocatesNothing) {
+  using namespace tvmm::storage;
+  constexpr std::size_t kSlot = kIoAlignment;
+  test::TempDir dir;
+  FaultyStorage f(std::make_unique<PosixStorage>(StorageOptions{{dir.path()}, kSlot, 8, 4, false, true}));
+  f.set_rules({FaultRule::of(FaultRule::Kind::eio).at_slot(0), FaultRule::of(FaultRule::Kind::hold).at_slot(2),
+               FaultRule::of(FaultRule::Kind::bit_flip).on(IoOp::write).at_slot(3)});
+  test::AlignedBuffer buf(4 * kSlot);
+  std::vector<IoRequest> reqs;
+  for (std::uint32_t s = 0; s < 4; ++s) reqs.push_back({IoOp::write, s, buf.at(s, kSlot), 100 + s});
+  for (long n = 0;; ++n) {
+    fail_allocation(n);
+    int rc = -1;
+    bool threw = false;
+    try {
+      rc = f.submit(reqs);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool hit = disarm();
+    SCOPED_TRACE("allocation " + std::to_string(n));
+    if (threw) {
+      EXPECT_EQ(f.outstanding(), 0u) << "a batch that failed left requests queued";
+      EXPECT_EQ(f.held(), 0u);
+      continue;
+    }
+    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(f.outstanding(), 4u);
+    f.release_held(1);
+    std::array<IoCompletion, 8> out{};
+    std::array<std::int64_t, 4> results{};  // by tag - 100; nothing below allocates while armed
+    std::array<int, 4> seen{};
+    std::size_t reaped = 0;
+    fail_allocation(0);
+    while (reaped < 4) {
+      const std::size_t k = f.reap(out, 1);
+      ASSERT_GT(k, 0u);
+      for (std::size_t i = 0; i < k; ++i, ++reaped) {
+        ASSERT_LT(out[i].tag - 100, 4u);
+        results[out[i].tag - 100] = out[i].result;
+        ++seen[out[i].tag - 100];
+      }
+    }
+    EXPECT_FALSE(disarm()) << "reap allocated";
+    EXPECT_EQ(seen, (std::array<int, 4>{1, 1, 1, 1}));
+    EXPECT_EQ(results[0], -EIO);
+    for (std::size_t t : {1, 2, 3}) EXPECT_EQ(results[t], static_cast<std::int64_t>(kSlot)) << t;
+    EXPECT_EQ(f.outstanding(), 0u);
+    if (!hit) break;  // submit made fewer than n + 1 allocations: every one of them has failed once
+  }
 }
 
 // Range pins of three tensors released together, a prefetch, and a tensor given up as an address and

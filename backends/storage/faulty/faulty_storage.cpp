@@ -1,6 +1,7 @@
 #include "backends/storage/faulty/faulty_storage.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -12,7 +13,7 @@ FaultyStorage::FaultyStorage(std::unique_ptr<StorageBackend> inner) : inner_(std
 
 FaultyStorage::~FaultyStorage() {
   // Bounce buffers must outlive the writes that read them.
-  std::vector<IoCompletion> sink(64);
+  std::array<IoCompletion, 64> sink;
   while (inner_->outstanding() > 0) (void)inner_->reap(sink, 1);
 }
 
@@ -69,19 +70,25 @@ std::vector<FaultRule::Kind> FaultyStorage::decide(const IoRequest& r) {
 int FaultyStorage::submit(std::span<const IoRequest> reqs) {
   // Validate first so that a refused batch changes nothing (no rule counts, no synthetic failures).
   if (const int rc = validate_requests(reqs, inner_->slots()); rc != 0) return rc;
+  // The batch is made aside, room for it is made in every member, and it joins them only once the
+  // inner backend has queued its part, with nothing left that allocates: a std::bad_alloc or a
+  // failure on the way leaves everything as it was (but the rules' counts of its requests).
   std::vector<IoRequest> forward;
+  std::vector<IoCompletion> failed;  // failures decided here
+  std::unordered_map<std::uint64_t, Pending> pending;
+  forward.reserve(reqs.size());
+  failed.reserve(reqs.size());
+  pending.reserve(reqs.size());
+  std::uint64_t holds = 0;
+  std::uint64_t tag = next_tag_;
   for (const auto& r : reqs) {
     const auto kinds = decide(r);
     auto has = [&](FaultRule::Kind k) { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); };
     if (has(FaultRule::Kind::eio) || has(FaultRule::Kind::enospc)) {
-      ready_.push_back({r.tag, has(FaultRule::Kind::eio) ? -EIO : -ENOSPC});
+      failed.push_back({r.tag, has(FaultRule::Kind::eio) ? -EIO : -ENOSPC});
       continue;
     }
     Pending p{r, has(FaultRule::Kind::short_io), has(FaultRule::Kind::bit_flip), has(FaultRule::Kind::hold)};
-    if (p.hold) {
-      std::lock_guard lk(mu_);
-      ++holding_;
-    }
     IoRequest inner_req = r;
     if (p.flip && r.op == IoOp::write) {
       // Write a corrupted copy; the caller's buffer stays as it was.
@@ -92,23 +99,27 @@ int FaultyStorage::submit(std::span<const IoRequest> reqs) {
       p.bounce = {static_cast<std::byte*>(mem), std::free};
       inner_req.buf = mem;
     }
-    inner_req.tag = next_tag_++;
-    pending_.emplace(inner_req.tag, std::move(p));
+    holds += p.hold ? 1 : 0;
+    inner_req.tag = tag++;
+    pending.emplace(inner_req.tag, std::move(p));
     forward.push_back(inner_req);
   }
-  if (forward.empty()) return 0;
-  const int rc = inner_->submit(forward);
-  if (rc != 0) {
-    for (const auto& f : forward) {
-      auto it = pending_.find(f.tag);
-      if (it->second.hold) {
-        std::lock_guard lk(mu_);
-        --holding_;
-      }
-      pending_.erase(it);
-    }
+  ready_.reserve(ready_.size() + failed.size());
+  pending_.reserve(pending_.size() + pending.size());  // merge() below then splices without rehashing
+  got_.resize(std::max(got_.size(), pending_.size() + pending.size()));
+  {
+    std::lock_guard lk(mu_);
+    held_.reserve(holding_ + holds);
   }
-  return rc;
+  if (!forward.empty()) {
+    if (const int rc = inner_->submit(forward); rc != 0) return rc;
+  }
+  next_tag_ = tag;
+  ready_.insert(ready_.end(), failed.begin(), failed.end());
+  pending_.merge(pending);
+  std::lock_guard lk(mu_);
+  holding_ += holds;
+  return 0;
 }
 
 std::size_t FaultyStorage::reap(std::span<IoCompletion> out, std::size_t min) {
@@ -122,13 +133,13 @@ std::size_t FaultyStorage::reap(std::span<IoCompletion> out, std::size_t min) {
       std::lock_guard lk(mu_);
       for (; n < out.size() && permits_ > 0 && !held_.empty(); --permits_, --holding_) {
         out[n++] = held_.front();
-        held_.pop_front();
+        held_.erase(held_.begin());
       }
     }
     const bool need = n < min;
     if (n == out.size()) return n;
     if (inner_->outstanding() > 0) {
-      std::vector<IoCompletion> got(out.size() - n);
+      const std::span<IoCompletion> got(got_.data(), std::min(got_.size(), out.size() - n));
       const std::size_t k = inner_->reap(got, need ? 1 : 0);
       for (std::size_t i = 0; i < k; ++i) {
         auto it = pending_.find(got[i].tag);

@@ -2,12 +2,13 @@
 // A storage backend adaptor that injects faults into another backend's I/O, by rule, for tests: EIO,
 // ENOSPC, short transfers, added latency and bit flips. A rule fires on every Nth matching request, on
 // every request for one slot, or with a probability from a seeded generator (reproducible), and can be
-// limited to a number of firings. Rules may be changed while I/O runs.
+// limited to a number of firings. Rules may be changed while I/O runs. It keeps the backend contract
+// under std::bad_alloc too: submit() queues a batch whole or not at all (a rule counts the requests of a
+// batch that fails so), and reap() allocates nothing.
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -103,9 +104,11 @@ class FaultyStorage final : public StorageBackend {
   std::uint64_t next_tag_ = 0;
   std::unordered_map<std::uint64_t, Pending> pending_;
   std::vector<IoCompletion> ready_;  // failures decided at submit
-  // Held completions (guarded by mu_): completed by the inner backend, handed out against permits.
-  std::deque<IoCompletion> held_;
-  std::uint64_t holding_ = 0;  // held requests not handed out yet (running or in held_)
+  // Held completions (guarded by mu_): completed by the inner backend, handed out against permits, in
+  // order. Its capacity covers every held request submitted (holding_), so reap() never grows it.
+  std::vector<IoCompletion> held_;
+  std::vector<IoCompletion> got_;  // reap()'s room for the inner backend's completions: one per pending
+  std::uint64_t holding_ = 0;      // held requests not handed out yet (running or in held_)
   std::uint64_t permits_ = 0;
   std::condition_variable held_cv_;
 };
