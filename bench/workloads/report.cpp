@@ -151,13 +151,6 @@ std::vector<std::string> distinct(const Items& items, Key key) {
   return out;
 }
 
-std::string file_name(std::string s) {
-  for (auto& c : s) {
-    if (c == ':' || c == '/' || c == ' ') c = '_';
-  }
-  return s;
-}
-
 // A CSV row per policy and per peer (the three bounds included: `bound`, `window_bound`, `lower_bound`):
 // policy,oversubscription,step_time_s,wall_step_time_s,bytes_moved,disk_read_bytes,bytes_vs_belady,
 // time_vs_bound,time_vs_window_bound,time_vs_lower_bound.
@@ -290,6 +283,13 @@ std::string gnuplot_script(const std::vector<std::string>& workloads, const std:
 }
 
 }  // namespace
+
+std::string file_name(std::string s) {
+  for (auto& c : s) {
+    if (c == ':' || c == '/' || c == ' ') c = '_';
+  }
+  return s;
+}
 
 bool write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

@@ -57,20 +57,15 @@ struct Job {
 double profile_bus_gbs(const Sizes& s) { return s.op_time == "cpu" ? 0 : gpu_profile(s.op_time).bus_bytes_per_s / 1e9; }
 
 // --timeline FILE for one run of a policy: FILE itself when it is the only run; with more, FILE's name
-// gets the run's workload, ratio and policy before its extension (t.json -> t.replay-gpt2.2x.trace.json),
-// other characters than letters, digits, '.', '-' and '_' made '-'.
+// gets the run's workload (as in its CSV file's name), ratio and policy before its extension
+// (t.json -> t.replay_gpt2.2x.trace.json).
 std::string timeline_path(const std::string& file, bool only_run, const std::string& workload, double ratio,
                           const std::string& policy) {
   if (only_run) return file;
   char r[32];
   std::snprintf(r, sizeof r, "%gx", ratio);
-  std::string tag = workload + "." + r + "." + policy;
-  for (char& c : tag) {
-    const bool plain =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
-    if (!plain) c = '-';
-  }
   const std::filesystem::path p(file);
+  const std::string tag = file_name(workload) + "." + r + "." + policy;
   return (p.parent_path() / (p.stem().string() + "." + tag + p.extension().string())).string();
 }
 
