@@ -322,15 +322,16 @@ class Mixer(nn.Module):
 
 def build(model, args):
     torch.manual_seed(0)
-    if model in ("mobilenet_v2", "widefc"):
+    if model in ("resnet18", "mobilenet_v2", "widefc", "densenet121", "convnext_tiny"):
         import torchvision
-        net = (torchvision.models.mobilenet_v2(num_classes=100) if model == "mobilenet_v2"
-               else WideFC(100, args.width))
+        net = WideFC(100, args.width) if model == "widefc" else getattr(torchvision.models, model)(num_classes=100)
         x = torch.randn(args.batch, 3, args.image, args.image)
         y = torch.randint(0, 100, (args.batch,))
-        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        adamw = model == "convnext_tiny"
+        opt = (torch.optim.AdamW(net.parameters(), lr=1e-4) if adamw
+               else torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9))
         loss_fn = lambda: F.cross_entropy(net(x), y)
-        meta = {"batch": args.batch, "image": args.image, "optimizer": "SGD(momentum=0.9)"}
+        meta = {"batch": args.batch, "image": args.image, "optimizer": "AdamW" if adamw else "SGD(momentum=0.9)"}
         if model == "widefc":
             meta["fc"] = args.width
         return net, opt, loss_fn, (x, y), meta
@@ -370,17 +371,6 @@ def build(model, args):
         x = torch.randn(args.batch, 3, args.image, args.image)
         loss_fn = lambda: F.cross_entropy(net(x), y)
         return net, opt, loss_fn, (x, y), meta
-    if model in ("densenet121", "convnext_tiny"):
-        import torchvision
-        net = getattr(torchvision.models, model)(num_classes=100)
-        x = torch.randn(args.batch, 3, args.image, args.image)
-        y = torch.randint(0, 100, (args.batch,))
-        opt = (torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9) if model == "densenet121"
-               else torch.optim.AdamW(net.parameters(), lr=1e-4))
-        loss_fn = lambda: F.cross_entropy(net(x), y)
-        meta = {"batch": args.batch, "image": args.image,
-                "optimizer": "SGD(momentum=0.9)" if model == "densenet121" else "AdamW"}
-        return net, opt, loss_fn, (x, y), meta
     if model == "seq2seq":
         net = Seq2Seq(args.vocab, args.seq, args.width, args.layers, args.heads)
         src = torch.randint(0, args.vocab, (args.batch, args.seq))
@@ -400,22 +390,13 @@ def build(model, args):
         meta = {"batch": args.batch, "image": args.image, "patch": args.patch, "width": args.width,
                 "layers": args.layers, "classes": args.classes, "optimizer": "AdamW"}
         return net, opt, loss_fn, (x, y), meta
-    if model == "resnet18":
-        import torchvision
-        net = torchvision.models.resnet18(num_classes=100)
-        x = torch.randn(args.batch, 3, args.image, args.image)
-        y = torch.randint(0, 100, (args.batch,))
-        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-        loss_fn = lambda: F.cross_entropy(net(x), y)
-        meta = {"batch": args.batch, "image": args.image, "optimizer": "SGD(momentum=0.9)"}
-    else:
-        net = GPT(args.vocab, args.seq, args.width, args.layers, args.heads)
-        x = torch.randint(0, args.vocab, (args.batch, args.seq))
-        y = torch.randint(0, args.vocab, (args.batch, args.seq))
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
-        loss_fn = lambda: F.cross_entropy(net(x).flatten(0, 1), y.flatten())
-        meta = {"batch": args.batch, "seq": args.seq, "vocab": args.vocab, "width": args.width,
-                "layers": args.layers, "heads": args.heads, "optimizer": "AdamW"}
+    net = GPT(args.vocab, args.seq, args.width, args.layers, args.heads)
+    x = torch.randint(0, args.vocab, (args.batch, args.seq))
+    y = torch.randint(0, args.vocab, (args.batch, args.seq))
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    loss_fn = lambda: F.cross_entropy(net(x).flatten(0, 1), y.flatten())
+    meta = {"batch": args.batch, "seq": args.seq, "vocab": args.vocab, "width": args.width,
+            "layers": args.layers, "heads": args.heads, "optimizer": "AdamW"}
     return net, opt, loss_fn, (x, y), meta
 
 
