@@ -46,6 +46,7 @@ std::vector<AccessTrace::Ahead> AccessTrace::on_iteration(std::size_t distance) 
       state_ = State::replaying;
       cursor_ = 0;
       issued_ = 0;
+      replays_ = 0;
       return issue_locked(distance);
     case State::replaying:
       if (cursor_ != trace_.size()) {  // the iteration ended early or late: the program changed
@@ -58,6 +59,7 @@ std::vector<AccessTrace::Ahead> AccessTrace::on_iteration(std::size_t distance) 
       }
       cursor_ = 0;
       issued_ = issued_ >= trace_.size() ? issued_ - trace_.size() : 0;
+      ++replays_;
       return issue_locked(distance);
   }
   return {};
@@ -124,6 +126,11 @@ AccessTrace::Position AccessTrace::position() const {
   std::lock_guard lk(mu_);
   if (state_ != State::replaying || cursor_ == 0) return {kNever, trace_.size(), divergences_};
   return {cursor_ - 1, trace_.size(), divergences_};
+}
+
+std::size_t AccessTrace::replays() const {
+  std::lock_guard lk(mu_);
+  return state_ == State::replaying ? replays_ : 0;
 }
 
 std::size_t AccessTrace::pins_left_in_iteration() const {

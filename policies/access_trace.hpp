@@ -55,6 +55,9 @@ class AccessTrace {
   [[nodiscard]] std::size_t prefetch_horizon(std::size_t distance) const;
   //! Pins since `tensor` was last pinned (0 = it was the latest pin), or kNever. Replaying only.
   [[nodiscard]] std::size_t since_last_use(std::uint64_t tensor) const;
+  //! Whole iterations replayed since the trace began replaying (0 during the first replayed
+  //! iteration), or 0 when not replaying.
+  [[nodiscard]] std::size_t replays() const;
   //! Pins left in the current iteration (a next use at least this far away falls in the next one),
   //! or kNever when not replaying.
   [[nodiscard]] std::size_t pins_left_in_iteration() const;
@@ -85,6 +88,7 @@ class AccessTrace {
   std::size_t cursor_ = 0;                                                 // position of the next expected pin
   std::size_t issued_ = 0;  // prefetches issued for positions [cursor_, issued_) (may pass the end: wraps)
   std::uint64_t divergences_ = 0;
+  std::size_t replays_ = 0;  // replays()
 };
 
 }  // namespace tvmm::policies

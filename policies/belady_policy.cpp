@@ -55,7 +55,7 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
   const std::size_t left = trace_.pins_left_in_iteration();
   // 0. Preferred pages first, among the farther half of the candidates or those not pinned again in
   //    this iteration, and in the same keep_recent class as Belady's own choice.
-  if (!prefer.empty()) {
+  if (!prefer.empty() && trace_.replays() >= kPairingIterations) {
     const std::size_t farther = ranked.size() / kPreferShare;
     for (std::size_t i = 0;
          i < ranked.size() && taken < max && (i < farther || ranked[i].next >= left) && ranked[i].old == ranked[0].old;

@@ -43,6 +43,8 @@ class BeladyPolicy final : public ListPolicy {
   static constexpr std::size_t kDeferWindow = 4;
   //! See select(max, claim, prefer).
   static constexpr std::size_t kPreferShare = 2;
+  //! Replayed iterations in which select(max, claim, prefer) ignores `prefer`: see there.
+  static constexpr std::size_t kPairingIterations = 1;
 
   //! `owner_of` says whose page a resident page is (called under the pager's lock, from select);
   //! `latest_release`: the mark of the latest stream release; tensors that carry it are the ones
@@ -62,6 +64,11 @@ class BeladyPolicy final : public ListPolicy {
   //! Measured on the six traces with the simulator's VMM costs on (docs/benchmarks.md, "VMM call
   //! costs"): the farther half kept 1.00-1.07x Belady's bytes on all but the LSTM; a larger share
   //! moved more bytes and, by breaking more pairings, remapped more.
+  //! Not in the first kPairingIterations replayed iterations: there Belady's own order hands each
+  //! incoming page its victim's frame, and the pairings of pages and frames that the preference then
+  //! keeps are the ones Belady makes. Those made before, in LRU order while the trace was recorded,
+  //! pair pages that Belady keeps resident together, and keeping them evicts pages needed soon:
+  //! docs/benchmarks.md, "Pairings formed in Belady's order".
   std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
                      std::span<const PageIndex> prefer) override;
 

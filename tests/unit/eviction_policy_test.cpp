@@ -23,12 +23,17 @@ using namespace tvmm::policies;
 
 namespace {
 
-std::vector<std::size_t> take(EvictionPolicy& p, std::size_t max) {
+std::vector<std::size_t> take(EvictionPolicy& p, std::size_t max, std::span<const PageIndex> prefer = {}) {
   std::vector<std::size_t> order;
-  p.select(max, [&](PageIndex page) {
+  auto claim = [&](PageIndex page) {
     order.push_back(page);
     return true;
-  });
+  };
+  if (prefer.empty()) {
+    p.select(max, claim);
+  } else {
+    p.select(max, claim, prefer);
+  }
   return order;
 }
 
@@ -213,16 +218,19 @@ TEST(Policies, TheRegistryBuildsEachNameAndRejectsOthers) {
 }
 
 namespace {
-// A replayed iteration of `n` one-page tensors 1..n pinned in order, now after its first `done` pins;
-// page i holds tensor i + 1.
+// An iteration of `n` one-page tensors 1..n pinned in order, recorded, then replayed `replayed` times
+// in full, and replayed once more up to its first `done` pins; page i holds tensor i + 1.
 struct Replay {
   AccessTrace trace;
   std::vector<std::uint64_t> released_at;  // per tensor - 1
   std::vector<double> cost;                // per tensor - 1: PageOwner::cost
   std::vector<bool> copy_out;              // per tensor - 1: PageOwner::copy_out
-  Replay(std::uint64_t n, std::uint64_t done) : released_at(n, 0), cost(n, 1.0), copy_out(n, false) {
-    (void)trace.on_iteration(1);
-    for (std::uint64_t t = 1; t <= n; ++t) (void)trace.on_pin({t, 1, false}, 1);
+  Replay(std::uint64_t n, std::uint64_t done, std::size_t replayed = 0)
+      : released_at(n, 0), cost(n, 1.0), copy_out(n, false) {
+    for (std::size_t i = 0; i <= replayed; ++i) {
+      (void)trace.on_iteration(1);
+      for (std::uint64_t t = 1; t <= n; ++t) (void)trace.on_pin({t, 1, false}, 1);
+    }
     (void)trace.on_iteration(1);
     for (std::uint64_t t = 1; t <= done; ++t) (void)trace.on_pin({t, 1, false}, 1);
   }
@@ -233,7 +241,8 @@ struct Replay {
   // (all of them if empty), the latest release carrying `latest` (0: none). The policy is gone on
   // return, so no page stays in its list.
   std::vector<std::size_t> victims(std::size_t max, std::uint64_t latest, std::size_t keep_recent = 0,
-                                   std::initializer_list<std::size_t> resident = {}) {
+                                   std::initializer_list<std::size_t> resident = {},
+                                   std::initializer_list<PageIndex> prefer = {}) {
     const std::atomic<std::uint64_t> latest_release{latest};
     const auto pages = static_cast<PageIndex>(released_at.size());
     BeladyPolicy policy(pages, trace, keep_recent, latest_release, [this](PageIndex page) {
@@ -244,7 +253,7 @@ struct Replay {
     } else {
       for (auto t : resident) policy.insert(static_cast<PageIndex>(t - 1));
     }
-    return take(policy, max);
+    return take(policy, max, prefer);
   }
 };
 }  // namespace
@@ -256,6 +265,22 @@ TEST(Belady, FarthestNextUseFirstAndRecentPinsLastWhenAsked) {
   EXPECT_EQ(r.victims(4, 0), (std::vector<std::size_t>{2, 1, 0, 3}));  // tensors 3, 2, 1, 4
   // Sparing the last 2 pins (tensors 3 and 2): 1 and 4 go first, by next use, then 3 and 2.
   EXPECT_EQ(r.victims(4, 0, 2), (std::vector<std::size_t>{0, 3, 2, 1}));
+}
+
+TEST(Belady, PrefersAPageAmongTheFartherHalfFromTheSecondReplayedIterationOn) {
+  // 8 tensors, after pins 1..4 of 8: next uses 4 -> 7, 3 -> 6, 2 -> 5, 1 -> 4 (the next iteration),
+  // 8 -> 3, 7 -> 2, 6 -> 1, 5 -> 0. Pages 1 (tensor 2, in the farther half) and 6 (tensor 7, the nearer
+  // half) are preferred.
+  static_assert(BeladyPolicy::kPreferShare == 2 && BeladyPolicy::kPairingIterations == 1);
+  // In the first replayed iteration the preference is ignored: Belady's own order forms the pairings
+  // of pages and frames (those made before, in LRU order while recording, would be kept otherwise).
+  Replay first(8, 4);
+  EXPECT_EQ(first.trace.replays(), 0u);
+  EXPECT_EQ(first.victims(2, 0, 0, {}, {1, 6}), (std::vector<std::size_t>{3, 2}));
+  // From the second on, the preferred page of the farther half goes first; not the nearer one.
+  Replay later(8, 4, 1);
+  EXPECT_EQ(later.trace.replays(), 1u);
+  EXPECT_EQ(later.victims(2, 0, 0, {}, {1, 6}), (std::vector<std::size_t>{1, 3}));
 }
 
 TEST(Belady, WeighsEachNextUseByWhatMovingThePageCosts) {
