@@ -273,9 +273,21 @@ Status SimDevice::do_alloc_managed(std::size_t bytes, void** out) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return Status::fail(Errc::out_of_memory, errno);
   std::lock_guard lk(mu_);
-  managed_.emplace(reinterpret_cast<std::uintptr_t>(p), bytes);
+  try {
+    managed_.emplace(reinterpret_cast<std::uintptr_t>(p), bytes);
+  } catch (...) {  // std::bad_alloc: memory no record knows could never be freed
+    ::munmap(p, bytes);
+    throw;
+  }
   *out = p;
   return Status::success();
+}
+
+std::size_t SimDevice::managed_bytes() const {
+  std::lock_guard lk(mu_);
+  std::size_t bytes = 0;
+  for (const auto& [base, n] : managed_) bytes += n;
+  return bytes;
 }
 
 Status SimDevice::do_free_managed(void* ptr, std::size_t bytes) {

@@ -45,6 +45,9 @@ class SimDevice final : public DeviceBackend {
   //! From the device-to-host copies queued so far on a throttled bus (SimDeviceConfig::
   //! bandwidth_bytes_per_s), against the calling thread's host time in the configured timing.
   [[nodiscard]] std::optional<std::chrono::nanoseconds> d2h_backlog() const noexcept override;
+  //! Bytes of managed memory allocated (alloc_managed) and not yet freed: what a leak check compares
+  //! with what the caller holds.
+  [[nodiscard]] std::size_t managed_bytes() const;
 
  private:
   Status do_reserve(std::size_t bytes, DevPtr* out) override;
