@@ -20,7 +20,8 @@
 //   has ended and the write-back has run after it, so the next kernel, whose pages take that frame,
 //   would wait for the write-back. On training loops (a backward pass evicting the gradient it has
 //   just written) this stall came once per kernel.
-// The preferred pages of select(max, claim, prefer) go before both deferrals.
+// The preferred pages of select(max, claim, prefer) go before both deferrals, from the second replayed
+// iteration on.
 // Until a trace is being replayed it keeps LRU order. Selection ranks every candidate (O(n log n) per
 // eviction batch): meant for studies and benchmarks.
 

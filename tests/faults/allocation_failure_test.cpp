@@ -510,7 +510,8 @@ struct HeapFixture {
     for (void* p : fill) heap->free(p);
     EXPECT_LE(u.on_device, 4 * kHeapPage) << where;
     // um: the driver holds managed memory for the live pages only (the simulator does not limit managed
-    // memory, so the fill above cannot see a range lost to a failure).
+    // memory, so the fill above cannot see a range lost to a failure). Checked on the simulator, the
+    // fixture's backend; another has no count to compare.
     const auto* sim = dynamic_cast<const device::SimDevice*>(&heap->device());
     if (memory == "um" && sim != nullptr) {
       EXPECT_EQ(sim->managed_bytes(), u.used) << "managed memory no page holds " << where;

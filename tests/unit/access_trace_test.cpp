@@ -132,3 +132,40 @@ TEST(AccessTrace, PositionNamesTheLatestPinWhileReplaying) {
   EXPECT_EQ(tr.position().index, AccessTrace::kNever);
   EXPECT_EQ(tr.position().drops, 1u);
 }
+
+// replays() counts whole replayed iterations (BeladyPolicy's holder preference sits out the first), and
+// a trace recorded again, after a divergence of either kind, starts the count again.
+TEST(AccessTrace, ReplaysCountsWholeReplayedIterationsAndStartsAgainWithANewTrace) {
+  AccessTrace tr;
+  auto iteration = [&](std::initializer_list<std::uint64_t> pins) {
+    (void)tr.on_iteration(1);
+    for (std::uint64_t t : pins) (void)tr.on_pin(acc(t), 1);
+  };
+  EXPECT_EQ(tr.replays(), 0u);  // waiting
+  iteration({1, 2, 3});
+  EXPECT_EQ(tr.replays(), 0u);  // recording
+  iteration({1, 2, 3});
+  EXPECT_EQ(tr.replays(), 0u);  // the first replayed iteration, in full
+  iteration({1, 2});
+  EXPECT_EQ(tr.replays(), 1u);  // the second, under way
+  (void)tr.on_pin(acc(3), 1);
+  iteration({1, 2, 3});
+  EXPECT_EQ(tr.replays(), 2u);
+  // A pin that differs drops the trace; the next iteration records the program again.
+  (void)tr.on_pin(acc(9), 1);
+  EXPECT_EQ(tr.state(), AccessTrace::State::waiting);
+  EXPECT_EQ(tr.replays(), 0u);
+  iteration({1, 2, 3});
+  iteration({1, 2, 3});
+  EXPECT_EQ(tr.replays(), 0u);
+  iteration({1, 2, 3});
+  EXPECT_EQ(tr.replays(), 1u);
+  // An iteration that ends early does too.
+  iteration({1});
+  iteration({1, 2, 3});  // that mark found the iteration short: this one is recorded
+  EXPECT_EQ(tr.state(), AccessTrace::State::recording);
+  EXPECT_EQ(tr.replays(), 0u);
+  iteration({1, 2, 3});
+  EXPECT_EQ(tr.state(), AccessTrace::State::replaying);
+  EXPECT_EQ(tr.replays(), 0u);
+}
