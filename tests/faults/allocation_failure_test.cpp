@@ -5,6 +5,16 @@
 // fail the n-th allocation of the arming thread; the sweep arms n = 0, 1, 2, ... until a pin makes
 // fewer than n allocations. (A separate binary: the replacement must not count the other tests'
 // allocations.)
+// In this file, in order:
+// - the replacement operator new (allocate, fail_allocation, disarm);
+// - the pager sweeps (Fixture, sweep): pins that evict, spill to NVMe, replay a trace, write behind,
+//   allocate, free and discard;
+// - pieces the pager relies on not to allocate where it cannot fail: address runs, the faulty storage
+//   adaptor the NVMe tests build on;
+// - range pins released together, frees with a stream use on record;
+// - transparent mode's heap, vmm and um (HeapFixture, sweep_heap; the um sweep also counts the
+//   simulator's managed memory);
+// - the C API (CStep, c_step).
 // ALLOC_SWEEP_LOG=1 prints each n to stderr; `break tvmm_allocation_fails` in a debugger stops at the
 // failing allocation (`ignore` it n times).
 
