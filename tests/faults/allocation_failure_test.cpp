@@ -13,7 +13,7 @@
 //   adaptor the NVMe tests build on;
 // - range pins released together, frees with a stream use on record;
 // - transparent mode's heap, vmm and um (HeapFixture, sweep_heap; the um sweep also counts the
-//   simulator's managed memory);
+//   simulator's managed memory; its TEST is the file's last, after the C API's);
 // - the C API (CStep, c_step).
 // ALLOC_SWEEP_LOG=1 prints each n to stderr; `break tvmm_allocation_fails` in a debugger stops at the
 // failing allocation (`ignore` it n times).
