@@ -3,6 +3,8 @@
 // version that introduced its ABI (the PFN_<name>_v<version> typedefs of cudaTypedefs.h), and
 // cuGetProcAddress_v2 picks the newest variant no newer than the version asked for.
 
+#include <new>
+
 #include "emulator.hpp"
 
 namespace cuemu {
@@ -37,15 +39,38 @@ CUresult entry_ctx(Context** out) noexcept;
 //! returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, or CUDA_SUCCESS when nothing captures.
 CUresult unsafe_during_capture(Context* ctx) noexcept;
 
+//! An entry point as the driver's would be: it never throws. An emulator call that cannot allocate
+//! returns CUDA_ERROR_OUT_OF_MEMORY ("the API call failed because it was unable to allocate enough
+//! memory or other resources to perform the requested operation", cuda.h's CUresult), so that a
+//! process whose allocations fail (tests/faults/allocation_failure_test.cpp) sees a driver error, as
+//! on a GPU, not a C++ exception through a C interface; any other exception is CUDA_ERROR_UNKNOWN.
+//! Registered in place of the entry point itself by CUEMU_EXPORT.
+template <auto F>
+struct Guarded;
+template <class... A, CUresult (*F)(A...)>
+struct Guarded<F> {
+  static CUresult call(A... a) noexcept {
+    try {
+      return F(a...);
+    } catch (const std::bad_alloc&) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    } catch (...) {
+      return CUDA_ERROR_UNKNOWN;
+    }
+  }
+};
+
 }  // namespace cuemu
 
 #define CUEMU_CAT2(a, b) a##b
 #define CUEMU_CAT(a, b) CUEMU_CAT2(a, b)
-//! Registers `fn` as `name` at ABI `version`.
-#define CUEMU_EXPORT(name, version, fn) \
-  static const ::cuemu::Register CUEMU_CAT(cuemu_export_, __LINE__)(name, version, reinterpret_cast<void*>(&fn))
-#define CUEMU_EXPORT_PT(name, version, fn) \
-  static const ::cuemu::Register CUEMU_CAT(cuemu_export_, __LINE__)(name, version, reinterpret_cast<void*>(&fn), true)
+//! Registers `fn` (guarded: Guarded) as `name` at ABI `version`.
+#define CUEMU_EXPORT(name, version, fn)                              \
+  static const ::cuemu::Register CUEMU_CAT(cuemu_export_, __LINE__)( \
+      name, version, reinterpret_cast<void*>(&::cuemu::Guarded<&fn>::call))
+#define CUEMU_EXPORT_PT(name, version, fn)                           \
+  static const ::cuemu::Register CUEMU_CAT(cuemu_export_, __LINE__)( \
+      name, version, reinterpret_cast<void*>(&::cuemu::Guarded<&fn>::call), true)
 #define CUEMU_ENTER()                                                        \
   do {                                                                       \
     if (const CUresult r_ = ::cuemu::entry(); r_ != CUDA_SUCCESS) return r_; \
