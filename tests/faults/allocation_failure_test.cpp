@@ -4,7 +4,9 @@
 // (the last two tests). This binary replaces the global operator new with one that a test arms to
 // fail the n-th allocation of the arming thread; the sweep arms n = 0, 1, 2, ... until a pin makes
 // fewer than n allocations. (A separate binary: the replacement must not count the other tests'
-// allocations.)
+// allocations.) The pager sweeps also run on the CUDA backend over the driver emulator (ctest's
+// emulated.faults.pager, TVMM_TEST_DEVICE=cuda): there the failing allocation may be the backend's or
+// the emulator's, which then returns CUDA_ERROR_OUT_OF_MEMORY, as a driver does.
 // In this file, in order:
 // - the replacement operator new (allocate, fail_allocation, disarm);
 // - the pager sweeps (Fixture, sweep): pins that evict, spill to NVMe, replay a trace, write behind,
@@ -39,6 +41,7 @@
 #include "backends/storage/faulty/faulty_storage.hpp"
 #include "backends/storage/posix/posix_storage.hpp"
 #include "common/range_allocator.hpp"
+#include "device_bytes.hpp"
 #include "kernels/pattern.hpp"
 #include "test_support.hpp"
 #include "tvmm/tvmm.h"
@@ -124,12 +127,15 @@ constexpr std::size_t kPage = 64 * KiB;
 
 // A device of 4 frames full of dirty pages (the host tier holds the rest), so that pinning another
 // tensor evicts: claims victims, queues write-backs, maps frames and queues page-ins.
+// Bytes are written and checked through TestPager (tests/device_bytes.hpp): on the simulator by the
+// CPU, and with TVMM_TEST_DEVICE=cuda (ctest's emulated.faults.pager) on the CUDA backend by its
+// kernels, where host code must not touch device memory.
 struct Fixture {
-  explicit Fixture(Config c) : pager(std::move(c)) {
+  explicit Fixture(Config c) : tp(std::move(c)), pager(*tp) {
     for (std::size_t i = 0; i < 6; ++i) {
       tensors.push_back(pager.allocate(2 * kPage, {"t" + std::to_string(i)}));
       seeds.push_back(100 + i);
-      test::write(tensors.back(), seeds.back());
+      write(tensors.back(), seeds.back());
     }
     // With trace prefetch, record the loop and start replaying it (Belady eviction, prefetches).
     if (pager.config().prefetch == "trace") {
@@ -162,13 +168,30 @@ struct Fixture {
     pager.check_invariants();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       if (seeds[i] == kUndefined) continue;
-      EXPECT_EQ(test::mismatches(tensors[i], seeds[i]), 0u) << "tensor t" << i << " " << where;
+      EXPECT_EQ(mismatches(tensors[i], seeds[i]), 0u) << "tensor t" << i << " " << where;
     }
     pager.check_invariants();
   }
+  //! Writes pattern `seed` into all of `t` through a host pin.
+  void write(Tensor& t, std::uint64_t seed) {
+    auto pin = t.pin(Access::write);
+    tp.fill(nullptr, pin.data(), t.size(), seed);
+  }
+  //! The bytes of [p, p + n) (pinned) that differ from pattern `seed`.
+  std::uint64_t mismatches(void* p, std::size_t n, std::uint64_t seed) {
+    const std::uint64_t before = tp.mismatches();
+    tp.check(nullptr, p, n, seed);
+    return tp.mismatches() - before;
+  }
+  //! The bytes of `t` that differ from pattern `seed`, read through a host pin.
+  std::uint64_t mismatches(Tensor& t, std::uint64_t seed) {
+    auto pin = t.pin(Access::read);
+    return mismatches(pin.data(), t.size(), seed);
+  }
   //! A seed for a tensor whose contents are undefined (discarded, not yet written again).
   static constexpr std::uint64_t kUndefined = ~std::uint64_t{0};
-  Pager pager;
+  test::TestPager tp;
+  Pager& pager;
   std::vector<Tensor> tensors;
   std::vector<std::uint64_t> seeds;
 };
@@ -215,7 +238,7 @@ void sweep(Config c, Step step) {
 TEST(AllocationFailure, HostPinThatEvicts) {
   sweep(test::small_config(4, 16), [](Fixture& f) {
     auto pin = f.tensors[0].pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), f.tensors[0].size(), f.seeds[0]), 0u);
+    EXPECT_EQ(f.mismatches(pin.data(), f.tensors[0].size(), f.seeds[0]), 0u);
   });
 }
 
@@ -239,7 +262,7 @@ TEST(AllocationFailure, PinThatSpillsToNvme) {
   c.nvme.budget = 16 * kPage;
   sweep(c, [](Fixture& f) {
     auto pin = f.tensors[0].pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), f.tensors[0].size(), f.seeds[0]), 0u);
+    EXPECT_EQ(f.mismatches(pin.data(), f.tensors[0].size(), f.seeds[0]), 0u);
   });
 }
 
@@ -273,10 +296,10 @@ void allocate_write_free_and_discard(const char* eviction) {
     f.seeds[5] = Fixture::kUndefined;  // its contents are gone until it is written again below
     {
       auto t = f.pager.allocate(3 * kPage, {"new"});
-      test::write(t, 7);
-      EXPECT_EQ(test::mismatches(t, 7), 0u);
+      f.write(t, 7);
+      EXPECT_EQ(f.mismatches(t, 7), 0u);
     }
-    test::write(f.tensors[5], 305);
+    f.write(f.tensors[5], 305);
     f.seeds[5] = 305;
   });
 }
@@ -381,8 +404,8 @@ TEST(AllocationFailure, RangePinsReleasedTogetherPrefetchAndFree) {
     }
     f.tensors[3].prefetch(s);
     auto small = f.pager.allocate(100, {"small"});
-    test::write(small, 9);
-    EXPECT_EQ(test::mismatches(small, 9), 0u);
+    f.write(small, 9);
+    EXPECT_EQ(f.mismatches(small, 9), 0u);
     f.pager.free(small.release());
     s.synchronize();
   });
