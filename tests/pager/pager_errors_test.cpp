@@ -200,6 +200,9 @@ TEST(PagerErrors, AFailedBackendCallSaysWhetherItsCodeIsAnErrnoOrTheDrivers) {
   const std::string driver = message(device::Status::driver_fail(device::Errc::out_of_memory, 2));
   EXPECT_NE(driver.find("failed with out_of_memory (driver code 2)"), std::string::npos) << driver;
   EXPECT_EQ(driver.find("errno"), std::string::npos) << driver;
+  // Out of memory is not only the device's: a driver that cannot create an event says so too.
+  EXPECT_NE(driver.find("no memory or other resources left for this call"), std::string::npos) << driver;
+  EXPECT_EQ(driver.find("no physical memory"), std::string::npos) << driver;
   // With the driver's name for its code (cuGetErrorName), the name comes first.
   const std::string named =
       message(device::Status::driver_fail(device::Errc::out_of_memory, 2, "CUDA_ERROR_OUT_OF_MEMORY"));

@@ -19,7 +19,11 @@ void throw_status(device::Status status, const char* call, const char* file, int
   }
   msg += " at " + std::string(file) + ":" + std::to_string(line);
   if (status.code == device::Errc::out_of_memory) {
-    throw out_of_memory(msg + "; the device has no physical memory left for this request");
+    // cuda.h, CUDA_ERROR_OUT_OF_MEMORY: "unable to allocate enough memory or other resources to perform
+    // the requested operation". Not only device memory: an event, a stream or a queued copy that fails so
+    // lacked host memory or the driver's own (the allocation-failure sweeps on the emulator reach those).
+    throw out_of_memory(msg + "; the driver had no memory or other resources left for this call (device memory " +
+                        "for a chunk; host or driver memory for an event, a stream or a copy)");
   }
   if (status.code == device::Errc::device_lost) {
     throw device_error(msg +
