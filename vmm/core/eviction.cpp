@@ -190,10 +190,11 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     for (PageEntry* v : victims) {
       std::vector<Event*> after;
       // Its page-in, unless known complete: not queried, since nearly every one still runs (99% on the
-      // replays) and the copy stream's wait costs the host about what a query does.
+      // replays) and the copy stream's wait costs the host about what a query does. Nor is the page-in
+      // reading the slot lent to it: borrow_slot lends only slots of page-ins not yet reaped.
       if (v->ready != nullptr && !v->ready->known_done()) after.push_back(v->ready);
       for (const Loan& loan : lent) {
-        if (loan.victim == v && !events_.is_done(loan.page_in.get())) after.push_back(loan.page_in.get());
+        if (loan.victim == v && !loan.page_in.get()->known_done()) after.push_back(loan.page_in.get());
       }
       const auto vw = v->word.load(std::memory_order_acquire);
       // A write-behind copy still reading the frame: its own batch's event (a later one may wait for
