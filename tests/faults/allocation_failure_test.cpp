@@ -4,9 +4,9 @@
 // (the last two tests). This binary replaces the global operator new with one that a test arms to
 // fail the n-th allocation of the arming thread; the sweep arms n = 0, 1, 2, ... until a pin makes
 // fewer than n allocations. (A separate binary: the replacement must not count the other tests'
-// allocations.) The pager sweeps also run on the CUDA backend over the driver emulator (ctest's
-// emulated.faults.pager, TVMM_TEST_DEVICE=cuda): there the failing allocation may be the backend's or
-// the emulator's, which then returns CUDA_ERROR_OUT_OF_MEMORY, as a driver does.
+// allocations.) The pager's and the heap's sweeps also run on the CUDA backend over the driver emulator
+// (ctest's emulated.faults.pager and .heap, TVMM_TEST_DEVICE=cuda): there the failing allocation may be
+// the backend's or the emulator's, which then returns CUDA_ERROR_OUT_OF_MEMORY, as a driver does.
 // In this file, in order:
 // - the replacement operator new (allocate, fail_allocation, disarm);
 // - the pager sweeps (Fixture, sweep): pins that evict, spill to NVMe, replay a trace, write behind,
@@ -32,11 +32,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "backends/device/device_memory.hpp"
 #include "backends/device/sim/sim_device.hpp"
 #include "backends/storage/faulty/faulty_storage.hpp"
 #include "backends/storage/posix/posix_storage.hpp"
@@ -89,6 +92,18 @@ bool disarm() {
   allocations_left = -1;
   return failed;
 }
+// While alive, this thread's allocations do not count and none fails: for the test's own byte writes
+// and checks, which on the CUDA backend launch kernels (on the simulator they allocate nothing).
+class NotSwept {
+ public:
+  NotSwept() noexcept : saved_(std::exchange(allocations_left, -1)) {}
+  ~NotSwept() { allocations_left = saved_; }
+  NotSwept(const NotSwept&) = delete;
+  NotSwept& operator=(const NotSwept&) = delete;
+
+ private:
+  long saved_;
+};
 
 }  // namespace
 
@@ -175,10 +190,12 @@ struct Fixture {
   //! Writes pattern `seed` into all of `t` through a host pin.
   void write(Tensor& t, std::uint64_t seed) {
     auto pin = t.pin(Access::write);
+    const NotSwept own_kernel;
     tp.fill(nullptr, pin.data(), t.size(), seed);
   }
   //! The bytes of [p, p + n) (pinned) that differ from pattern `seed`.
   std::uint64_t mismatches(void* p, std::size_t n, std::uint64_t seed) {
+    const NotSwept own_kernel;
     const std::uint64_t before = tp.mismatches();
     tp.check(nullptr, p, n, seed);
     return tp.mismatches() - before;
@@ -452,6 +469,13 @@ struct HeapFixture {
   };
   explicit HeapFixture(const std::string& memory_kind) : memory(memory_kind) {
     Config c;
+    if (test::on_cuda()) {  // emulated.faults.heap: the CUDA backend (managed memory: the host reads it)
+      c.device_backend = "cuda";
+      c.cuda_device = 0;
+      c.host_numa = "none";
+      static std::once_flag said;
+      std::call_once(said, [] { std::fprintf(stderr, "HeapFixture: on the CUDA backend (TVMM_TEST_DEVICE=cuda)\n"); });
+    }
     c.device_budget = 4 * kHeapPage;
     c.host_budget = kCapacity - c.device_budget;
     c.bind_threads = false;
@@ -462,9 +486,13 @@ struct HeapFixture {
     c.va_size = kCapacity;
     heap = vmm::make_transparent_heap(c, [] {});
     live.reserve(32);  // a push_back after a successful allocate must not fail
+    if (!heap->device().create_stream(&stream).ok()) throw std::runtime_error("no stream");
+    if (on_device()) {
+      counter = std::make_unique<device::DeviceMemory>(heap->device());
+      require(counter->open(), "the mismatch counter");
+    }
     for (std::uint64_t i = 0; i < 5; ++i) add(kHeapPage, 200 + i);
     add(kSmall, 210);
-    if (!heap->device().create_stream(&stream).ok()) throw std::runtime_error("no stream");
   }
   ~HeapFixture() {
     try {
@@ -479,7 +507,35 @@ struct HeapFixture {
   void add(std::size_t bytes, std::uint64_t seed) {
     void* p = heap->allocate(bytes);
     live.push_back({p, bytes, seed});
-    kernels::fill_pattern(p, bytes, seed);
+    fill(p, bytes, seed);
+  }
+  // The heap's bytes are device memory the host cannot touch: vmm on the CUDA backend. There the
+  // backend's pattern kernels write and check them (counting into `counter`), on `stream`.
+  [[nodiscard]] bool on_device() const { return test::on_cuda() && memory == "vmm"; }
+  static void require(device::Status st, const char* what) {
+    if (!st.ok()) throw std::runtime_error(std::string("HeapFixture: ") + what + ": " + device::errc_name(st.code));
+  }
+  void fill(void* p, std::size_t bytes, std::uint64_t seed) {
+    if (!on_device()) {
+      kernels::fill_pattern(p, bytes, seed);
+      return;
+    }
+    const NotSwept own_kernel;
+    auto& dev = heap->device();
+    require(dev.fill(stream, reinterpret_cast<device::DevPtr>(p), bytes, seed), "the fill kernel");
+    require(dev.synchronize_stream(stream), "the fill kernel");
+  }
+  std::size_t mismatches(const void* p, std::size_t bytes, std::uint64_t seed) {
+    if (!on_device()) return kernels::count_mismatches(p, bytes, seed);
+    const NotSwept own_kernel;
+    auto& dev = heap->device();
+    std::uint64_t bad = 0;
+    void* count = reinterpret_cast<void*>(counter->va());
+    require(dev.memcpy_async(count, &bad, sizeof bad, device::CopyKind::host_to_device, stream), "zeroing");
+    require(dev.verify(stream, reinterpret_cast<device::DevPtr>(p), bytes, seed, counter->va()), "the verify kernel");
+    require(dev.memcpy_async(&bad, count, sizeof bad, device::CopyKind::device_to_host, stream), "reading");
+    require(dev.synchronize_stream(stream), "reading");
+    return static_cast<std::size_t>(bad);
   }
   enum class Free { now, deferred, after_stream };
   // Frees live[i] (at once, at the next quiescent point, or once the work queued on `stream` so far has
@@ -522,7 +578,7 @@ struct HeapFixture {
     std::set<std::size_t> slabs;  // the slot sizes of the live small allocations: a slab page each
     for (const Live& l : live) {
       EXPECT_EQ(heap->size_of(l.ptr), l.bytes) << where;
-      EXPECT_EQ(kernels::count_mismatches(l.ptr, l.bytes, l.seed), 0u) << "seed " << l.seed << " " << where;
+      EXPECT_EQ(mismatches(l.ptr, l.bytes, l.seed), 0u) << "seed " << l.seed << " " << where;
       if (l.bytes == kHeapPage) {
         ++pages;
       } else {
@@ -552,6 +608,7 @@ struct HeapFixture {
   }
   std::string memory;  // "vmm" or "um"
   std::unique_ptr<vmm::TransparentHeap> heap;
+  std::unique_ptr<device::DeviceMemory> counter;  // on_device(): the verify kernel's count (goes before heap)
   device::StreamHandle stream = nullptr;
   std::vector<Live> live;
   std::uint64_t next_seed = 300;

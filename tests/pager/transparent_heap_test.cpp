@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -515,6 +516,79 @@ TEST(RemapHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
   EXPECT_EQ(heap.counters().pages_demoted, 1u);
   kernels::fill_pattern(p, page, 9);
   EXPECT_EQ(kernels::count_mismatches(ptrs[3], page, 3), 0u);
+}
+
+// A demotion whose access grant at the page's address fails (after the page was copied and its address
+// mapped to the host frame) puts the device frame back. It used to leave the address mapped to the host
+// frame without access, and that frame back in its pool: the next demotion copied another page into it,
+// over the first page's bytes.
+TEST(RemapHeap, AFailedAccessGrantInARemapLeavesThePageWhereItWasWithItsBytes) {
+  auto faulty = faulty_sim();
+  auto* dev = faulty.get();
+  RemapHeap heap(
+      small_config(), [] {}, std::move(faulty));
+  const std::vector<void*> ptrs = fill_the_device(heap);
+  // The demotion grants access twice: at the staging page, then at the page's own address.
+  dev->fail_once(device::FaultyDevice::Op::set_access, device::Errc::out_of_memory, 1);
+  EXPECT_THROW((void)heap.allocate(page), out_of_memory);
+  EXPECT_EQ(heap.counters().pages_demoted, 0u);
+  for (int k = 0; k < 5; ++k) heap.note_use(ptrs[0]);  // the page that failed to move is the hottest now
+  std::vector<void*> more;
+  for (unsigned i = 0; i < 2; ++i) {  // two demotions now: each takes a host frame and fills it
+    more.push_back(heap.allocate(page));
+    kernels::fill_pattern(more.back(), page, 20 + i);
+  }
+  EXPECT_EQ(heap.counters().pages_demoted, 2u);
+  EXPECT_EQ(heap.location_of(ptrs[0]), device::ChunkLocation::device);  // the others went
+  for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
+  for (unsigned i = 0; i < 2; ++i) EXPECT_EQ(kernels::count_mismatches(more[i], page, 20 + i), 0u) << "new " << i;
+}
+
+// A free whose unmap fails keeps the allocation's frames and addresses (memory that may still be mapped
+// is not reused) and unmaps again before the next allocation. It used to keep them for good.
+TEST(RemapHeap, AFreeWhoseUnmapFailedIsRetriedBeforeTheNextAllocation) {
+  auto faulty = faulty_sim();
+  auto* dev = faulty.get();
+  RemapHeap heap(
+      small_config(), [] {}, std::move(faulty));
+  const std::vector<void*> ptrs = fill_the_device(heap);
+  dev->fail_once(device::FaultyDevice::Op::unmap, device::Errc::out_of_memory);
+  heap.free(ptrs[0]);
+  EXPECT_EQ(heap.usage().used, 3 * page);
+  void* p = heap.allocate(page);  // the freed page's device frame, once unmapped
+  EXPECT_EQ(heap.location_of(p), device::ChunkLocation::device);
+  EXPECT_EQ(heap.counters().pages_demoted, 0u);
+  kernels::fill_pattern(p, page, 7);
+  for (unsigned i = 1; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
+  EXPECT_EQ(kernels::count_mismatches(p, page, 7), 0u);
+}
+
+// A frame creation that failed makes a pool wait a second before the next (DeviceTier::try_acquire).
+// The heap has no page to evict into, so while both pools wait every allocation failed, even once the
+// memory was back; now a short pool tries again at once when the allocation would fail otherwise.
+TEST(RemapHeap, AnAllocationRightAfterAFailedFrameCreationTriesAgain) {
+  auto faulty = faulty_sim();
+  auto* dev = faulty.get();
+  RemapHeap heap(
+      small_config(), [] {}, std::move(faulty));
+  const std::vector<void*> ptrs = fill_the_device(heap);
+  void* on_host = heap.allocate(page);  // the host pool has a frame: a failure makes it short
+  dev->fail_always(device::FaultyDevice::Op::create_chunk, device::Errc::out_of_memory);
+  try {
+    (void)heap.allocate(page);
+    ADD_FAILURE() << "no frame can be created: the allocation should fail";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("no memory for a new page"), std::string::npos) << e.what();
+  }
+  dev->clear();  // the memory is back, within the second
+  void* p = nullptr;
+  EXPECT_NO_THROW(p = heap.allocate(page));
+  EXPECT_EQ(heap.usage().used, 6 * page);
+  kernels::fill_pattern(p, page, 9);
+  for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
+  heap.free(p);
+  heap.free(on_host);
+  for (void* q : ptrs) heap.free(q);
 }
 
 TEST(ManagedHeap, AFailedPrefetchLeavesThePageWhereItWasWithItsBytes) {

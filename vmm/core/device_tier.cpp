@@ -90,11 +90,11 @@ std::uint32_t DeviceTier::release_idle(std::uint32_t frames) noexcept {
   return done;
 }
 
-std::optional<std::uint32_t> DeviceTier::try_acquire() {
+std::optional<std::uint32_t> DeviceTier::try_acquire(Retry retry) {
   std::uint32_t f;
   if (!free_.empty()) {
     f = pop_free();
-  } else if (may_create()) {
+  } else if (may_create(retry)) {
     device::ChunkHandle c;
     f = gone_.empty() ? static_cast<std::uint32_t>(chunks_.size())
                       : gone_.back();  // a number given back, else the next

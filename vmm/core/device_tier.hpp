@@ -33,7 +33,10 @@ class DeviceTier {
   //! the device has no memory for a new frame, nullopt too (the caller evicts into the frames there
   //! are): the tier is then short (said once on stderr) and tries creating again a second later, or at
   //! once while it has no frame at all. Throws for other device failures.
-  std::optional<std::uint32_t> try_acquire();
+  //! `Retry::now`: while short, tries creating a frame before the second is up, for a caller with no
+  //! frame to evict into, whose alternative is to fail (transparent mode's heap: a failed cudaMalloc).
+  enum class Retry : bool { after_a_second, now };
+  std::optional<std::uint32_t> try_acquire(Retry retry = Retry::after_a_second);
   //! Takes `frame` if it is idle (a page whose address is still mapped to it gets it back without a
   //! driver call); false if it is in use, or not created. O(1).
   bool take(std::uint32_t frame) noexcept;
@@ -93,8 +96,8 @@ class DeviceTier {
   using Clock = std::chrono::steady_clock;
   //! A new frame may be tried: within the budget, and the device is not short (or the next try is due;
   //! a tier with no frame at all always tries).
-  [[nodiscard]] bool may_create() const noexcept {
-    return created() < budget_ && (created() == 0 || Clock::now() >= retry_at_);
+  [[nodiscard]] bool may_create(Retry retry = Retry::after_a_second) const noexcept {
+    return created() < budget_ && (retry == Retry::now || created() == 0 || Clock::now() >= retry_at_);
   }
   bool short_ = false;          // the device had no memory for the last new frame
   Clock::time_point retry_at_;  // while short: no new frame is tried before then

@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <cstdio>
+#include <new>
+#include <vector>
 
 #include "common/scope_guard.hpp"
 #include "tvmm/errors.hpp"
@@ -30,9 +32,13 @@ RemapHeap::RemapHeap(const Config& config, Drain drain, std::unique_ptr<device::
                                        ChunkLocation::host);
 }
 
-RemapHeap::~RemapHeap() { release_all(); }
+RemapHeap::~RemapHeap() {
+  release_all();
+  retry_releases();  // what stays mapped now stays so: the frames and the reservation then fail to go
+}
 
 DevPtr RemapHeap::do_reserve(std::size_t pages) {
+  if (!unreleased_.empty()) retry_releases();
   const auto first = space_->allocate(static_cast<std::uint32_t>(pages));
   if (!first) {
     throw out_of_memory("tvmm: cannot allocate " + std::to_string(pages) +
@@ -65,6 +71,19 @@ ChunkLocation RemapHeap::do_place(DevPtr va, ChunkLocation wanted) {
     where = ChunkLocation::host;  // the GPU is short: the page starts on the host and is promoted later
     frame = pool(where).try_acquire();
   }
+  if (!frame) {
+    // No frame, and the pools that are short wait a second between creations. The heap has no page to
+    // evict into: without a frame the program's allocation fails. So each short pool tries once more now
+    // (the memory may be back: a transient failure, or another allocation freed); one cuMemCreate costs
+    // little beside a failed cudaMalloc. (The emulator's allocation-failure sweep found a heap refusing
+    // every allocation for a second after one creation failed for want of host memory.)
+    for (const ChunkLocation loc : {wanted, ChunkLocation::host}) {
+      if (pool(loc).short_of_memory() && (frame = pool(loc).try_acquire(DeviceTier::Retry::now))) {
+        where = loc;
+        break;
+      }
+    }
+  }
   if (!frame) no_frame();
   common::ScopeGuard give_back([&] { pool(where).release(*frame); });  // also on std::bad_alloc
   if (auto s = device().map(va, page(), pool(where).chunk(*frame)); !s.ok()) {
@@ -77,19 +96,52 @@ ChunkLocation RemapHeap::do_place(DevPtr va, ChunkLocation wanted) {
 
 void RemapHeap::do_placed(DevPtr va, std::size_t pages) { TVMM_CHECK(device().set_access(va, pages * page())); }
 
-void RemapHeap::do_release(DevPtr va, std::size_t pages, const std::vector<ChunkLocation>& where) {
-  // One unmap for a whole allocation (each page was its own map; unmap takes whole mappings).
-  const bool whole = where.size() == pages;
-  device::Status s = whole ? device().unmap(va, pages * page()) : device::Status::success();
-  for (std::size_t i = 0; !whole && i < where.size() && s.ok(); ++i) s = device().unmap(va + i * page(), page());
-  if (!s.ok()) {
-    // Keep the frames rather than reuse memory that may still be mapped.
-    std::fprintf(stderr, "tvmm: unmapping a freed allocation failed (%s); its memory is leaked\n",
-                 device::errc_name(s.code));
-    return;
+std::size_t RemapHeap::unmap_from(DevPtr va, std::size_t pages, const std::vector<ChunkLocation>& where,
+                                  std::size_t from, device::Status* failed) noexcept {
+  device::Status s;
+  std::size_t i = from;
+  if (from == 0 && !where.empty() && where.size() == pages) {
+    // One unmap for a whole allocation (each page was its own map; unmap takes whole mappings).
+    s = device().unmap(va, pages * page());
+    if (s.ok()) i = pages;
+  } else {
+    while (i < where.size() && (s = device().unmap(va + i * page(), page())).ok()) ++i;
   }
+  if (failed != nullptr) *failed = s;
+  return i;
+}
+
+void RemapHeap::give_back(DevPtr va, std::size_t pages, const std::vector<ChunkLocation>& where) noexcept {
   for (std::size_t i = 0; i < where.size(); ++i) pool(where[i]).release(frame_of(va + i * page()));
   space_->free(static_cast<std::uint32_t>((va - lo_) / page()), static_cast<std::uint32_t>(pages));
+}
+
+void RemapHeap::do_release(DevPtr va, std::size_t pages, const std::vector<ChunkLocation>& where) {
+  device::Status failed;
+  const std::size_t unmapped = unmap_from(va, pages, where, 0, &failed);
+  if (unmapped == where.size()) {
+    give_back(va, pages, where);
+    return;
+  }
+  // Keep the frames rather than reuse memory that may still be mapped, and try again later: a failure
+  // may pass (before, the memory was lost for good).
+  try {
+    unreleased_.push_back({va, pages, where, unmapped});
+    std::fprintf(stderr, "tvmm: unmapping a freed allocation failed (%s); tried again before each allocation\n",
+                 device::errc_name(failed.code));
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "tvmm: unmapping a freed allocation failed (%s); its memory is leaked\n",
+                 device::errc_name(failed.code));
+  }
+}
+
+void RemapHeap::retry_releases() noexcept {
+  std::erase_if(unreleased_, [&](Unreleased& u) {
+    u.unmapped = unmap_from(u.va, u.pages, u.where, u.unmapped);
+    if (u.unmapped != u.where.size()) return false;
+    give_back(u.va, u.pages, u.where);
+    return true;
+  });
 }
 
 bool RemapHeap::do_move(DevPtr va, ChunkLocation from, ChunkLocation to) {
@@ -127,15 +179,29 @@ bool RemapHeap::do_move(DevPtr va, ChunkLocation from, ChunkLocation to) {
   TVMM_CHECK(device().copy_device(staging_, va, page(), kind, stream()));
   TVMM_CHECK(device().synchronize_stream(stream()));
 
-  // 4. Swap: the address now maps the target. If mapping it fails, the old chunk goes back.
+  // 4. Swap: the address now maps the target, with access. If mapping it or granting access fails, the
+  //    old chunk goes back, its bytes intact (the copy only read them). Before, a failed grant left the
+  //    address mapped to the target without access while the target went back to its pool: the next
+  //    kernel there faulted and the page's bytes were lost (the emulator's allocation-failure sweep).
   TVMM_CHECK(device().unmap(staging_, page()));
   unmap_staging.dismiss();
   TVMM_CHECK(device().unmap(va, page()));
-  if (auto s = device().map(va, page(), chunk); !s.ok()) {
-    if (device().map(va, page(), old).ok()) (void)device().set_access(va, page());
-    throw_status(s, "map(va, page, target)", __FILE__, __LINE__);
+  device::Status s = device().map(va, page(), chunk);
+  const char* failed = "map(va, page, target)";
+  if (s.ok() && !(s = device().set_access(va, page())).ok()) {
+    failed = "set_access(va, page) of the target";
+    if (const auto u = device().unmap(va, page()); !u.ok()) {
+      // The address keeps the target: it is the page's now (no access yet), and not given back.
+      give_back.dismiss();
+      pool(from).release(frame_of(va));
+      frame_of(va) = *target;
+      throw_status(s, failed, __FILE__, __LINE__);
+    }
   }
-  TVMM_CHECK(device().set_access(va, page()));
+  if (!s.ok()) {
+    if (device().map(va, page(), old).ok()) (void)device().set_access(va, page());
+    throw_status(s, failed, __FILE__, __LINE__);
+  }
   restore.dismiss();
   give_back.dismiss();
   pool(from).release(frame_of(va));

@@ -52,6 +52,26 @@ class RemapHeap final : public TransparentHeap {
   [[nodiscard]] std::size_t idle_device_pages() const noexcept override { return device_->idle(); }
 
   [[noreturn]] void no_frame();
+  // A freed allocation's pages: unmaps those of `where` from page `from` on (a whole allocation in one
+  // call), stopping at the first that fails (its status in `*failed`); returns how many of `where` are
+  // unmapped then.
+  std::size_t unmap_from(device::DevPtr va, std::size_t pages, const std::vector<device::ChunkLocation>& where,
+                         std::size_t from, device::Status* failed = nullptr) noexcept;
+  // Gives a freed allocation's frames and addresses back, once every page of it is unmapped.
+  void give_back(device::DevPtr va, std::size_t pages, const std::vector<device::ChunkLocation>& where) noexcept;
+  // Retries the unmaps that failed when their allocations were freed (before each reservation, and at
+  // the heap's end).
+  void retry_releases() noexcept;
+  //! A freed allocation whose unmap failed: kept, with its frames, until an unmap succeeds (retried
+  //! before each allocation), rather than lost for good. Memory that may still be mapped is never
+  //! reused.
+  struct Unreleased {
+    device::DevPtr va;
+    std::size_t pages;
+    std::vector<device::ChunkLocation> where;
+    std::size_t unmapped;  // pages of `where` unmapped already
+  };
+  std::vector<Unreleased> unreleased_;
   DeviceTier& pool(device::ChunkLocation where) noexcept {
     return where == device::ChunkLocation::device ? *device_ : *host_;
   }
