@@ -252,23 +252,31 @@ CUEMU_EXPORT("cuMemGetAllocationGranularity", 10020, MemGetAllocationGranularity
 CUresult create_chunk(Driver& d, std::size_t size, const CUmemAllocationProp& prop, Device* dev, Chunk** out) {
   if (dev != nullptr && size > dev->capacity - dev->used) return CUDA_ERROR_OUT_OF_MEMORY;
   auto c = std::make_unique<Chunk>();
+  // The handle's entry first: allocating it may throw (Guarded: CUDA_ERROR_OUT_OF_MEMORY), and must do
+  // so before a file, a mapping or the device's memory is taken.
+  const auto slot = d.chunks.try_emplace(d.next_chunk).first;
+  auto fail = [&] {
+    d.chunks.erase(slot);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  };
   c->prop = prop;
   c->size = size;
   c->fd = ::memfd_create("cuda-emulator-chunk", MFD_CLOEXEC);
   if (c->fd < 0 || ::ftruncate(c->fd, static_cast<off_t>(size)) != 0) {
     if (c->fd >= 0) ::close(c->fd);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return fail();
   }
   void* view = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, c->fd, 0);
   if (view == MAP_FAILED) {
     ::close(c->fd);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return fail();
   }
   c->view = static_cast<std::byte*>(view);
   c->charged = dev;
   if (dev != nullptr) dev->used += size;
   *out = c.get();
-  d.chunks[d.next_chunk++] = std::move(c);
+  slot->second = std::move(c);
+  ++d.next_chunk;
   return CUDA_SUCCESS;
 }
 

@@ -223,15 +223,27 @@ CUresult StreamCreate(CUstream* out, unsigned flags) {
   CUEMU_ENTER_CTX(ctx);
   if (out == nullptr || (flags != CU_STREAM_DEFAULT && flags != CU_STREAM_NON_BLOCKING))
     return CUDA_ERROR_INVALID_VALUE;
-  auto* s = new Stream;
+  auto s = std::make_unique<Stream>();
   s->ctx = ctx;
   s->flags = flags;
-  start(s);
   Driver& d = Driver::get();
-  std::lock_guard lk(d.mu);
-  d.streams.insert(s);
-  ctx->streams.push_back(s);
-  *out = reinterpret_cast<CUstream>(s);
+  // Everything that may throw (Guarded: CUDA_ERROR_OUT_OF_MEMORY) before the worker starts, so that a
+  // failure leaves no stream behind: the lists first, the thread last, undone if it cannot start.
+  {
+    std::lock_guard lk(d.mu);
+    ctx->streams.reserve(ctx->streams.size() + 1);
+    d.streams.insert(s.get());
+    ctx->streams.push_back(s.get());
+  }
+  try {
+    start(s.get());
+  } catch (...) {
+    std::lock_guard lk(d.mu);
+    d.streams.erase(s.get());
+    std::erase(ctx->streams, s.get());
+    throw;
+  }
+  *out = reinterpret_cast<CUstream>(s.release());
   return CUDA_SUCCESS;
 }
 CUEMU_EXPORT("cuStreamCreate", 2000, StreamCreate);
@@ -317,12 +329,12 @@ CUresult EventCreate(CUevent* out, unsigned flags) {
       ((flags & CU_EVENT_INTERPROCESS) != 0 && (flags & CU_EVENT_DISABLE_TIMING) == 0)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  auto* e = new Event;
+  auto e = std::make_unique<Event>();
   e->flags = flags;
   e->ctx = ctx;
   std::lock_guard lk(Driver::get().mu);
-  Driver::get().events.insert(e);
-  *out = reinterpret_cast<CUevent>(e);
+  Driver::get().events.insert(e.get());  // may throw (Guarded: CUDA_ERROR_OUT_OF_MEMORY), leaving nothing
+  *out = reinterpret_cast<CUevent>(e.release());
   return CUDA_SUCCESS;
 }
 CUEMU_EXPORT("cuEventCreate", 2000, EventCreate);
@@ -334,6 +346,7 @@ CUresult EventDestroy(CUevent event) {
   // cuda.h 16106-16131: "An event may be destroyed before it is complete ... any associated resources
   // will automatically be released asynchronously at completion." (The object is kept for the ops
   // that still name it.)
+  d.destroyed_events.reserve(d.destroyed_events.size() + 1);  // the push_back below cannot fail
   if (d.events.erase(reinterpret_cast<Event*>(event)) == 0) return CUDA_ERROR_INVALID_HANDLE;
   d.destroyed_events.push_back(reinterpret_cast<Event*>(event));
   return CUDA_SUCCESS;
