@@ -544,6 +544,32 @@ TEST(RemapHeap, AFailedAccessGrantInARemapLeavesThePageWhereItWasWithItsBytes) {
   for (unsigned i = 0; i < 2; ++i) EXPECT_EQ(kernels::count_mismatches(more[i], page, 20 + i), 0u) << "new " << i;
 }
 
+// The same, and undoing the mapping fails too: the host frame stays mapped at the page's address, so
+// it must never be handed out again (the next demotions take other frames), and the page keeps its
+// bytes and its own frame.
+TEST(RemapHeap, AFailedAccessGrantWhoseUndoFailsNeverReusesTheFrameLeftMapped) {
+  auto faulty = faulty_sim();
+  auto* dev = faulty.get();
+  RemapHeap heap(
+      small_config(), [] {}, std::move(faulty));
+  const std::vector<void*> ptrs = fill_the_device(heap);
+  dev->fail_once(device::FaultyDevice::Op::set_access, device::Errc::out_of_memory, 1);
+  // The demotion unmaps the staging page, then the page's address; the third unmap is the undo.
+  dev->fail_once(device::FaultyDevice::Op::unmap, device::Errc::out_of_memory, 2);
+  EXPECT_THROW((void)heap.allocate(page), out_of_memory);
+  for (int k = 0; k < 5; ++k) heap.note_use(ptrs[0]);
+  std::vector<void*> more;
+  for (unsigned i = 0; i < 2; ++i) {
+    more.push_back(heap.allocate(page));
+    kernels::fill_pattern(more.back(), page, 20 + i);
+  }
+  for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
+  for (unsigned i = 0; i < 2; ++i) EXPECT_EQ(kernels::count_mismatches(more[i], page, 20 + i), 0u) << "new " << i;
+  for (void* p : more) heap.free(p);
+  for (void* p : ptrs) heap.free(p);
+  EXPECT_EQ(heap.usage().used, 0u);
+}
+
 // A free whose unmap fails keeps the allocation's frames and addresses (memory that may still be mapped
 // is not reused) and unmaps again before the next allocation. It used to keep them for good.
 TEST(RemapHeap, AFreeWhoseUnmapFailedIsRetriedBeforeTheNextAllocation) {

@@ -111,7 +111,7 @@ std::size_t RemapHeap::unmap_from(DevPtr va, std::size_t pages, const std::vecto
   return i;
 }
 
-void RemapHeap::give_back(DevPtr va, std::size_t pages, const std::vector<ChunkLocation>& where) noexcept {
+void RemapHeap::give_back_freed(DevPtr va, std::size_t pages, const std::vector<ChunkLocation>& where) noexcept {
   for (std::size_t i = 0; i < where.size(); ++i) pool(where[i]).release(frame_of(va + i * page()));
   space_->free(static_cast<std::uint32_t>((va - lo_) / page()), static_cast<std::uint32_t>(pages));
 }
@@ -120,7 +120,7 @@ void RemapHeap::do_release(DevPtr va, std::size_t pages, const std::vector<Chunk
   device::Status failed;
   const std::size_t unmapped = unmap_from(va, pages, where, 0, &failed);
   if (unmapped == where.size()) {
-    give_back(va, pages, where);
+    give_back_freed(va, pages, where);
     return;
   }
   // Keep the frames rather than reuse memory that may still be mapped, and try again later: a failure
@@ -139,7 +139,7 @@ void RemapHeap::retry_releases() noexcept {
   std::erase_if(unreleased_, [&](Unreleased& u) {
     u.unmapped = unmap_from(u.va, u.pages, u.where, u.unmapped);
     if (u.unmapped != u.where.size()) return false;
-    give_back(u.va, u.pages, u.where);
+    give_back_freed(u.va, u.pages, u.where);
     return true;
   });
 }
@@ -190,11 +190,10 @@ bool RemapHeap::do_move(DevPtr va, ChunkLocation from, ChunkLocation to) {
   const char* failed = "map(va, page, target)";
   if (s.ok() && !(s = device().set_access(va, page())).ok()) {
     failed = "set_access(va, page) of the target";
-    if (const auto u = device().unmap(va, page()); !u.ok()) {
-      // The address keeps the target: it is the page's now (no access yet), and not given back.
+    if (!device().unmap(va, page()).ok()) {
+      // The target stays mapped at the address: never reused (its frame is not given back). The page
+      // keeps its old frame, which its release gives back to the pool it came from.
       give_back.dismiss();
-      pool(from).release(frame_of(va));
-      frame_of(va) = *target;
       throw_status(s, failed, __FILE__, __LINE__);
     }
   }

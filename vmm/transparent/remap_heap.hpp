@@ -58,7 +58,7 @@ class RemapHeap final : public TransparentHeap {
   std::size_t unmap_from(device::DevPtr va, std::size_t pages, const std::vector<device::ChunkLocation>& where,
                          std::size_t from, device::Status* failed = nullptr) noexcept;
   // Gives a freed allocation's frames and addresses back, once every page of it is unmapped.
-  void give_back(device::DevPtr va, std::size_t pages, const std::vector<device::ChunkLocation>& where) noexcept;
+  void give_back_freed(device::DevPtr va, std::size_t pages, const std::vector<device::ChunkLocation>& where) noexcept;
   // Retries the unmaps that failed when their allocations were freed (before each reservation, and at
   // the heap's end).
   void retry_releases() noexcept;
