@@ -77,7 +77,8 @@ ChunkLocation RemapHeap::do_place(DevPtr va, ChunkLocation wanted) {
     // (the memory may be back: a transient failure, or another allocation freed); one cuMemCreate costs
     // little beside a failed cudaMalloc. (The emulator's allocation-failure sweep found a heap refusing
     // every allocation for a second after one creation failed for want of host memory.)
-    for (const ChunkLocation loc : {wanted, ChunkLocation::host}) {
+    for (const ChunkLocation loc : {ChunkLocation::device, ChunkLocation::host}) {
+      if (loc == ChunkLocation::device && wanted != loc) continue;  // a page meant for the host stays there
       if (pool(loc).short_of_memory() && (frame = pool(loc).try_acquire(DeviceTier::Retry::now))) {
         where = loc;
         break;
