@@ -518,6 +518,23 @@ TEST(RemapHeap, AFailedRemapLeavesThePageWhereItWasWithItsBytes) {
   EXPECT_EQ(kernels::count_mismatches(ptrs[3], page, 3), 0u);
 }
 
+// After a demotion of ptrs[0] (of fill_the_device) failed: makes that page the hottest, allocates two
+// pages (each demotes another device page into a host frame, and is filled), and checks every byte.
+// Returns the two new allocations.
+std::vector<void*> demote_others_and_check(RemapHeap& heap, const std::vector<void*>& ptrs) {
+  for (int k = 0; k < 5; ++k) heap.note_use(ptrs[0]);
+  std::vector<void*> more;
+  for (unsigned i = 0; i < 2; ++i) {
+    more.push_back(heap.allocate(page));
+    kernels::fill_pattern(more.back(), page, 20 + i);
+  }
+  EXPECT_EQ(heap.counters().pages_demoted, 2u);
+  EXPECT_EQ(heap.location_of(ptrs[0]), device::ChunkLocation::device);  // the others went
+  for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
+  for (unsigned i = 0; i < 2; ++i) EXPECT_EQ(kernels::count_mismatches(more[i], page, 20 + i), 0u) << "new " << i;
+  return more;
+}
+
 // A demotion whose access grant at the page's address fails (after the page was copied and its address
 // mapped to the host frame) puts the device frame back. It used to leave the address mapped to the host
 // frame without access, and that frame back in its pool: the next demotion copied another page into it,
@@ -532,16 +549,7 @@ TEST(RemapHeap, AFailedAccessGrantInARemapLeavesThePageWhereItWasWithItsBytes) {
   dev->fail_once(device::FaultyDevice::Op::set_access, device::Errc::out_of_memory, 1);
   EXPECT_THROW((void)heap.allocate(page), out_of_memory);
   EXPECT_EQ(heap.counters().pages_demoted, 0u);
-  for (int k = 0; k < 5; ++k) heap.note_use(ptrs[0]);  // the page that failed to move is the hottest now
-  std::vector<void*> more;
-  for (unsigned i = 0; i < 2; ++i) {  // two demotions now: each takes a host frame and fills it
-    more.push_back(heap.allocate(page));
-    kernels::fill_pattern(more.back(), page, 20 + i);
-  }
-  EXPECT_EQ(heap.counters().pages_demoted, 2u);
-  EXPECT_EQ(heap.location_of(ptrs[0]), device::ChunkLocation::device);  // the others went
-  for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
-  for (unsigned i = 0; i < 2; ++i) EXPECT_EQ(kernels::count_mismatches(more[i], page, 20 + i), 0u) << "new " << i;
+  (void)demote_others_and_check(heap, ptrs);
 }
 
 // The same, and undoing the mapping fails too: the host frame stays mapped at the page's address, so
@@ -557,15 +565,7 @@ TEST(RemapHeap, AFailedAccessGrantWhoseUndoFailsNeverReusesTheFrameLeftMapped) {
   // The demotion unmaps the staging page, then the page's address; the third unmap is the undo.
   dev->fail_once(device::FaultyDevice::Op::unmap, device::Errc::out_of_memory, 2);
   EXPECT_THROW((void)heap.allocate(page), out_of_memory);
-  for (int k = 0; k < 5; ++k) heap.note_use(ptrs[0]);
-  std::vector<void*> more;
-  for (unsigned i = 0; i < 2; ++i) {
-    more.push_back(heap.allocate(page));
-    kernels::fill_pattern(more.back(), page, 20 + i);
-  }
-  for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(kernels::count_mismatches(ptrs[i], page, i), 0u) << "allocation " << i;
-  for (unsigned i = 0; i < 2; ++i) EXPECT_EQ(kernels::count_mismatches(more[i], page, 20 + i), 0u) << "new " << i;
-  for (void* p : more) heap.free(p);
+  for (void* p : demote_others_and_check(heap, ptrs)) heap.free(p);
   for (void* p : ptrs) heap.free(p);
   EXPECT_EQ(heap.usage().used, 0u);
 }
