@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 
 #include "backends/device/device_backend.hpp"
@@ -29,30 +30,76 @@ inline bool on_cuda() {
   return d != nullptr && std::string(d) == "cuda";
 }
 
+//! Bytes of device memory that host code must not touch, written and checked by a backend's pattern
+//! kernels (DeviceBackend::fill, verify), the mismatches counted in a granule of its own. TestPager
+//! uses it on the CUDA backend, and so does the allocation-failure sweep of transparent mode's heap.
+class DeviceTally {
+ public:
+  //! Throws std::runtime_error naming the step that failed.
+  explicit DeviceTally(device::DeviceBackend& dev) : dev_(dev), memory_(dev) {
+    const char* step = "";
+    require(memory_.open(&step), (std::string("the counter's ") + step).c_str());
+    require(dev_.create_stream(&own_), "a stream");
+    std::uint64_t zero = 0;
+    require(dev_.memcpy_async(as_ptr(memory_.va()), &zero, 8, device::CopyKind::host_to_device, own_), "zeroing");
+    require(dev_.synchronize_stream(own_), "zeroing");
+  }
+  ~DeviceTally() {
+    (void)dev_.synchronize_stream(own_);
+    (void)dev_.destroy_stream(own_);
+  }
+  DeviceTally(const DeviceTally&) = delete;
+  DeviceTally& operator=(const DeviceTally&) = delete;
+
+  //! Writes the pattern `seed` over [p, p + n): queued on `s`, or (null) now, on the tally's own stream.
+  void fill(device::StreamHandle s, void* p, std::size_t n, std::uint64_t seed) {
+    run(
+        s, [&](device::StreamHandle h) { return dev_.fill(h, dev(p), n, seed); }, "the fill kernel");
+  }
+  //! Counts into the tally the bytes of [p, p + n) that differ from `seed`: queued on `s`, or now.
+  void check(device::StreamHandle s, void* p, std::size_t n, std::uint64_t seed) {
+    run(
+        s, [&](device::StreamHandle h) { return dev_.verify(h, dev(p), n, seed, memory_.va()); }, "the verify kernel");
+  }
+  //! The tally so far. Synchronise the streams checks were queued on first.
+  std::uint64_t mismatches() {
+    std::lock_guard lk(mu_);
+    std::uint64_t v = 0;
+    require(dev_.memcpy_async(&v, as_ptr(memory_.va()), 8, device::CopyKind::device_to_host, own_), "reading");
+    require(dev_.synchronize_stream(own_), "reading");
+    return v;
+  }
+
+ private:
+  // A kernel on the caller's stream, or (none) on the tally's own stream, waited for.
+  template <class Launch>
+  void run(device::StreamHandle s, Launch launch, const char* what) {
+    if (s != nullptr) {
+      require(launch(s), what);
+      return;
+    }
+    std::lock_guard lk(mu_);
+    require(launch(own_), what);
+    require(dev_.synchronize_stream(own_), what);
+  }
+  static void require(device::Status st, const char* what) {
+    if (!st.ok())
+      throw std::runtime_error(std::string("DeviceTally: ") + what + " failed: " + device::errc_name(st.code));
+  }
+  static void* as_ptr(device::DevPtr p) { return reinterpret_cast<void*>(p); }
+  static device::DevPtr dev(void* p) { return reinterpret_cast<device::DevPtr>(p); }
+
+  device::DeviceBackend& dev_;
+  device::DeviceMemory memory_;  // the counter
+  std::mutex mu_;                // the own stream
+  device::StreamHandle own_ = nullptr;
+};
+
 //! A pager for `config` on the test device, and the means to write and check bytes through its pins.
 class TestPager {
  public:
   explicit TestPager(Config config) : pager_(make(std::move(config), &cuda_)) {
-#if defined(TVMM_HAVE_CUDA)
-    if (cuda_ != nullptr) {
-      memory_ = std::make_unique<device::DeviceMemory>(*cuda_);
-      const char* step = "";
-      require(memory_->open(&step), (std::string("the counter's ") + step).c_str());
-      counter_ = memory_->va();
-      require(cuda_->create_stream(&own_), "a stream");
-      std::uint64_t zero = 0;
-      require(cuda_->memcpy_async(as_ptr(counter_), &zero, 8, device::CopyKind::host_to_device, own_), "zeroing");
-      require(cuda_->synchronize_stream(own_), "zeroing");
-    }
-#endif
-  }
-  ~TestPager() {
-#if defined(TVMM_HAVE_CUDA)
-    if (cuda_ != nullptr && own_ != nullptr) {
-      (void)cuda_->synchronize_stream(own_);
-      (void)cuda_->destroy_stream(own_);
-    }
-#endif
+    if (cuda_ != nullptr) gpu_ = std::make_unique<DeviceTally>(*cuda_);
   }
   TestPager(const TestPager&) = delete;
   TestPager& operator=(const TestPager&) = delete;
@@ -62,13 +109,10 @@ class TestPager {
 
   //! Writes the pattern `seed` over [p, p + n): queued on `s`, or now (a host pin) when `s` is null.
   void fill(Stream* s, void* p, std::size_t n, std::uint64_t seed) {
-#if defined(TVMM_HAVE_CUDA)
-    if (cuda_ != nullptr) {
-      on_gpu(
-          s, [&](device::StreamHandle h) { return cuda_->fill(h, dev(p), n, seed); }, "the fill kernel");
+    if (gpu_) {
+      gpu_->fill(s != nullptr ? s->native_handle() : nullptr, p, n, seed);
       return;
     }
-#endif
     if (s != nullptr) {
       s->launch([p, n, seed] { test::fill(p, n, seed); });
     } else {
@@ -78,13 +122,10 @@ class TestPager {
 
   //! Counts into the tally the bytes of [p, p + n) that differ from `seed`: queued on `s`, or now.
   void check(Stream* s, void* p, std::size_t n, std::uint64_t seed) {
-#if defined(TVMM_HAVE_CUDA)
-    if (cuda_ != nullptr) {
-      on_gpu(
-          s, [&](device::StreamHandle h) { return cuda_->verify(h, dev(p), n, seed, counter_); }, "the verify kernel");
+    if (gpu_) {
+      gpu_->check(s != nullptr ? s->native_handle() : nullptr, p, n, seed);
       return;
     }
-#endif
     if (s != nullptr) {
       s->launch([p, n, seed, bad = bad_] { *bad += test::mismatches(p, n, seed); });
     } else {
@@ -93,22 +134,10 @@ class TestPager {
   }
 
   //! The tally so far. Synchronise the streams checks were queued on first.
-  std::uint64_t mismatches() {
-#if defined(TVMM_HAVE_CUDA)
-    if (cuda_ != nullptr) {
-      std::lock_guard lk(mu_);
-      std::uint64_t v = 0;
-      require(cuda_->memcpy_async(&v, as_ptr(counter_), 8, device::CopyKind::device_to_host, own_), "reading");
-      require(cuda_->synchronize_stream(own_), "reading");
-      return v;
-    }
-#endif
-    return bad_->load();
-  }
+  std::uint64_t mismatches() { return gpu_ ? gpu_->mismatches() : bad_->load(); }
 
  private:
-  template <class Device>
-  static Pager make(Config c, Device** cuda) {
+  static Pager make(Config c, device::DeviceBackend** cuda) {
     *cuda = nullptr;
     if (!on_cuda()) return Pager(c);
 #if defined(TVMM_HAVE_CUDA)
@@ -117,43 +146,18 @@ class TestPager {
     static std::once_flag said;
     std::call_once(said, [] { std::fprintf(stderr, "TestPager: on the CUDA backend (TVMM_TEST_DEVICE=cuda)\n"); });
     auto dev = device::make_cuda_device(0);
-    *cuda = static_cast<device::CudaDevice*>(dev.get());
+    *cuda = dev.get();
     return vmm::make_pager(c, std::move(dev));
 #else
     throw std::runtime_error("TVMM_TEST_DEVICE=cuda, but this build has no CUDA backend");
 #endif
   }
-  static void require(device::Status st, const char* what) {
-    if (!st.ok())
-      throw std::runtime_error(std::string("TestPager: ") + what + " failed: " + device::errc_name(st.code));
-  }
-  static void* as_ptr(device::DevPtr p) { return reinterpret_cast<void*>(p); }
-  static device::DevPtr dev(void* p) { return reinterpret_cast<device::DevPtr>(p); }
-#if defined(TVMM_HAVE_CUDA)
-  // A kernel on the caller's stream, or (a host pin) on the tester's own stream, waited for.
-  template <class Launch>
-  void on_gpu(Stream* s, Launch launch, const char* what) {
-    if (s != nullptr) {
-      require(launch(s->native_handle()), what);
-      return;
-    }
-    std::lock_guard lk(mu_);
-    require(launch(own_), what);
-    require(cuda_->synchronize_stream(own_), what);
-  }
-#endif
 
-#if defined(TVMM_HAVE_CUDA)
-  device::CudaDevice* cuda_ = nullptr;
-#else
-  void* cuda_ = nullptr;
-#endif
+  // The CUDA backend the pager runs on (TVMM_TEST_DEVICE=cuda), or null.
+  device::DeviceBackend* cuda_ = nullptr;
   Pager pager_;
   std::shared_ptr<std::atomic<std::uint64_t>> bad_ = std::make_shared<std::atomic<std::uint64_t>>(0);
-  std::mutex mu_;
-  std::unique_ptr<device::DeviceMemory> memory_;  // the counter (CUDA); goes before pager_, which owns the device
-  device::DevPtr counter_ = 0;
-  device::StreamHandle own_ = nullptr;
+  std::unique_ptr<DeviceTally> gpu_;  // on the CUDA backend; goes before pager_, which owns the device
 };
 
 }  // namespace tvmm::test

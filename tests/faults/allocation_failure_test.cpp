@@ -39,7 +39,6 @@
 #include <utility>
 #include <vector>
 
-#include "backends/device/device_memory.hpp"
 #include "backends/device/sim/sim_device.hpp"
 #include "backends/storage/faulty/faulty_storage.hpp"
 #include "backends/storage/posix/posix_storage.hpp"
@@ -487,10 +486,7 @@ struct HeapFixture {
     heap = vmm::make_transparent_heap(c, [] {});
     live.reserve(32);  // a push_back after a successful allocate must not fail
     if (!heap->device().create_stream(&stream).ok()) throw std::runtime_error("no stream");
-    if (on_device()) {
-      counter = std::make_unique<device::DeviceMemory>(heap->device());
-      require(counter->open(), "the mismatch counter");
-    }
+    if (on_device()) tally = std::make_unique<test::DeviceTally>(heap->device());
     for (std::uint64_t i = 0; i < 5; ++i) add(kHeapPage, 200 + i);
     add(kSmall, 210);
   }
@@ -510,32 +506,22 @@ struct HeapFixture {
     fill(p, bytes, seed);
   }
   // The heap's bytes are device memory the host cannot touch: vmm on the CUDA backend. There the
-  // backend's pattern kernels write and check them (counting into `counter`), on `stream`.
+  // backend's pattern kernels write and check them (test::DeviceTally).
   [[nodiscard]] bool on_device() const { return test::on_cuda() && memory == "vmm"; }
-  static void require(device::Status st, const char* what) {
-    if (!st.ok()) throw std::runtime_error(std::string("HeapFixture: ") + what + ": " + device::errc_name(st.code));
-  }
   void fill(void* p, std::size_t bytes, std::uint64_t seed) {
     if (!on_device()) {
       kernels::fill_pattern(p, bytes, seed);
       return;
     }
     const NotSwept own_kernel;
-    auto& dev = heap->device();
-    require(dev.fill(stream, reinterpret_cast<device::DevPtr>(p), bytes, seed), "the fill kernel");
-    require(dev.synchronize_stream(stream), "the fill kernel");
+    tally->fill(nullptr, p, bytes, seed);
   }
-  std::size_t mismatches(const void* p, std::size_t bytes, std::uint64_t seed) {
+  std::size_t mismatches(void* p, std::size_t bytes, std::uint64_t seed) {
     if (!on_device()) return kernels::count_mismatches(p, bytes, seed);
     const NotSwept own_kernel;
-    auto& dev = heap->device();
-    std::uint64_t bad = 0;
-    void* count = reinterpret_cast<void*>(counter->va());
-    require(dev.memcpy_async(count, &bad, sizeof bad, device::CopyKind::host_to_device, stream), "zeroing");
-    require(dev.verify(stream, reinterpret_cast<device::DevPtr>(p), bytes, seed, counter->va()), "the verify kernel");
-    require(dev.memcpy_async(&bad, count, sizeof bad, device::CopyKind::device_to_host, stream), "reading");
-    require(dev.synchronize_stream(stream), "reading");
-    return static_cast<std::size_t>(bad);
+    const std::uint64_t before = tally->mismatches();
+    tally->check(nullptr, p, bytes, seed);
+    return static_cast<std::size_t>(tally->mismatches() - before);
   }
   enum class Free { now, deferred, after_stream };
   // Frees live[i] (at once, at the next quiescent point, or once the work queued on `stream` so far has
@@ -608,7 +594,7 @@ struct HeapFixture {
   }
   std::string memory;  // "vmm" or "um"
   std::unique_ptr<vmm::TransparentHeap> heap;
-  std::unique_ptr<device::DeviceMemory> counter;  // on_device(): the verify kernel's count (goes before heap)
+  std::unique_ptr<test::DeviceTally> tally;  // on_device(): writes and checks the bytes (goes before heap)
   device::StreamHandle stream = nullptr;
   std::vector<Live> live;
   std::uint64_t next_seed = 300;
