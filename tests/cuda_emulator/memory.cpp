@@ -1,6 +1,10 @@
 // The emulated driver's memory: virtual memory management (reserve, create, map, set access, unmap,
 // release), classic device allocations, pinned and registered host memory, managed memory, memory
 // information and pointer attributes. Rules are quoted from cuda.h (CUDA 13.0) with its line numbers.
+// In this file, in order: the Driver's own address-space and mapping bookkeeping (reserve_address_space,
+// reservation_of, unmap), then the entry points, by the sections marked "// ---": virtual memory
+// management, classic device memory, stream-ordered allocation, host memory, managed memory, pointers.
+// Entry points never throw (entry.hpp, Guarded): one that allocates does so before it changes anything.
 #include <sys/mman.h>
 #include <unistd.h>
 

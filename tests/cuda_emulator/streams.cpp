@@ -1,6 +1,10 @@
 // The emulated driver's streams, events, copies, host functions, stream capture and graphs. Every
 // stream has a worker thread that runs its operations in order, later than the calls that queue them,
 // so queries really return CUDA_ERROR_NOT_READY. Rules are quoted from cuda.h (CUDA 13.0).
+// In this file, in order: the stream workers (run, wait_for, retire, resolve_stream, enqueue), then the
+// entry points, by the sections marked "// ---": streams, events, copies, 2D and 3D copies, host
+// functions, stream capture and graphs. Entry points never throw (entry.hpp, Guarded): one that
+// allocates does so before it changes anything (cuStreamCreate starts its worker last).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
