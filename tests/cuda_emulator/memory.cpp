@@ -4,7 +4,8 @@
 // In this file, in order: the Driver's own address-space and mapping bookkeeping (reserve_address_space,
 // reservation_of, unmap), then the entry points, by the sections marked "// ---": virtual memory
 // management, classic device memory, stream-ordered allocation, host memory, managed memory, pointers.
-// Entry points never throw (entry.hpp, Guarded): one that allocates does so before it changes anything.
+// Entry points never throw (entry.hpp, Guarded: std::bad_alloc becomes CUDA_ERROR_OUT_OF_MEMORY); chunk
+// creation allocates before it takes anything, the other calls here are not yet checked for that.
 #include <sys/mman.h>
 #include <unistd.h>
 

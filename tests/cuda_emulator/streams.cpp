@@ -3,8 +3,9 @@
 // so queries really return CUDA_ERROR_NOT_READY. Rules are quoted from cuda.h (CUDA 13.0).
 // In this file, in order: the stream workers (run, wait_for, retire, resolve_stream, enqueue), then the
 // entry points, by the sections marked "// ---": streams, events, copies, 2D and 3D copies, host
-// functions, stream capture and graphs. Entry points never throw (entry.hpp, Guarded): one that
-// allocates does so before it changes anything (cuStreamCreate starts its worker last).
+// functions, stream capture and graphs. Entry points never throw (entry.hpp, Guarded: std::bad_alloc
+// becomes CUDA_ERROR_OUT_OF_MEMORY); cuStreamCreate, cuEventCreate and cuEventDestroy allocate before
+// they change anything (a stream's worker starts last), the other calls are not yet checked for that.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
