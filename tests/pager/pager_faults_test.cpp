@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "backends/device/faulty/faulty_device.hpp"
 #include "faulty_pager.hpp"
@@ -152,6 +154,64 @@ TEST_F(PagerFaults, WriteBackFailsDuringEviction) {
   EXPECT_EQ(b_.tier(), Tier::device);  // the victim stays resident with its data
   EXPECT_EQ(a_.tier(), Tier::host);
   expect_intact();
+}
+
+// An eviction whose second write-back fails after the first was queued: the first may still be running
+// when the pin reports the failure. Its slot must not go back to the tier before it has landed, or the
+// next page read into that slot is overwritten with the victim's bytes. Here `q` (2 pages) is on NVMe;
+// `v` (2 pages, the device's 2 frames) is evicted for `t` with device-to-host copies held and the second
+// one failing; then `v` is freed and `q` read back from NVMe into the slots that frees, and only then
+// does the held copy run (a helper thread lets it go once q's page-in is queued, or, should the pager
+// wait for it, after a second). Evicted again, q is dropped (its host copies are current) and read back.
+TEST(PagerFaultsEviction, AFailedEvictionsQueuedWriteBackLandsBeforeItsSlotIsReused) {
+  constexpr std::size_t kPage = 64 * KiB;
+  test::TempDir dir;
+  Config c = test::small_config(2, 8);
+  c.nvme.paths = {dir.path()};
+  c.nvme.budget = 32 * kPage;
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(c, dev);
+  // Each tensor written takes both frames and evicts the one before. Three go to the host tier, then q,
+  // which fills it, and q, the newest there, is the first to spill to NVMe when the next one is evicted.
+  std::vector<Tensor> fill;
+  Tensor q = p.allocate(2 * kPage, {"q"});
+  for (int i = 0; i < 6; ++i) {
+    Tensor& next = i == 3 ? q : fill.emplace_back(p.allocate(2 * kPage, {"fill"}));
+    test::write(next, i == 3 ? 1 : 2);
+  }
+  ASSERT_EQ(q.tier(), Tier::nvme);
+  ASSERT_EQ(q.tier(kPage), Tier::nvme);
+  fill.clear();  // the host tier is empty again, and so are the frames
+  Tensor v = p.allocate(2 * kPage, {"v"});
+  test::write(v, 3);
+  ASSERT_EQ(v.tier(), Tier::device);
+
+  dev->hold(Op::copy_out);
+  dev->fail_once(Op::copy_out, Errc::driver_error, 1);
+  const auto copies_in = dev->calls(Op::copy_in);
+  std::thread release([&] {
+    (void)test::eventually([&] { return dev->calls(Op::copy_in) > copies_in; }, std::chrono::milliseconds(1'000));
+    dev->release_all();
+  });
+  Tensor t = p.allocate(2 * kPage, {"t"});
+  const std::string error = test::message_of([&] { auto pin = t.pin(Access::write); });
+  EXPECT_NE(error.find("memcpy_async"), std::string::npos) << error;
+  EXPECT_EQ(dev->injected(), 1u);
+  EXPECT_EQ(v.tier(), Tier::device) << "the victims stay resident with their data";
+  v.reset();
+  {
+    auto pin = q.pin(Access::read);  // read from NVMe into host slots, then paged in
+    EXPECT_EQ(test::mismatches(pin.data(), q.size(), 1), 0u);
+  }
+  release.join();
+  p.check_invariants();
+  const auto clean = p.stats().clean_evictions;
+  test::write(t, 4);  // evicts q: dropped, its host copies current
+  ASSERT_EQ(q.tier(), Tier::host);
+  ASSERT_EQ(p.stats().clean_evictions - clean, 2u) << "the test needs q's host copies kept";
+  EXPECT_EQ(test::mismatches(q, 1), 0u) << "a write-back queued before the failure landed in q's slot";
+  EXPECT_EQ(test::mismatches(t, 4), 0u);
+  p.check_invariants();
 }
 
 class PagerFaultsSlowBus : public PagerFaults {

@@ -148,9 +148,11 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
   };
   // Slots lent by running page-ins (borrow_slot): each victim's write-back waits for its lender's page-in.
   std::vector<Loan> lent;
+  std::vector<PageEntry*> given;  // victims given a free slot of the tier here
   // Step 2 below must not fail: the room for the frames in `got` is reserved here.
   try {
     lent.reserve(victims.size());  // borrow_slot changes the lender: nothing may throw after it
+    given.reserve(victims.size());
     got.reserve_more(victims.size());
   } catch (...) {
     restore_all();
@@ -162,6 +164,7 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     // select_victims counted (or freed) the slots, lendable ones included.
     if (auto s = host_->try_acquire()) {
       v->host_slot = *s;
+      given.push_back(v);
       return false;
     }
     if (auto loan = borrow_slot(*v)) {
@@ -263,13 +266,24 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     for (PageEntry* v : victims) batch.pages.push_back(table_.index_of(*v));
     evictions_.push_back(std::move(batch));
   } catch (...) {
-    // The victims stay resident with their data. Each keeps its host slot: a write-back may already be
-    // queued into it, so no other page may take it; the page's next eviction reuses it, after that copy.
+    // The victims stay resident with their data.
     restore_all();
-    // A lent slot whose write-back was never queued goes back to its lender, whose page-in may still
-    // read it: the victim's next write-back would know nothing of that page-in. (For the victims
-    // queued before, the copy stream already waits for the page-in, and so does any later write-back
-    // on it.) The lender, pending under mu_ all along, releases it when its page-in is retired.
+    // A write-back queued into a slot may still run, and a slot that goes back to the tier is soon
+    // written by copies that are not ordered after it: a write-behind copy on its own stream, an NVMe
+    // read on the host (with a write-back still landing there afterwards, the page those bytes belong
+    // to would be read back with a victim's bytes). So wait for the copy streams, as a page-in that
+    // fails does (abort_chunk), and then the slots given or lent here go back, as before the eviction.
+    if (copying == 0 || xfer_->drain()) {
+      for (PageEntry* v : given) host_->release(std::exchange(v->host_slot, kNoSlot));
+      // The lender, pending under mu_ all along, releases its slot when its page-in is retired.
+      for (const Loan& loan : lent) loan.lender->host_slot = std::exchange(loan.victim->host_slot, kNoSlot);
+      throw;
+    }
+    // The device cannot say when its copies end: each victim keeps its slot, so no other page takes it
+    // while a write-back into it may run; the page's next eviction reuses it, after that copy. A lent
+    // slot whose write-back was never queued goes back to its lender, whose page-in may still read it
+    // (the victim's next write-back would know nothing of that page-in); for the victims queued
+    // before, the copy stream already waits for the page-in, and so does any later write-back on it.
     for (const Loan& loan : lent) {
       const auto at = std::find_if(queue.begin(), queue.end(), [&](const auto& q) { return q.first == loan.victim; });
       if (at - queue.begin() < static_cast<std::ptrdiff_t>(copying)) continue;

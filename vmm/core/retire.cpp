@@ -35,20 +35,23 @@ bool PagerImpl::reap(Lock& /*lk*/) {
   // A page evicted since (in transit or gone: its eviction ordered itself after the copy and owns the
   // slot), or still loading from that slot (the page-in's retirement keeps or lets go of it), needs
   // nothing more. A resident one keeps the slot as a host copy unless a write made it stale meanwhile.
-  while (!behind_.empty() && events_.is_done(behind_.front().done.get())) {
-    for (auto idx : behind_.front().pages) {
-      PageEntry& p = table_[idx];
-      const auto w = p.end_writing_behind();
-      if (word::state(w) != PageState::device || word::pending(w) || p.host_slot == kNoSlot) continue;
-      if (word::host_copy(w)) {
-        host_copies_->keep(p);
-      } else {
-        host_->release(std::exchange(p.host_slot, kNoSlot));
+  auto retire_behind = [&] {
+    while (!behind_.empty() && events_.is_done(behind_.front().done.get())) {
+      for (auto idx : behind_.front().pages) {
+        PageEntry& p = table_[idx];
+        const auto w = p.end_writing_behind();
+        if (word::state(w) != PageState::device || word::pending(w) || p.host_slot == kNoSlot) continue;
+        if (word::host_copy(w)) {
+          host_copies_->keep(p);
+        } else {
+          host_->release(std::exchange(p.host_slot, kNoSlot));
+        }
       }
+      behind_.pop_front();
+      retired = true;
     }
-    behind_.pop_front();
-    retired = true;
-  }
+  };
+  retire_behind();
   // Write-backs page by page, in order (those on the copy stream complete in the order recorded; a
   // dropped page's use or page-in may complete later than the next page's write-back, which then waits).
   while (!evictions_.empty()) {
@@ -57,6 +60,10 @@ bool PagerImpl::reap(Lock& /*lk*/) {
     while (done < b.pages.size() && (!b.done[done] || events_.is_done(b.done[done].get()))) ++done;
     for (; b.retired < done; ++b.retired) {
       PageEntry& v = table_[b.pages[b.retired]];
+      // Its eviction followed its write-behind copy (evict), whose batch is done too, then, although it
+      // may not have been when queried above: retired first, it publishes no page off the device still
+      // marked as written behind.
+      if (word::writing_behind(v.word.load(std::memory_order_acquire))) retire_behind();
       retired = true;
       (void)v.clear_host_copy();  // off the device: its slot is the data
       if (word::discarded(v.word.load(std::memory_order_acquire))) {
