@@ -210,7 +210,10 @@ Status FaultyDevice::do_stream_wait_event(StreamHandle stream, EventHandle event
   TVMM_FAULT(Op::stream_wait_event);
   return inner_->stream_wait_event(stream, event);
 }
-Status FaultyDevice::do_query_event(EventHandle event) { return inner_->query_event(event); }
+Status FaultyDevice::do_query_event(EventHandle event) {
+  TVMM_FAULT(Op::query_event);
+  return inner_->query_event(event);
+}
 Status FaultyDevice::do_synchronize_event(EventHandle event) {
   TVMM_FAULT(Op::synchronize_event);
   return inner_->synchronize_event(event);

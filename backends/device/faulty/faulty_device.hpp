@@ -28,6 +28,9 @@ class FaultyDevice final : public DeviceBackend {
     record_event,
     stream_wait_event,
     synchronize_event,
+    //! cuEventQuery: made to answer `not_ready` (Errc::not_ready), it models a query made a moment
+    //! before the event completed, which any query may be.
+    query_event,
     count_
   };
 
