@@ -214,6 +214,33 @@ TEST(PagerFaultsEviction, AFailedEvictionsQueuedWriteBackLandsBeforeItsSlotIsReu
   p.check_invariants();
 }
 
+// The same failed eviction where the copy streams cannot be drained (a device that cannot say when its
+// copies end): each victim keeps the host slot its write-back may still be landing in, so no other page
+// takes it, and the victim's next eviction writes into it again, after that copy. Nothing is lost.
+TEST(PagerFaultsEviction, WhereTheCopiesCannotBeDrainedTheVictimsKeepTheirSlots) {
+  constexpr std::size_t kPage = 64 * KiB;
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(test::small_config(2, 8), dev);
+  Tensor v = p.allocate(2 * kPage, {"v"});
+  test::write(v, 3);
+  dev->fail_once(Op::copy_out, Errc::driver_error, 1);
+  dev->fail_once(Op::synchronize_stream, Errc::driver_error);
+  Tensor t = p.allocate(2 * kPage, {"t"});
+  const std::string error = test::message_of([&] { auto pin = t.pin(Access::write); });
+  EXPECT_NE(error.find("memcpy_async"), std::string::npos) << error;
+  EXPECT_EQ(dev->injected(), 2u) << "the drain was not tried";
+  EXPECT_EQ(v.tier(), Tier::device);
+  EXPECT_EQ(p.stats().host_used_bytes, 2 * kPage) << "a victim let its slot go";
+  p.check_invariants();
+  dev->clear();
+  test::write(t, 4);  // evicts v, into the slots it kept
+  EXPECT_EQ(v.tier(), Tier::host);
+  EXPECT_EQ(p.stats().host_used_bytes, 2 * kPage);
+  EXPECT_EQ(test::mismatches(v, 3), 0u);
+  EXPECT_EQ(test::mismatches(t, 4), 0u);
+  p.check_invariants();
+}
+
 class PagerFaultsSlowBus : public PagerFaults {
  protected:
   // Copies take 20 ms, so a pin always finds its page-in still running and has to wait for it.

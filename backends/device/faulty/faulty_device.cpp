@@ -197,7 +197,10 @@ Status FaultyDevice::do_fill(StreamHandle stream, DevPtr va, std::size_t bytes, 
 Status FaultyDevice::do_verify(StreamHandle stream, DevPtr va, std::size_t bytes, std::uint64_t seed, DevPtr bad) {
   return inner_->verify(stream, va, bytes, seed, bad);
 }
-Status FaultyDevice::do_synchronize_stream(StreamHandle stream) { return inner_->synchronize_stream(stream); }
+Status FaultyDevice::do_synchronize_stream(StreamHandle stream) {
+  TVMM_FAULT(Op::synchronize_stream);
+  return inner_->synchronize_stream(stream);
+}
 Status FaultyDevice::do_synchronize_device() { return inner_->synchronize_device(); }
 Status FaultyDevice::do_memory_info(std::size_t* free, std::size_t* total) { return inner_->memory_info(free, total); }
 Status FaultyDevice::do_create_event(EventKind kind, EventHandle* out) { return inner_->create_event(out, kind); }

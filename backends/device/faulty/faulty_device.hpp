@@ -31,6 +31,8 @@ class FaultyDevice final : public DeviceBackend {
     //! cuEventQuery: made to answer `not_ready` (Errc::not_ready), it models a query made a moment
     //! before the event completed, which any query may be.
     query_event,
+    //! cuStreamSynchronize (the pager's drain of its copy streams on a failure path).
+    synchronize_stream,
     count_
   };
 
