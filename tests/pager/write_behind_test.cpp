@@ -239,7 +239,7 @@ TEST(WriteBehind, AnEvictionDuringTheCopyHandsTheFrameOverOnlyAfterIt) {
 // copy can end between the two questions (a query made a moment before it ended answers not ready),
 // and a victim whose eviction followed that copy is then found done: it must not leave the device
 // before the batch is retired, or it reaches the host tier still marked as written behind (the
-// emulated allocation sweep caught that about once in 60 runs). Here A is evicted while its copy
+// emulated allocation sweep caught that in 2 of 120 runs). Here A is evicted while its copy
 // behind is held; once both have ended, the next reap's k-th query answers not ready, for every k.
 TEST(WriteBehind, AVictimLeavesTheDeviceOnlyOnceTheCopyBehindItFollowedIsRetired) {
   for (unsigned k = 0;; ++k) {
