@@ -83,6 +83,17 @@ struct Learnt {
     s.forward(1);
     return dev->held(Op::copy_out);
   }
+  // Then C's and D's writes with that copy still held: D's evicts A, dropped (its copy current), and
+  // waits for the copy out of A's frame, which a helper thread lets run 50 ms later.
+  void evict_a_during_the_copy_behind() {
+    std::thread release([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      dev->release_all();
+    });
+    s.forward(2);
+    s.forward(3);
+    release.join();
+  }
 };
 
 }  // namespace
@@ -223,13 +234,7 @@ TEST(WriteBehind, AnEvictionDuringTheCopyHandsTheFrameOverOnlyAfterIt) {
   Learnt l;
   auto& [dev, p, s] = l;
   ASSERT_EQ(l.hold_the_copy_behind_a(), 1u);
-  std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    dev->release_all();
-  });
-  s.forward(2);
-  s.forward(3);  // evicts A, dropped (its copy): D's write must wait for the copy out of that frame
-  release.join();
+  l.evict_a_during_the_copy_behind();  // D's write must wait for the copy out of A's frame
   for (std::size_t i = 4; i-- > 0;) s.backward(i);
   EXPECT_EQ(s.bad, 0u) << "A's copy read the frame after D was written into it";
   p.check_invariants();
@@ -247,13 +252,7 @@ TEST(WriteBehind, AVictimLeavesTheDeviceOnlyOnceTheCopyBehindItFollowedIsRetired
     Learnt l;
     auto& [dev, p, s] = l;
     ASSERT_EQ(l.hold_the_copy_behind_a(), 1u);
-    std::thread release([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      dev->release_all();
-    });
-    s.forward(2);
-    s.forward(3);  // evicts A, dropped after its copy behind: D's write waits for that copy
-    release.join();
+    l.evict_a_during_the_copy_behind();
     ASSERT_TRUE(dev->synchronize_device().ok());  // both have ended; the next reap retires them
     dev->fail_once(Op::query_event, device::Errc::not_ready, k);
     (void)s.ts[0].tier();  // reaps

@@ -273,20 +273,19 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     // read on the host (with a write-back still landing there afterwards, the page those bytes belong
     // to would be read back with a victim's bytes). So wait for the copy streams, as a page-in that
     // fails does (abort_chunk), and then the slots given or lent here go back, as before the eviction.
-    if (copying == 0 || xfer_->drain()) {
+    const bool drained = copying == 0 || xfer_->drain();
+    if (drained) {
       for (PageEntry* v : given) host_->release(std::exchange(v->host_slot, kNoSlot));
-      // The lender, pending under mu_ all along, releases its slot when its page-in is retired.
-      for (const Loan& loan : lent) loan.lender->host_slot = std::exchange(loan.victim->host_slot, kNoSlot);
-      throw;
     }
-    // The device cannot say when its copies end: each victim keeps its slot, so no other page takes it
-    // while a write-back into it may run; the page's next eviction reuses it, after that copy. A lent
-    // slot whose write-back was never queued goes back to its lender, whose page-in may still read it
-    // (the victim's next write-back would know nothing of that page-in); for the victims queued
-    // before, the copy stream already waits for the page-in, and so does any later write-back on it.
+    // Where the device cannot say when its copies end, each victim keeps its slot, so no other page
+    // takes it while a write-back into it may run; the page's next eviction reuses it, after that copy.
+    // A lent slot goes back to its lender, whose page-in may still read it (the victim's next
+    // write-back would know nothing of that page-in), unless, undrained, its write-back may be queued:
+    // the copy stream already waits for the page-in then, and so does any later write-back on it. The
+    // lender, pending under mu_ all along, releases the slot when its page-in is retired.
     for (const Loan& loan : lent) {
       const auto at = std::find_if(queue.begin(), queue.end(), [&](const auto& q) { return q.first == loan.victim; });
-      if (at - queue.begin() < static_cast<std::ptrdiff_t>(copying)) continue;
+      if (!drained && at - queue.begin() < static_cast<std::ptrdiff_t>(copying)) continue;
       loan.lender->host_slot = std::exchange(loan.victim->host_slot, kNoSlot);
     }
     throw;
