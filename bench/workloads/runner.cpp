@@ -473,6 +473,8 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
                                        : "modelled";
   r.host = o.sync_kernels ? "synchronous" : "ahead";
   r.write_behind = o.write_behind;
+  r.warmup = o.warmup;
+  r.measured = measured;
   r.wall_step_time_s = secs / measured;
   r.bytes_in = static_cast<double>(after.host_to_device.bytes - before.host_to_device.bytes) / measured;
   r.bytes_out = static_cast<double>(after.device_to_host.bytes - before.device_to_host.bytes) / measured;

@@ -87,6 +87,8 @@ struct RunResult {
   std::string vmm_costs;        // "modelled", "mapping-free" or "free" (the simulator), "real" (--device cuda)
   std::string host;             // "ahead" or "synchronous" (RunOptions::sync_kernels)
   bool write_behind = false;    // RunOptions::write_behind
+  int warmup = 0;               // iterations run before the measured ones (RunOptions::warmup)
+  int measured = 0;             // iterations measured: the figures below are their mean
   double wall_step_time_s = 0;  // wall clock, host and NVMe I/O included
   double bytes_moved = 0;       // host<->device, per iteration: bytes_in + bytes_out
   double bytes_in = 0;          // host to device (page-ins), per iteration

@@ -158,7 +158,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(op_times));
   app.add_option("--min-mib", sizes.min_mib, "replay: leave out storages smaller than this (MiB)")
       ->check(CLI::Range(0, 4096));
-  app.add_option("--iterations", o.iterations, "Iterations (the first 2 are warm-up)")->check(CLI::Range(3, 1000));
+  auto* iterations_opt =
+      app.add_option(
+             "--iterations", o.iterations,
+             "Iterations, the warm-up ones included (default 6, or --warmup + 4; the suites measure 2 (quick) or "
+             "6 (full) after the warm-up)")
+          ->check(CLI::Range(1, 1000));
+  app.add_option("--warmup", o.warmup,
+                 "Iterations not measured (default 2: the recorded iteration and the first replay). The pager's "
+                 "pairings of pages and frames settle over a few more replays; a larger value measures the steady "
+                 "state (docs/benchmarks.md, \"Warm-up\")")
+      ->check(CLI::Range(0, 999));
   app.add_option("--ratios", ratios, "Oversubscription ratios (working set / device budget)")
       ->delimiter(',')
       ->check(CLI::Range(1.0, 64.0));
@@ -228,6 +238,14 @@ int main(int argc, char** argv) {
                "Write and check every tensor's bytes with the pattern kernels (always on with --device cuda; on "
                "the simulator the CPU kernels add real time to the modelled step)");
   CLI11_PARSE(app, argc, argv);
+  if (iterations_opt->count() == 0) o.iterations = o.warmup + 4;
+  if (o.iterations <= o.warmup) {
+    std::fprintf(stderr,
+                 "tvmm-bench: --iterations %d leaves no iteration to measure after --warmup %d; pass --iterations %d "
+                 "or more\n",
+                 o.iterations, o.warmup, o.warmup + 1);
+    return 2;
+  }
   if (!timeline.empty()) {  // before any run: a bad directory would fail every one of them
     const auto dir = std::filesystem::path(timeline).parent_path();
     std::error_code ec;
@@ -267,7 +285,7 @@ int main(int argc, char** argv) {
     if (!suite.empty()) {
       jobs = suite_jobs(suite);
       o.host_fraction = o.host_fraction > 0 ? o.host_fraction : 0.5;
-      o.iterations = suite == "quick" ? 4 : 8;  // the first 2 are warm-up
+      o.iterations = o.warmup + (suite == "quick" ? 2 : 6);  // measured after the warm-up (2 by default)
       if (out.empty()) {
         out = "tvmm-bench-" + suite;
         std::fprintf(stderr, "tvmm-bench: no --out given; writing to %s/\n", out.c_str());
@@ -284,7 +302,7 @@ int main(int argc, char** argv) {
         sizes.layers = 6;
         sizes.tensor_mib = 4;
         sizes.compute_us = 1000;
-        o.iterations = 5;
+        o.iterations = o.warmup + 3;
       }
       jobs.push_back({build(workload, sizes, ""), ratios});
     }

@@ -80,6 +80,8 @@ TEST(BenchSummary, ValidatesAgainstItsDocumentedFields) {
     }
     EXPECT_EQ(rec["workload"], "train");
     EXPECT_EQ(rec["backend"], "sim");
+    EXPECT_EQ(rec["warmup_iterations"], 2);  // --iterations 3: the default warm-up, then one measured
+    EXPECT_EQ(rec["measured_iterations"], 1);
     EXPECT_GT(rec["step_time_s"].get<double>(), 0);
     EXPECT_GT(rec["bytes_moved"].get<double>(), 0);
     // Nothing beats the ideal bound, and the window bound is the tighter of the two.
@@ -215,6 +217,38 @@ TEST(BenchCli, TimelineWritesEachPolicyRunsPagerTimeline) {
       std::system((common + " --ratios 2 --timeline " + dir.path() + "/missing/t.json > " + log + " 2>&1").c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
   EXPECT_NE(test::read_file(log).find("--timeline " + dir.path() + "/missing/t.json: no directory"), std::string::npos)
+      << test::read_file(log);
+}
+
+// --warmup N: N iterations run before the measured ones (recorded in each record); --iterations then
+// defaults to N + 4, and one that leaves nothing to measure is refused before anything runs.
+TEST(BenchCli, WarmupSetsTheIterationsNotMeasured) {
+  test::TempDir dir;
+  const std::string common = std::string(TVMM_BENCH_BIN) +
+                             " --workload train --layers 3 --tensor-mib 2 --policies lru --peers none --compute-us 100 "
+                             "--ratios 2 --host-fraction 1 --disk-dir " +
+                             disk_dir();
+  const std::string log = dir.path() + "/stdout";
+  const std::string out = dir.path() + "/records.json";
+  ASSERT_EQ(std::system((common + " --warmup 3 --json " + out + " > " + log + " 2>&1").c_str()), 0)
+      << test::read_file(log);
+  const auto records = json::parse(test::read_file(out));
+  ASSERT_EQ(records.size(), 1u) << records.dump();
+  EXPECT_EQ(records[0]["warmup_iterations"], 3);
+  EXPECT_EQ(records[0]["measured_iterations"], 4);
+
+  ASSERT_EQ(std::system((common + " --warmup 0 --iterations 2 --json " + out + " > " + log + " 2>&1").c_str()), 0)
+      << test::read_file(log);
+  const auto cold = json::parse(test::read_file(out));
+  ASSERT_EQ(cold.size(), 1u);
+  EXPECT_EQ(cold[0]["warmup_iterations"], 0);
+  EXPECT_EQ(cold[0]["measured_iterations"], 2);
+
+  const int rc = std::system((common + " --warmup 3 --iterations 3 > " + log + " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  EXPECT_NE(test::read_file(log).find(
+                "--iterations 3 leaves no iteration to measure after --warmup 3; pass --iterations 4 or more"),
+            std::string::npos)
       << test::read_file(log);
 }
 
