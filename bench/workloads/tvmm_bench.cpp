@@ -159,10 +159,9 @@ int main(int argc, char** argv) {
   app.add_option("--min-mib", sizes.min_mib, "replay: leave out storages smaller than this (MiB)")
       ->check(CLI::Range(0, 4096));
   auto* iterations_opt =
-      app.add_option(
-             "--iterations", o.iterations,
-             "Iterations, the warm-up ones included (default 6, or --warmup + 4; the suites measure 2 (quick) or "
-             "6 (full) after the warm-up)")
+      app.add_option("--iterations", o.iterations,
+                     "Iterations, the warm-up ones included (default --warmup + 4, so 6; --suite and --quick set their "
+                     "own: --warmup + 2 (quick suite), + 6 (full suite), + 3 (--quick))")
           ->check(CLI::Range(1, 1000));
   app.add_option("--warmup", o.warmup,
                  "Iterations not measured (default 2: the recorded iteration and the first replay). The pager's "
@@ -239,13 +238,14 @@ int main(int argc, char** argv) {
                "the simulator the CPU kernels add real time to the modelled step)");
   CLI11_PARSE(app, argc, argv);
   if (iterations_opt->count() == 0) o.iterations = o.warmup + 4;
-  if (o.iterations <= o.warmup) {
-    std::fprintf(stderr,
-                 "tvmm-bench: --iterations %d leaves no iteration to measure after --warmup %d; pass --iterations %d "
-                 "or more\n",
-                 o.iterations, o.warmup, o.warmup + 1);
-    return 2;
-  }
+  // --suite and --quick measure a count of their own after the warm-up.
+  auto measure = [&](int count, const char* who) {
+    if (iterations_opt->count() != 0) {
+      std::fprintf(stderr, "tvmm-bench: --iterations %d is ignored: %s measures %d iterations after --warmup %d\n",
+                   o.iterations, who, count, o.warmup);
+    }
+    o.iterations = o.warmup + count;
+  };
   if (!timeline.empty()) {  // before any run: a bad directory would fail every one of them
     const auto dir = std::filesystem::path(timeline).parent_path();
     std::error_code ec;
@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
     if (!suite.empty()) {
       jobs = suite_jobs(suite);
       o.host_fraction = o.host_fraction > 0 ? o.host_fraction : 0.5;
-      o.iterations = o.warmup + (suite == "quick" ? 2 : 6);  // measured after the warm-up (2 by default)
+      measure(suite == "quick" ? 2 : 6, suite == "quick" ? "--suite quick" : "--suite full");
       if (out.empty()) {
         out = "tvmm-bench-" + suite;
         std::fprintf(stderr, "tvmm-bench: no --out given; writing to %s/\n", out.c_str());
@@ -302,12 +302,19 @@ int main(int argc, char** argv) {
         sizes.layers = 6;
         sizes.tensor_mib = 4;
         sizes.compute_us = 1000;
-        o.iterations = o.warmup + 3;
+        measure(3, "--quick");
       }
       jobs.push_back({build(workload, sizes, ""), ratios});
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tvmm-bench: %s\n", e.what());
+    return 2;
+  }
+  if (o.iterations <= o.warmup) {
+    std::fprintf(stderr,
+                 "tvmm-bench: --iterations %d leaves no iteration to measure after --warmup %d; pass --iterations %d "
+                 "or more\n",
+                 o.iterations, o.warmup, o.warmup + 1);
     return 2;
   }
 

@@ -220,29 +220,40 @@ TEST(BenchCli, TimelineWritesEachPolicyRunsPagerTimeline) {
       << test::read_file(log);
 }
 
-// --warmup N: N iterations run before the measured ones (recorded in each record); --iterations then
-// defaults to N + 4, and one that leaves nothing to measure is refused before anything runs.
+// --warmup N: N iterations run before the measured ones, recorded in each record. --iterations then
+// defaults to N + 4; --quick and --suite set their own count (and say so when --iterations is given);
+// one that leaves nothing to measure is refused before anything runs. What is measured changes with
+// it: trace prefetch has nothing to load in the recorded iteration, and loads in the replays.
 TEST(BenchCli, WarmupSetsTheIterationsNotMeasured) {
   test::TempDir dir;
   const std::string common = std::string(TVMM_BENCH_BIN) +
-                             " --workload train --layers 3 --tensor-mib 2 --policies lru --peers none --compute-us 100 "
-                             "--ratios 2 --host-fraction 1 --disk-dir " +
+                             " --workload train --layers 3 --tensor-mib 2 --policies trace --peers none "
+                             "--compute-us 100 --ratios 2 --host-fraction 1 --disk-dir " +
                              disk_dir();
   const std::string log = dir.path() + "/stdout";
   const std::string out = dir.path() + "/records.json";
-  ASSERT_EQ(std::system((common + " --warmup 3 --json " + out + " > " + log + " 2>&1").c_str()), 0)
-      << test::read_file(log);
-  const auto records = json::parse(test::read_file(out));
-  ASSERT_EQ(records.size(), 1u) << records.dump();
-  EXPECT_EQ(records[0]["warmup_iterations"], 3);
-  EXPECT_EQ(records[0]["measured_iterations"], 4);
+  auto run = [&](const std::string& args) {
+    const int rc = std::system((common + " " + args + " --json " + out + " > " + log + " 2>&1").c_str());
+    EXPECT_EQ(rc, 0) << args << ": " << test::read_file(log);
+    const auto records = json::parse(test::read_file(out));
+    EXPECT_EQ(records.size(), 1u) << records.dump();
+    return records.at(0);
+  };
+  const auto warm = run("--warmup 3");
+  EXPECT_EQ(warm["warmup_iterations"], 3);
+  EXPECT_EQ(warm["measured_iterations"], 4);
+  EXPECT_GT(warm["prefetched"].get<std::uint64_t>(), 0u);
 
-  ASSERT_EQ(std::system((common + " --warmup 0 --iterations 2 --json " + out + " > " + log + " 2>&1").c_str()), 0)
+  const auto cold = run("--warmup 0 --iterations 1");  // the recorded iteration alone
+  EXPECT_EQ(cold["warmup_iterations"], 0);
+  EXPECT_EQ(cold["measured_iterations"], 1);
+  EXPECT_EQ(cold["prefetched"].get<std::uint64_t>(), 0u);
+
+  const auto quick = run("--quick --warmup 1 --iterations 10");
+  EXPECT_EQ(quick["measured_iterations"], 3);
+  EXPECT_NE(test::read_file(log).find("--iterations 10 is ignored: --quick measures 3 iterations after --warmup 1"),
+            std::string::npos)
       << test::read_file(log);
-  const auto cold = json::parse(test::read_file(out));
-  ASSERT_EQ(cold.size(), 1u);
-  EXPECT_EQ(cold[0]["warmup_iterations"], 0);
-  EXPECT_EQ(cold[0]["measured_iterations"], 2);
 
   const int rc = std::system((common + " --warmup 3 --iterations 3 > " + log + " 2>&1").c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
