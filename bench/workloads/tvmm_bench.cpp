@@ -130,7 +130,8 @@ int main(int argc, char** argv) {
                      "costs and page-move bandwidth)")
       ->check(CLI::IsMember(workload_choices));
   app.add_option("--suite", suite,
-                 "Run a matrix of every workload, policy and peer: quick (under 5 minutes on 2 cores) or full")
+                 "Run a matrix of every workload, policy and peer: quick (4-9 minutes on 2 cores, the kernel peer "
+                 "included) or full")
       ->check(CLI::IsMember({"quick", "full"}));
   app.add_option("--out", out, "Write summary.json, CSV files and PNG plots (gnuplot) to this directory");
   app.add_option("--device", device, "Device backend: sim, or cuda (a real GPU)")
