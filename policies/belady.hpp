@@ -78,4 +78,21 @@ struct MinLoads {
 MinLoads min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
                         const PageBytes& page_bytes);
 
+//! What the schedule of min_load_bytes does for a page at one of its references.
+enum class Reload : std::uint8_t {
+  none,    //!< nothing to decide: the reference needs no data (a first touch, a discard) or comes right
+           //!< after the page's previous one (keeping it costs no frame)
+  loaded,  //!< the page leaves the device after its previous reference and is loaded again for this one
+  kept,    //!< the page stays resident from its previous reference to this one
+};
+
+//! For each access of `iteration` (outer index) and each of its pages (inner index, from the access's
+//! `first`; a release has none), what the fewest-bytes schedule of min_load_bytes, over `repeat` (>= 3)
+//! replays of `iteration` with `frames` frames, does at that reference in the second replay: a steady
+//! state, with an iteration of past and of future around it. A page whose next reference says `loaded`
+//! can be evicted at once at no cost in bytes that the optimum does not pay too. Throws as
+//! min_load_bytes. The work grows with frames x (references + accesses) x log(accesses).
+std::vector<std::vector<Reload>> optimal_reloads(const std::vector<TraceAccess>& iteration, std::uint32_t frames,
+                                                 const PageBytes& page_bytes, int repeat = 4);
+
 }  // namespace tvmm::policies

@@ -45,12 +45,40 @@ using Edge = Traits::edge_descriptor;
 struct Interval {
   std::size_t from = 0, to = 0;  // the points of the two references (to > from + 1)
   std::uint64_t bytes = 0;       // the load it saves
+  int round = 0;                 // the iteration of the reference that ends it
+  std::size_t access = 0;        // that reference: its access in `iteration`,
+  std::uint32_t page = 0;        // and the page's offset from the access's first page
+  bool kept = false;             // the optimum keeps the page resident over it
 };
+
+// Solves the flow below; fills `out` and, with `all`, hands back every interval with its verdict.
+MinLoads solve(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat, const PageBytes& page_bytes,
+               std::vector<Interval>* all);
 
 }  // namespace
 
 MinLoads min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
                         const PageBytes& page_bytes) {
+  return solve(iteration, frames, repeat, page_bytes, nullptr);
+}
+
+std::vector<std::vector<Reload>> optimal_reloads(const std::vector<TraceAccess>& iteration, std::uint32_t frames,
+                                                 const PageBytes& page_bytes, int repeat) {
+  std::vector<Interval> intervals;
+  solve(iteration, frames, repeat, page_bytes, &intervals);
+  std::vector<std::vector<Reload>> out(iteration.size());
+  for (std::size_t a = 0; a < iteration.size(); ++a)
+    out[a].assign(iteration[a].release ? 0 : iteration[a].pages, Reload::none);
+  for (const auto& i : intervals) {
+    if (i.round == 1) out[i.access][i.page] = i.kept ? Reload::kept : Reload::loaded;
+  }
+  return out;
+}
+
+namespace {
+
+MinLoads solve(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat, const PageBytes& page_bytes,
+               std::vector<Interval>* all) {
   if (repeat < 3) throw std::invalid_argument("min_load_bytes: repeat must be at least 3");
   // 1. The points, each group's page count, and the intervals.
   std::vector<std::uint32_t> group_pages;  // g(t)
@@ -85,7 +113,7 @@ MinLoads min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t
         if (prev != last.end() && !acc.discard && measured && t > prev->second + 1) {
           const std::uint64_t bytes = page_bytes(acc.tensor, acc.first + i);
           out.total_bytes += bytes;  // what loading at every such reference would cost
-          intervals.push_back({prev->second, t, bytes});
+          intervals.push_back({prev->second, t, bytes, r, a, i, false});
         }
         last[page] = t;
       }
@@ -154,10 +182,14 @@ MinLoads min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t
   }
   std::uint64_t saved = 0;
   for (std::size_t k = 0; k < intervals.size(); ++k) {
-    if (flow(interval_edge[k]) == 1) saved += intervals[k].bytes;
+    intervals[k].kept = flow(interval_edge[k]) == 1;
+    if (intervals[k].kept) saved += intervals[k].bytes;
   }
   out.load_bytes = out.total_bytes - saved;
+  if (all != nullptr) *all = std::move(intervals);
   return out;
 }
+
+}  // namespace
 
 }  // namespace tvmm::policies

@@ -8,13 +8,16 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "policies/belady.hpp"
 
 using tvmm::policies::min_load_bytes;
+using tvmm::policies::optimal_reloads;
 using tvmm::policies::PageBytes;
+using tvmm::policies::Reload;
 using tvmm::policies::simulate_belady;
 using tvmm::policies::TraceAccess;
 
@@ -124,6 +127,19 @@ std::vector<TraceAccess> random_iteration(std::mt19937& rng, std::uint32_t frame
   return it;
 }
 
+// Each page of `it` its own weight in [1, 1000], as a tensor's partial last page has, drawn in the
+// order the pages first appear.
+PageBytes random_weights(std::mt19937& rng, const std::vector<TraceAccess>& it) {
+  auto weight = std::make_shared<std::map<std::uint64_t, std::uint64_t>>();
+  for (const auto& a : it) {
+    for (std::uint32_t i = 0; i < a.pages; ++i) {
+      const auto [w, fresh] = weight->try_emplace((a.tensor << 32) | (a.first + i), 0);
+      if (fresh) w->second = std::uniform_int_distribution<std::uint64_t>(1, 1000)(rng);
+    }
+  }
+  return [weight](std::uint64_t t, std::uint32_t p) { return weight->at((t << 32) | p); };
+}
+
 }  // namespace
 
 TEST(MinLoadBytes, EqualsTheExhaustiveOptimumOnRandomTraces) {
@@ -132,15 +148,7 @@ TEST(MinLoadBytes, EqualsTheExhaustiveOptimumOnRandomTraces) {
   for (int trial = 0; trial < 300; ++trial) {
     const auto frames = static_cast<std::uint32_t>(std::uniform_int_distribution<int>(2, 4)(rng));
     const auto it = random_iteration(rng, frames);
-    // Each page its own weight, as a tensor's partial last page has.
-    std::map<std::uint64_t, std::uint64_t> weight;
-    const PageBytes bytes = [&](std::uint64_t t, std::uint32_t p) {
-      const auto [w, fresh] = weight.try_emplace((t << 32) | p, 0);
-      if (fresh) w->second = std::uniform_int_distribution<std::uint64_t>(1, 1000)(rng);
-      return w->second;
-    };
-    for (const auto& a : it)
-      for (std::uint32_t i = 0; i < a.pages; ++i) bytes(a.tensor, i);  // draw every weight now
+    const PageBytes bytes = random_weights(rng, it);
     const auto got = min_load_bytes(it, frames, 6, bytes);
     const auto want = exhaustive_min_load_bytes(it, frames, 6, bytes);
     ASSERT_EQ(got.load_bytes, want) << "trial " << trial << ", " << frames << " frames";
@@ -204,4 +212,54 @@ TEST(MinLoadBytes, RejectsAGroupLargerThanTheFrames) {
   const PageBytes bytes = [](std::uint64_t, std::uint32_t) -> std::uint64_t { return 1; };
   EXPECT_THROW((void)min_load_bytes(it, 2, 8, bytes), std::invalid_argument);
   EXPECT_THROW((void)min_load_bytes(it, 3, 2, bytes), std::invalid_argument);
+}
+
+TEST(MinLoadBytes, OptimalReloadsSayWhereTheOptimumLoadsAndWhereItKeeps) {
+  // The case above, per access of one steady iteration: 1 at access 0 comes right after its read at
+  // access 4 of the iteration before (nothing to decide), and stays resident to access 4 (kept); 2 is
+  // kept from access 3 over the iteration's end to access 1 (1 and 2 fill the two frames there), and
+  // reloaded at access 3 (1 fills the spare frame at 3's read); 3 is loaded every iteration.
+  const std::vector<TraceAccess> it = {{1, 1, false}, {2, 1, false}, {3, 1, false}, {2, 1, false}, {1, 1, false}};
+  const PageBytes bytes = [](std::uint64_t t, std::uint32_t) -> std::uint64_t { return t == 2 ? 10 : 1000; };
+  const auto plan = optimal_reloads(it, 2, bytes);
+  ASSERT_EQ(plan.size(), it.size());
+  const std::vector<Reload> want = {Reload::none, Reload::kept, Reload::loaded, Reload::loaded, Reload::kept};
+  for (std::size_t a = 0; a < it.size(); ++a) {
+    ASSERT_EQ(plan[a].size(), 1u);
+    EXPECT_EQ(plan[a][0], want[a]) << "access " << a;
+  }
+  // A release has no pages to decide; a first touch and a discard load nothing.
+  const std::vector<TraceAccess> fresh = {{1, 2, true}, {1, 2, false}, {1, 2, false, false, 0, false, true}};
+  const auto none = optimal_reloads(fresh, 2, bytes);
+  EXPECT_EQ(none[0], (std::vector<Reload>{Reload::none, Reload::none}));
+  EXPECT_EQ(none[1], (std::vector<Reload>{Reload::none, Reload::none}));
+  EXPECT_TRUE(none[2].empty());
+  EXPECT_THROW((void)optimal_reloads(it, 2, bytes, 2), std::invalid_argument);
+}
+
+TEST(MinLoadBytes, OptimalReloadsAddUpToTheFewestBytesLoaded) {
+  // Over three replays (the second measured), the bytes of the references marked `loaded` are
+  // min_load_bytes' optimum, and every reference that could load is marked one way or the other.
+  std::mt19937 rng(11);
+  int kept = 0, loaded = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto frames = static_cast<std::uint32_t>(std::uniform_int_distribution<int>(2, 4)(rng));
+    const auto it = random_iteration(rng, frames);
+    const PageBytes bytes = random_weights(rng, it);
+    const auto plan = optimal_reloads(it, frames, bytes, 3);
+    const auto best = min_load_bytes(it, frames, 3, bytes);
+    std::uint64_t sum = 0, decided = 0;
+    for (std::size_t a = 0; a < it.size(); ++a) {
+      for (std::uint32_t i = 0; i < plan[a].size(); ++i) {
+        const std::uint64_t b = bytes(it[a].tensor, it[a].first + i);
+        if (plan[a][i] == Reload::loaded) sum += b, ++loaded;
+        if (plan[a][i] == Reload::kept) ++kept;
+        if (plan[a][i] != Reload::none) decided += b;
+      }
+    }
+    ASSERT_EQ(sum, best.load_bytes) << "trial " << trial;
+    ASSERT_EQ(decided, best.total_bytes) << "trial " << trial;
+  }
+  EXPECT_GT(kept, 100);
+  EXPECT_GT(loaded, 100);
 }
