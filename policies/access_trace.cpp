@@ -138,6 +138,23 @@ std::size_t AccessTrace::pins_left_in_iteration() const {
   return state_ == State::replaying ? trace_.size() - cursor_ : kNever;
 }
 
+std::size_t AccessTrace::next_reference(std::uint64_t tensor, std::uint32_t page, std::uint32_t& offset) const {
+  std::lock_guard lk(mu_);
+  if (state_ != State::replaying) return kNever;
+  const auto it = positions_.find(tensor);
+  if (it == positions_.end()) return kNever;
+  const auto& pos = it->second;  // sorted
+  auto covers = [&](std::size_t at) { return trace_[at].first <= page && page - trace_[at].first < trace_[at].pages; };
+  const auto from = std::lower_bound(pos.begin(), pos.end(), cursor_);
+  auto found = std::find_if(from, pos.end(), covers);
+  if (found == pos.end()) {  // wraps into the next iteration
+    found = std::find_if(pos.begin(), from, covers);
+    if (found == from) return kNever;
+  }
+  offset = page - trace_[*found].first;
+  return *found;
+}
+
 std::size_t AccessTrace::next_use(std::uint64_t tensor) const {
   std::lock_guard lk(mu_);
   return next_use_locked(tensor);

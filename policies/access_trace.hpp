@@ -23,6 +23,7 @@ struct PageOwner {
   //! Evicting the page now makes its frame wait for a copy of it: a write-back (its current contents
   //! are on no other tier and not discarded) or a write-behind copy still running.
   bool copy_out = false;
+  std::uint32_t page = 0;  //!< the page's index in its tensor
 };
 
 class AccessTrace {
@@ -55,6 +56,10 @@ class AccessTrace {
   [[nodiscard]] std::size_t prefetch_horizon(std::size_t distance) const;
   //! Pins since `tensor` was last pinned (0 = it was the latest pin), or kNever. Replaying only.
   [[nodiscard]] std::size_t since_last_use(std::uint64_t tensor) const;
+  //! The position in the recorded iteration (0 = its first pin) of the next pin from now that covers
+  //! page `page` of `tensor`, wrapping into the next iteration, or kNever (not replaying, or no pin
+  //! covers it). `offset` receives the page's place in that pin (page - its first page).
+  [[nodiscard]] std::size_t next_reference(std::uint64_t tensor, std::uint32_t page, std::uint32_t& offset) const;
   //! Whole iterations replayed since the trace began replaying (0 during the first replayed
   //! iteration), or 0 when not replaying.
   [[nodiscard]] std::size_t replays() const;

@@ -169,3 +169,27 @@ TEST(AccessTrace, ReplaysCountsWholeReplayedIterationsAndStartsAgainWithANewTrac
   EXPECT_EQ(tr.state(), AccessTrace::State::replaying);
   EXPECT_EQ(tr.replays(), 0u);
 }
+
+TEST(AccessTrace, NextReferenceFindsThePinThatCoversThePage) {
+  AccessTrace tr;
+  std::uint32_t offset = 99;
+  EXPECT_EQ(tr.next_reference(1, 0, offset), AccessTrace::kNever);  // not replaying
+  (void)tr.on_iteration(1);
+  // Tensor 1 (4 pages) is pinned a half at a time: pages 0-1 at position 0, 2-3 at 2; tensor 2 at 1.
+  const TraceAccess low{1, 2, false, false, 0}, other{2, 1, false}, high{1, 2, false, false, 2};
+  for (const auto& a : {low, other, high}) (void)tr.on_pin(a, 1);
+  (void)tr.on_iteration(1);
+  EXPECT_EQ(tr.next_reference(1, 3, offset), 2u);
+  EXPECT_EQ(offset, 1u);
+  EXPECT_EQ(tr.next_reference(1, 0, offset), 0u);
+  EXPECT_EQ(offset, 0u);
+  (void)tr.on_pin(low, 1);
+  (void)tr.on_pin(other, 1);
+  // Past position 0: page 1's next pin is the next iteration's first; page 2's comes next.
+  EXPECT_EQ(tr.next_reference(1, 1, offset), 0u);
+  EXPECT_EQ(offset, 1u);
+  EXPECT_EQ(tr.next_reference(1, 2, offset), 2u);
+  EXPECT_EQ(offset, 0u);
+  EXPECT_EQ(tr.next_reference(1, 4, offset), AccessTrace::kNever);  // no pin covers it
+  EXPECT_EQ(tr.next_reference(3, 0, offset), AccessTrace::kNever);  // not in the trace
+}
