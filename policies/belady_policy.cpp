@@ -21,6 +21,7 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
                                           std::span<const PageIndex> prefer) {
   if (trace_.state() != AccessTrace::State::replaying) return ListPolicy::select(max, claim, prefer);
   std::lock_guard lk(mu_);
+  if (!prefer.empty()) plan_reloads();
   struct Rank {
     bool old;          // not pinned in the last keep_recent_ pins: goes first
     bool just_used;    // released by the work queued last: deferred when another candidate can go
@@ -28,6 +29,7 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     std::size_t next;  // pins to the next use
     double key;        // then the farthest next use, weighed by the page's cost, first
     Node* node;
+    bool reloaded;  // the optimum loads it again at its next reference (optimal_reloads)
   };
   std::vector<Rank> ranked;
   ranked.reserve(list_.size());
@@ -40,7 +42,13 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     const bool just_used = latest != 0 && owner.released_at == latest;
     const std::size_t next = trace_.next_use(owner.tensor);
     const double key = next == AccessTrace::kNever ? 1e300 : (static_cast<double>(next) + 1) / owner.cost;
-    ranked.push_back({old, just_used, owner.copy_out, next, key, &n});
+    bool reloaded = false;
+    if (!reloads_.empty()) {
+      std::uint32_t offset = 0;
+      const std::size_t at = trace_.next_reference(owner.tensor, owner.page, offset);
+      reloaded = at < reloads_.size() && offset < reloads_[at].size() && reloads_[at][offset] == Reload::loaded;
+    }
+    ranked.push_back({old, just_used, owner.copy_out, next, key, &n, reloaded});
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Rank& a, const Rank& b) { return a.old != b.old ? a.old : a.key > b.key; });
@@ -53,13 +61,18 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     ++taken;
   };
   const std::size_t left = trace_.pins_left_in_iteration();
-  // 0. Preferred pages first, among the farther half of the candidates or those not pinned again in
-  //    this iteration, and in the same keep_recent class as Belady's own choice.
-  if (!prefer.empty() && trace_.replays() >= kPairingIterations) {
+  // 0. Preferred pages first, in the same keep_recent class as Belady's own choice: those the optimum
+  //    reloads anyway, wherever they stand, and from the second replayed iteration on those among the
+  //    farther half of the candidates or not pinned again in this iteration.
+  if (!prefer.empty()) {
     const std::size_t farther = ranked.size() / kPreferShare;
-    for (std::size_t i = 0;
-         i < ranked.size() && taken < max && (i < farther || ranked[i].next >= left) && ranked[i].old == ranked[0].old;
-         ++i) {
+    bool within = trace_.replays() >= kPairingIterations;  // still in the farther half, or not needed again
+    for (std::size_t i = 0; i < ranked.size() && taken < max && ranked[i].old == ranked[0].old; ++i) {
+      within = within && (i < farther || ranked[i].next >= left);
+      if (!within && !ranked[i].reloaded) {
+        if (reloads_.empty()) break;
+        continue;
+      }
       if (std::binary_search(prefer.begin(), prefer.end(), index_of(*ranked[i].node))) take(i);
     }
   }
@@ -92,6 +105,27 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     if (!tried[i]) take(i);
   }
   return taken;
+}
+
+void BeladyPolicy::plan_reloads() noexcept {
+  if (frames_ == 0 || !page_bytes_) return;
+  // The version first: a trace dropped and recorded again after this read gets its own plan at the
+  // next call, whatever recorded() returns below.
+  const std::uint64_t version = trace_.divergences();
+  if (version == reloads_of_) return;
+  reloads_of_ = version;
+  reloads_.clear();
+  try {
+    const std::vector<TraceAccess> iteration = trace_.recorded();
+    double references = 0;
+    for (const auto& a : iteration) references += a.pages + 1.0;
+    if (static_cast<double>(frames_) * references > kReloadPlanWork) return;
+    reloads_ = optimal_reloads(iteration, frames_, page_bytes_);
+  } catch (const std::exception&) {
+    // No memory, or a pin needing more pages than there are frames (the pager refuses it anyway): no
+    // page counts as reloaded, and the preference keeps to the farther half.
+    reloads_.clear();
+  }
 }
 
 }  // namespace tvmm::policies

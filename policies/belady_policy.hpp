@@ -20,8 +20,7 @@
 //   has ended and the write-back has run after it, so the next kernel, whose pages take that frame,
 //   would wait for the write-back. On training loops (a backward pass evicting the gradient it has
 //   just written) this stall came once per kernel.
-// The preferred pages of select(max, claim, prefer) go before both deferrals, from the second replayed
-// iteration on.
+// The preferred pages of select(max, claim, prefer) go before both deferrals (see there).
 // Until a trace is being replayed it keeps LRU order. Selection ranks every candidate (O(n log n) per
 // eviction batch): meant for studies and benchmarks.
 
@@ -29,8 +28,10 @@
 #include <cstdint>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "policies/access_trace.hpp"
+#include "policies/belady.hpp"
 #include "policies/list_policy.hpp"
 
 namespace tvmm::policies {
@@ -44,19 +45,30 @@ class BeladyPolicy final : public ListPolicy {
   static constexpr std::size_t kDeferWindow = 4;
   //! See select(max, claim, prefer).
   static constexpr std::size_t kPreferShare = 2;
-  //! Replayed iterations in which select(max, claim, prefer) ignores `prefer`: see there.
+  //! Replayed iterations in which select(max, claim, prefer) ignores `prefer` among the farther half:
+  //! see there.
   static constexpr std::size_t kPairingIterations = 1;
+  //! The most work (frames x (pages referenced + pins) per recorded iteration) spent on the optimum's
+  //! reloads (optimal_reloads), once per recorded trace and under the pager's lock: about a second on
+  //! this project's 2-core VM (GPT-2's trace at 1.25x, 1.1e6, took 67 ms). Beyond it, no page counts
+  //! as reloaded anyway.
+  static constexpr double kReloadPlanWork = 1.5e7;
 
   //! `owner_of` says whose page a resident page is (called under the pager's lock, from select);
   //! `latest_release`: the mark of the latest stream release; tensors that carry it are the ones
-  //! deferred. It is read, never written, here.
+  //! deferred. It is read, never written, here. `frames` (the device frames the pager may use) and
+  //! `page_bytes` (what moving a page weighs, called under the pager's lock) let select(max, claim,
+  //! prefer) ask which pages the optimum reloads anyway; with either missing (0, empty), none counts.
   BeladyPolicy(std::uint32_t page_count, const AccessTrace& trace, std::size_t keep_recent,
-               const std::atomic<std::uint64_t>& latest_release, std::function<PageOwner(PageIndex)> owner_of)
+               const std::atomic<std::uint64_t>& latest_release, std::function<PageOwner(PageIndex)> owner_of,
+               std::uint32_t frames = 0, PageBytes page_bytes = {})
       : ListPolicy(page_count),
         trace_(trace),
         keep_recent_(keep_recent),
         latest_release_(latest_release),
-        owner_of_(std::move(owner_of)) {}
+        owner_of_(std::move(owner_of)),
+        frames_(frames),
+        page_bytes_(std::move(page_bytes)) {}
   [[nodiscard]] const char* name() const noexcept override { return "belady"; }
   void touch(PageIndex first, std::size_t n) override { move_to_back(first, n); }
   std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) override;
@@ -70,17 +82,30 @@ class BeladyPolicy final : public ListPolicy {
   //! keeps are the ones Belady makes. Those made before, in LRU order while the trace was recorded,
   //! pair pages that Belady keeps resident together, and keeping them evicts pages needed soon:
   //! docs/benchmarks.md, "Pairings formed in Belady's order".
+  //! Wherever it stands, and from the first replayed iteration on, a preferred page also goes first if
+  //! the fewest-bytes schedule (optimal_reloads, computed once per recorded trace for `frames`) loads
+  //! it again at its next reference: evicting it now costs no byte that the optimum does not pay. On
+  //! the model traces at 5x and 8x this took 0.944 of the step (docs/benchmarks.md, "Holders the
+  //! optimum reloads anyway").
   std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
                      std::span<const PageIndex> prefer) override;
 
  private:
   std::size_t rank_and_select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
                               std::span<const PageIndex> prefer);
+  // Computes reloads_ for the trace being replayed, unless known already. Under mu_.
+  void plan_reloads() noexcept;
 
   const AccessTrace& trace_;
   const std::size_t keep_recent_;
   const std::atomic<std::uint64_t>& latest_release_;
   const std::function<PageOwner(PageIndex)> owner_of_;
+  const std::uint32_t frames_;
+  const PageBytes page_bytes_;
+  //! optimal_reloads of the recorded trace (empty: none known), for the trace of divergence count
+  //! `reloads_of_`. Guarded by mu_.
+  std::vector<std::vector<Reload>> reloads_;
+  std::uint64_t reloads_of_ = ~std::uint64_t{0};
 };
 
 }  // namespace tvmm::policies

@@ -25,7 +25,8 @@ std::unique_ptr<EvictionPolicy> make_belady(const PolicyContext& ctx) {
     throw config_error("eviction policy \"belady\" needs the pager's access trace and its pages' owners");
   }
   return std::make_unique<BeladyPolicy>(ctx.page_count, *ctx.trace, ctx.keep_recent,
-                                        ctx.latest_release != nullptr ? *ctx.latest_release : no_release, ctx.owner_of);
+                                        ctx.latest_release != nullptr ? *ctx.latest_release : no_release, ctx.owner_of,
+                                        ctx.frames, ctx.page_bytes);
 }
 
 // One line per policy: name, summary, needs the trace, run by tvmm-bench by default, factory.

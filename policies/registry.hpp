@@ -24,6 +24,12 @@ struct PolicyContext {
   //! The pager's recorded access trace: set for the policies registered with `needs_trace`.
   const AccessTrace* trace = nullptr;
   std::size_t keep_recent = 0;  //!< Config::keep_recent
+  //! The device frames the pager may use (its device budget in pages); 0 where unknown.
+  std::uint32_t frames = 0;
+  //! What moving page `page` of the tensor with trace id `tensor` weighs, in bytes (called under the
+  //! pager's lock); empty where unknown. With `frames`, lets Belady ask which pages the fewest-bytes
+  //! schedule reloads anyway (policies::optimal_reloads).
+  PageBytes page_bytes;
   //! The mark of the latest stream release (Allocation::released_at); null where there is none.
   const std::atomic<std::uint64_t>* latest_release = nullptr;
   //! Whose a resident page is (its tensor in the trace, its latest release), for the policies that

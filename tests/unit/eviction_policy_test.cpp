@@ -283,6 +283,40 @@ TEST(Belady, PrefersAPageAmongTheFartherHalfFromTheSecondReplayedIterationOn) {
   EXPECT_EQ(later.victims(2, 0, 0, {}, {1, 6}), (std::vector<std::size_t>{1, 3}));
 }
 
+TEST(Belady, PrefersAPageTheOptimumReloadsAnywayWhereverItStands) {
+  // Each iteration pins 1, 2, 1, 3, 1, 4, 1, 5 (a page each); 2 frames. The fewest-loads schedule keeps
+  // 1 resident throughout (its intervals span one pin each) and loads 2-5 at every use. Replaying, in
+  // the first replayed iteration, after pins 1 and 2: next uses 1 -> 0, 3 -> 1, 4 -> 3, 5 -> 5, 2 -> 7
+  // (the next iteration). Belady's order: 2, 5, 4, 3, 1.
+  AccessTrace trace;
+  const std::vector<std::uint64_t> order = {1, 2, 1, 3, 1, 4, 1, 5};
+  (void)trace.on_iteration(1);
+  for (auto t : order) (void)trace.on_pin({t, 1, false}, 1);
+  (void)trace.on_iteration(1);
+  for (std::size_t k = 0; k < 2; ++k) (void)trace.on_pin({order[k], 1, false}, 1);
+  ASSERT_EQ(trace.replays(), 0u);
+  const std::atomic<std::uint64_t> latest{0};
+  auto victims = [&](std::uint32_t frames, std::initializer_list<PageIndex> prefer) {
+    const PageBytes page = [](std::uint64_t, std::uint32_t) -> std::uint64_t { return 1; };
+    BeladyPolicy policy(
+        5, trace, 0, latest,
+        [](PageIndex p) {
+          return PageOwner{p + 1u, 0, 1.0, false, 0};
+        },
+        frames, frames == 0 ? PageBytes{} : page);
+    for (PageIndex p = 0; p < 5; ++p) policy.insert(p);
+    return take(policy, 1, prefer);
+  };
+  // Tensor 4 (page 3) is in the nearer half and pinned again in this iteration, and this is the first
+  // replayed iteration: the farther half's preference would not take it. The optimum reloads it at
+  // its next use anyway, so it goes first.
+  EXPECT_EQ(victims(2, {3}), (std::vector<std::size_t>{3}));
+  // Tensor 1 (page 0) the optimum keeps: Belady's own choice, tensor 2, goes.
+  EXPECT_EQ(victims(2, {0}), (std::vector<std::size_t>{1}));
+  // Without the frame count, nothing is known of the optimum: Belady's choice.
+  EXPECT_EQ(victims(0, {3}), (std::vector<std::size_t>{1}));
+}
+
 TEST(Belady, WeighsEachNextUseByWhatMovingThePageCosts) {
   // As above: next uses 3 -> 3, 2 -> 2, 1 -> 1, 4 -> 0 pins. Tensor 2 is a partial page costing a
   // tenth of a full one: (2 + 1) / 0.1 = 30 beats tensor 3's (3 + 1) / 1, so it goes first; the
