@@ -43,7 +43,7 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     const std::size_t next = trace_.next_use(owner.tensor);
     const double key = next == AccessTrace::kNever ? 1e300 : (static_cast<double>(next) + 1) / owner.cost;
     bool reloaded = false;
-    if (!reloads_.empty()) {
+    if (!reloads_.empty() && !prefer.empty()) {  // only the preference asks
       std::uint32_t offset = 0;
       const std::size_t at = trace_.next_reference(owner.tensor, owner.page, offset);
       reloaded = at < reloads_.size() && offset < reloads_[at].size() && reloads_[at][offset] == Reload::loaded;
