@@ -29,7 +29,8 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     std::size_t next;  // pins to the next use
     double key;        // then the farthest next use, weighed by the page's cost, first
     Node* node;
-    bool reloaded;  // the optimum loads it again at its next reference (optimal_reloads)
+    std::uint64_t tensor;  // PageOwner::tensor and page: where to look up the optimum's verdict
+    std::uint32_t page;
   };
   std::vector<Rank> ranked;
   ranked.reserve(list_.size());
@@ -42,13 +43,7 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     const bool just_used = latest != 0 && owner.released_at == latest;
     const std::size_t next = trace_.next_use(owner.tensor);
     const double key = next == AccessTrace::kNever ? 1e300 : (static_cast<double>(next) + 1) / owner.cost;
-    bool reloaded = false;
-    if (!reloads_.empty() && !prefer.empty()) {  // only the preference asks
-      std::uint32_t offset = 0;
-      const std::size_t at = trace_.next_reference(owner.tensor, owner.page, offset);
-      reloaded = at < reloads_.size() && offset < reloads_[at].size() && reloads_[at][offset] == Reload::loaded;
-    }
-    ranked.push_back({old, just_used, owner.copy_out, next, key, &n, reloaded});
+    ranked.push_back({old, just_used, owner.copy_out, next, key, &n, owner.tensor, owner.page});
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Rank& a, const Rank& b) { return a.old != b.old ? a.old : a.key > b.key; });
@@ -69,11 +64,9 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     bool within = trace_.replays() >= kPairingIterations;  // still in the farther half, or not needed again
     for (std::size_t i = 0; i < ranked.size() && taken < max && ranked[i].old == ranked[0].old; ++i) {
       within = within && (i < farther || ranked[i].next >= left);
-      if (!within && !ranked[i].reloaded) {
-        if (reloads_.empty()) break;
-        continue;
-      }
-      if (std::binary_search(prefer.begin(), prefer.end(), index_of(*ranked[i].node))) take(i);
+      if (!within && reloads_.empty()) break;
+      if (!std::binary_search(prefer.begin(), prefer.end(), index_of(*ranked[i].node))) continue;
+      if (within || reloaded_anyway(ranked[i].tensor, ranked[i].page)) take(i);
     }
   }
   // 1. Within the window, skip the just-used pages while the others are, like them, not pinned again in
@@ -105,6 +98,12 @@ std::size_t BeladyPolicy::rank_and_select(std::size_t max, common::FunctionRef<b
     if (!tried[i]) take(i);
   }
   return taken;
+}
+
+bool BeladyPolicy::reloaded_anyway(std::uint64_t tensor, std::uint32_t page) const {
+  std::uint32_t offset = 0;
+  const std::size_t at = trace_.next_reference(tensor, page, offset);
+  return at < reloads_.size() && offset < reloads_[at].size() && reloads_[at][offset] == Reload::loaded;
 }
 
 void BeladyPolicy::plan_reloads() noexcept {

@@ -95,6 +95,8 @@ class BeladyPolicy final : public ListPolicy {
                               std::span<const PageIndex> prefer);
   // Computes reloads_ for the trace being replayed, unless known already. Under mu_.
   void plan_reloads() noexcept;
+  // Whether the optimum (reloads_) loads page `page` of `tensor` again at its next reference. Under mu_.
+  [[nodiscard]] bool reloaded_anyway(std::uint64_t tensor, std::uint32_t page) const;
 
   const AccessTrace& trace_;
   const std::size_t keep_recent_;

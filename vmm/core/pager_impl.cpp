@@ -154,21 +154,19 @@ PagerImpl::PagerImpl(const Config& config, std::unique_ptr<device::DeviceBackend
   policy_ctx.keep_recent = cfg_.keep_recent;
   policy_ctx.frames = static_cast<std::uint32_t>(cfg_.device_budget / page_size_);
   policy_ctx.page_bytes = [this](std::uint64_t tensor, std::uint32_t page) -> std::uint64_t {
-    // As PageOwner::cost weighs a page: its bytes plus a copy's fixed cost. An id no longer live (or
-    // an arena's) weighs a full page.
+    // As PageOwner::cost weighs a page. An id no longer live (or an arena's) weighs a full page.
     const auto it = by_id_.find(tensor);
     if (it == by_id_.end() || it->second->arena != nullptr || page >= it->second->pages)
       return page_size_ + kMoveOverheadBytes;
-    return used_bytes(table_[it->second->first_page + page]) + kMoveOverheadBytes;
+    return move_weight(table_[it->second->first_page + page]);
   };
   policy_ctx.latest_release = &latest_release_;
   policy_ctx.owner_of = [this](policies::PageIndex i) {
     const Allocation* a = table_[i].owner;
     const std::uint64_t w = table_[i].word.load(std::memory_order_acquire);
-    constexpr double fixed = kMoveOverheadBytes;  // a copy's fixed cost, in bytes of bus time
     return policies::PageOwner{
         a->id, a->released_at.load(std::memory_order_relaxed),
-        (static_cast<double>(used_bytes(table_[i])) + fixed) / (static_cast<double>(page_size_) + fixed),
+        static_cast<double>(move_weight(table_[i])) / static_cast<double>(page_size_ + kMoveOverheadBytes),
         !table_[i].droppable(w) || word::writing_behind(w), static_cast<std::uint32_t>(i - a->first_page)};
   };
   policy_ = policies::make_eviction_policy(cfg_.eviction, policy_ctx);

@@ -198,6 +198,10 @@ class PagerImpl {
   //! read the trace weigh a page's next use by (its bytes + this) / (a page + this): a tensor's partial
   //! last page costs less to move, but never nothing (policies::PageOwner::cost).
   static constexpr std::size_t kMoveOverheadBytes = 256 * 1024;
+  //! What moving `p` weighs in bus time, in bytes: its bytes plus a copy's fixed cost.
+  [[nodiscard]] std::size_t move_weight(const PageEntry& p) const noexcept {
+    return used_bytes(p) + kMoveOverheadBytes;
+  }
   //! The bytes of `p` its tensor holds, which page copies move: a page, or less for a tensor's last page
   //! when its size is not a multiple of the page size (the rest of that page is never read).
   [[nodiscard]] std::size_t used_bytes(const PageEntry& p) const noexcept {
