@@ -29,9 +29,10 @@ asan: deps
 	cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
 
+# ThreadSanitizer runs the tests labelled "concurrency" only, so it builds only their programs.
 tsan: deps
 	cmake --preset tsan -DTVMM_WERROR=$(WERROR)
-	cmake --build --preset tsan -j $(JOBS)
+	cmake --build --preset tsan -j $(JOBS) --target tvmm_concurrency_suite
 	ctest --preset tsan -j $(JOBS)
 
 # The config-loader fuzzer, built with clang (libFuzzer + ASan + UBSan), run for FUZZ_SECONDS.
