@@ -316,16 +316,24 @@ CUEMU_EXPORT("cuDeviceTotalMem", 3020, DeviceTotalMem);
 
 // --- contexts ------------------------------------------------------------------------------------------
 
+// All or nothing (std::bad_alloc, or std::system_error from the stream's thread): registered last, once its
+// NULL stream's worker runs, and unregistered and freed if that worker cannot start.
 Context* make_context(Device* dev, bool primary) {
-  auto* c = new Context;
+  auto c = std::make_unique<Context>();
   c->device = dev;
   c->primary = primary;
   c->legacy = std::make_unique<Stream>();
-  c->legacy->ctx = c;
+  c->legacy->ctx = c.get();
   c->legacy->legacy = true;
-  start(c->legacy.get());
-  Driver::get().contexts.insert(c);
-  return c;
+  auto& contexts = Driver::get().contexts;
+  const auto at = contexts.insert(c.get()).first;  // may throw: nothing started yet
+  try {
+    start(c->legacy.get());
+  } catch (...) {
+    contexts.erase(at);
+    throw;
+  }
+  return c.release();
 }
 
 CUresult DevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
@@ -378,6 +386,8 @@ CUresult CtxCreate(CUcontext* pctx, unsigned flags, CUdevice dev) {
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Driver& d = Driver::get();
   Context* c = nullptr;
+  // Room on the thread's context stack first: once made, the context must be pushed without failing.
+  context_stack().reserve(context_stack().size() + 1);
   {
     std::lock_guard lk(d.mu);
     Device* device = device_of(dev);

@@ -14,6 +14,7 @@
 // - pieces the pager relies on not to allocate where it cannot fail: address runs, the faulty storage
 //   adaptor the NVMe tests build on;
 // - range pins released together, frees with a stream use on record;
+// - the driver emulator's cuCtxCreate (emulated.faults.pager only);
 // - transparent mode's heap, vmm and um (HeapFixture, sweep_heap; the um sweep also counts the
 //   simulator's managed memory; its TEST is the file's last, after the C API's);
 // - the C API (CStep, c_step).
@@ -21,6 +22,11 @@
 // failing allocation (`ignore` it n times).
 
 #include <gtest/gtest.h>
+
+#if defined(TVMM_HAVE_CUDA)
+#include <cuda.h>
+#include <dlfcn.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -36,6 +42,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -446,6 +453,73 @@ TEST(AllocationFailure, FreedWithAStreamUseOnRecord) {
     s.synchronize();
   });
 }
+
+#if defined(TVMM_HAVE_CUDA)
+namespace {
+// The process's thread count (/proc/self/status), read while no allocation is armed.
+long threads_now() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long n = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "Threads: %ld", &n) == 1) break;
+  }
+  std::fclose(f);
+  return n;
+}
+}  // namespace
+
+// The driver emulator's cuCtxCreate with each of its allocations failing in turn (emulated.faults.pager:
+// the emulator is libcuda.so.1 there, and its allocations are this binary's): it answers
+// CUDA_ERROR_OUT_OF_MEMORY and leaves nothing behind, no context made current and no context's stream
+// worker running (a context it registered would hold one); LeakSanitizer checks that none is lost
+// either (`make asan`). Until the emulator built its context all or nothing, a failure after
+// its NULL stream's worker started left a context registered, running and never returned.
+TEST(AllocationFailure, EmulatedContextCreationIsAllOrNothing) {
+  if (!test::on_cuda()) GTEST_SKIP() << "on the CUDA backend only (ctest's emulated.faults.pager)";
+  void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << ::dlerror();
+  auto* init = reinterpret_cast<decltype(&::cuInit)>(::dlsym(lib, "cuInit"));
+  auto* create = reinterpret_cast<CUresult (*)(CUcontext*, unsigned, CUdevice)>(::dlsym(lib, "cuCtxCreate_v2"));
+  auto* current = reinterpret_cast<decltype(&::cuCtxGetCurrent)>(::dlsym(lib, "cuCtxGetCurrent"));
+  auto* destroy = reinterpret_cast<decltype(&::cuCtxDestroy_v2)>(::dlsym(lib, "cuCtxDestroy_v2"));
+  ASSERT_TRUE(init != nullptr && create != nullptr && current != nullptr && destroy != nullptr);
+  ASSERT_EQ(init(0), CUDA_SUCCESS);
+  // Earlier tests' retired stream workers may still be exiting: start from a settled count.
+  for (int i = 0, same = 0; i < 100 && same < 3; ++i) {
+    const long a = threads_now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    same = threads_now() == a ? same + 1 : 0;
+  }
+  long swept = 0;
+  for (long n = 0; n < 10'000; ++n) {
+    CUcontext before = nullptr;
+    ASSERT_EQ(current(&before), CUDA_SUCCESS);
+    const long threads = threads_now();
+    CUcontext made = nullptr;
+    fail_allocation(n);
+    const CUresult r = create(&made, 0, 0);
+    if (!disarm()) {
+      ASSERT_EQ(r, CUDA_SUCCESS);
+      EXPECT_GE(threads_now(), threads + 1) << "a context runs its NULL stream's worker";
+      ASSERT_EQ(destroy(made), CUDA_SUCCESS);
+      break;
+    }
+    ++swept;
+    if (r == CUDA_SUCCESS) {  // the failure was handled inside
+      ASSERT_EQ(destroy(made), CUDA_SUCCESS);
+      continue;
+    }
+    EXPECT_EQ(r, CUDA_ERROR_OUT_OF_MEMORY) << "allocation " << n;
+    CUcontext after = nullptr;
+    ASSERT_EQ(current(&after), CUDA_SUCCESS);
+    EXPECT_EQ(after, before) << "allocation " << n;
+    EXPECT_LE(threads_now(), threads) << "allocation " << n << " failed and a context's stream worker runs";
+  }
+  EXPECT_GT(swept, 2) << "cuCtxCreate allocated too little for the sweep to test anything";
+}
+#endif
 
 // Transparent mode's heap, both mechanisms (vmm remaps, um managed memory): an allocation that demotes
 // the coldest device page to the host, a small allocation in a slab, frees (at once, deferred to the next
