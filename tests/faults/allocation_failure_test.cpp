@@ -434,6 +434,26 @@ TEST(AllocationFailure, RangePinsReleasedTogetherPrefetchAndFree) {
   });
 }
 
+// A stream pin of a tensor whose write-back is still queued (behind another tensor's, which waits for
+// that tensor's last kernel) while its own uses are over: the pin takes its pages back from the
+// copies' host slots (PagerImpl::in_flight_write_backs, load_pages). A failure gives them back to their
+// eviction, or to the host tier once that is retired: none stays in transit, and the bytes hold.
+TEST(AllocationFailure, StreamPinOfATensorBeingWrittenBack) {
+  sweep(test::small_config(4, 16), [](Fixture& f) {  // lru; 4 frames, tensors of 2 pages
+    auto s = f.pager.create_stream();
+    auto other = f.pager.create_stream();
+    { auto pin = f.tensors[1].pin(other, Access::read_write); }
+    other.busy_for(std::chrono::milliseconds(20));  // t1's last use runs on...
+    { auto pin = f.tensors[0].pin(s, Access::read_write); }
+    s.synchronize();                                         // (t0's is over)
+    { auto pin = f.tensors[2].pin(s, Access::read_write); }  // ...while t2 takes t1's frames
+    { auto pin = f.tensors[3].pin(s, Access::read_write); }  // and t3 t0's: its write-backs queue behind t1's
+    auto pin = f.tensors[0].pin(s, Access::read);
+    s.synchronize();
+    other.synchronize();
+  });
+}
+
 // A tensor and a small one (in the always-resident arena) freed while their last stream uses are still
 // on record: freeing waits for those uses in place, allocating nothing, since it runs where nothing may
 // throw (a tensor's destructor). Until it did, the uses' events were collected into a list first, and a

@@ -308,6 +308,60 @@ TEST(Pager, StreamPinThatEvictsDoesNotBlockTheThread) {
   p.check_invariants();
 }
 
+// A stream pin that reads a page whose write-back is still queued (behind another page's write-back,
+// which waits for that page's last kernel) loads it back from that copy's host slot, its page-in ordered
+// after the copy, and returns at once: before, the pin waited on the host for the write-back
+// (docs/architecture.md, "Eviction").
+TEST(Pager, StreamPinOfAPageBeingWrittenBackDoesNotBlockTheThread) {
+  Pager p(test::small_config(2, 8));  // lru
+  auto s1 = p.create_stream();
+  auto s2 = p.create_stream();
+  auto a = p.allocate(64 * KiB);
+  auto c = p.allocate(64 * KiB);
+  auto b = p.allocate(64 * KiB);
+  auto d = p.allocate(64 * KiB);
+  {
+    auto pin = a.pin(s1, Access::write);
+    s1.launch([dst = pin.data(), n = a.size()] { test::fill(dst, n, 81); });
+  }
+  std::atomic<bool> gate{false};
+  {
+    auto pin = c.pin(s2, Access::write);
+    s2.launch([&gate, dst = pin.data(), n = c.size()] {
+      while (!gate.load()) std::this_thread::yield();  // c's last use is still running...
+      test::fill(dst, n, 83);
+    });
+  }
+  s1.synchronize();
+  { auto pin = a.pin(s1, Access::read); }   // a used last: c goes first
+  s1.synchronize();                         // and a's uses are over
+  { auto pin = b.pin(s1, Access::write); }  // ...when b takes c's frame: c's write-back waits for the gate,
+  { auto pin = d.pin(s1, Access::write); }  // and a's, queued after it, for c's (one copy stream)
+  EXPECT_EQ(a.tier(), Tier::transit);
+  std::atomic<bool> watchdog_opened{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 200 && !gate.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!gate.exchange(true)) watchdog_opened = true;
+  });
+  std::atomic<std::size_t> a_wrong{SIZE_MAX};
+  {
+    auto pin = a.pin(s1, Access::read);  // a is still being written back: must return with the gate closed
+    EXPECT_FALSE(gate.load()) << "the pin waited for the page's write-back";
+    s1.launch([&a_wrong, src = pin.data(), n = a.size()] { a_wrong = test::mismatches(src, n, 81); });
+  }
+  gate = true;
+  watchdog.join();
+  EXPECT_FALSE(watchdog_opened.load());
+  s1.synchronize();
+  s2.synchronize();
+  EXPECT_EQ(a_wrong.load(), 0u) << "the kernel read a before its write-back and page-in had brought it back";
+  for (auto [t, seed] : {std::pair<Tensor*, int>{&a, 81}, {&c, 83}}) {
+    auto pin = t->pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), t->size(), seed), 0u) << seed;
+  }
+  p.check_invariants();
+}
+
 TEST(Pager, StreamTimerMeasuresTheDeviceTimeOfBusyKernels) {
   Config c = test::small_config(2, 4);
   c.sim.timing = "model";  // host work takes no device time: the figures are exact

@@ -1,6 +1,7 @@
 // PagerImpl, part 3: frames for pages and page-ins (load_pages, load_chunk and its steps, acquire_frames).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <unordered_map>
 #include <utility>
 
@@ -12,18 +13,22 @@
 namespace tvmm::vmm {
 
 std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
-                                  bool may_wait, const Protect* protect, bool reaped) {
-  // 1. Claim the pages: in transit, no other thread loads, evicts or frees them.
+                                  bool may_wait, const Protect* protect, bool reaped,
+                                  std::span<const EventRef> arrivals) {
+  // 1. Claim the pages: in transit, no other thread loads, evicts or frees them. A page taken back in
+  //    flight is in transit already, as its eviction's: reap() now leaves it to this call.
   std::vector<PageState> before(todo.size());
   for (std::size_t i = 0; i < todo.size(); ++i) {
     before[i] = todo[i]->state();
     todo[i]->set_state(PageState::transit);
+    if (before[i] == PageState::transit) todo[i]->spill = Spill::claimed;
   }
   std::size_t loaded = 0;
   common::ScopeGuard restore([&] {
     for (std::size_t i = loaded; i < todo.size(); ++i) {
       todo[i]->set_state(before[i]);
       if (before[i] == PageState::host) note_host(*todo[i]);  // a spill may have dropped it while claimed
+      if (before[i] == PageState::transit) give_back_in_flight(*todo[i]);
     }
     cv_.notify_all();
   });
@@ -35,7 +40,8 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
         acquire_frames(lk, std::span(todo).subspan(loaded), deadline, may_wait, protect, reaped && loaded == 0);
     if (got.frames.empty()) break;  // only without may_wait: nothing evictable now
     const std::size_t n = got.frames.size();
-    load_chunk(std::span(todo).subspan(loaded, n), std::span(before).subspan(loaded, n), got, access);
+    load_chunk(std::span(todo).subspan(loaded, n), std::span(before).subspan(loaded, n), got, access,
+               arrivals.empty() ? arrivals : arrivals.subspan(loaded, n));
     loaded += n;
   }
   return loaded;  // `restore` puts back any page left without a frame and wakes waiters
@@ -119,6 +125,7 @@ void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const
     // A page from NVMe keeps its slot: a clean copy (read back), or the next write-back's target
     // (overwritten, Access::write).
     if (before[i] == PageState::nvme) note_slot_kept(p);
+    if (before[i] == PageState::transit) left_in_flight(p);  // taken back in flight: its eviction is over
     if (done) p.ready = EventRef(done).detach();
     if (copied(i) && p.host_slot != kNoSlot) p.set_host_copy();
     policy_->insert(table_.index_of(p));
@@ -128,14 +135,18 @@ void PagerImpl::publish_chunk(std::span<PageEntry* const> pages, std::span<const
 }
 
 void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got,
-                           Access access) {
+                           Access access, std::span<const EventRef> arrivals) {
   common::ScopeGuard give_back([&] { release_frames(got); });
   // 3. Queue the page-ins of pages that hold data (unless the caller overwrites them, Access::write),
   //    each after the write-back of its own frame's previous page, so that a chunk's page-ins overlap
   //    the write-backs of the frames after theirs. They go to the frames' own addresses, so they are
   //    queued before the mapping calls of step 4 and run while the host makes them. NVMe pages arrive
   //    here only with Access::write (others are read and paged in by stage_in).
-  auto needs_copy = [&](std::size_t i) { return before[i] == PageState::host && access != Access::write; };
+  //    A page taken back while its write-back runs (before: transit) is read from that copy's slot,
+  //    after the copy.
+  auto needs_copy = [&](std::size_t i) {
+    return (before[i] == PageState::host || before[i] == PageState::transit) && access != Access::write;
+  };
   bool any = false;
   EventRef done;
   try {
@@ -148,6 +159,7 @@ void PagerImpl::load_chunk(std::span<PageEntry* const> pages, std::span<const Pa
     for (const std::size_t i : got.in_recording_order()) {
       if (!needs_copy(i)) continue;
       follow(got.after[i].get());
+      if (!arrivals.empty()) follow(arrivals[i].get());
       xfer_->copy_in(frame_addr(got.frames[i]), host_->ptr(pages[i]->host_slot), used_bytes(*pages[i]));
       any = true;
     }

@@ -80,12 +80,14 @@ constexpr std::uint64_t with_state(std::uint64_t w, PageState s, bool pend = fal
 }
 }  // namespace word
 
-//! A page evicted from the device (in transit, its write-back to a host slot queued) that a spill
-//! claimed to write on to NVMe as soon as its write-back completes.
+//! A page evicted from the device (in transit, its write-back to a host slot queued) that someone
+//! claimed before the write-back completed: a spill, to write it on to NVMe as soon as it has arrived,
+//! or a pin that reads it, to load it back from that slot behind the copy (PagerImpl::load_pages).
+//! reap() then leaves the page to the claimant.
 enum class Spill : std::uint8_t {
   none = 0,
   claimed = 1,  //!< the write-back may still be running; reap() retires it and marks it `arrived`
-  arrived = 2,  //!< write-back retired: the spill publishes the page when done
+  arrived = 2,  //!< write-back retired: the claimant publishes the page when done
 };
 
 inline constexpr std::uint32_t kNoFrame = UINT32_MAX;
@@ -107,7 +109,7 @@ struct PageEntry {
   //! frame unmaps it first. kNoFrame: nothing mapped; kUnknownMapping: mapped where a failed rollback
   //! left it (access not known to be granted), so always unmapped before the next map.
   std::uint32_t mapped = kNoFrame;
-  Spill spill = Spill::none;  //!< being written to NVMe straight from an eviction (see Spill)
+  Spill spill = Spill::none;  //!< claimed while its write-back runs, by a spill or a pin (see Spill)
   //! The page left the device with live contents since write-behind last copied it (or since it was
   //! allocated): write-behind copies only such pages of a tensor (PagerImpl::copy_behind). Guarded by mu_.
   bool left_live = false;

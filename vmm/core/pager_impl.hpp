@@ -286,10 +286,26 @@ class PagerImpl {
   // Loads `todo` (fresh or host pages); with may_wait false, loads only what free or evictable frames
   // allow and returns the number loaded. Evictions it makes skip the pages `protect` names. `reaped`:
   // the caller has just reaped, holding `lk` since (see acquire_frames).
+  // `arrivals` (empty, or one per page of `todo`): the pages of `todo` in transit are taken back while
+  // their write-backs run (in_flight_write_backs), each claimed here (Spill::claimed: reap() leaves it
+  // to this call) and its page-in ordered after its arrival event.
   std::size_t load_pages(Lock& lk, std::vector<PageEntry*>& todo, Access access, Clock::time_point deadline,
-                         bool may_wait, const Protect* protect = nullptr, bool reaped = false);
-  // Maps `got.frames` at `pages` and queues their page-ins; on success the pages are resident.
-  void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got, Access access);
+                         bool may_wait, const Protect* protect = nullptr, bool reaped = false,
+                         std::span<const EventRef> arrivals = {});
+  // Maps `got.frames` at `pages` and queues their page-ins; on success the pages are resident. A page
+  // whose `before` is transit was taken back in flight: its page-in follows `arrivals[i]`.
+  void load_chunk(std::span<PageEntry* const> pages, std::span<const PageState> before, Frames& got, Access access,
+                  std::span<const EventRef> arrivals = {});
+  // The pages of a span whose write-back from the device is still running (in an eviction batch not
+  // yet retired, the host slot the copy's target, no spill or write-behind copy involved) while every
+  // stream use of their tensors has completed, with each copy's event in `arrivals`: a pin that reads
+  // them loads them back from those slots (load_pages) instead of waiting on the host for the copies.
+  std::vector<PageEntry*> in_flight_write_backs(PageEntry* pages, std::uint32_t count, std::vector<EventRef>& arrivals);
+  // A claimed page that was not loaded goes back to its eviction (or, if reap() has retired that
+  // meanwhile, to the host tier); one that was loaded leaves its eviction batch, which reap() then
+  // skips.
+  void give_back_in_flight(PageEntry& p) noexcept;
+  void left_in_flight(PageEntry& p) noexcept;
   // The steps of a chunk's page-in, shared by load_chunk and stage_in:
   //! Maps got.frames[i] at pages[i], unless pages[i]'s address is mapped there already (a kept
   //! mapping: no driver call); a page mapped to another frame is unmapped first. All or nothing: on

@@ -401,6 +401,17 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, PageSpan
       continue;
     }
     if (!busy) break;
+    // Pages whose eviction's write-back still runs: a pin that reads them loads them back from that
+    // copy's host slot, its page-in queued behind the copy, instead of waiting for the copy here (the
+    // calling thread would lose its lead over the device: docs/architecture.md, "Eviction").
+    if (access != Access::write) {
+      std::vector<EventRef> arrivals;
+      std::vector<PageEntry*> back = in_flight_write_backs(pages, span.count, arrivals);
+      if (!back.empty()) {
+        misses += load_pages(lk, back, access, deadline, true, nullptr, std::exchange(reaped, false), arrivals);
+        continue;
+      }
+    }
     // Another thread is moving some of these pages (evicting them, or loading them for its own pin).
     if (!wait_progress(lk, deadline)) {
       throw timeout_error("tvmm: pinning " + tensor_label(a) + ": its pages stayed in transit for " +

@@ -59,6 +59,7 @@ bool PagerImpl::reap(Lock& /*lk*/) {
     std::size_t done = b.retired;
     while (done < b.pages.size() && (!b.done[done] || events_.is_done(b.done[done].get()))) ++done;
     for (; b.retired < done; ++b.retired) {
+      if (b.pages[b.retired] == kNoPage) continue;  // taken back by a pin and resident again (left_in_flight)
       PageEntry& v = table_[b.pages[b.retired]];
       // Its eviction followed its write-behind copy (evict), whose batch is done too, then, although it
       // may not have been when queried above: retired first, it publishes no page off the device still
@@ -73,7 +74,7 @@ bool PagerImpl::reap(Lock& /*lk*/) {
         v.clear_discarded();
         v.set_state(PageState::fresh);
       } else if (v.spill != Spill::none) {
-        v.spill = Spill::arrived;  // a spill is writing it to NVMe: it publishes the page
+        v.spill = Spill::arrived;  // a spill writes it to NVMe, or a pin loads it back: that one publishes it
       } else if (v.host_slot != kNoSlot) {
         v.set_state(PageState::host);
         note_host(v);
@@ -86,6 +87,66 @@ bool PagerImpl::reap(Lock& /*lk*/) {
   }
   if (retired) cv_.notify_all();
   return retired;
+}
+
+std::vector<PageEntry*> PagerImpl::in_flight_write_backs(PageEntry* pages, std::uint32_t count,
+                                                         std::vector<EventRef>& arrivals) {
+  std::vector<PageEntry*> found;
+  arrivals.clear();
+  for (std::uint32_t i = 0; i < count; ++i) {
+    PageEntry& p = pages[i];
+    const auto w = p.word.load(std::memory_order_acquire);
+    if (word::state(w) != PageState::transit || p.spill != Spill::none || p.host_slot == kNoSlot ||
+        word::discarded(w) || word::writing_behind(w) || p.owner->host_only)
+      continue;
+    // Its write-back, if an eviction batch not yet retired holds the page (a page in transit for
+    // another reason, a load or a spill, is in none).
+    const std::uint32_t index = table_.index_of(p);
+    const EventRef* arrival = nullptr;
+    for (auto b = evictions_.rbegin(); b != evictions_.rend() && arrival == nullptr; ++b) {
+      for (std::size_t k = b->retired; k < b->pages.size(); ++k) {
+        if (b->pages[k] == index) {
+          arrival = &b->done[k];
+          break;
+        }
+      }
+    }
+    if (arrival == nullptr) continue;
+    // Its address is remapped to the frame it comes back to, and cuMemUnmap is not stream-ordered: only
+    // once every use of its tensor queued on a stream has completed (the write-back reads the frame
+    // through the frame's own address, which stays mapped).
+    {
+      std::lock_guard ul(p.owner->uses_mu);
+      prune_uses(*p.owner, false);
+      if (!p.owner->uses.empty()) continue;
+    }
+    found.push_back(&p);
+    arrivals.push_back(*arrival);  // null for a page dropped with nothing pending: its slot holds its data
+  }
+  return found;
+}
+
+void PagerImpl::give_back_in_flight(PageEntry& p) noexcept {
+  if (std::exchange(p.spill, Spill::none) == Spill::arrived) {
+    // reap() retired its write-back meanwhile and left the page to the pin: on the host now.
+    (void)p.clear_host_copy();
+    p.set_state(PageState::host);
+    note_host(p);
+  }
+  // Otherwise it is in transit as before, and reap() publishes it when its write-back completes.
+}
+
+void PagerImpl::left_in_flight(PageEntry& p) noexcept {
+  if (std::exchange(p.spill, Spill::none) == Spill::arrived) return;  // its batch entry is retired
+  const std::uint32_t index = table_.index_of(p);
+  for (auto b = evictions_.rbegin(); b != evictions_.rend(); ++b) {
+    for (std::size_t k = b->retired; k < b->pages.size(); ++k) {
+      if (b->pages[k] == index) {
+        b->pages[k] = kNoPage;  // the write-back still orders the batch; the page is no longer its
+        return;
+      }
+    }
+  }
 }
 
 // One cuMemUnmap per run of adjacent addresses (it takes several whole mappings at once: cuda.h,

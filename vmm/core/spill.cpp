@@ -115,6 +115,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   for (const auto& b : evictions_) queued += b.pages.size() - b.retired;
   for (auto b = evictions_.rbegin(); b != evictions_.rend(); ++b) {
     for (std::size_t k = b->pages.size(); k-- > b->retired; --queued) {
+      if (b->pages[k] == kNoPage) continue;  // taken back by a pin (left_in_flight)
       PageEntry& p = table_[b->pages[k]];
       if (on_the_way(p)) order.push_back({&p, &b->done[k], queued});
     }
