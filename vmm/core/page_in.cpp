@@ -1,7 +1,6 @@
 // PagerImpl, part 3: frames for pages and page-ins (load_pages, load_chunk and its steps, acquire_frames).
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <unordered_map>
 #include <utility>
 
