@@ -13,7 +13,8 @@
 //   allocate, free and discard;
 // - pieces the pager relies on not to allocate where it cannot fail: address runs, the faulty storage
 //   adaptor the NVMe tests build on;
-// - range pins released together, frees with a stream use on record;
+// - range pins released together, a stream pin of a tensor being written back, frees with a stream use
+//   on record;
 // - the driver emulator's cuCtxCreate (emulated.faults.pager only);
 // - transparent mode's heap, vmm and um (HeapFixture, sweep_heap; the um sweep also counts the
 //   simulator's managed memory; its TEST is the file's last, after the C API's);

@@ -306,6 +306,13 @@ class PagerImpl {
   // skips.
   void give_back_in_flight(PageEntry& p) noexcept;
   void left_in_flight(PageEntry& p) noexcept;
+  // Where `page` stands in an eviction batch not yet retired (its entry and its write-back's event), or
+  // nulls if in none.
+  struct InFlight {
+    std::uint32_t* page = nullptr;
+    EventRef* done = nullptr;
+  };
+  [[nodiscard]] InFlight in_flight_entry(std::uint32_t page) noexcept;
   // The steps of a chunk's page-in, shared by load_chunk and stage_in:
   //! Maps got.frames[i] at pages[i], unless pages[i]'s address is mapped there already (a kept
   //! mapping: no driver call); a page mapped to another frame is unmapped first. All or nothing: on

@@ -101,17 +101,8 @@ std::vector<PageEntry*> PagerImpl::in_flight_write_backs(PageEntry* pages, std::
       continue;
     // Its write-back, if an eviction batch not yet retired holds the page (a page in transit for
     // another reason, a load or a spill, is in none).
-    const std::uint32_t index = table_.index_of(p);
-    const EventRef* arrival = nullptr;
-    for (auto b = evictions_.rbegin(); b != evictions_.rend() && arrival == nullptr; ++b) {
-      for (std::size_t k = b->retired; k < b->pages.size(); ++k) {
-        if (b->pages[k] == index) {
-          arrival = &b->done[k];
-          break;
-        }
-      }
-    }
-    if (arrival == nullptr) continue;
+    const InFlight entry = in_flight_entry(table_.index_of(p));
+    if (entry.page == nullptr) continue;
     // Its address is remapped to the frame it comes back to, and cuMemUnmap is not stream-ordered: only
     // once every use of its tensor queued on a stream has completed (the write-back reads the frame
     // through the frame's own address, which stays mapped).
@@ -121,15 +112,24 @@ std::vector<PageEntry*> PagerImpl::in_flight_write_backs(PageEntry* pages, std::
       if (!p.owner->uses.empty()) continue;
     }
     found.push_back(&p);
-    arrivals.push_back(*arrival);  // null for a page dropped with nothing pending: its slot holds its data
+    arrivals.push_back(*entry.done);  // null for a page dropped with nothing pending: its slot holds its data
   }
   return found;
 }
 
+PagerImpl::InFlight PagerImpl::in_flight_entry(std::uint32_t page) noexcept {
+  for (auto b = evictions_.rbegin(); b != evictions_.rend(); ++b) {
+    for (std::size_t k = b->retired; k < b->pages.size(); ++k) {
+      if (b->pages[k] == page) return {&b->pages[k], &b->done[k]};
+    }
+  }
+  return {};
+}
+
 void PagerImpl::give_back_in_flight(PageEntry& p) noexcept {
   if (std::exchange(p.spill, Spill::none) == Spill::arrived) {
-    // reap() retired its write-back meanwhile and left the page to the pin: on the host now.
-    (void)p.clear_host_copy();
+    // reap() retired its write-back meanwhile (clearing its host-copy bit) and left the page to the pin:
+    // on the host now.
     p.set_state(PageState::host);
     note_host(p);
   }
@@ -138,15 +138,8 @@ void PagerImpl::give_back_in_flight(PageEntry& p) noexcept {
 
 void PagerImpl::left_in_flight(PageEntry& p) noexcept {
   if (std::exchange(p.spill, Spill::none) == Spill::arrived) return;  // its batch entry is retired
-  const std::uint32_t index = table_.index_of(p);
-  for (auto b = evictions_.rbegin(); b != evictions_.rend(); ++b) {
-    for (std::size_t k = b->retired; k < b->pages.size(); ++k) {
-      if (b->pages[k] == index) {
-        b->pages[k] = kNoPage;  // the write-back still orders the batch; the page is no longer its
-        return;
-      }
-    }
-  }
+  // The write-back still orders the batch; the page is no longer its.
+  if (const InFlight entry = in_flight_entry(table_.index_of(p)); entry.page != nullptr) *entry.page = kNoPage;
 }
 
 // One cuMemUnmap per run of adjacent addresses (it takes several whole mappings at once: cuda.h,
