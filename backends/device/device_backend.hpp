@@ -198,6 +198,16 @@ class DeviceBackend {
   //! its bus's speed: the simulator with an unthrottled bus, the CUDA backend where neither
   //! Config::bus_bytes_per_s nor sysfs gives one. Write-behind queues its copies only while this is zero.
   [[nodiscard]] virtual std::optional<std::chrono::nanoseconds> d2h_backlog() const noexcept { return std::nullopt; }
+  //! Whether the backend models the machine's NVMe drive on its clock (storage_io_ended does something):
+  //! the simulator with SimDeviceConfig::disk set and timing "model". Elsewhere the drive takes its real
+  //! time and the backend need not hear of it.
+  [[nodiscard]] virtual bool models_storage() const noexcept { return false; }
+  //! A storage I/O of `bytes` (a write if `write`) that the calling thread submitted at `submitted` (its
+  //! timeline_clock() then) has ended. Where models_storage(), the modelled drive serves it after the
+  //! I/Os ended before it, and the thread's time moves on to its modelled end: what the thread queues
+  //! next starts no earlier. Elsewhere nothing happens.
+  virtual void storage_io_ended(bool /*write*/, std::size_t /*bytes*/,
+                                std::chrono::steady_clock::time_point /*submitted*/) noexcept {}
 
   Status reserve(std::size_t bytes, DevPtr* out);
   Status release_reservation(DevPtr base, std::size_t bytes);

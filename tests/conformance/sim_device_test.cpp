@@ -512,6 +512,39 @@ TEST(SimDevice, TheDeviceToHostBacklogCountsTheCopiesQueuedThatWay) {
   EXPECT_EQ(dev.d2h_backlog(), milliseconds(0));
 }
 
+// SimDeviceConfig::disk: with timing "model" each storage I/O the pager reports (storage_io_ended) is
+// served by one modelled drive after the I/Os before it, for its bytes over its direction's speed, and the
+// calling thread's host time moves on to its end; with "wall", or with both speeds 0, nothing is modelled.
+TEST(SimDevice, AModelledDiskServesEachIoAfterTheOnesBeforeIt) {
+  using std::chrono::milliseconds;
+  constexpr std::size_t g = 64 * KiB;
+  SimDeviceConfig c;
+  c.granularity = g;
+  c.timing = "model";
+  EXPECT_FALSE(SimDevice(c, 4 * g).models_storage()) << "no speeds: disk I/O takes no modelled time";
+  c.disk.read_bytes_per_s = static_cast<double>(g) * 1000;  // a page per millisecond
+  c.disk.write_bytes_per_s = static_cast<double>(g) * 500;  // a page per 2 ms
+  {
+    SimDeviceConfig wall = c;
+    wall.timing = "wall";
+    EXPECT_FALSE(SimDevice(wall, 4 * g).models_storage()) << "the real drive takes its real time";
+  }
+  SimDevice dev(c, 4 * g);
+  ASSERT_TRUE(dev.models_storage());
+  ModelledHostTime host_time(dev);
+  const auto t0 = dev.timeline_clock();
+  dev.storage_io_ended(false, g, t0);  // a read: 1 ms
+  EXPECT_EQ(dev.timeline_clock() - t0, milliseconds(1));
+  dev.storage_io_ended(true, g, t0);  // a write submitted with it: after the read, 2 ms
+  EXPECT_EQ(dev.timeline_clock() - t0, milliseconds(3));
+  dev.storage_io_ended(false, 2 * g, t0 + milliseconds(10));  // submitted once the drive was idle
+  EXPECT_EQ(dev.timeline_clock() - t0, milliseconds(12));
+  EXPECT_EQ(host_time.elapsed(), milliseconds(12)) << "what the thread queues next starts after the I/O";
+  // An I/O submitted earlier but reported last is still served after the others.
+  dev.storage_io_ended(false, g, t0);
+  EXPECT_EQ(dev.timeline_clock() - t0, milliseconds(13));
+}
+
 // The test adaptor's hold: copies of one direction run only as released, in order; the other direction
 // and the stream's later work follow them.
 TEST(FaultyDevice, HeldCopiesRunOnlyOnceReleasedInOrder) {

@@ -290,6 +290,41 @@ TEST(NvmeSpill, WithoutATraceTheNewestHostPagesGoFirst) {
   p.check_invariants();
 }
 
+// With the simulator's model clock and a modelled drive (SimDeviceConfig::disk), a page read back from
+// NVMe reaches the device only after its read has taken the drive's time: the stream that pins it waits
+// at least that long. Without the drive's speeds the same pin takes a few copies' time.
+TEST(NvmeTier, AModelledDriveDelaysAPageReadBackFromNvme) {
+  auto pin_time = [](double drive_bytes_per_s) {
+    test::TempDir dir;
+    Config c = nvme_config(1, 4, 16, {dir.path()});
+    c.sim.timing = "model";
+    c.sim.bandwidth_bytes_per_s = 1e9;  // a page in 66 us
+    c.sim.disk.read_bytes_per_s = c.sim.disk.write_bytes_per_s = drive_bytes_per_s;
+    Pager p(c);
+    std::vector<Tensor> ts;
+    for (int i = 0; i < 8; ++i) {
+      ts.push_back(p.allocate(kPage));
+      auto pin = ts.back().pin(Access::write);
+      test::fill(pin.data(), kPage, 300 + i);
+    }
+    EXPECT_EQ(ts[5].tier(), Tier::nvme);
+    auto s = p.create_stream();
+    StreamTimer timer(s);
+    timer.start();
+    {
+      auto pin = ts[5].pin(s, Access::read);
+      timer.stop();
+    }
+    const auto took = timer.elapsed();
+    auto pin = ts[5].pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), kPage, 305), 0u);
+    return took;
+  };
+  using std::chrono::milliseconds;
+  EXPECT_LT(pin_time(0), milliseconds(5));
+  EXPECT_GE(pin_time(static_cast<double>(kPage) * 100), milliseconds(10)) << "a page per 10 ms: its read";
+}
+
 // With a trace (eviction "belady", replaying), the host pages whose next use is farthest go first.
 // One device frame, so the device's choice is forced and only the spill order differs; each iteration
 // pins six tensors once in order, then again in an order where recency does not predict the next use.

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "backends/topology/topology.hpp"
 #include "vmm/config/config_keys.hpp"
@@ -58,6 +59,13 @@ void Config::validate() const {
                        ": expected a finite number of bytes per second >= 0 (0 = unthrottled)");
   }
   if (sim.copy_latency.count() < 0) throw config_error("sim.copy_latency must be >= 0");
+  for (const auto& [what, speed] : {std::pair{"sim.disk.read_bytes_per_s", sim.disk.read_bytes_per_s},
+                                    std::pair{"sim.disk.write_bytes_per_s", sim.disk.write_bytes_per_s}}) {
+    if (!std::isfinite(speed) || speed < 0.0) {
+      throw config_error(std::string(what) + " = " + std::to_string(speed) +
+                         ": expected a finite number of bytes per second >= 0 (0 = disk I/O takes no modelled time)");
+    }
+  }
   if (!std::isfinite(bus_bytes_per_s) || bus_bytes_per_s < 0.0) {
     throw config_error("bus_bytes_per_s = " + std::to_string(bus_bytes_per_s) +
                        ": expected a finite number of bytes per second >= 0 (0 = the PCIe link's, from sysfs)");

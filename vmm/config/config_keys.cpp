@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "backends/device/registry.hpp"
 #include "backends/storage/registry.hpp"
@@ -300,6 +301,26 @@ std::vector<ConfigKey> make_keys() {
                   {},
                   [](Config& c, const KeyValue& v) { c.sim.bandwidth_bytes_per_s = v.number * 1e9; },
                   [](const Config& c) { return toml_number(c.sim.bandwidth_bytes_per_s / 1e9); }});
+  for (const auto& [key, meaning, field] :
+       {std::tuple{"disk_read_gbs",
+                   "modelled sequential read speed of the machine's NVMe drive in GB/s (1e9 bytes/s), with timing = "
+                   "\"model\": each NVMe read takes its bytes over it, one I/O after another; 0 = free",
+                   &SimDeviceConfig::Disk::read_bytes_per_s},
+        std::tuple{"disk_write_gbs",
+                   "modelled sequential write speed of the machine's NVMe drive in GB/s (1e9 bytes/s), with timing = "
+                   "\"model\"; 0 = free",
+                   &SimDeviceConfig::Disk::write_bytes_per_s}}) {
+    keys.push_back({"device.sim",
+                    key,
+                    KeyType::number,
+                    "a number of GB/s >= 0",
+                    meaning,
+                    false,
+                    0.0,
+                    {},
+                    [f = field](Config& c, const KeyValue& v) { c.sim.disk.*f = v.number * 1e9; },
+                    [f = field](const Config& c) { return toml_number(c.sim.disk.*f / 1e9); }});
+  }
   keys.push_back(micros_key("device.sim", "copy_latency_us", "modelled fixed cost of every copy, in microseconds",
                             [](Config& c) -> std::chrono::nanoseconds& { return c.sim.copy_latency; }));
   // The simulator's modelled driver-call costs (SimDeviceConfig::VmmCosts), one key per field.

@@ -5,6 +5,7 @@
 // to the device is queued as soon as its own read is verified.
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 
 #include "common/scope_guard.hpp"
@@ -69,7 +70,27 @@ void PagerImpl::run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::
     frames_in_hand_ -= static_cast<std::uint32_t>(frames_held);
   });
   const auto start = observe_.now();
-  nvme_->run(ios, hooks);
+  if (!dev_->models_storage()) {
+    nvme_->run(ios, hooks);
+  } else {
+    // A modelled drive (the simulator's model clock): each I/O ends on that clock when the drive has
+    // served it, and what the hooks queue after it (a page's copy to the device) starts no earlier.
+    // Allocated before anything is submitted, like NvmeTier::run's own room (a throw here is its throw).
+    using TimePoint = std::chrono::steady_clock::time_point;
+    std::vector<TimePoint> submitted(ios.size(), TimePoint::min());
+    auto ready = [&](std::size_t i, bool block) noexcept {
+      const bool go = hooks.ready(i, block);
+      if (go) submitted[i] = dev_->timeline_clock();
+      return go;
+    };
+    auto ended = [&](std::size_t i) noexcept {
+      if (submitted[i] != TimePoint::min()) {
+        dev_->storage_io_ended(ios[i].op == storage::IoOp::write, page_size_, submitted[i]);
+      }
+      hooks.done(i);
+    };
+    nvme_->run(ios, NvmeTier::Hooks{ready, ended});
+  }
   observe_.nvme_batch(what, start, ios.size());
 }
 

@@ -86,6 +86,7 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
   }
   timing_ = config.timing == "model" ? sim::Timing::model : sim::Timing::wall;
   costs_ = config.vmm_costs;
+  disk_ = config.disk;
   h2d_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
   d2h_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
 }
@@ -197,6 +198,20 @@ std::optional<std::chrono::nanoseconds> SimDevice::d2h_backlog() const noexcept 
   const auto now = sim::host_time(timing_);
   std::lock_guard lk(mu_);
   return d2h_queued_.left(now);
+}
+
+void SimDevice::storage_io_ended(bool write, std::size_t bytes,
+                                 std::chrono::steady_clock::time_point submitted) noexcept {
+  const double speed = write ? disk_.write_bytes_per_s : disk_.read_bytes_per_s;
+  if (timing_ != sim::Timing::model || speed <= 0) return;
+  const auto busy = std::chrono::duration_cast<sim::DeviceClock::duration>(
+      std::chrono::duration<double>(static_cast<double>(bytes) / speed));
+  sim::DeviceClock::time_point end;
+  {
+    std::lock_guard lk(disk_mu_);
+    disk_free_ = end = std::max(submitted, disk_free_) + busy;
+  }
+  sim::host_waited_until(timing_, end);
 }
 
 Status SimDevice::do_set_access(DevPtr va, std::size_t bytes) {

@@ -45,6 +45,15 @@ class SimDevice final : public DeviceBackend {
   //! From the device-to-host copies queued so far on a throttled bus (SimDeviceConfig::
   //! bandwidth_bytes_per_s), against the calling thread's host time in the configured timing.
   [[nodiscard]] std::optional<std::chrono::nanoseconds> d2h_backlog() const noexcept override;
+  //! With timing "model" and SimDeviceConfig::disk set.
+  [[nodiscard]] bool models_storage() const noexcept override {
+    return timing_ == sim::Timing::model && (disk_.read_bytes_per_s > 0 || disk_.write_bytes_per_s > 0);
+  }
+  //! The modelled drive serves the I/O from the later of `submitted` and the end of the I/O it served
+  //! before, for `bytes` over the direction's speed (nothing for a free direction); the calling
+  //! thread's host time moves on to that end.
+  void storage_io_ended(bool write, std::size_t bytes,
+                        std::chrono::steady_clock::time_point submitted) noexcept override;
   //! Bytes of managed memory allocated (alloc_managed) and not yet freed: what a leak check compares
   //! with what the caller holds.
   [[nodiscard]] std::size_t managed_bytes() const;
@@ -100,7 +109,10 @@ class SimDevice final : public DeviceBackend {
   std::unique_ptr<sim::CopyEngine> d2h_;
   sim::Timing timing_ = sim::Timing::wall;
   const sim::DeviceClock::time_point origin_ = sim::DeviceClock::now();  // streams' clocks start after it
-  SimDeviceConfig::VmmCosts costs_;                   // host time each VMM call spends (charged after it succeeds)
+  SimDeviceConfig::VmmCosts costs_;  // host time each VMM call spends (charged after it succeeds)
+  SimDeviceConfig::Disk disk_;       // the modelled NVMe drive (models_storage())
+  std::mutex disk_mu_;
+  sim::DeviceClock::time_point disk_free_ = origin_;  // when the modelled drive ends its latest I/O (disk_mu_)
   std::map<std::uintptr_t, std::size_t> registered_;  // register_host ranges (under mu_)
   std::map<std::uintptr_t, std::size_t> managed_;     // alloc_managed ranges (under mu_)
   [[nodiscard]] bool managed_range(const void* ptr, std::size_t bytes) const;  // under mu_

@@ -33,6 +33,9 @@ void observe(Timing timing, DeviceClock::time_point at, DeviceClock::time_point 
 
 DeviceClock::duration charged_host_time() noexcept { return t_charged; }
 DeviceClock::time_point host_time(Timing timing) noexcept { return host_now(timing); }
+void host_waited_until(Timing timing, DeviceClock::time_point at) noexcept {
+  if (timing == Timing::model) t_seen = std::max(t_seen, at);
+}
 
 void spend_host_time(Timing timing, DeviceClock::duration d) {
   if (d <= DeviceClock::duration::zero()) return;

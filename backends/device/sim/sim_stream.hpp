@@ -62,6 +62,10 @@ void spend_host_time(Timing timing, DeviceClock::duration d);
 DeviceClock::time_point host_time(Timing timing) noexcept;
 // The host time the calling thread has spent in driver calls so far (spend_host_time), in either timing.
 DeviceClock::duration charged_host_time() noexcept;
+// The calling thread waited outside the device (for a modelled disk I/O) until device time `at`: with
+// Timing::model its host time becomes the later of `at` and what it was; with Timing::wall nothing
+// happens (the real wait took its real time). Not charged as driver time.
+void host_waited_until(Timing timing, DeviceClock::time_point at) noexcept;
 
 // How far a stream's worker has got, shared with the events recorded on it (a query may outlive the
 // stream). Every operation of the stream not yet completed ends at or after device time `floor`;
