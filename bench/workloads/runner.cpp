@@ -208,7 +208,17 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   // The iteration also takes at least all its launches' host time (the last kernel's floor is one
   // launch short of it).
   if (!w.step.empty()) terms.launches_s = floors.back() + launch_s;
-  ref.lower_bound_s = std::max({terms.compute_s, terms.loads_s, terms.window_s, terms.launches_s});
+  // With a modelled drive: the device and the host tier together hold at most frames + host pages
+  // distinct pages (a page in both, or on its way, counts once or uses more), and any other page whose
+  // data a kernel needs comes from NVMe. So the fewest loads with that many frames are the fewest NVMe
+  // reads, and one drive serves them one after another at its read speed.
+  if (o.disk_costs && o.timing == "model" && o.device != "cuda" && b.nvme_pages != 0) {
+    const auto held = static_cast<std::uint32_t>(b.frames + b.host_pages);
+    const auto reads = policies::min_load_bytes(trace, held, 8, used);
+    terms.disk_s =
+        static_cast<double>(reads.load_bytes) / std::max(reads.iterations, 1) / modelled_disk().read_bytes_per_s;
+  }
+  ref.lower_bound_s = std::max({terms.compute_s, terms.loads_s, terms.window_s, terms.launches_s, terms.disk_s});
   return ref;
 }
 
@@ -354,6 +364,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   cfg.sim.copy_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(o.latency_us * 1e3));
   cfg.sim.timing = o.timing;
   if (o.vmm_costs) cfg.sim.vmm_costs = o.mapping_calls_free ? modelled_costs_mapping_free() : modelled_vmm_costs();
+  if (o.disk_costs) cfg.sim.disk = modelled_disk();
   cfg.device_backend = o.device;  // on "cuda" the bus and the kernels are real (busy kernels; GPU timers)
   cfg.eviction = policy == "trace" ? "belady" : naive ? "lru" : policy;  // with a trace, evict by next use too
   cfg.prefetch = policy == "trace" ? "trace" : "none";
@@ -471,6 +482,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
                 : !o.vmm_costs         ? "free"
                 : o.mapping_calls_free ? "mapping-free"
                                        : "modelled";
+  r.disk_costs = o.device == "cuda" || o.timing != "model" ? "real" : o.disk_costs ? "modelled" : "free";
   r.host = o.sync_kernels ? "synchronous" : "ahead";
   r.write_behind = o.write_behind;
   r.warmup = o.warmup;

@@ -30,6 +30,10 @@ namespace tvmm::bench {
   return c;
 }
 
+//! The NVMe drive the simulator's model clock charges with RunOptions::disk_costs (--disk-costs on): a
+//! PCIe 4.0 data-centre drive (SimDeviceConfig::Disk::pcie4_nvme()).
+[[nodiscard]] inline SimDeviceConfig::Disk modelled_disk() noexcept { return SimDeviceConfig::Disk::pcie4_nvme(); }
+
 struct RunOptions {
   std::size_t page_bytes = 2 * MiB;
   int iterations = 6;
@@ -43,14 +47,19 @@ struct RunOptions {
   double host_fraction = 0;
   std::string disk_dir = "/var/tmp";
   //! The simulator's clock: "model" (host work takes no device time: the schedule the pager produces,
-  //! free of this host's noise, but blind to disk I/O) or "wall" (host work, NVMe I/O included,
-  //! delays what it enqueues, as on a real GPU).
+  //! free of this host's noise; disk I/O takes a modelled drive's time with disk_costs, none without)
+  //! or "wall" (host work, NVMe I/O on this machine's disk included, delays what it enqueues, as on a
+  //! real GPU).
   std::string timing = "model";
   //! The simulator charges each VMM call the host time of modelled_vmm_costs() (false: the calls are
   //! free, as in unit tests).
   bool vmm_costs = false;
   //! With vmm_costs: charge modelled_costs_mapping_free() instead (the mapping calls free).
   bool mapping_calls_free = false;
+  //! With timing "model", the simulator's clock charges NVMe reads and writes the time of
+  //! modelled_disk(); false: disk I/O takes no modelled time. With "wall"
+  //! (or a GPU) the real drive takes its real time either way.
+  bool disk_costs = false;
   //! A frame for every page of every tensor, whatever the ratio: nothing is ever evicted or mapped
   //! again (the all-in-memory peer: the program run with enough memory).
   bool whole_workload = false;
@@ -85,6 +94,7 @@ struct RunResult {
   double ratio = 0;
   double step_time_s = 0;       // device time (on the simulator, its model)
   std::string vmm_costs;        // "modelled", "mapping-free" or "free" (the simulator), "real" (--device cuda)
+  std::string disk_costs;       // "modelled" or "free" (the simulator's model clock), "real" (wall timing, a GPU)
   std::string host;             // "ahead" or "synchronous" (RunOptions::sync_kernels)
   bool write_behind = false;    // RunOptions::write_behind
   int warmup = 0;               // iterations run before the measured ones (RunOptions::warmup)
@@ -144,8 +154,8 @@ struct BoundSplit {
   int iterations = 0;
   std::vector<BoundRun> runs;
 };
-//! How Reference::lower_bound_s comes about: it is the largest of compute_s, loads_s, window_s and
-//! launches_s. window_s is split by what binds each run of its best split: the run's page-ins beyond
+//! How Reference::lower_bound_s comes about: it is the largest of compute_s, loads_s, window_s,
+//! launches_s and disk_s. window_s is split by what binds each run of its best split: the run's page-ins beyond
 //! what the device holds (window_in_s), its write-backs beyond that (window_out_s) or its compute, and
 //! the time its first kernel waits for its launch (window_launch_wait_s); the four add up to window_s.
 //! `runs`: the split's runs that the bus binds, over all its iterations.
@@ -158,6 +168,10 @@ struct LowerBoundTerms {
   //! The program's own kernel launches, one thread's host time: launches per iteration x the
   //! simulator's modelled cost of one (VmmCosts::launch); 0 on a GPU or with --vmm-costs off.
   double launches_s = 0;
+  //! With the simulator's modelled drive (RunOptions::disk_costs, "model" timing, an NVMe tier): the
+  //! fewest bytes any pager reads from NVMe (policies::min_load_bytes with the device's and the host
+  //! tier's pages together) over the drive's read speed; 0 otherwise.
+  double disk_s = 0;
 };
 
 //! What a run is measured against: Belady's bytes moved per iteration with the run's device frames
@@ -172,7 +186,8 @@ struct Reference {
   double window_bound_s = 0;  // max(bound_s, window_bound_s(...))
   //! A true lower bound on any pager's step time: max(compute, the fewest bytes any pager loads / bus,
   //! lower_bound_split(...), which counts the write-backs too and, with the simulator's call costs, each
-  //! kernel's launch floor, the program's launches) (docs/benchmarks.md, "The lower bound").
+  //! kernel's launch floor, the program's launches, with a modelled drive the fewest NVMe reads over its
+  //! speed) (docs/benchmarks.md, "The lower bound").
   double lower_bound_s = 0;
   LowerBoundTerms lower_bound_terms;  //!< its four figures, and the window program's split
 };
