@@ -45,9 +45,10 @@ std::unique_ptr<StorageBackend> make_storage_backend(const std::string& name, co
   throw config_error("nvme.backend = \"auto\": no storage backend is registered");
 }
 
-int validate_requests(std::span<const IoRequest> reqs, std::uint32_t slots) noexcept {
+int validate_requests(std::span<const IoRequest> reqs, std::uint32_t slots, std::size_t slot_size) noexcept {
   for (const auto& r : reqs) {
-    if (r.slot >= slots || r.buf == nullptr || reinterpret_cast<std::uintptr_t>(r.buf) % kIoAlignment != 0) {
+    if (r.slot >= slots || r.buf == nullptr || reinterpret_cast<std::uintptr_t>(r.buf) % kIoAlignment != 0 ||
+        r.bytes % kIoAlignment != 0 || r.bytes > slot_size) {
       return -EINVAL;
     }
   }

@@ -5,14 +5,15 @@
 //
 //   slot s of n files lives in file s % n at offset (s / n) * slot_size: several directories (one per
 //   drive) stripe the slots across drives.
-//   submit(reqs)   queues every request or none: a request naming a slot out of range or a buffer not
-//                  aligned to kIoAlignment makes it return -EINVAL and queue nothing. Never blocks on
+//   submit(reqs)   queues every request or none: a request naming a slot out of range, a buffer not
+//                  aligned to kIoAlignment or a length that is not a multiple of it or passes the slot
+//                  makes it return -EINVAL and queue nothing. Never blocks on
 //                  the device; requests beyond the queue depth wait inside the backend.
 //   reap(out, min) blocks until at least min(min, outstanding()) completions are ready, then moves up to
 //                  out.size() of them into `out` (any order; matched by tag) and returns how many.
-//                  A completion's result is slot_size on success, otherwise -errno (a backend retries
-//                  -EAGAIN and short transfers a bounded number of times before reporting them).
-//                  Callers must treat any result other than slot_size as a failure.
+//                  A completion's result is the request's length (request_bytes) on success, otherwise
+//                  -errno (a backend retries -EAGAIN and short transfers a bounded number of times
+//                  before reporting them). Callers must treat any other result as a failure.
 // Backends are not internally synchronised: one thread at a time (the NVMe tier serialises batches).
 // Failures at start-up (a directory that cannot hold the files, no space for the budget) throw.
 
@@ -30,17 +31,20 @@ inline constexpr std::size_t kIoAlignment = 4096;
 
 enum class IoOp : std::uint8_t { read, write };
 
-//! One whole-slot transfer.
+//! One transfer between a buffer and the start of a slot.
 struct IoRequest {
   IoOp op = IoOp::read;
   std::uint32_t slot = 0;
-  void* buf = nullptr;    //!< slot_size bytes, aligned to kIoAlignment
+  void* buf = nullptr;    //!< request_bytes() bytes, aligned to kIoAlignment
   std::uint64_t tag = 0;  //!< returned in the completion
+  //! Bytes to move from the slot's start: 0 = the whole slot; otherwise a multiple of kIoAlignment, at
+  //! most the slot size (a page that holds less than a slot of data moves only that, rounded up).
+  std::uint32_t bytes = 0;
 };
 
 struct IoCompletion {
   std::uint64_t tag = 0;
-  std::int64_t result = 0;  //!< slot_size on success, otherwise -errno or a short byte count
+  std::int64_t result = 0;  //!< the request's length on success, otherwise -errno or a short byte count
 };
 
 //! Where and how a backend keeps its slots.
@@ -85,8 +89,14 @@ class StorageBackend {
 //! errors.
 std::unique_ptr<StorageBackend> make_storage_backend(const std::string& name, const StorageOptions& options);
 
-//! 0 if every request names a slot below `slots` and an aligned, non-null buffer; else -EINVAL.
-[[nodiscard]] int validate_requests(std::span<const IoRequest> reqs, std::uint32_t slots) noexcept;
+//! The bytes `r` moves with slots of `slot_size` bytes: IoRequest::bytes, or the whole slot for 0.
+[[nodiscard]] inline std::size_t request_bytes(const IoRequest& r, std::size_t slot_size) noexcept {
+  return r.bytes == 0 ? slot_size : r.bytes;
+}
+//! 0 if every request names a slot below `slots`, an aligned, non-null buffer and a length that is a
+//! multiple of kIoAlignment no larger than `slot_size`; else -EINVAL.
+[[nodiscard]] int validate_requests(std::span<const IoRequest> reqs, std::uint32_t slots,
+                                    std::size_t slot_size) noexcept;
 
 //! Runs `reqs` to completion: submits them and reaps until all are done; results[i] is the result of
 //! reqs[i]. Returns -EINVAL (and runs nothing) if submit refuses the batch.

@@ -14,7 +14,7 @@ namespace tvmm {
 //! Traffic in one direction between two tiers.
 struct Traffic {
   //! Bytes moved. A host<->device copy of a tensor's partial last page moves the bytes the tensor holds in
-  //! it; NVMe I/O moves whole pages.
+  //! it; NVMe I/O moves those bytes rounded up to 4 KiB (O_DIRECT's alignment).
   std::uint64_t bytes = 0;
   std::uint64_t pages = 0;  //!< Pages moved.
 };

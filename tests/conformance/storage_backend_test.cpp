@@ -131,6 +131,36 @@ TEST_P(StorageConformance, BadRequestsAreRefusedWholeAndChangeNothing) {
   EXPECT_EQ(b->outstanding(), 0u);
 }
 
+// IoRequest::bytes: a request moves only its length from the slot's start (a page holding less than a
+// slot of data), and completes with that length; a read leaves the rest of its buffer alone. A length
+// that is not a multiple of kIoAlignment, or passes the slot, is refused with the batch.
+TEST_P(StorageConformance, APartialRequestMovesOnlyItsLength) {
+  auto b = this->make(this->options(4));
+  constexpr std::uint32_t part = 3 * kIoAlignment;
+  AlignedBuffer out(kSlot), in(kSlot);
+  test::fill(out.data, kSlot, 41);
+  std::vector<std::int64_t> results(1);
+  ASSERT_EQ(run_batch(*b, std::vector{IoRequest{IoOp::write, 2, out.data, 0}}, results), 0);  // the whole slot
+  EXPECT_EQ(results[0], static_cast<std::int64_t>(kSlot));
+  test::fill(out.data, part, 42);  // new data in the first part only
+  ASSERT_EQ(run_batch(*b, std::vector{IoRequest{IoOp::write, 2, out.data, 0, part}}, results), 0);
+  EXPECT_EQ(results[0], static_cast<std::int64_t>(part));
+  std::memset(in.data, 0x5a, kSlot);
+  ASSERT_EQ(run_batch(*b, std::vector{IoRequest{IoOp::read, 2, in.data, 0, part}}, results), 0);
+  EXPECT_EQ(results[0], static_cast<std::int64_t>(part));
+  EXPECT_EQ(test::mismatches(in.data, part, 42), 0u);
+  for (std::size_t i = part; i < kSlot; ++i) ASSERT_EQ(in.data[i], std::byte{0x5a}) << "read past its length at " << i;
+  // The slot's tail still holds the whole-slot write's data.
+  ASSERT_EQ(run_batch(*b, std::vector{IoRequest{IoOp::read, 2, in.data, 0}}, results), 0);
+  AlignedBuffer first(kSlot);
+  test::fill(first.data, kSlot, 41);
+  EXPECT_EQ(std::memcmp(in.data + part, first.data + part, kSlot - part), 0);
+  EXPECT_EQ(b->submit(std::vector{IoRequest{IoOp::read, 0, in.data, 1, part + 512}}), -EINVAL);
+  EXPECT_EQ(b->submit(std::vector{IoRequest{IoOp::read, 0, in.data, 2, static_cast<std::uint32_t>(kSlot) * 2}}),
+            -EINVAL);
+  EXPECT_EQ(b->outstanding(), 0u);
+}
+
 // The descriptor of this process's open, unlinked slot file in `dir` (/proc/self/fd names it
 // "DIR/#inode (deleted)" or, for the fallback, "DIR/name (deleted)"), or -1.
 int open_slot_file_in(const std::string& dir) {

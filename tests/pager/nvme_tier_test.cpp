@@ -360,6 +360,32 @@ TEST(NvmeSpill, WithATraceTheFarthestNextUseGoesFirst) {
   EXPECT_LT(by_next_use, by_recency);
 }
 
+// A tensor's partial last page goes to NVMe and back with only the bytes it holds, rounded up to 4 KiB
+// (NvmeTier::io_bytes): eight tensors of 5000 bytes on a tier of 64 KiB pages move 8 KiB each way,
+// and every byte comes back.
+TEST(NvmeTier, APartialPageMovesOnlyItsBytesRoundedUpToTheAlignment) {
+  test::TempDir dir;
+  Pager p(nvme_config(1, 4, 16, {dir.path()}));
+  constexpr std::size_t kBytes = 5000;
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 8; ++i) {
+    ts.push_back(p.allocate(kBytes));
+    auto pin = ts.back().pin(Access::write);
+    test::fill(pin.data(), kBytes, 700 + i);
+  }
+  const Stats written = p.stats();
+  ASSERT_GT(written.host_to_nvme.pages, 0u);
+  EXPECT_EQ(written.host_to_nvme.bytes, written.host_to_nvme.pages * 8 * KiB);
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    auto pin = ts[i].pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), kBytes, 700 + i), 0u) << "tensor " << i;
+  }
+  const Stats read = p.stats();
+  ASSERT_GT(read.nvme_to_host.pages, 0u);
+  EXPECT_EQ(read.nvme_to_host.bytes, read.nvme_to_host.pages * 8 * KiB);
+  p.check_invariants();
+}
+
 // --- page-by-page pipelining ----------------------------------------------------------------------------
 
 // 8 device, 8 host and 32 NVMe pages, every page of a tensor in one batch (queue depth 32). The device

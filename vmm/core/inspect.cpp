@@ -71,8 +71,8 @@ Stats PagerImpl::stats() const {
   if (nvme_) {
     const auto& c = nvme_->counters();
     const auto w = c.pages_written.load(std::memory_order_relaxed), r = c.pages_read.load(std::memory_order_relaxed);
-    s.host_to_nvme = {w * page_size_, w};
-    s.nvme_to_host = {r * page_size_, r};
+    s.host_to_nvme = {c.bytes_written.load(std::memory_order_relaxed), w};
+    s.nvme_to_host = {c.bytes_read.load(std::memory_order_relaxed), r};
     s.nvme_write_errors = c.write_errors.load(std::memory_order_relaxed);
     s.nvme_read_errors = c.read_errors.load(std::memory_order_relaxed);
     s.nvme_corrupt_reads = c.corrupt_reads.load(std::memory_order_relaxed);

@@ -26,24 +26,30 @@ void NvmeTier::release(std::uint32_t slot) noexcept {
   --in_use_;
 }
 
-std::uint64_t NvmeTier::checksum(const void* data, std::uint32_t slot) const noexcept {
+std::size_t NvmeTier::io_bytes(std::size_t used) const noexcept {
+  const std::size_t rounded = (used + storage::kIoAlignment - 1) / storage::kIoAlignment * storage::kIoAlignment;
+  return used == 0 ? page_size_ : std::min(page_size_, rounded);
+}
+
+std::uint64_t NvmeTier::checksum(const void* data, std::uint32_t slot, std::size_t bytes) const noexcept {
   // The seed mixes in the slot: a read that lands on another slot's (valid) data still fails.
-  return XXH3_64bits_withSeed(data, page_size_, 0x9E3779B97F4A7C15ULL * (std::uint64_t{slot} + 1));
+  return XXH3_64bits_withSeed(data, bytes == 0 ? page_size_ : bytes, 0x9E3779B97F4A7C15ULL * (std::uint64_t{slot} + 1));
 }
 
 void NvmeTier::run(std::span<Io> ios, const Hooks& hooks) {
   if (ios.empty()) return;
-  const auto full = static_cast<std::int64_t>(page_size_);
   std::size_t done = 0;
   auto finish = [&](std::size_t i, std::int64_t r) {
     Io& io = ios[i];
     const bool write = io.op == storage::IoOp::write;
+    const auto full = static_cast<std::int64_t>(bytes_of(io));
     io.error = r == full ? 0 : r < 0 ? static_cast<int>(r) : -EIO;  // a short transfer is an I/O error
-    if (io.error == 0 && !write && checksum(io.buf, io.slot) != io.checksum) io.error = kCorrupt;
+    if (io.error == 0 && !write && checksum(io.buf, io.slot, io.bytes) != io.checksum) io.error = kCorrupt;
     if (io.error == kNotReady) {
       // not an I/O error: nothing was submitted
     } else if (io.error == 0) {
       (write ? counters_.pages_written : counters_.pages_read).fetch_add(1, std::memory_order_relaxed);
+      (write ? counters_.bytes_written : counters_.bytes_read).fetch_add(bytes_of(io), std::memory_order_relaxed);
     } else if (io.error == kCorrupt) {
       counters_.corrupt_reads.fetch_add(1, std::memory_order_relaxed);
     } else {
@@ -68,8 +74,8 @@ void NvmeTier::run(std::span<Io> ios, const Hooks& hooks) {
         continue;
       }
       Io& io = ios[next];
-      if (io.op == storage::IoOp::write) io.checksum = checksum(io.buf, io.slot);
-      const storage::IoRequest req{io.op, io.slot, io.buf, next};
+      if (io.op == storage::IoOp::write) io.checksum = checksum(io.buf, io.slot, io.bytes);
+      const storage::IoRequest req{io.op, io.slot, io.buf, next, static_cast<std::uint32_t>(io.bytes)};
       ++next;
       int rc = 0;
       try {

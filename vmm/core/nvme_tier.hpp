@@ -57,22 +57,33 @@ class NvmeTier {
     storage::IoOp op;
     std::uint32_t slot;
     void* buf;               //!< a host frame
-    std::uint64_t checksum;  //!< write: set by run(); read: the expected value
+    std::uint64_t checksum;  //!< write: set by run(); read: the expected value (of the same `bytes`)
     int error = 0;           //!< set by run(): 0, -errno, kCorrupt or kNotReady
+    //! Bytes moved from the page's start and covered by its checksum: io_bytes() of the bytes the page
+    //! holds (a tensor's last page may hold less than a page); 0 = the whole page. A page is read back
+    //! with the length it was written with.
+    std::size_t bytes = 0;
   };
+  //! The I/O length for a page holding `used` bytes: rounded up to storage::kIoAlignment, at most a
+  //! page (0 = a whole page). A tensor's partial last page moves only that much to and from the drive.
+  [[nodiscard]] std::size_t io_bytes(std::size_t used) const noexcept;
+  //! The bytes `io` moves.
+  [[nodiscard]] std::size_t bytes_of(const Io& io) const noexcept { return io.bytes == 0 ? page_size_ : io.bytes; }
   using Hooks = NvmeIoHooks;
   //! Writes (checksumming each page) and reads (verifying each page) the whole batch, keeping `depth`
   //! requests in flight; each Io's `error` says how it ended. Throws only std::bad_alloc, and only
   //! before it submits anything (every Io is then untouched).
   void run(std::span<Io> ios, const Hooks& hooks = {});
-  //! XXH3-64 of a page, seeded with its slot so that data read from the wrong slot fails the check.
-  [[nodiscard]] std::uint64_t checksum(const void* data, std::uint32_t slot) const noexcept;
+  //! XXH3-64 of a page's first `bytes` bytes (0: the whole page), seeded with its slot so that data
+  //! read from the wrong slot fails the check.
+  [[nodiscard]] std::uint64_t checksum(const void* data, std::uint32_t slot, std::size_t bytes = 0) const noexcept;
 
   [[nodiscard]] storage::StorageBackend& backend() noexcept { return *backend_; }
   [[nodiscard]] const char* backend_name() const noexcept { return backend_->name(); }
 
   struct Counters {
     std::atomic<std::uint64_t> pages_written{0}, pages_read{0}, write_errors{0}, read_errors{0}, corrupt_reads{0};
+    std::atomic<std::uint64_t> bytes_written{0}, bytes_read{0};  //!< what those pages moved (Io::bytes)
   };
   [[nodiscard]] const Counters& counters() const noexcept { return counters_; }
 

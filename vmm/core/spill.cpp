@@ -85,7 +85,7 @@ void PagerImpl::run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::
     };
     auto ended = [&](std::size_t i) noexcept {
       if (submitted[i] != TimePoint::min()) {
-        dev_->storage_io_ended(ios[i].op == storage::IoOp::write, page_size_, submitted[i]);
+        dev_->storage_io_ended(ios[i].op == storage::IoOp::write, nvme_->bytes_of(ios[i]), submitted[i]);
       }
       hooks.done(i);
     };
@@ -192,7 +192,10 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   }
   // 3. Write them without the lock (checksums are taken from the host frames, which no one else
   //    touches while the pages are in transit).
-  for (PageEntry* p : writes) ios.push_back({storage::IoOp::write, p->nvme_slot, host_->ptr(p->host_slot), 0, 0});
+  for (PageEntry* p : writes) {
+    ios.push_back(
+        {storage::IoOp::write, p->nvme_slot, host_->ptr(p->host_slot), 0, 0, nvme_->io_bytes(used_bytes(*p))});
+  }
   auto arrived = [&](std::size_t i, bool block) noexcept {
     Event* e = arrives[i].get();
     try {
@@ -333,7 +336,8 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   //    frames' previous pages.
   std::vector<NvmeTier::Io> ios;
   for (PageEntry* p : batch)
-    ios.push_back({storage::IoOp::read, p->nvme_slot, host_->ptr(p->host_slot), p->checksum, 0});
+    ios.push_back(
+        {storage::IoOp::read, p->nvme_slot, host_->ptr(p->host_slot), p->checksum, 0, nvme_->io_bytes(used_bytes(*p))});
   std::vector<char> copied(batch.size(), 0);
   // Room for step 4, taken now: once a page's copy to the device is queued, its frame may return to
   // the pool only after the copy streams are drained.

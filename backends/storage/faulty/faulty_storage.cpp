@@ -69,7 +69,7 @@ std::vector<FaultRule::Kind> FaultyStorage::decide(const IoRequest& r) {
 
 int FaultyStorage::submit(std::span<const IoRequest> reqs) {
   // Validate first so that a refused batch changes nothing (no rule counts, no synthetic failures).
-  if (const int rc = validate_requests(reqs, inner_->slots()); rc != 0) return rc;
+  if (const int rc = validate_requests(reqs, inner_->slots(), slot_size()); rc != 0) return rc;
   // The batch is made aside, room for it is made in every member, and it joins them only once the
   // inner backend has queued its part, with nothing left that allocates: a std::bad_alloc or a
   // failure on the way leaves everything as it was (but the rules' counts of its requests).
@@ -92,10 +92,11 @@ int FaultyStorage::submit(std::span<const IoRequest> reqs) {
     IoRequest inner_req = r;
     if (p.flip && r.op == IoOp::write) {
       // Write a corrupted copy; the caller's buffer stays as it was.
-      void* mem = std::aligned_alloc(kIoAlignment, slot_size());
+      const std::size_t len = request_bytes(r, slot_size());
+      void* mem = std::aligned_alloc(kIoAlignment, len);
       if (mem == nullptr) return -ENOMEM;
-      std::memcpy(mem, r.buf, slot_size());
-      static_cast<std::byte*>(mem)[slot_size() / 3] ^= std::byte{0x10};
+      std::memcpy(mem, r.buf, len);
+      static_cast<std::byte*>(mem)[len / 3] ^= std::byte{0x10};
       p.bounce = {static_cast<std::byte*>(mem), std::free};
       inner_req.buf = mem;
     }
@@ -145,12 +146,12 @@ std::size_t FaultyStorage::reap(std::span<IoCompletion> out, std::size_t min) {
         auto it = pending_.find(got[i].tag);
         Pending& p = it->second;
         std::int64_t result = got[i].result;
-        if (result == static_cast<std::int64_t>(slot_size())) {
-          if (p.flip && p.req.op == IoOp::read) static_cast<std::byte*>(p.req.buf)[slot_size() / 3] ^= std::byte{0x10};
+        const std::size_t len = request_bytes(p.req, slot_size());
+        if (result == static_cast<std::int64_t>(len)) {
+          if (p.flip && p.req.op == IoOp::read) static_cast<std::byte*>(p.req.buf)[len / 3] ^= std::byte{0x10};
           if (p.short_io) {
-            result = static_cast<std::int64_t>(slot_size() / 2);
-            if (p.req.op == IoOp::read)
-              std::memset(static_cast<std::byte*>(p.req.buf) + slot_size() / 2, 0, slot_size() / 2);
+            result = static_cast<std::int64_t>(len / 2);
+            if (p.req.op == IoOp::read) std::memset(static_cast<std::byte*>(p.req.buf) + len / 2, 0, len / 2);
           }
         }
         if (p.hold) {

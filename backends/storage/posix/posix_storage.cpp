@@ -41,7 +41,7 @@ PosixStorage::~PosixStorage() {
 }
 
 int PosixStorage::submit(std::span<const IoRequest> reqs) {
-  if (const int rc = validate_requests(reqs, files_.slots()); rc != 0) return rc;
+  if (const int rc = validate_requests(reqs, files_.slots(), files_.slot_size()); rc != 0) return rc;
   {
     std::lock_guard lk(mu_);
     // Room for every result first: a worker must not fail to report a finished transfer. (Each
@@ -55,7 +55,7 @@ int PosixStorage::submit(std::span<const IoRequest> reqs) {
 }
 
 std::int64_t PosixStorage::transfer(const IoRequest& r) const noexcept {
-  const auto len = files_.slot_size();
+  const auto len = request_bytes(r, files_.slot_size());
   const int fd = files_.fd(r.slot);
   const off_t off = files_.offset(r.slot);
   ssize_t res = 0;

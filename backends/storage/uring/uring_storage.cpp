@@ -69,17 +69,17 @@ bool UringStorage::register_buffers(void* base, std::size_t bytes) noexcept {
   return true;
 }
 
-std::optional<int> UringStorage::fixed_index(const void* buf) const noexcept {
+std::optional<int> UringStorage::fixed_index(const void* buf, std::size_t len) const noexcept {
   const auto* p = static_cast<const std::byte*>(buf);
   for (std::size_t i = 0; i < regions_.size(); ++i) {
     const auto* b = static_cast<const std::byte*>(regions_[i].iov_base);
-    if (p >= b && p + files_.slot_size() <= b + regions_[i].iov_len) return static_cast<int>(i);
+    if (p >= b && p + len <= b + regions_[i].iov_len) return static_cast<int>(i);
   }
   return std::nullopt;
 }
 
 int UringStorage::submit(std::span<const IoRequest> reqs) {
-  if (const int rc = validate_requests(reqs, files_.slots()); rc != 0) return rc;
+  if (const int rc = validate_requests(reqs, files_.slots(), files_.slot_size()); rc != 0) return rc;
   // Room for every result first: complete() runs after the kernel has consumed a completion, and must
   // not lose it to a failed allocation. All or none: a failure here queues nothing.
   ready_.reserve(outstanding() + reqs.size());
@@ -99,8 +99,8 @@ void UringStorage::prep(std::uint32_t index) noexcept {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // never null: at most depth_ entries are in flight
   const int fd = files_.fd(op.req.slot);
   const auto off = static_cast<std::uint64_t>(files_.offset(op.req.slot));
-  const auto len = static_cast<unsigned>(files_.slot_size());
-  if (const auto fixed = fixed_index(op.req.buf)) {
+  const auto len = static_cast<unsigned>(request_bytes(op.req, files_.slot_size()));
+  if (const auto fixed = fixed_index(op.req.buf, len)) {
     if (op.req.op == IoOp::read) {
       io_uring_prep_read_fixed(sqe, fd, op.req.buf, len, off, *fixed);
     } else {
@@ -132,7 +132,7 @@ void UringStorage::pump() {
 
 void UringStorage::complete(std::uint32_t index, int res) noexcept {
   Op& op = ops_[index];
-  const auto want = static_cast<int>(files_.slot_size());
+  const auto want = static_cast<int>(request_bytes(op.req, files_.slot_size()));
   const bool again = res == -EAGAIN || res == -EINTR;
   const bool short_io = res >= 0 && res < want;
   if ((again && op.attempts < kMaxAgain) || (short_io && op.attempts < kMaxShort)) {

@@ -48,7 +48,7 @@ class UringStorage final : public StorageBackend {
   // kernel has consumed the completion, which must not be lost.
   void complete(std::uint32_t index, int res) noexcept;
   // Index of the registered region holding [buf, buf+len), if any.
-  std::optional<int> fixed_index(const void* buf) const noexcept;
+  std::optional<int> fixed_index(const void* buf, std::size_t len) const noexcept;
 
   SlotFiles files_;
   io_uring ring_;
