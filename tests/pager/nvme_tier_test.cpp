@@ -386,6 +386,43 @@ TEST(NvmeTier, APartialPageMovesOnlyItsBytesRoundedUpToTheAlignment) {
   p.check_invariants();
 }
 
+// With a trace the spill weighs a page's next use by the bytes it moves to the drive and back
+// (NvmeTier::io_bytes plus a request's fixed cost): of pages needed at nearly the same time, the small
+// ones go first. Each iteration pins four whole 2 MiB pages and four 4 KiB tensors in turn, with one
+// device frame and four host pages: five of every eight pins read from NVMe. By next use alone the spill
+// takes whichever page left the device last, whole pages as often as small ones; weighed, it keeps whole
+// pages on the host and spills small ones, and an iteration reads half the bytes.
+TEST(NvmeSpill, WithATraceSmallPagesNeededNearlyAsLateGoFirst) {
+  constexpr std::size_t kBig = 2 * MiB;
+  test::TempDir dir;
+  Config c = test::small_config(1, 4, kBig);
+  c.nvme.paths = {dir.path()};
+  c.nvme.budget = 16 * kBig;
+  c.eviction = "belady";
+  Pager p(c);
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 8; ++i) ts.push_back(p.allocate(i % 2 == 0 ? kBig : 4 * KiB));
+  std::vector<std::uint64_t> seed(ts.size(), 0);
+  Stats before{};
+  for (int it = 0; it < 6; ++it) {
+    if (it == 5) before = p.stats();
+    p.mark_iteration();
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      auto pin = ts[i].pin(Access::read_write);
+      if (seed[i] != 0) {
+        EXPECT_EQ(test::mismatches(pin.data(), ts[i].size(), seed[i]), 0u) << "tensor " << i;
+      }
+      seed[i] = static_cast<std::uint64_t>(it * 100 + i + 1);
+      test::fill(pin.data(), ts[i].size(), seed[i]);
+    }
+  }
+  p.check_invariants();
+  const Stats after = p.stats();
+  // Weighed: one whole page and four small ones (2 MiB + 16 KiB); by next use alone, two whole pages and
+  // three small ones (4 MiB + 12 KiB).
+  EXPECT_LT(after.nvme_to_host.bytes - before.nvme_to_host.bytes, 2 * kBig);
+}
+
 // --- page-by-page pipelining ----------------------------------------------------------------------------
 
 // 8 device, 8 host and 32 NVMe pages, every page of a tensor in one batch (queue depth 32). The device
