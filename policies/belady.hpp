@@ -78,6 +78,21 @@ struct MinLoads {
 MinLoads min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
                         const PageBytes& page_bytes);
 
+//! What leaving a page out between two references costs: `bytes` (as PageBytes gives them) and whether
+//! the page may have been modified since the latest reference that followed a gap of its own (or since
+//! its first), up to the first of the two.
+using IntervalCost = std::function<std::uint64_t(std::uint64_t bytes, bool modified)>;
+
+//! min_load_bytes with each interval weighing what `cost` says instead of its bytes: the least total
+//! cost (MinLoads::load_bytes; total_bytes the cost of leaving every interval out) any schedule with
+//! `frames` frames pays over the measured iterations. A page modified since its previous interval's
+//! end holds contents that exist nowhere else, so leaving it out over the next interval takes a write
+//! as well as the read that brings it back, made after the modification and before the read; two
+//! intervals of a page never share that write (their windows do not overlap). Same rules and throws as
+//! min_load_bytes.
+MinLoads min_interval_cost(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
+                           const PageBytes& page_bytes, const IntervalCost& cost);
+
 //! What the schedule of min_load_bytes does for a page at one of its references.
 enum class Reload : std::uint8_t {
   none,    //!< nothing to decide: the reference needs no data (a first touch, a discard) or comes right

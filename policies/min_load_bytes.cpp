@@ -53,13 +53,18 @@ struct Interval {
 
 // Solves the flow below; fills `out` and, with `all`, hands back every interval with its verdict.
 MinLoads solve(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat, const PageBytes& page_bytes,
-               std::vector<Interval>* all);
+               std::vector<Interval>* all, const IntervalCost* interval_cost = nullptr);
 
 }  // namespace
 
 MinLoads min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
                         const PageBytes& page_bytes) {
   return solve(iteration, frames, repeat, page_bytes, nullptr);
+}
+
+MinLoads min_interval_cost(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
+                           const PageBytes& page_bytes, const IntervalCost& cost) {
+  return solve(iteration, frames, repeat, page_bytes, nullptr, &cost);
 }
 
 std::vector<std::vector<Reload>> optimal_reloads(const std::vector<TraceAccess>& iteration, std::uint32_t frames,
@@ -78,13 +83,17 @@ std::vector<std::vector<Reload>> optimal_reloads(const std::vector<TraceAccess>&
 namespace {
 
 MinLoads solve(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat, const PageBytes& page_bytes,
-               std::vector<Interval>* all) {
+               std::vector<Interval>* all, const IntervalCost* interval_cost) {
   if (repeat < 3) throw std::invalid_argument("min_load_bytes: repeat must be at least 3");
   // 1. The points, each group's page count, and the intervals.
   std::vector<std::uint32_t> group_pages;  // g(t)
   std::vector<Interval> intervals;
   std::map<std::uint64_t, std::size_t> last;      // page -> the point of its latest reference, while it holds data
   std::map<std::uint64_t, std::size_t> in_point;  // page -> the point it was last counted in
+  // page -> some access may have modified it since the latest reference that followed a gap (or since
+  // its first): an interval ending next needs a write of those contents, and no other interval's write
+  // can serve, since that one ends before they were made (min_interval_cost)
+  std::map<std::uint64_t, bool> modified;
   MinLoads out;
   out.iterations = repeat - 2;
   for (int r = 0; r < repeat; ++r) {
@@ -92,14 +101,20 @@ MinLoads solve(const std::vector<TraceAccess>& iteration, std::uint32_t frames, 
     for (std::size_t a = 0; a < iteration.size(); ++a) {
       const auto& acc = iteration[a];
       if (acc.release) {  // dead contents: the next reference loads nothing
-        for (std::uint32_t i = 0; i < acc.pages; ++i) last.erase((acc.tensor << 32) | (acc.first + i));
+        for (std::uint32_t i = 0; i < acc.pages; ++i) {
+          last.erase((acc.tensor << 32) | (acc.first + i));
+          modified.erase((acc.tensor << 32) | (acc.first + i));
+        }
         continue;
       }
       if (group_pages.empty() || a == 0 || !acc.with_previous) group_pages.push_back(0);
       const std::size_t t = group_pages.size() - 1;
       for (std::uint32_t i = 0; i < acc.pages; ++i) {
         const std::uint64_t page = (acc.tensor << 32) | (acc.first + i);
-        if (auto c = in_point.find(page); c != in_point.end() && c->second == t) continue;  // counted in t
+        if (auto c = in_point.find(page); c != in_point.end() && c->second == t) {  // counted in t
+          modified[page] = modified[page] || acc.writes;
+          continue;
+        }
         in_point[page] = t;
         ++group_pages[t];
         if (group_pages[t] > frames) {
@@ -111,10 +126,13 @@ MinLoads solve(const std::vector<TraceAccess>& iteration, std::uint32_t frames, 
         // (At the next point, t == prev + 1, nothing lies between the two references: keeping the page
         // costs no frame and the reference loads nothing.)
         if (prev != last.end() && !acc.discard && measured && t > prev->second + 1) {
-          const std::uint64_t bytes = page_bytes(acc.tensor, acc.first + i);
+          std::uint64_t bytes = page_bytes(acc.tensor, acc.first + i);
+          if (interval_cost != nullptr) bytes = (*interval_cost)(bytes, modified[page]);
           out.total_bytes += bytes;  // what loading at every such reference would cost
           intervals.push_back({prev->second, t, bytes, r, a, i, false});
         }
+        const bool gap = prev == last.end() || t > prev->second + 1;
+        modified[page] = (!gap && modified[page]) || acc.writes;
         last[page] = t;
       }
     }

@@ -210,13 +210,19 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   if (!w.step.empty()) terms.launches_s = floors.back() + launch_s;
   // With a modelled drive: the device and the host tier together hold at most frames + host pages
   // distinct pages (a page in both, or on its way, counts once or uses more), and any other page whose
-  // data a kernel needs comes from NVMe. So the fewest loads with that many frames are the fewest NVMe
-  // reads, and one drive serves them one after another at its read speed.
+  // data a kernel needs comes from NVMe: a read, and a write before it where the page's last reference
+  // modified it. So the least such cost with that many frames bounds the drive's busy time, one I/O
+  // after another (min_interval_cost; in picoseconds of the drive's time).
   if (o.disk_costs && o.timing == "model" && o.device != "cuda" && b.nvme_pages != 0) {
     const auto held = static_cast<std::uint32_t>(b.frames + b.host_pages);
-    const auto reads = policies::min_load_bytes(trace, held, 8, used);
-    terms.disk_s =
-        static_cast<double>(reads.load_bytes) / std::max(reads.iterations, 1) / modelled_disk().read_bytes_per_s;
+    const auto disk = modelled_disk();
+    const auto drive_ps = [&](std::uint64_t bytes, bool modified) {
+      const double s = static_cast<double>(bytes) / disk.read_bytes_per_s +
+                       (modified ? static_cast<double>(bytes) / disk.write_bytes_per_s : 0.0);
+      return static_cast<std::uint64_t>(std::floor(s * 1e12));
+    };
+    const auto least_drive = policies::min_interval_cost(trace, held, 8, used, drive_ps);
+    terms.disk_s = static_cast<double>(least_drive.load_bytes) / std::max(least_drive.iterations, 1) / 1e12;
   }
   ref.lower_bound_s = std::max({terms.compute_s, terms.loads_s, terms.window_s, terms.launches_s, terms.disk_s});
   return ref;

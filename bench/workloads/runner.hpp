@@ -169,8 +169,9 @@ struct LowerBoundTerms {
   //! simulator's modelled cost of one (VmmCosts::launch); 0 on a GPU or with --vmm-costs off.
   double launches_s = 0;
   //! With the simulator's modelled drive (RunOptions::disk_costs, "model" timing, an NVMe tier): the
-  //! fewest bytes any pager reads from NVMe (policies::min_load_bytes with the device's and the host
-  //! tier's pages together) over the drive's read speed; 0 otherwise.
+  //! least time the drive is busy, over any pager: the reads it must make with the device's and the
+  //! host tier's pages together, each with the write it needs where the page's last reference modified
+  //! it (policies::min_interval_cost); 0 otherwise.
   double disk_s = 0;
 };
 
@@ -186,8 +187,8 @@ struct Reference {
   double window_bound_s = 0;  // max(bound_s, window_bound_s(...))
   //! A true lower bound on any pager's step time: max(compute, the fewest bytes any pager loads / bus,
   //! lower_bound_split(...), which counts the write-backs too and, with the simulator's call costs, each
-  //! kernel's launch floor, the program's launches, with a modelled drive the fewest NVMe reads over its
-  //! speed) (docs/benchmarks.md, "The lower bound").
+  //! kernel's launch floor, the program's launches, with a modelled drive its least busy time)
+  //! (docs/benchmarks.md, "The lower bound").
   double lower_bound_s = 0;
   LowerBoundTerms lower_bound_terms;  //!< its four figures, and the window program's split
 };
