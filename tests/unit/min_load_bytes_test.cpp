@@ -14,6 +14,8 @@
 
 #include "policies/belady.hpp"
 
+using tvmm::policies::IntervalCost;
+using tvmm::policies::min_interval_cost;
 using tvmm::policies::min_load_bytes;
 using tvmm::policies::optimal_reloads;
 using tvmm::policies::PageBytes;
@@ -205,6 +207,28 @@ TEST(MinLoadBytes, KeepsTheLargePageAndReloadsTheSmallOne) {
   EXPECT_EQ(best.load_bytes, 6u * 1010u);
   EXPECT_EQ(belady.load_bytes, 6u * 2000u) << "Belady reloads 1 and 3 every iteration";
   EXPECT_EQ(best.load_bytes, exhaustive_min_load_bytes(it, 2, 8, bytes));
+}
+
+// min_interval_cost: leaving a page out costs what the callback says, told whether the page may have
+// been modified since its previous interval ended. One frame: every interval is left out. Per
+// iteration tensor 1 is written, then read at the next point (no interval between: the modification
+// carries), then tensor 2 is read; both come back in the next iteration. Tensor 1's interval carries a
+// write, tensor 2's does not.
+TEST(MinLoadBytes, MinIntervalCostSaysWhetherThePageWasModifiedSinceItsPreviousInterval) {
+  const std::vector<TraceAccess> it = {
+      {1, 1, false, false, 0, true}, {1, 1, false, false, 0, false}, {2, 1, false, false, 0, false}};
+  const PageBytes bytes = [](std::uint64_t, std::uint32_t) -> std::uint64_t { return 1; };
+  std::uint64_t with_write = 0, without = 0;
+  const IntervalCost cost = [&](std::uint64_t b, bool modified) -> std::uint64_t {
+    ++(modified ? with_write : without);
+    return b * 10 + (modified ? b * 100 : 0);
+  };
+  const auto least = min_interval_cost(it, 1, 8, bytes, cost);
+  EXPECT_EQ(least.iterations, 6);
+  EXPECT_EQ(with_write, 6u);
+  EXPECT_EQ(without, 6u);
+  EXPECT_EQ(least.load_bytes, 6u * (110u + 10u));
+  EXPECT_EQ(min_load_bytes(it, 1, 8, bytes).load_bytes, 6u * 2u) << "the same intervals, each weighing its bytes";
 }
 
 TEST(MinLoadBytes, RejectsAGroupLargerThanTheFrames) {
