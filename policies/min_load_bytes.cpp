@@ -112,7 +112,7 @@ MinLoads solve(const std::vector<TraceAccess>& iteration, std::uint32_t frames, 
       for (std::uint32_t i = 0; i < acc.pages; ++i) {
         const std::uint64_t page = (acc.tensor << 32) | (acc.first + i);
         if (auto c = in_point.find(page); c != in_point.end() && c->second == t) {  // counted in t
-          modified[page] = modified[page] || acc.writes;
+          if (interval_cost != nullptr) modified[page] = modified[page] || acc.writes;
           continue;
         }
         in_point[page] = t;
@@ -131,8 +131,10 @@ MinLoads solve(const std::vector<TraceAccess>& iteration, std::uint32_t frames, 
           out.total_bytes += bytes;  // what loading at every such reference would cost
           intervals.push_back({prev->second, t, bytes, r, a, i, false});
         }
-        const bool gap = prev == last.end() || t > prev->second + 1;
-        modified[page] = (!gap && modified[page]) || acc.writes;
+        if (interval_cost != nullptr) {
+          const bool gap = prev == last.end() || t > prev->second + 1;
+          modified[page] = (!gap && modified[page]) || acc.writes;
+        }
         last[page] = t;
       }
     }

@@ -112,16 +112,17 @@ struct SimDeviceConfig {
   VmmCosts vmm_costs;
   //! The machine's NVMe drive, as the modelled clock sees it (timing "model" only: with "wall" the real
   //! drive takes its real time and nothing is added). Every read and write of the NVMe tier occupies
-  //! one modelled drive, one after another in the order they are submitted, for its bytes over the
-  //! direction's speed; the thread that runs the batch learns of each completion no earlier than its
+  //! one modelled drive, one after another in the order they end (none before it was submitted), for
+  //! its bytes over the direction's speed; the thread that runs the batch learns of each completion no earlier than its
   //! modelled end, so a page read from NVMe reaches the device that much later. Both 0 = disk I/O
   //! takes no modelled time (the default, and what "model" timing did before 2026-11-30).
   struct Disk {
     double read_bytes_per_s = 0;   //!< sequential read speed, bytes per second (0 = free)
     double write_bytes_per_s = 0;  //!< sequential write speed, bytes per second (0 = free)
     //! A PCIe 4.0 data-centre drive, Samsung's PM9A3 (U.2): 6.5 GB/s sequential read, 3.5 GB/s
-    //! sequential write (Samsung's figures at its launch, 2020). The tier's I/Os are whole pages of
-    //! 2 MiB or more, kept 32 deep, so the sequential figures apply; one drive, however many paths.
+    //! sequential write (Samsung's figures at its launch, 2020). The tier's I/Os are mostly whole pages
+    //! of 2 MiB or more, kept 32 deep, so the sequential figures apply; a tensor's small last page is
+    //! charged its bytes only (no per-request cost); one drive, however many paths.
     [[nodiscard]] static Disk pcie4_nvme() noexcept { return Disk{6.5e9, 3.5e9}; }
   };
   Disk disk;
