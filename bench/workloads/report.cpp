@@ -387,7 +387,7 @@ void print_table(const std::vector<Record>& records) {
           "the launches %.2f ms",
           t.compute_s * 1e3, t.loads_s * 1e3, t.window_s * 1e3, t.window_in_s * 1e3, t.window_out_s * 1e3,
           t.window_compute_s * 1e3, t.window_launch_wait_s * 1e3, t.launches_s * 1e3);
-      if (t.disk_s > 0) std::printf(", and the fewest NVMe reads %.2f ms", t.disk_s * 1e3);
+      if (t.disk_s > 0) std::printf(", and the drive's least busy time %.2f ms", t.disk_s * 1e3);
       std::printf("\n");
       if (p.tvmm_wall) {
         std::printf("  on the wall clock: tvmm %s %.2f ms, disk read %.1f MiB\n", p.tvmm_wall->policy.c_str(),

@@ -1,6 +1,7 @@
 // The bounds tvmm-bench measures every run against (bench/workloads/runner.hpp): the ideal and window
 // bounds, the lower bound's five figures (compute, fewest loads, the two-direction window program with
-// its launch floors, the program's launches, the fewest NVMe reads), and that no policy beats the lower bound.
+// its launch floors, the program's launches, the drive's least busy time), and that no policy beats the
+// lower bound.
 #include <gtest/gtest.h>
 
 #include <algorithm>
