@@ -122,8 +122,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     // Write-backs complete in the order queued (a page dropped behind its last kernel may complete
     // later than the next): this one's place (0: on the host).
     std::size_t arrival;
-    std::size_t next = 0;  // with a trace: pins until its tensor's next use
-    double key = 0;        // with a trace: the next use over the page's weight on the drive (highest spills first)
+    double key = 0;  // with a trace: pins until its next use over its weight on the drive (highest spills first)
   };
   const bool by_next_use = prefetch_.replaying();
   std::vector<Candidate> order;
@@ -152,9 +151,9 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     // (kMoveOverheadBytes): spilling small pages needed soon can cost the drive less than spilling a
     // whole page needed later (ResNet-18 at 2x: 60 MiB read per step by next use alone, 52 weighed).
     for (Candidate& c : order) {
-      c.next = prefetch_.trace().next_use(c.page->owner->id);
+      const std::size_t next = prefetch_.trace().next_use(c.page->owner->id);
       const double weight = static_cast<double>(nvme_->io_bytes(used_bytes(*c.page)) + kMoveOverheadBytes);
-      c.key = c.next == policies::AccessTrace::kNever ? 1e300 : (static_cast<double>(c.next) + 1) / weight;
+      c.key = next == policies::AccessTrace::kNever ? 1e300 : (static_cast<double>(next) + 1) / weight;
     }
     std::stable_sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) { return a.key > b.key; });
   }
