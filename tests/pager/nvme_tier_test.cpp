@@ -1,5 +1,6 @@
 // The NVMe tier in the pager: three-tier integrity (device -> host -> NVMe and back, every byte checked,
-// on uring and posix, over one and several directories), which pages a full host tier spills, page-by-
+// on uring and posix, over one and several directories), what a page moves to the drive and what a
+// modelled drive's time delays, which pages a full host tier spills, page-by-
 // page pipelining of device copies and NVMe I/O, every injected storage fault surfacing
 // without losing data, the automatic posix fallback, and no trace of the tier's files on disk.
 #include <gtest/gtest.h>
@@ -261,32 +262,29 @@ TEST(NvmeTier, BadSettingsAreRefusedWithTheFix) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
-// --- spill order: which host pages go to NVMe when the host tier is full ------------------------------
-
-// Without a trace the host tier spills its newest pages: a loop uses its pages again in the order it
-// used them, so the page that left the device first is the one it needs first and stays on the host.
-TEST(NvmeSpill, WithoutATraceTheNewestHostPagesGoFirst) {
+// A tensor's partial last page goes to NVMe and back with only the bytes it holds, rounded up to 4 KiB
+// (NvmeTier::io_bytes): eight tensors of 5000 bytes on a tier of 64 KiB pages move 8 KiB each way,
+// and every byte comes back.
+TEST(NvmeTier, APartialPageMovesOnlyItsBytesRoundedUpToTheAlignment) {
   test::TempDir dir;
   Pager p(nvme_config(1, 4, 16, {dir.path()}));
+  constexpr std::size_t kBytes = 5000;
   std::vector<Tensor> ts;
   for (int i = 0; i < 8; ++i) {
-    ts.push_back(p.allocate(kPage));
+    ts.push_back(p.allocate(kBytes));
     auto pin = ts.back().pin(Access::write);
-    test::fill(pin.data(), kPage, 300 + i);
+    test::fill(pin.data(), kBytes, 700 + i);
   }
-  ASSERT_GT(p.stats().host_to_nvme.pages, 0u);
-  EXPECT_EQ(ts[0].tier(), Tier::host) << "the oldest page, which a loop needs next, was spilled";
-  EXPECT_EQ(ts[1].tier(), Tier::host);
-  EXPECT_EQ(ts[5].tier(), Tier::nvme);
-  // A second pass in the same order reads the spilled pages only.
-  const auto before = p.stats().nvme_to_host.pages;
-  std::size_t on_nvme = 0;
-  for (auto& t : ts) on_nvme += t.tier() == Tier::nvme ? 1 : 0;
+  const Stats written = p.stats();
+  ASSERT_GT(written.host_to_nvme.pages, 0u);
+  EXPECT_EQ(written.host_to_nvme.bytes, written.host_to_nvme.pages * 8 * KiB);
   for (std::size_t i = 0; i < ts.size(); ++i) {
     auto pin = ts[i].pin(Access::read);
-    ASSERT_EQ(test::mismatches(pin.data(), kPage, 300 + i), 0u) << "tensor " << i;
+    EXPECT_EQ(test::mismatches(pin.data(), kBytes, 700 + i), 0u) << "tensor " << i;
   }
-  EXPECT_LE(p.stats().nvme_to_host.pages - before, on_nvme + 1);  // oldest first read all 7 again
+  const Stats read = p.stats();
+  ASSERT_GT(read.nvme_to_host.pages, 0u);
+  EXPECT_EQ(read.nvme_to_host.bytes, read.nvme_to_host.pages * 8 * KiB);
   p.check_invariants();
 }
 
@@ -325,6 +323,35 @@ TEST(NvmeTier, AModelledDriveDelaysAPageReadBackFromNvme) {
   EXPECT_GE(pin_time(static_cast<double>(kPage) * 100), milliseconds(10)) << "a page per 10 ms: its read";
 }
 
+// --- spill order: which host pages go to NVMe when the host tier is full ------------------------------
+
+// Without a trace the host tier spills its newest pages: a loop uses its pages again in the order it
+// used them, so the page that left the device first is the one it needs first and stays on the host.
+TEST(NvmeSpill, WithoutATraceTheNewestHostPagesGoFirst) {
+  test::TempDir dir;
+  Pager p(nvme_config(1, 4, 16, {dir.path()}));
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 8; ++i) {
+    ts.push_back(p.allocate(kPage));
+    auto pin = ts.back().pin(Access::write);
+    test::fill(pin.data(), kPage, 300 + i);
+  }
+  ASSERT_GT(p.stats().host_to_nvme.pages, 0u);
+  EXPECT_EQ(ts[0].tier(), Tier::host) << "the oldest page, which a loop needs next, was spilled";
+  EXPECT_EQ(ts[1].tier(), Tier::host);
+  EXPECT_EQ(ts[5].tier(), Tier::nvme);
+  // A second pass in the same order reads the spilled pages only.
+  const auto before = p.stats().nvme_to_host.pages;
+  std::size_t on_nvme = 0;
+  for (auto& t : ts) on_nvme += t.tier() == Tier::nvme ? 1 : 0;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    auto pin = ts[i].pin(Access::read);
+    ASSERT_EQ(test::mismatches(pin.data(), kPage, 300 + i), 0u) << "tensor " << i;
+  }
+  EXPECT_LE(p.stats().nvme_to_host.pages - before, on_nvme + 1);  // oldest first read all 7 again
+  p.check_invariants();
+}
+
 // With a trace (eviction "belady", replaying), the host pages whose next use is farthest go first.
 // One device frame, so the device's choice is forced and only the spill order differs; each iteration
 // pins six tensors once in order, then again in an order where recency does not predict the next use.
@@ -358,32 +385,6 @@ TEST(NvmeSpill, WithATraceTheFarthestNextUseGoesFirst) {
   const auto by_recency = nvme_reads_per_iteration("lru");      // 8 reads per iteration
   const auto by_next_use = nvme_reads_per_iteration("belady");  // 4
   EXPECT_LT(by_next_use, by_recency);
-}
-
-// A tensor's partial last page goes to NVMe and back with only the bytes it holds, rounded up to 4 KiB
-// (NvmeTier::io_bytes): eight tensors of 5000 bytes on a tier of 64 KiB pages move 8 KiB each way,
-// and every byte comes back.
-TEST(NvmeTier, APartialPageMovesOnlyItsBytesRoundedUpToTheAlignment) {
-  test::TempDir dir;
-  Pager p(nvme_config(1, 4, 16, {dir.path()}));
-  constexpr std::size_t kBytes = 5000;
-  std::vector<Tensor> ts;
-  for (int i = 0; i < 8; ++i) {
-    ts.push_back(p.allocate(kBytes));
-    auto pin = ts.back().pin(Access::write);
-    test::fill(pin.data(), kBytes, 700 + i);
-  }
-  const Stats written = p.stats();
-  ASSERT_GT(written.host_to_nvme.pages, 0u);
-  EXPECT_EQ(written.host_to_nvme.bytes, written.host_to_nvme.pages * 8 * KiB);
-  for (std::size_t i = 0; i < ts.size(); ++i) {
-    auto pin = ts[i].pin(Access::read);
-    EXPECT_EQ(test::mismatches(pin.data(), kBytes, 700 + i), 0u) << "tensor " << i;
-  }
-  const Stats read = p.stats();
-  ASSERT_GT(read.nvme_to_host.pages, 0u);
-  EXPECT_EQ(read.nvme_to_host.bytes, read.nvme_to_host.pages * 8 * KiB);
-  p.check_invariants();
 }
 
 // With a trace the spill weighs a page's next use by the bytes it moves to the drive and back
