@@ -83,13 +83,17 @@ MinLoads min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t
 //! its first), up to the first of the two.
 using IntervalCost = std::function<std::uint64_t(std::uint64_t bytes, bool modified)>;
 
-//! min_load_bytes with each interval weighing what `cost` says instead of its bytes: the least total
-//! cost (MinLoads::load_bytes; total_bytes the cost of leaving every interval out) any schedule with
-//! `frames` frames pays over the measured iterations. A page modified since its previous interval's
-//! end holds contents that exist nowhere else, so leaving it out over the next interval takes a write
-//! as well as the read that brings it back, made after the modification and before the read; two
-//! intervals of a page never share that write (their windows do not overlap). Same rules and throws as
-//! min_load_bytes.
+//! min_load_bytes with each interval weighing what `cost` says instead of its bytes: a lower bound on
+//! the total cost (MinLoads::load_bytes; total_bytes the cost of leaving every interval out with each
+//! write on its epoch's first interval) any schedule with `frames` frames pays over the measured
+//! iterations. Leaving a page out over an interval costs its read, cost(bytes, false). A page modified
+//! since its previous interval's end holds contents that exist nowhere else: that interval opens an
+//! epoch, which lasts up to the next such interval, and leaving any of the epoch's intervals out takes
+//! one write of those contents (cost(bytes, true) - cost(bytes, false)), made after the modification
+//! and before the first read. The bound is the best of 16 Lagrangian spreads of each epoch's write
+//! over its intervals (each spread's least cost, a min-cost flow, bounds every schedule): the first
+//! puts it on the epoch's first interval, the next ones move it towards the intervals left out.
+//! Same rules and throws as min_load_bytes.
 MinLoads min_interval_cost(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
                            const PageBytes& page_bytes, const IntervalCost& cost);
 

@@ -210,9 +210,10 @@ Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {
   if (!w.step.empty()) terms.launches_s = floors.back() + launch_s;
   // With a modelled drive: the device and the host tier together hold at most frames + host pages
   // distinct pages (a page in both, or on its way, counts once or uses more), and any other page whose
-  // data a kernel needs comes from NVMe: a read, and a write before it where the page was modified
-  // since its previous interval. So the least such cost with that many frames bounds the drive's busy time, one I/O
-  // after another (min_interval_cost; in picoseconds of the drive's time).
+  // data a kernel needs comes from NVMe: a read, and a write before it of contents modified since they
+  // were last written (once per epoch, however many of its intervals the page spends there). So the
+  // least such cost with that many frames bounds the drive's busy time, one I/O after another
+  // (min_interval_cost; in picoseconds of the drive's time).
   if (o.disk_costs && o.timing == "model" && o.device != "cuda" && b.nvme_pages != 0) {
     const auto held = static_cast<std::uint32_t>(b.frames + b.host_pages);
     const auto disk = modelled_disk();

@@ -170,8 +170,8 @@ struct LowerBoundTerms {
   double launches_s = 0;
   //! With the simulator's modelled drive (RunOptions::disk_costs, "model" timing, an NVMe tier): the
   //! least time the drive is busy, over any pager: the reads it must make with the device's and the
-  //! host tier's pages together, each with the write it needs where the page was modified since its
-  //! previous interval (policies::min_interval_cost); 0 otherwise.
+  //! host tier's pages together, and a write of a page's modified contents before the first of them
+  //! (policies::min_interval_cost); 0 otherwise.
   double disk_s = 0;
 };
 
