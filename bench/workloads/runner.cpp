@@ -501,6 +501,10 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.bus_bytes_per_s = o.bus_gbs * 1e9;
   r.disk_read_bytes = static_cast<double>(after.nvme_to_host.bytes - before.nvme_to_host.bytes) / measured;
   r.disk_write_bytes = static_cast<double>(after.host_to_nvme.bytes - before.host_to_nvme.bytes) / measured;
+  if (r.disk_costs == "modelled") {
+    const auto disk = modelled_disk();
+    r.disk_busy_s = r.disk_read_bytes / disk.read_bytes_per_s + r.disk_write_bytes / disk.write_bytes_per_s;
+  }
   const auto ref = reference(w, o, b);
   r.belady_bytes = ref.belady_bytes;
   r.compute_s = w.compute_us() * 1e-6;

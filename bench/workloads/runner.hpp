@@ -106,6 +106,10 @@ struct RunResult {
   double bus_bytes_per_s = 0;   // the modelled bus, each direction (RunOptions::bus_gbs)
   double disk_read_bytes = 0;   // from the NVMe tier, per iteration
   double disk_write_bytes = 0;  // to the NVMe tier, per iteration
+  //! The modelled drive's busy time per iteration (disk_costs "modelled"; 0 otherwise): disk_read_bytes
+  //! over its read speed plus disk_write_bytes over its write speed. Never below the lower bound's
+  //! disk_s; a step well above it had the drive idle while the device or the host worked.
+  double disk_busy_s = 0;
   double belady_bytes = 0;
   double compute_s = 0;
   double bound_s = 0;         // max(compute, Belady's busier direction / bus)

@@ -318,7 +318,14 @@ TEST(Workloads, TheLowerBoundCountsTheLeastDriveTimeWithAModelledDrive) {
     EXPECT_EQ(r.disk_costs, "modelled") << policy;
     EXPECT_GE(r.step_time_s, r.lower_bound_s * (1 - 1e-6)) << policy;
     EXPECT_GE(r.step_time_s, r.disk_read_bytes / modelled_disk().read_bytes_per_s * (1 - 1e-6)) << policy;
+    EXPECT_DOUBLE_EQ(r.disk_busy_s, r.disk_read_bytes / modelled_disk().read_bytes_per_s +
+                                        r.disk_write_bytes / modelled_disk().write_bytes_per_s)
+        << policy;
+    EXPECT_GE(r.disk_busy_s, ref.lower_bound_terms.disk_s * (1 - 1e-6)) << policy;
   }
+  const auto r = run_pager(w, free_disk, "lru", 4.0);
+  EXPECT_GT(r.disk_read_bytes, 0.0);
+  EXPECT_EQ(r.disk_busy_s, 0.0) << "a drive that costs nothing is never busy";
 }
 
 // A kernel cannot start before its launch, nor before the kernel ahead of it ends. Nine empty kernels
