@@ -26,6 +26,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -304,12 +305,15 @@ MinLoads solve_epochs(const std::vector<TraceAccess>& iteration, std::uint32_t f
     if (i.opens_epoch) opener.emplace(i.epoch, place(i));
   }
   constexpr std::uint64_t kNoKind = ~std::uint64_t{0};
-  std::unordered_map<std::uint64_t, std::uint64_t> kind_of;  // place -> its kind (kNoKind: two kinds met)
+  std::unordered_map<std::uint64_t, std::uint64_t> kind_of;  // place -> its kind (kNoKind: keeps no share)
+  std::set<std::pair<std::uint64_t, std::uint64_t>> seen;    // (epoch, place)
   for (const Interval& i : in.intervals) {
     const auto e = opener.find(i.epoch);
     if (i.epoch == 0 || e == opener.end()) continue;
     const auto [it, added] = kind_of.emplace(place(i), e->second);
-    if (!added && it->second != e->second) it->second = kNoKind;  // not one kind: it keeps no share
+    // Not one kind, or twice in one epoch (an epoch longer than an iteration, which a repeating trace
+    // does not make): its share could count twice against one write, so it keeps none.
+    if ((!added && it->second != e->second) || !seen.emplace(i.epoch, place(i)).second) it->second = kNoKind;
   }
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> places_of;  // kind -> its places
   std::unordered_map<std::uint64_t, double> share;                          // place -> its share
