@@ -368,9 +368,9 @@ void print_table(const std::vector<Record>& records) {
       std::printf("\nworkload %s: %.1f MiB in %s pages, compute %.2f ms per iteration\n", rec.workload.c_str(),
                   static_cast<double>(rec.working_set_bytes) / MiB, format_bytes(rec.page_bytes).c_str(),
                   r.compute_s * 1e3);
-      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s %9s %7s %9s %7s %7s\n", "policy", "ratio", "step ms",
+      std::printf("%-14s %6s %9s %10s %10s %9s %9s %9s %9s %9s %7s %9s %7s %7s %8s\n", "policy", "ratio", "step ms",
                   "MiB moved", "disk MiB", "vs Belady", "vs bound", "vs window", "vs lower", "prefetch", "kept %",
-                  "remap ms", "in ms", "out ms");
+                  "remap ms", "in ms", "out ms", "drive ms");
       last_workload = rec.workload;
     }
     if (rec.peers.get() != last && rec.peers) {
@@ -411,13 +411,14 @@ void print_table(const std::vector<Record>& records) {
     // address (no VMM call).
     const auto resident = static_cast<double>(r.misses + r.prefetched);
     const double kept = resident == 0 ? 0.0 : 100.0 * static_cast<double>(r.kept_mappings) / resident;
-    // in ms, out ms: the least time each direction of the bus was busy per iteration (bytes / bus).
+    // in ms, out ms: the least time each direction of the bus was busy per iteration (bytes / bus); drive
+    // ms: the modelled drive's busy time (disk_busy_s, 0 without one).
     const auto bus_ms = [&](double bytes) { return r.bus_bytes_per_s > 0 ? bytes / r.bus_bytes_per_s * 1e3 : 0.0; };
-    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9llu %7.0f %9.2f %7.2f %7.2f\n",
+    std::printf("%-14s %5.2fx %9.2f %10.1f %10.1f %9.2f %9.2f %9.2f %9.2f %9llu %7.0f %9.2f %7.2f %7.2f %8.2f\n",
                 r.policy.c_str(), r.ratio, r.step_time_s * 1e3, r.bytes_moved / MiB, r.disk_read_bytes / MiB,
                 r.bytes_vs_belady, r.time_vs_bound, r.time_vs_window_bound, r.time_vs_lower_bound,
                 static_cast<unsigned long long>(r.prefetched), kept, r.remap_s * 1e3, bus_ms(r.bytes_in),
-                bus_ms(r.bytes_out));
+                bus_ms(r.bytes_out), r.disk_busy_s * 1e3);
     if (rec.backend == "cuda") {  // where the host time goes on a GPU: the driver's calls per iteration
       std::string line = "    driver per iteration:";
       for (const auto& d : r.driver) {
