@@ -505,7 +505,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
     const auto disk = modelled_disk();
     r.disk_busy_s = r.disk_read_bytes / disk.read_bytes_per_s + r.disk_write_bytes / disk.write_bytes_per_s;
   }
-  const auto ref = reference(w, o, b);
+  const Reference ref = o.reference != nullptr ? *o.reference : reference(w, o, b);
   r.belady_bytes = ref.belady_bytes;
   r.compute_s = w.compute_us() * 1e-6;
   r.bound_s = ref.bound_s;

@@ -34,6 +34,8 @@ namespace tvmm::bench {
 //! PCIe 4.0 data-centre drive (SimDeviceConfig::Disk::pcie4_nvme()).
 [[nodiscard]] inline SimDeviceConfig::Disk modelled_disk() noexcept { return SimDeviceConfig::Disk::pcie4_nvme(); }
 
+struct Reference;
+
 struct RunOptions {
   std::size_t page_bytes = 2 * MiB;
   int iterations = 6;
@@ -76,6 +78,10 @@ struct RunOptions {
   std::string timeline;        // the pager's timeline.file (Perfetto)
   std::string stats_file;      // the pager's stats.file (its final stats as JSON)
   std::string progress;        // when set, a progress line on stderr starting with this label
+  //! reference(w, *this, budgets_for(w, *this, ratio)), already computed by the caller for exactly these
+  //! options and ratio (tvmm-bench: once per ratio, for every policy's run there); null: run_pager
+  //! computes it. Not owned.
+  const Reference* reference = nullptr;
 };
 
 //! The device and host budgets of a run: whole pages.

@@ -361,9 +361,10 @@ int main(int argc, char** argv) {
       };
       Budgets b;
       auto peer_set = std::make_shared<Peers>();
+      std::optional<Reference> ref_here;  // the bounds at this ratio, for every policy's run (not the peers')
       try {
         b = budgets_for(w, jo, ratio);
-        const auto ref = reference(w, jo, b);
+        const auto& ref = ref_here.emplace(reference(w, jo, b));
         peer_set->belady_bytes = ref.belady_bytes;
         peer_set->bound_s = ref.bound_s;
         peer_set->window_bound_s = ref.window_bound_s;
@@ -458,6 +459,7 @@ int main(int argc, char** argv) {
       for (const auto& policy : policies) {
         auto po = jo;
         po.progress = label(policy);
+        po.reference = ref_here ? &*ref_here : nullptr;
         if (!timeline.empty()) po.timeline = timeline_path(timeline, policy_runs == 1, w.name, ratio, policy);
         ResidencyTimeline tl{w.name, policy, ratio, {}};
         const bool sample = job.timeline && policy == "trace" && (ratio == 2.0 || job.ratios.size() == 1);

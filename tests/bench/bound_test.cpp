@@ -209,6 +209,30 @@ TEST(Workloads, TheLowerBoundCountsTheFewestBytesLoaded) {
   EXPECT_DOUBLE_EQ(ref.belady_bytes, 2 * 2 * MiB) << "Belady loads A and C each iteration, clean: no write-backs";
 }
 
+// tvmm-bench computes the bounds once per ratio and hands them to every policy's run there
+// (RunOptions::reference): a run reports the bounds it is given, and computes the same ones itself
+// without them.
+TEST(Workloads, ARunReportsTheBoundsItIsGivenAndComputesThemWithoutThem) {
+  const Workload w = write_then_read();
+  RunOptions o;
+  o.iterations = 4;
+  const auto b = budgets_for(w, o, 2.0);
+  const Reference computed = reference(w, o, b);
+  const auto own = run_pager(w, o, "lru", 2.0);
+  EXPECT_DOUBLE_EQ(own.lower_bound_s, computed.lower_bound_s);
+  EXPECT_DOUBLE_EQ(own.window_bound_s, computed.window_bound_s);
+  EXPECT_DOUBLE_EQ(own.belady_bytes, computed.belady_bytes);
+  Reference given = computed;
+  given.lower_bound_s = 123.0;
+  given.belady_bytes = 7.0;
+  o.reference = &given;
+  const auto r = run_pager(w, o, "lru", 2.0);
+  EXPECT_DOUBLE_EQ(r.lower_bound_s, 123.0);
+  EXPECT_DOUBLE_EQ(r.time_vs_lower_bound, r.step_time_s / 123.0);
+  EXPECT_DOUBLE_EQ(r.belady_bytes, 7.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, own.step_time_s) << "the run itself is the same";
+}
+
 // A lower bound must hold for every pager: no policy's measured step time is below it.
 TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
   RunOptions o;
