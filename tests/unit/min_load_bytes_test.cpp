@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "policies/belady.hpp"
@@ -25,55 +26,85 @@ using tvmm::policies::TraceAccess;
 
 namespace {
 
-// The optimum by exhaustive search over the resident sets: a dynamic program, group by group, over
-// every set of at most `frames` pages that holds the group (loading only the group's pages: loading a
-// page earlier never saves a load). Pages are numbered by tensor and page (at most 16 in all).
-std::uint64_t exhaustive_min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
-                                        const PageBytes& bytes) {
-  std::map<std::uint64_t, int> bit;  // page -> its bit
+// One reference of a page, as the exhaustive searches below see it.
+struct PageRef {
+  const TraceAccess& access;
+  std::uint32_t page = 0;       // its page in the tensor
+  int bit = 0;                  // the page's number, in order of first appearance
+  bool measured = false;        // in a measured replay (not the first or the last)
+  bool first_in_group = false;  // the group's first reference to the page: it decides what the group needs
+  bool had_data = false;        // the page held data before it (referenced since its first or a release)
+};
+
+// Walks `repeat` replays of `iteration` group by group, as min_load_bytes cuts them: `step(release)`
+// opens a step (a release, or a group of accesses pinned together), then `released(bit)` or
+// `referenced(PageRef)` fill it, page by page. Returns the number of distinct pages.
+template <class Step, class Released, class Referenced>
+std::size_t walk_groups(const std::vector<TraceAccess>& iteration, int repeat, Step step, Released released,
+                        Referenced referenced) {
+  std::map<std::uint64_t, int> bit;  // page -> its number
+  std::vector<bool> has_data;        // by number
   auto bit_of = [&](std::uint64_t tensor, std::uint32_t page) {
-    const std::uint64_t key = (tensor << 32) | page;
-    return bit.try_emplace(key, static_cast<int>(bit.size())).first->second;
+    const auto [it, added] = bit.try_emplace((tensor << 32) | page, static_cast<int>(bit.size()));
+    if (added) has_data.push_back(false);
+    return it->second;
   };
-  struct Step {
-    bool release = false;
-    std::uint32_t pages = 0;  // the group's pages, or those released
-    std::uint64_t cost_if_absent[16] = {};
-    bool measured = false;
-  };
-  std::vector<Step> steps;
-  std::vector<bool> has_data(16, false);
+  std::set<int> in_group;   // pages referenced in the open group
+  bool group_open = false;  // a release closes it
   for (int r = 0; r < repeat; ++r) {
     for (std::size_t a = 0; a < iteration.size(); ++a) {
       const auto& acc = iteration[a];
       if (acc.release) {
-        Step s;
-        s.release = true;
+        step(true);
+        group_open = false;
         for (std::uint32_t i = 0; i < acc.pages; ++i) {
           const int b = bit_of(acc.tensor, acc.first + i);
-          s.pages |= 1u << b;
           has_data[static_cast<std::size_t>(b)] = false;
+          released(b);
         }
-        steps.push_back(s);
         continue;
       }
-      if (a == 0 || !acc.with_previous || steps.empty() || steps.back().release) {
-        steps.emplace_back();
-        steps.back().measured = r >= 1 && r <= repeat - 2;
+      if (a == 0 || !acc.with_previous || !group_open) {
+        step(false);
+        group_open = true;
+        in_group.clear();
       }
-      Step& s = steps.back();
       for (std::uint32_t i = 0; i < acc.pages; ++i) {
         const int b = bit_of(acc.tensor, acc.first + i);
-        if ((s.pages >> b) & 1u) continue;  // the group's first reference decides
-        s.pages |= 1u << b;
-        if (has_data[static_cast<std::size_t>(b)] && !acc.discard && s.measured)
-          s.cost_if_absent[b] = bytes(acc.tensor, acc.first + i);
+        referenced(PageRef{acc, acc.first + i, b, r >= 1 && r <= repeat - 2, in_group.insert(b).second,
+                           has_data[static_cast<std::size_t>(b)]});
       }
       for (std::uint32_t i = 0; i < acc.pages; ++i)
         has_data[static_cast<std::size_t>(bit_of(acc.tensor, acc.first + i))] = true;
     }
   }
-  EXPECT_LE(bit.size(), 16u);
+  return bit.size();
+}
+
+// The optimum by exhaustive search over the resident sets: a dynamic program, group by group, over
+// every set of at most `frames` pages that holds the group (loading only the group's pages: loading a
+// page earlier never saves a load). Pages are numbered by tensor and page (at most 16 in all).
+std::uint64_t exhaustive_min_load_bytes(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
+                                        const PageBytes& bytes) {
+  struct Step {
+    bool release = false;
+    std::uint32_t pages = 0;  // the group's pages, or those released
+    std::uint64_t cost_if_absent[16] = {};
+  };
+  std::vector<Step> steps;
+  const std::size_t pages = walk_groups(
+      iteration, repeat, [&](bool release) { steps.push_back(Step{release}); },
+      [&](int b) {
+        if (b < 16) steps.back().pages |= 1u << b;
+      },
+      [&](const PageRef& ref) {
+        if (ref.bit >= 16 || !ref.first_in_group) return;
+        Step& s = steps.back();
+        s.pages |= 1u << ref.bit;
+        if (ref.had_data && !ref.access.discard && ref.measured)
+          s.cost_if_absent[ref.bit] = bytes(ref.access.tensor, ref.page);
+      });
+  EXPECT_LE(pages, 16u);
   constexpr std::uint64_t kInf = std::numeric_limits<std::uint64_t>::max();
   std::vector<std::uint64_t> best(1u << 16, kInf), next(1u << 16, kInf);
   best[0] = 0;
@@ -150,10 +181,6 @@ PageBytes random_weights(std::mt19937& rng, const std::vector<TraceAccess>& it) 
 // one of these writes, made after its modification and before its read, so it bounds this from below.
 std::uint64_t exhaustive_drive_cost(const std::vector<TraceAccess>& iteration, std::uint32_t frames, int repeat,
                                     const PageBytes& bytes, const IntervalCost& cost) {
-  std::map<std::uint64_t, int> bit;
-  auto bit_of = [&](std::uint64_t tensor, std::uint32_t page) {
-    return bit.try_emplace((tensor << 32) | page, static_cast<int>(bit.size())).first->second;
-  };
   struct Step {
     bool release = false;
     std::uint32_t pages = 0;     // the group's pages, or those released
@@ -162,40 +189,25 @@ std::uint64_t exhaustive_drive_cost(const std::vector<TraceAccess>& iteration, s
     std::uint64_t read[7] = {};  // the read each page costs if absent (0: needs no data, or unmeasured)
   };
   std::vector<Step> steps;
-  std::vector<bool> has_data(7, false);
   std::uint64_t write[7] = {};
-  for (int r = 0; r < repeat; ++r) {
-    for (std::size_t a = 0; a < iteration.size(); ++a) {
-      const auto& acc = iteration[a];
-      if (acc.release) {
-        Step s;
-        s.release = true;
-        for (std::uint32_t i = 0; i < acc.pages; ++i) {
-          const int b = bit_of(acc.tensor, acc.first + i);
-          s.pages |= 1u << b;
-          has_data[static_cast<std::size_t>(b)] = false;
-        }
-        steps.push_back(s);
-        continue;
-      }
-      if (a == 0 || !acc.with_previous || steps.empty() || steps.back().release) steps.emplace_back();
-      Step& s = steps.back();
-      const bool measured = r >= 1 && r <= repeat - 2;
-      for (std::uint32_t i = 0; i < acc.pages; ++i) {
-        const int b = bit_of(acc.tensor, acc.first + i);
-        if (b >= 7) return 0;
-        const auto page_bytes = bytes(acc.tensor, acc.first + i);
-        write[b] = cost(page_bytes, true) - cost(page_bytes, false);
-        if (acc.writes) s.writes |= 1u << b;
-        if ((s.pages >> b) & 1u) continue;  // the group's first reference decides what it needs
-        s.pages |= 1u << b;
-        if (acc.discard || !has_data[static_cast<std::size_t>(b)]) s.dead |= 1u << b;
-        if (has_data[static_cast<std::size_t>(b)] && !acc.discard && measured) s.read[b] = cost(page_bytes, false);
-      }
-      for (std::uint32_t i = 0; i < acc.pages; ++i)
-        has_data[static_cast<std::size_t>(bit_of(acc.tensor, acc.first + i))] = true;
-    }
-  }
+  const std::size_t pages = walk_groups(
+      iteration, repeat, [&](bool release) { steps.push_back(Step{release}); },
+      [&](int b) {
+        if (b < 7) steps.back().pages |= 1u << b;
+      },
+      [&](const PageRef& ref) {
+        if (ref.bit >= 7) return;
+        Step& s = steps.back();
+        const auto& acc = ref.access;
+        const auto page_bytes = bytes(acc.tensor, ref.page);
+        write[ref.bit] = cost(page_bytes, true) - cost(page_bytes, false);
+        if (acc.writes) s.writes |= 1u << ref.bit;
+        if (!ref.first_in_group) return;
+        s.pages |= 1u << ref.bit;
+        if (acc.discard || !ref.had_data) s.dead |= 1u << ref.bit;
+        if (ref.had_data && !acc.discard && ref.measured) s.read[ref.bit] = cost(page_bytes, false);
+      });
+  if (pages > 7) return 0;
   constexpr std::uint64_t kInf = std::numeric_limits<std::uint64_t>::max();
   auto at = [](std::uint32_t resident, std::uint32_t stale) { return resident | (stale << 7); };
   std::vector<std::uint64_t> best(1u << 14, kInf), next(1u << 14, kInf);
