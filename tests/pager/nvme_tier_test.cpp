@@ -1,8 +1,11 @@
-// The NVMe tier in the pager: three-tier integrity (device -> host -> NVMe and back, every byte checked,
-// on uring and posix, over one and several directories), what a page moves to the drive and what a
-// modelled drive's time delays, which pages a full host tier spills, page-by-
-// page pipelining of device copies and NVMe I/O, every injected storage fault surfacing
-// without losing data, the automatic posix fallback, and no trace of the tier's files on disk.
+// The NVMe tier in the pager, in five sections (marked "// --- ..."):
+// - integrity across the three tiers: device -> host -> NVMe and back, every byte checked, on uring and
+//   posix, over one and several directories; what a page moves to the drive and what a modelled
+//   drive's time delays;
+// - spill order: which pages a full host tier sends to NVMe;
+// - page-by-page pipelining of device copies and NVMe I/O;
+// - injected faults: every storage fault surfaces without losing data;
+// - fallback and traces on disk: the automatic posix fallback, and no trace of the tier's files left.
 #include <gtest/gtest.h>
 
 #include <linux/filter.h>
@@ -49,6 +52,17 @@ Config nvme_config(std::size_t device, std::size_t host, std::size_t nvme, const
   c.nvme.backend = backend;
   c.nvme.queue_depth = 8;
   return c;
+}
+
+// `n` one-page tensors, each written with seed `first_seed` + its index as it is allocated.
+std::vector<Tensor> written_pages(Pager& p, int n, std::uint64_t first_seed) {
+  std::vector<Tensor> ts;
+  for (int i = 0; i < n; ++i) {
+    ts.push_back(p.allocate(kPage));
+    auto pin = ts.back().pin(Access::write);
+    test::fill(pin.data(), kPage, first_seed + static_cast<std::uint64_t>(i));
+  }
+  return ts;
 }
 
 // --- integrity across the three tiers -------------------------------------------------------------------
@@ -165,12 +179,7 @@ TEST(NvmeTier, CapacityCountsTheNvmeBudgetAndUnmodifiedPagesAreNotWrittenAgain) 
 TEST(NvmeTier, ADiscardedTensorLetsItsSlotsGoAndIsNotReadBack) {
   test::TempDir dir;
   Pager p(nvme_config(2, 2, 8, {dir.path()}));
-  std::vector<Tensor> ts;
-  for (int i = 0; i < 8; ++i) {
-    ts.push_back(p.allocate(kPage));
-    auto pin = ts.back().pin(Access::write);
-    test::fill(pin.data(), kPage, 200 + i);
-  }
+  std::vector<Tensor> ts = written_pages(p, 8, 200);
   const auto v = static_cast<std::size_t>(
       std::find_if(ts.begin(), ts.end(), [](const Tensor& t) { return t.tier() == Tier::nvme; }) - ts.begin());
   ASSERT_LT(v, ts.size()) << "no tensor went to NVMe";
@@ -299,12 +308,7 @@ TEST(NvmeTier, AModelledDriveDelaysAPageReadBackFromNvme) {
     c.sim.bandwidth_bytes_per_s = 1e9;  // a page in 66 us
     c.sim.disk.read_bytes_per_s = c.sim.disk.write_bytes_per_s = drive_bytes_per_s;
     Pager p(c);
-    std::vector<Tensor> ts;
-    for (int i = 0; i < 8; ++i) {
-      ts.push_back(p.allocate(kPage));
-      auto pin = ts.back().pin(Access::write);
-      test::fill(pin.data(), kPage, 300 + i);
-    }
+    std::vector<Tensor> ts = written_pages(p, 8, 300);
     EXPECT_EQ(ts[5].tier(), Tier::nvme);
     auto s = p.create_stream();
     StreamTimer timer(s);
@@ -330,12 +334,7 @@ TEST(NvmeTier, AModelledDriveDelaysAPageReadBackFromNvme) {
 TEST(NvmeSpill, WithoutATraceTheNewestHostPagesGoFirst) {
   test::TempDir dir;
   Pager p(nvme_config(1, 4, 16, {dir.path()}));
-  std::vector<Tensor> ts;
-  for (int i = 0; i < 8; ++i) {
-    ts.push_back(p.allocate(kPage));
-    auto pin = ts.back().pin(Access::write);
-    test::fill(pin.data(), kPage, 300 + i);
-  }
+  std::vector<Tensor> ts = written_pages(p, 8, 300);
   ASSERT_GT(p.stats().host_to_nvme.pages, 0u);
   EXPECT_EQ(ts[0].tier(), Tier::host) << "the oldest page, which a loop needs next, was spilled";
   EXPECT_EQ(ts[1].tier(), Tier::host);
@@ -711,12 +710,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, NvmeFaults, ::testing::Values("uring", "posix
 // Writes and reads back 12 pages through a 1:2:16 pager with the tier in `dir`; 0 if all is well.
 int round_trip(const std::string& dir, const std::string& backend) {
   Pager p(nvme_config(1, 2, 16, {dir}, backend));
-  std::vector<Tensor> ts;
-  for (int i = 0; i < 12; ++i) {
-    ts.push_back(p.allocate(kPage));
-    auto pin = ts.back().pin(Access::write);
-    test::fill(pin.data(), kPage, static_cast<std::uint64_t>(i) + 1);
-  }
+  std::vector<Tensor> ts = written_pages(p, 12, 1);
   std::size_t bad = 0;
   for (int i = 0; i < 12; ++i) {
     auto pin = ts[static_cast<std::size_t>(i)].pin(Access::read);
