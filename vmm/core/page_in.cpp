@@ -35,8 +35,22 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
   // swapping a tensor in never waits on its own slots.
   while (loaded < todo.size()) {
     // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
-    Frames got =
-        acquire_frames(lk, std::span(todo).subspan(loaded), deadline, may_wait, protect, reaped && loaded == 0);
+    bool blocked = false;
+    Frames got = acquire_frames(lk, std::span(todo).subspan(loaded), deadline, may_wait, protect, reaped && loaded == 0,
+                                arrivals.empty() ? &blocked : nullptr);
+    if (blocked) {
+      // The host tier is full and these pages' own slots are what the victims need (acquire_frames):
+      // the last host page still to load goes back to the host tier, where a spill can move it to NVMe
+      // and free its slot. The caller loads it later from there (make_resident stages it in).
+      std::size_t i = todo.size();
+      while (i > loaded && before[i - 1] != PageState::host) --i;
+      if (i == loaded) break;  // not expected: a slot held by a page of `todo` is a host page's
+      todo[i - 1]->set_state(PageState::host);
+      note_host(*todo[i - 1]);
+      todo.erase(todo.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      before.erase(before.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      continue;
+    }
     if (got.frames.empty()) break;  // only without may_wait: nothing evictable now
     const std::size_t n = got.frames.size();
     load_chunk(std::span(todo).subspan(loaded, n), std::span(before).subspan(loaded, n), got, access,
@@ -238,7 +252,7 @@ void PagerImpl::pair_frames(std::span<PageEntry* const> pages, Frames& got) cons
 // Returns between 1 and `count` frames (0 only without may_wait): rather than block while holding
 // frames, it hands back what it has so the caller can start those page-ins.
 PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const> pages, Clock::time_point deadline,
-                                            bool may_wait, const Protect* protect, bool reaped) {
+                                            bool may_wait, const Protect* protect, bool reaped, bool* blocked) {
   const std::size_t count = pages.size();
   Frames got;
   // Room for every frame first: a frame taken from the pool must land in `got` to be given back.
@@ -264,6 +278,14 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const
     if (!got.frames.empty() || !may_wait) break;
     // The host tier is full: move its oldest pages to NVMe (this unlocks for the writes).
     if (host_->free_count() == 0 && spill(lk, count - got.frames.size()) > 0) continue;
+    // The host tier full, partly of the pages being loaded (claimed: no spill takes them), with no
+    // page-in left to free a slot: the victims' write-backs wait for those pages' slots, and those
+    // pages for the victims' frames. Waiting would time out; the caller gives a page back instead.
+    if (blocked != nullptr && nvme_ && host_->free_count() == 0 && loads_.empty() &&
+        std::any_of(pages.begin(), pages.end(), [](const PageEntry* p) { return p->host_slot != kNoSlot; })) {
+      *blocked = true;
+      return got;  // empty
+    }
     // No frame exists and the device has no memory for one: nothing can ever be evicted to make room.
     if (device_->created() == 0 && device_->short_of_memory()) {
       throw out_of_memory("tvmm: the device has no memory for a frame (" + format_bytes(page_size_) +

@@ -333,8 +333,12 @@ class PagerImpl {
   //! transfers free host slots and make pages evictable), except the first time with `reaped`: the
   //! caller has just done so, holding `lk` since, and each reap queries the oldest transfers' events (a
   //! driver call each on a GPU). A later pass, or a wait, reaps again.
+  //! `blocked` (may be null): set, with no frame returned, instead of waiting when no frame can come
+  //! but by writing a victim back, the host tier is full, no spill can free a slot and no page-in is
+  //! in flight to free one, while pages of `pages` hold host slots: the caller's own claimed pages
+  //! block it (load_pages then gives one back to the host tier, for a spill to take).
   Frames acquire_frames(Lock& lk, std::span<PageEntry* const> pages, Clock::time_point deadline, bool may_wait,
-                        const Protect* protect = nullptr, bool reaped = false);
+                        const Protect* protect = nullptr, bool reaped = false, bool* blocked = nullptr);
   //! Permutes got so that each of the first got.frames.size() pages whose address is still mapped to
   //! one of the frames gets that frame.
   void pair_frames(std::span<PageEntry* const> pages, Frames& got) const;
