@@ -504,6 +504,39 @@ TEST(NvmeSpill, WithATraceSmallPagesNeededNearlyAsLateGoFirst) {
   EXPECT_LT(after.nvme_to_host.bytes - before.nvme_to_host.bytes, 2 * kBig);
 }
 
+// Staging a page in from NVMe takes a host slot for the page; its device frame's victim needs one only
+// for a write-back. Two device frames and three host pages: a two-page tensor with one page on NVMe
+// and one on the host tier (full, with two other pages), the device full of another tensor's dirty
+// pages. Pinning it needs three host slots (two write-backs and the staging slot) and frees one (the
+// host page's, once its page-in is done): two pages go to NVMe. Until 2026-11-30 the stage-in took a
+// slot for its page's victim up front as well, and spilled three.
+TEST(NvmeSpill, StagingAPageInSpillsOnlyWhatItsPageAndTheVictimsNeed) {
+  test::TempDir dir;
+  Pager p(nvme_config(2, 3, 16, {dir.path()}));
+  std::vector<Tensor> ts = written_pages(p, 2, 600);  // one page each
+  for (std::uint64_t seed : {602, 603}) {             // two pages each
+    ts.push_back(p.allocate(2 * kPage));
+    auto pin = ts.back().pin(Access::write);
+    test::fill(pin.data(), 2 * kPage, seed);
+  }
+  ASSERT_EQ(ts[2].tier(0), Tier::nvme);
+  ASSERT_EQ(ts[2].tier(kPage), Tier::host);
+  ASSERT_EQ(ts[3].tier(0), Tier::device);
+  ASSERT_EQ(ts[3].tier(kPage), Tier::device);
+  ASSERT_EQ(p.stats().host_used_bytes, 3 * kPage);
+  const auto written = p.stats().host_to_nvme.pages;
+  {
+    auto pin = ts[2].pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), 2 * kPage, 602), 0u);
+  }
+  EXPECT_EQ(p.stats().host_to_nvme.pages - written, 2u) << "pages spilled to pin the tensor";
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    auto pin = ts[i].pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), ts[i].size(), 600 + i), 0u) << "tensor " << i;
+  }
+  p.check_invariants();
+}
+
 // --- page-by-page pipelining ----------------------------------------------------------------------------
 
 // 8 device, 8 host and 32 NVMe pages, every page of a tensor in one batch (queue depth 32). The device
