@@ -25,6 +25,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -227,6 +228,66 @@ TEST(NvmeTier, RandomPinsWithAHostTierSmallerThanATensorNeverStall) {
       if (access != Access::read) test::fill(pin.data(), s.t.size(), new_seed);
       s.seed = new_seed;
     }
+    p.check_invariants();
+  }
+}
+
+// Two threads pinning at once in such tight tiers may still stall each other: each holds host slots the
+// other's victims need, and a pin then fails with out_of_memory after pager.wait_timeout_ms (in about a
+// third of these runs, as before 2026-11-30). Neither gives its pages back then (only a pin loading
+// alone does): two that did took each other's pages back and forth and never returned. Every pin
+// here returns, loaded or with out_of_memory, and no byte is lost.
+TEST(NvmeTier, TwoThreadsPinningInTinyTiersNeverSpinForEver) {
+  for (unsigned seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const std::size_t device = 4 + rng() % 5, host = 2 + rng() % 5;
+    test::TempDir dir;
+    Config c = nvme_config(device, host, 96, {dir.path()});
+    c.nvme.queue_depth = static_cast<unsigned>(1 + rng() % 8);
+    c.wait_timeout = std::chrono::milliseconds(150);
+    Pager p(c);
+    auto body = [&](unsigned thread) {
+      std::mt19937_64 r(seed * 100 + thread);
+      struct Shadow {
+        Tensor t;
+        std::uint64_t seed = 0;
+      };
+      std::vector<Shadow> ts;
+      for (std::size_t pages = 0; pages < 14;) {
+        const std::size_t n = 1 + r() % (device / 2);
+        ts.push_back({p.allocate(n * kPage), 0});
+        pages += n;
+      }
+      auto stream = p.create_stream();
+      std::uint64_t next_seed = 1 + thread * 1000000;
+      for (int step = 0; step < 60; ++step) {
+        auto& s = ts[r() % ts.size()];
+        const unsigned kind = static_cast<unsigned>(r() % 3);
+        const Access access = s.seed == 0 ? Access::write
+                              : kind == 0 ? Access::read
+                              : kind == 1 ? Access::write
+                                          : Access::read_write;
+        const std::uint64_t old_seed = access == Access::write ? 0 : s.seed;
+        const std::uint64_t new_seed = access == Access::read ? s.seed : next_seed++;
+        const bool on_stream = r() % 2 == 0;
+        try {
+          auto pin = on_stream ? s.t.pin(stream, access) : s.t.pin(access);
+          if (on_stream) stream.synchronize();
+          if (old_seed != 0) {
+            EXPECT_EQ(test::mismatches(pin.data(), s.t.size(), old_seed), 0u) << "thread " << thread;
+          }
+          if (access != Access::read) test::fill(pin.data(), s.t.size(), new_seed);
+          s.seed = new_seed;
+        } catch (const out_of_memory&) {
+          // The stall above: the tensor keeps its data (checked at its next pin).
+        }
+      }
+    };
+    std::thread a(body, 0U);
+    std::thread b(body, 1U);
+    a.join();
+    b.join();
     p.check_invariants();
   }
 }

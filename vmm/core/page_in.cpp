@@ -36,8 +36,10 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
   while (loaded < todo.size()) {
     // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
     bool blocked = false;
+    // Only a pin loading alone gives a page back (PagerImpl::loading_pins_).
+    const bool may_give_back = arrivals.empty() && loading_pins_.load(std::memory_order_relaxed) == 1;
     Frames got = acquire_frames(lk, std::span(todo).subspan(loaded), deadline, may_wait, protect, reaped && loaded == 0,
-                                arrivals.empty() ? &blocked : nullptr);
+                                may_give_back ? &blocked : nullptr);
     if (blocked) {
       // The host tier is full and these pages' own slots are what the victims need (acquire_frames):
       // the last host page still to load goes back to the host tier, where a spill can move it to NVMe

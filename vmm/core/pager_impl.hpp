@@ -432,6 +432,10 @@ class PagerImpl {
   std::atomic<std::uint32_t> waiters_{0};
   // Pages with pins > 0; ahead of the truth while a lock-free pin or unpin is between its steps (pin.cpp).
   std::atomic<std::uint64_t> pinned_pages_{0};
+  // Threads in make_resident (a pin loading its pages). Only a pin loading alone gives a claimed page
+  // back when the host tier is full of its own pages (load_pages): two that did so took each other's
+  // pages back and forth for ever. Changed and read under mu_ (atomic: the decrement may run unlocked).
+  std::atomic<std::uint32_t> loading_pins_{0};
   std::uint32_t frames_in_hand_ = 0;   // taken from the pool by a thread that let go of mu_; guarded by mu_
   std::uint64_t allocated_pages_ = 0;  // guarded by mu_
   std::uint64_t host_only_pages_ = 0;  // pages of allocations kept off NVMe; guarded by mu_

@@ -378,6 +378,8 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
 
 std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, PageSpan span, Access access,
                                                Clock::time_point deadline, std::uint64_t& misses, bool reaped) {
+  loading_pins_.fetch_add(1, std::memory_order_relaxed);
+  common::ScopeGuard loading([&] { loading_pins_.fetch_sub(1, std::memory_order_relaxed); });
   PageEntry* pages = pages_of(a) + span.first;
   std::vector<PageEntry*> todo;
   for (;;) {

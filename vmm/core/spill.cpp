@@ -298,14 +298,19 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   for (std::uint32_t i = 0; i < span.count; ++i) on_nvme += pages[i].state() == PageState::nvme ? 1 : 0;
   if (on_nvme == 0) return 0;
   // 1. Host slots to read a batch into (this may spill, and so unlock: pages are claimed only
-  //    afterwards), one per page. Each page also needs a device frame, whose victim may need a host
-  //    slot for its write-back: acquire_frames finds that one itself, spilling only when no victim
-  //    can go without it (a victim whose NVMe copy is current, or a discarded one, needs none). Taking
-  //    a second slot per page here, as tvmm did until 2026-11-30, spilled a page for every such victim
-  //    too (the LSTM at 2x: 45 MiB read from NVMe per step and 48 written, 36 and 36 with one slot).
+  //    afterwards). Each page also needs a device frame, whose victim may need a host slot for its
+  //    write-back. A pin loading alone takes one slot per page: acquire_frames finds a victim's slot
+  //    itself, spilling only when no victim can go without one (a victim whose NVMe copy is current,
+  //    or a discarded one, needs none). Taking a second slot per page up front spilled a page for
+  //    every such victim too (the LSTM at 2x: 45 MiB read from NVMe per step and 48 written, 36 and
+  //    36 with one slot). With other pins loading at once it still does (the second half handed back
+  //    just before the frames are taken, with no unlock between): stage-ins that each held only their
+  //    pages' slots could leave no slot for one another's victims (two threads pinning with host
+  //    tiers of two to four pages stalled in 9 of 20 random runs, 5 with the slots taken up front).
+  const std::size_t per_page = loading_pins_.load(std::memory_order_relaxed) > 1 ? 2 : 1;
   const std::size_t want = std::min<std::size_t>({on_nvme, cfg_.nvme.queue_depth, host_->budget() / 2});
-  std::vector<std::uint32_t> slots = acquire_host_slots(lk, std::max<std::size_t>(want, 1), deadline);
-  const std::size_t staged = slots.size();
+  std::vector<std::uint32_t> slots = acquire_host_slots(lk, per_page * std::max<std::size_t>(want, 1), deadline);
+  const std::size_t staged = std::max<std::size_t>(1, slots.size() / per_page);
   std::vector<PageEntry*> batch;
   try {
     batch.reserve(staged);  // a claimed page must land in `batch`, whose guard below puts it back
