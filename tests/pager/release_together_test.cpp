@@ -147,6 +147,25 @@ TEST(ReleaseTogether, PointsOfASynchronizedOrDestroyedStreamNeedNoEvent) {
   p.check_invariants();
 }
 
+// Once its stream is destroyed, a release point's line lives on only in the uses that name it: the last
+// one resolved (here by an eviction) drops it, and must do so after letting go of the line's lock.
+// Until 2026-11-30 resolve() freed the line, mutex included, while holding that lock
+// (ThreadSanitizer: heap-use-after-free, unlock of a destroyed mutex).
+TEST(ReleaseTogether, TheLastPointOfADestroyedStreamFreesItsLineOnlyAfterUnlockingIt) {
+  TwoFrames f;
+  auto& [dev, p, a, b] = f;
+  {
+    auto s = p.create_stream();
+    auto pin = a.pin(s, Access::write);
+    s.launch([pa = pin.data(), n = a.size()] { test::fill(pa, n, 5); });
+  }  // the pin released on the stream (one point, no event yet), then the stream synchronized and destroyed
+  evict_both(p);  // resolves a's point: the line's last reference
+  EXPECT_EQ(a.tier(), Tier::host);
+  auto pin = a.pin(Access::read);
+  EXPECT_EQ(test::mismatches(pin.data(), a.size(), 5), 0u);
+  p.check_invariants();
+}
+
 TEST(ReleaseTogether, EveryPinWaitsForTheSharedReleasePoint) {
   // a is pinned first, so it is evicted first, and b's write-back queues behind a's on the one
   // device-to-host stream: a's must wait for the kernel by its own release point. Both orders of the

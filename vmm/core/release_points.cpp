@@ -124,7 +124,10 @@ ReleaseTicket ReleasePoints::take(device::StreamHandle s, std::uint64_t eviction
 
 void ReleasePoints::resolve(ReleaseTicket& t, bool record) noexcept {
   if (!t.line || t.done) return;
-  ReleaseLine& line = *t.line;
+  // Held until the lock below is let go: t.line.reset() may drop the line's last reference (its stream
+  // removed, every other ticket of it resolved), which would free the mutex while it is held.
+  const std::shared_ptr<ReleaseLine> keep = t.line;
+  ReleaseLine& line = *keep;
   std::lock_guard ll(line.mu);
   // The newest event found complete (by anyone's query or wait: no driver call here) completes its
   // points and every event recorded before it (one stream runs in order).
