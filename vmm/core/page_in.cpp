@@ -33,11 +33,12 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
   });
   // Chunk by chunk: a chunk's page-ins release host slots that the next chunk's evictions may need, so
   // swapping a tensor in never waits on its own slots.
+  bool can_give_back = arrivals.empty();  // a page taken back in flight has no place on the host tier
   while (loaded < todo.size()) {
     // 2. Frames for (some of) the remaining pages; evicts least-recently-used pages when full.
     bool blocked = false;
     // Only a pin loading alone gives a page back (PagerImpl::loading_pins_).
-    const bool may_give_back = arrivals.empty() && loading_pins_.load(std::memory_order_relaxed) == 1;
+    const bool may_give_back = can_give_back && loading_pins_.load(std::memory_order_relaxed) == 1;
     Frames got = acquire_frames(lk, std::span(todo).subspan(loaded), deadline, may_wait, protect, reaped && loaded == 0,
                                 may_give_back ? &blocked : nullptr);
     if (blocked) {
@@ -46,7 +47,10 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
       // and free its slot. The caller loads it later from there (make_resident stages it in).
       std::size_t i = todo.size();
       while (i > loaded && before[i - 1] != PageState::host) --i;
-      if (i == loaded) break;  // not expected: a slot held by a page of `todo` is a host page's
+      if (i == loaded) {  // not expected (a slot held by a page of `todo` is a host page's): wait instead
+        can_give_back = false;
+        continue;
+      }
       todo[i - 1]->set_state(PageState::host);
       note_host(*todo[i - 1]);
       todo.erase(todo.begin() + static_cast<std::ptrdiff_t>(i - 1));

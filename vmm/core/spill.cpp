@@ -306,7 +306,7 @@ std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::t
   //    36 with one slot). With other pins loading at once it still does (the second half handed back
   //    just before the frames are taken, with no unlock between): stage-ins that each held only their
   //    pages' slots could leave no slot for one another's victims (two threads pinning with host
-  //    tiers of two to four pages stalled in 9 of 20 random runs, 5 with the slots taken up front).
+  //    tiers of two to six pages stalled in 9 of 20 random runs with one slot per page, 5 with two).
   const std::size_t per_page = loading_pins_.load(std::memory_order_relaxed) > 1 ? 2 : 1;
   const std::size_t want = std::min<std::size_t>({on_nvme, cfg_.nvme.queue_depth, host_->budget() / 2});
   std::vector<std::uint32_t> slots = acquire_host_slots(lk, per_page * std::max<std::size_t>(want, 1), deadline);
