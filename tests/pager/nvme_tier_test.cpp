@@ -1,7 +1,7 @@
 // The NVMe tier in the pager, in five sections (marked "// --- ..."):
 // - integrity across the three tiers: device -> host -> NVMe and back, every byte checked, on uring and
-//   posix, over one and several directories; what a page moves to the drive and what a modelled
-//   drive's time delays;
+//   posix, over one and several directories; pins whose tensors fill a tiny host tier, on one thread
+//   and two; what a page moves to the drive and what a modelled drive's time delays;
 // - spill order: which pages a full host tier sends to NVMe;
 // - page-by-page pipelining of device copies and NVMe I/O;
 // - injected faults: every storage fault surfaces without losing data;
@@ -68,6 +68,44 @@ std::vector<Tensor> written_pages(Pager& p, int n, std::uint64_t first_seed) {
   return ts;
 }
 
+// A tensor and the seed of the pattern it holds (0: none written yet).
+struct Shadow {
+  Tensor t;
+  std::uint64_t seed = 0;
+};
+
+// Tensors of 1 to `most` pages, half of them a little short of whole pages, `pages` pages in all.
+std::vector<Shadow> random_tensors(Pager& p, std::mt19937_64& rng, std::size_t pages, std::size_t most) {
+  std::vector<Shadow> ts;
+  for (std::size_t n = 0; n < pages;) {
+    const std::size_t k = 1 + rng() % most;
+    ts.push_back({p.allocate(k * kPage - (rng() % 2 ? 0 : rng() % 5000)), 0});
+    n += k;
+  }
+  return ts;
+}
+
+// The access of a random pin of `s`: one never written is written, else it reads, overwrites, or
+// reads and writes.
+Access access_for(const Shadow& s, bool reads, bool overwrites) {
+  return s.seed == 0 ? Access::write : reads ? Access::read : overwrites ? Access::write : Access::read_write;
+}
+
+// Pins `s` for `access` (on `stream`, then waiting for it, unless null), checks the pattern it holds
+// and, unless the pin only reads, writes the next one (seed next_seed++). `s.seed` changes only once
+// the pin has succeeded.
+void pin_check_and_write(Shadow& s, Access access, Stream* stream, std::uint64_t& next_seed) {
+  const std::uint64_t old_seed = access == Access::write ? 0 : s.seed;
+  const std::uint64_t new_seed = access == Access::read ? s.seed : next_seed++;
+  auto pin = stream != nullptr ? s.t.pin(*stream, access) : s.t.pin(access);
+  if (stream != nullptr) stream->synchronize();
+  if (old_seed != 0) {
+    EXPECT_EQ(test::mismatches(pin.data(), s.t.size(), old_seed), 0u);
+  }
+  if (access != Access::read) test::fill(pin.data(), s.t.size(), new_seed);
+  s.seed = new_seed;
+}
+
 // --- integrity across the three tiers -------------------------------------------------------------------
 
 struct IntegrityParam {
@@ -84,17 +122,7 @@ TEST_P(NvmeIntegrity, RandomPinsKeepEveryByteAcrossThreeTiers) {
   test::TestPager tp(nvme_config(4, 8, 128, paths, GetParam().backend));  // sim, or CUDA (TVMM_TEST_DEVICE)
   Pager& p = *tp;
   std::mt19937_64 rng(7);
-  struct Shadow {
-    Tensor t;
-    std::uint64_t seed = 0;
-  };
-  std::vector<Shadow> ts;
-  std::size_t pages = 0;
-  while (pages < 72) {  // 72 pages of data over 4 device + 8 host pages
-    const std::size_t n = 1 + rng() % 4;
-    ts.push_back({p.allocate(n * kPage - (rng() % 2 ? 0 : rng() % 5000)), 0});
-    pages += n;
-  }
+  std::vector<Shadow> ts = random_tensors(p, rng, 72, 4);  // 72 pages of data over 4 device + 8 host pages
   std::vector<void*> addrs;
   for (auto& s : ts) addrs.push_back(s.t.data());
   auto stream = p.create_stream();
@@ -103,10 +131,7 @@ TEST_P(NvmeIntegrity, RandomPinsKeepEveryByteAcrossThreeTiers) {
   for (int step = 0; step < 500; ++step) {
     auto& s = ts[rng() % ts.size()];
     const unsigned kind = static_cast<unsigned>(rng() % 4);  // read, read_write, write, stream read_write
-    const Access access = s.seed == 0 ? Access::write
-                          : kind == 0 ? Access::read
-                          : kind == 2 ? Access::write
-                                      : Access::read_write;
+    const Access access = access_for(s, kind == 0, kind == 2);
     const std::uint64_t old_seed = access == Access::write ? 0 : s.seed;
     const std::uint64_t new_seed = access == Access::read ? s.seed : next_seed++;
     {
@@ -198,35 +223,15 @@ TEST(NvmeTier, RandomPinsWithAHostTierSmallerThanATensorNeverStall) {
     c.wait_timeout = std::chrono::milliseconds(1000);
     if (rng() % 2 == 0) c.eviction = "belady";
     Pager p(c);
-    struct Shadow {
-      Tensor t;
-      std::uint64_t seed = 0;
-    };
-    std::vector<Shadow> ts;
-    for (std::size_t pages = 0; pages < 24;) {
-      const std::size_t n = 1 + rng() % device;
-      ts.push_back({p.allocate(n * kPage - (rng() % 2 ? 0 : rng() % 5000)), 0});
-      pages += n;
-    }
+    std::vector<Shadow> ts = random_tensors(p, rng, 24, device);
     auto stream = p.create_stream();
     std::uint64_t next_seed = 1;
     for (std::size_t step = 0; step < 300; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
       if (step % 30 == 0) p.mark_iteration();  // a loop with some noise: the trace replays at times
       auto& s = ts[(step * 7 + (rng() % 3 == 0 ? rng() : 0)) % ts.size()];
       const unsigned kind = static_cast<unsigned>(rng() % 4);  // read, read_write, write, stream read_write
-      const Access access = s.seed == 0 ? Access::write
-                            : kind == 0 ? Access::read
-                            : kind == 2 ? Access::write
-                                        : Access::read_write;
-      const std::uint64_t old_seed = access == Access::write ? 0 : s.seed;
-      const std::uint64_t new_seed = access == Access::read ? s.seed : next_seed++;
-      auto pin = kind == 3 ? s.t.pin(stream, access) : s.t.pin(access);
-      if (kind == 3) stream.synchronize();
-      if (old_seed != 0) {
-        ASSERT_EQ(test::mismatches(pin.data(), s.t.size(), old_seed), 0u) << "step " << step;
-      }
-      if (access != Access::read) test::fill(pin.data(), s.t.size(), new_seed);
-      s.seed = new_seed;
+      pin_check_and_write(s, access_for(s, kind == 0, kind == 2), kind == 3 ? &stream : nullptr, next_seed);
     }
     p.check_invariants();
   }
@@ -248,11 +253,8 @@ TEST(NvmeTier, TwoThreadsPinningInTinyTiersNeverSpinForEver) {
     c.wait_timeout = std::chrono::milliseconds(150);
     Pager p(c);
     auto body = [&](unsigned thread) {
+      SCOPED_TRACE("thread " + std::to_string(thread));
       std::mt19937_64 r(seed * 100 + thread);
-      struct Shadow {
-        Tensor t;
-        std::uint64_t seed = 0;
-      };
       std::vector<Shadow> ts;
       for (std::size_t pages = 0; pages < 14;) {
         const std::size_t n = 1 + r() % (device / 2);
@@ -263,22 +265,11 @@ TEST(NvmeTier, TwoThreadsPinningInTinyTiersNeverSpinForEver) {
       std::uint64_t next_seed = 1 + thread * 1000000;
       for (int step = 0; step < 60; ++step) {
         auto& s = ts[r() % ts.size()];
-        const unsigned kind = static_cast<unsigned>(r() % 3);
-        const Access access = s.seed == 0 ? Access::write
-                              : kind == 0 ? Access::read
-                              : kind == 1 ? Access::write
-                                          : Access::read_write;
-        const std::uint64_t old_seed = access == Access::write ? 0 : s.seed;
-        const std::uint64_t new_seed = access == Access::read ? s.seed : next_seed++;
-        const bool on_stream = r() % 2 == 0;
+        const unsigned kind = static_cast<unsigned>(r() % 3);  // read, write, read_write
+        const Access access = access_for(s, kind == 0, kind == 1);
+        Stream* on = r() % 2 == 0 ? &stream : nullptr;
         try {
-          auto pin = on_stream ? s.t.pin(stream, access) : s.t.pin(access);
-          if (on_stream) stream.synchronize();
-          if (old_seed != 0) {
-            EXPECT_EQ(test::mismatches(pin.data(), s.t.size(), old_seed), 0u) << "thread " << thread;
-          }
-          if (access != Access::read) test::fill(pin.data(), s.t.size(), new_seed);
-          s.seed = new_seed;
+          pin_check_and_write(s, access, on, next_seed);
         } catch (const out_of_memory&) {
           // The stall above: the tensor keeps its data (checked at its next pin).
         }
