@@ -202,12 +202,30 @@ class DeviceBackend {
   //! the simulator with SimDeviceConfig::disk set and timing "model". Elsewhere the drive takes its real
   //! time and the backend need not hear of it.
   [[nodiscard]] virtual bool models_storage() const noexcept { return false; }
-  //! A storage I/O of `bytes` (a write if `write`) that the calling thread submitted at `submitted` (its
-  //! timeline_clock() then) has ended. Where models_storage(), the modelled drive serves it after the
-  //! I/Os ended before it, and the thread's time moves on to its modelled end: what the thread queues
-  //! next starts no earlier. Elsewhere nothing happens.
-  virtual void storage_io_ended(bool /*write*/, std::size_t /*bytes*/,
-                                std::chrono::steady_clock::time_point /*submitted*/) noexcept {}
+  //! When a storage I/O of `bytes` (a write if `write`) that the calling thread submits at `submitted`
+  //! (its timeline_clock() then) ends. Where models_storage(), the modelled drive serves it after every
+  //! I/O reported before it, one at a time, for `bytes` over the direction's speed, and this returns
+  //! that end (the drive is taken until then); elsewhere it returns `submitted`. Reporting at
+  //! submission lets a caller keep requests in flight across calls (NVMe read-ahead): the drive's
+  //! order is the order reported.
+  virtual std::chrono::steady_clock::time_point storage_io_served(
+      bool /*write*/, std::size_t /*bytes*/, std::chrono::steady_clock::time_point submitted) noexcept {
+    return submitted;
+  }
+  //! The calling thread has waited for a storage I/O that ends at `end` (storage_io_served): where
+  //! models_storage(), its time moves on to `end` if that is later, so what it queues next starts no
+  //! earlier. Elsewhere nothing happens (the real wait took its real time).
+  virtual void storage_io_waited(std::chrono::steady_clock::time_point /*end*/) noexcept {}
+  //! Whether an I/O that ends at `end` has ended by the calling thread's present time: a thread that
+  //! finds it has not (where models_storage()) treats the request as still running.
+  [[nodiscard]] bool storage_io_done_by_now(std::chrono::steady_clock::time_point end) const noexcept {
+    return !models_storage() || end <= timeline_clock();
+  }
+  //! A storage I/O submitted at `submitted` has ended and the thread waited for it:
+  //! storage_io_waited(storage_io_served(...)).
+  void storage_io_ended(bool write, std::size_t bytes, std::chrono::steady_clock::time_point submitted) noexcept {
+    storage_io_waited(storage_io_served(write, bytes, submitted));
+  }
 
   Status reserve(std::size_t bytes, DevPtr* out);
   Status release_reservation(DevPtr base, std::size_t bytes);

@@ -543,6 +543,18 @@ TEST(SimDevice, AModelledDiskServesEachIoAfterTheOnesBeforeIt) {
   // An I/O submitted earlier but reported last is still served after the others.
   dev.storage_io_ended(false, g, t0);
   EXPECT_EQ(dev.timeline_clock() - t0, milliseconds(13));
+  // Reported at submission (storage_io_served), an I/O takes the drive at once while the thread goes on;
+  // the thread's time reaches its end only when it waits for it, and an I/O reported next queues behind.
+  const auto t1 = dev.timeline_clock();
+  const auto read_end = dev.storage_io_served(false, g, t1);
+  EXPECT_EQ(read_end - t1, milliseconds(1));
+  EXPECT_EQ(dev.timeline_clock(), t1) << "not waited for yet";
+  EXPECT_FALSE(dev.storage_io_done_by_now(read_end));
+  dev.storage_io_ended(true, g, t1);  // a write submitted now: after the read
+  EXPECT_EQ(dev.timeline_clock() - t1, milliseconds(3));
+  EXPECT_TRUE(dev.storage_io_done_by_now(read_end));
+  dev.storage_io_waited(read_end);  // already past: no time passes
+  EXPECT_EQ(dev.timeline_clock() - t1, milliseconds(3));
 }
 
 // The test adaptor's hold: copies of one direction run only as released, in order; the other direction

@@ -200,17 +200,17 @@ std::optional<std::chrono::nanoseconds> SimDevice::d2h_backlog() const noexcept 
   return d2h_queued_.left(now);
 }
 
-void SimDevice::storage_io_ended(bool write, std::size_t bytes,
-                                 std::chrono::steady_clock::time_point submitted) noexcept {
+std::chrono::steady_clock::time_point SimDevice::storage_io_served(
+    bool write, std::size_t bytes, std::chrono::steady_clock::time_point submitted) noexcept {
   const double speed = write ? disk_.write_bytes_per_s : disk_.read_bytes_per_s;
-  if (timing_ != sim::Timing::model || speed <= 0) return;
+  if (timing_ != sim::Timing::model || speed <= 0) return submitted;
   const auto busy = std::chrono::duration_cast<sim::DeviceClock::duration>(
       std::chrono::duration<double>(static_cast<double>(bytes) / speed));
-  sim::DeviceClock::time_point end;
-  {
-    std::lock_guard lk(disk_mu_);
-    disk_free_ = end = std::max(submitted, disk_free_) + busy;
-  }
+  std::lock_guard lk(disk_mu_);
+  return disk_free_ = std::max(submitted, disk_free_) + busy;
+}
+
+void SimDevice::storage_io_waited(std::chrono::steady_clock::time_point end) noexcept {
   sim::host_waited_until(timing_, end);
 }
 

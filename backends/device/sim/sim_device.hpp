@@ -50,10 +50,11 @@ class SimDevice final : public DeviceBackend {
     return timing_ == sim::Timing::model && (disk_.read_bytes_per_s > 0 || disk_.write_bytes_per_s > 0);
   }
   //! The modelled drive serves the I/O from the later of `submitted` and the end of the I/O it served
-  //! before, for `bytes` over the direction's speed (nothing for a free direction); the calling
-  //! thread's host time moves on to that end.
-  void storage_io_ended(bool write, std::size_t bytes,
-                        std::chrono::steady_clock::time_point submitted) noexcept override;
+  //! before, for `bytes` over the direction's speed (nothing for a free direction).
+  std::chrono::steady_clock::time_point storage_io_served(
+      bool write, std::size_t bytes, std::chrono::steady_clock::time_point submitted) noexcept override;
+  //! With timing "model", the calling thread's host time moves on to `end`.
+  void storage_io_waited(std::chrono::steady_clock::time_point end) noexcept override;
   //! Bytes of managed memory allocated (alloc_managed) and not yet freed: what a leak check compares
   //! with what the caller holds.
   [[nodiscard]] std::size_t managed_bytes() const;
