@@ -2,7 +2,8 @@
 // The NVMe tier: `slots` page slots in a storage backend's files, a checksum per page and the batched
 // I/O that moves pages between host frames and slots. Slot bookkeeping (try_acquire, release) needs
 // the pager lock; run() must be called WITHOUT it: it blocks until the batch has completed, and
-// batches from several threads run one after another.
+// batches from several threads run one after another. Reads may also stay in flight across calls
+// (submit_async, then poll_async or wait_async): the pager's read-ahead.
 
 #include <atomic>
 #include <cstdint>
@@ -42,6 +43,7 @@ class NvmeTier {
 
   //! `depth`: requests kept in flight by run().
   NvmeTier(std::unique_ptr<storage::StorageBackend> backend, std::size_t page_size, unsigned depth);
+  ~NvmeTier();
   NvmeTier(const NvmeTier&) = delete;
   NvmeTier& operator=(const NvmeTier&) = delete;
 
@@ -74,6 +76,22 @@ class NvmeTier {
   //! requests in flight; each Io's `error` says how it ended. Throws only std::bad_alloc, and only
   //! before it submits anything (every Io is then untouched).
   void run(std::span<Io> ios, const Hooks& hooks = {});
+  // --- asynchronous reads: in flight across calls, beside run()'s batches ---
+  //! Submits the read `io` (op must be read) and returns at once; `tag` names it to poll_async and
+  //! wait_async. False, with nothing submitted, when the I/O lock is busy (another thread runs a
+  //! batch: never waits for it, so the pager lock may be held), `depth` requests are in flight already,
+  //! or the backend refused the request. Throws only std::bad_alloc, with nothing submitted.
+  bool submit_async(const Io& io, std::uint64_t tag);
+  //! If the read `tag` has ended, moves it to `out` (its `error` set and its data verified, as run()
+  //! does) and returns true; otherwise collects what has ended without waiting and returns false. Never
+  //! waits for the I/O lock (false while another thread holds it).
+  bool poll_async(std::uint64_t tag, Io& out) noexcept;
+  //! Waits (pager lock NOT held) until the read `tag` has ended, then moves it to `out` as poll_async.
+  //! False if no such read is in flight.
+  bool wait_async(std::uint64_t tag, Io& out) noexcept;
+  //! Asynchronous reads submitted and not yet taken by poll_async or wait_async.
+  [[nodiscard]] std::size_t async_in_flight() const noexcept { return async_count_.load(std::memory_order_relaxed); }
+
   //! XXH3-64 of a page's first `bytes` bytes (0: the whole page), seeded with its slot so that data
   //! read from the wrong slot fails the check.
   [[nodiscard]] std::uint64_t checksum(const void* data, std::uint32_t slot, std::size_t bytes = 0) const noexcept;
@@ -95,7 +113,27 @@ class NvmeTier {
   std::uint32_t in_use_ = 0;
   std::uint32_t peak_ = 0;
   std::vector<std::uint32_t> free_;
-  std::mutex io_mu_;  // one batch at a time: backends are single-threaded
+  // Sets io.error from a completion's result (verifying a read) and counts it.
+  void complete(Io& io, std::int64_t result) noexcept;
+  // A completion reaped by run() or the asynchronous calls (io_mu_ held): an asynchronous read's is
+  // recorded in async_; false for run()'s own.
+  bool take_async_completion(const storage::IoCompletion& c) noexcept;
+  // Reaps what has ended (at least one with `block`) into async_ (io_mu_ held, no batch running).
+  void reap_async(bool block) noexcept;
+  // Moves the ended read `tag` out of async_ (io_mu_ held).
+  bool take_ended(std::uint64_t tag, Io& out) noexcept;
+
+  //! Backend tags of asynchronous reads carry this bit (run()'s tags are their batch indices).
+  static constexpr std::uint64_t kAsyncTag = std::uint64_t{1} << 63;
+  struct Async {
+    std::uint64_t tag;
+    Io io;
+    bool ended = false;
+  };
+
+  std::mutex io_mu_;          // one batch at a time: backends are single-threaded
+  std::vector<Async> async_;  // asynchronous reads in flight or ended, not yet taken (io_mu_)
+  std::atomic<std::size_t> async_count_{0};
   Counters counters_;
 };
 
