@@ -84,6 +84,17 @@ void AccessTrace::drop_locked() {
   issued_ = 0;
 }
 
+void AccessTrace::upcoming(std::size_t count, std::vector<Ahead>& out) const {
+  out.clear();
+  std::lock_guard lk(mu_);
+  if (state_ != State::replaying || trace_.empty()) return;
+  const std::size_t n = trace_.size();
+  for (std::size_t k = 0; k < count && k < n; ++k) {
+    const auto& a = trace_[(cursor_ + k) % n];
+    out.push_back({a.tensor, a.first, a.pages, k, a.discard});
+  }
+}
+
 std::size_t AccessTrace::next_use_locked(std::uint64_t tensor) const {
   if (state_ != State::replaying) return kNever;
   auto it = positions_.find(tensor);

@@ -47,6 +47,9 @@ class AccessTrace {
   //! An iteration boundary. Starts recording, starts replaying (returning the first pins to
   //! prefetch), or, if an iteration ended early or late, drops the trace and records again.
   std::vector<Ahead> on_iteration(std::size_t distance);
+  //! The next `count` pins from now (at most an iteration's, wrapping into the next iteration), into
+  //! `out` (cleared first), each with its distance (0 = the very next pin). Replaying only (else none).
+  void upcoming(std::size_t count, std::vector<Ahead>& out) const;
   //! Pins from now until `tensor` is pinned next (0 = the very next pin), or kNever. Replaying only.
   [[nodiscard]] std::size_t next_use(std::uint64_t tensor) const;
   //! How far (in pins from now) the next use of a page must be for a prefetch `distance` pins ahead

@@ -38,6 +38,30 @@ TEST(AccessTrace, RecordsOneIterationThenReplaysAhead) {
   EXPECT_EQ(tr.divergences(), 0u);
 }
 
+// upcoming() lists the next pins from the cursor, with their distances, wrapping into the next
+// iteration but never past one iteration's worth, whatever prefetch has issued; nothing unless replaying.
+TEST(AccessTrace, UpcomingListsTheNextPinsWithoutIssuingThem) {
+  AccessTrace tr;
+  std::vector<AccessTrace::Ahead> next;
+  tr.upcoming(3, next);
+  EXPECT_TRUE(next.empty()) << "not replaying";
+  (void)tr.on_iteration(1);
+  for (std::uint64_t t : {1, 2, 3, 4}) (void)tr.on_pin(acc(t), 1);
+  tr.upcoming(3, next);
+  EXPECT_TRUE(next.empty()) << "recording";
+  (void)tr.on_iteration(1);
+  (void)tr.on_pin(acc(1), 1);
+  (void)tr.on_pin(acc(2), 1);
+  tr.upcoming(3, next);
+  EXPECT_EQ(tensors(next), (std::vector<std::uint64_t>{3, 4, 1}));
+  ASSERT_EQ(next.size(), 3u);
+  EXPECT_EQ(next[0].distance, 0u);
+  EXPECT_EQ(next[2].distance, 2u);
+  tr.upcoming(10, next);
+  EXPECT_EQ(tensors(next), (std::vector<std::uint64_t>{3, 4, 1, 2})) << "one iteration at most";
+  EXPECT_EQ(tensors(tr.on_pin(acc(3), 1)), (std::vector<std::uint64_t>{4})) << "prefetch issues as before";
+}
+
 TEST(AccessTrace, DivergenceDropsTheTraceAndTheNextIterationIsRecorded) {
   AccessTrace tr;
   (void)tr.on_iteration(1);
