@@ -378,6 +378,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   cfg.prefetch_distance = o.distance;
   cfg.keep_recent = policy == "trace" ? o.keep_recent : 0;  // "belady" stays the pure optimum
   cfg.write_behind = o.write_behind;
+  cfg.nvme.read_ahead = o.nvme_read_ahead;
   cfg.pin_log_file = o.pin_log;
   cfg.timeline_file = o.timeline;
   cfg.stats_file = o.stats_file;
@@ -492,6 +493,7 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   r.disk_costs = o.device == "cuda" || o.timing != "model" ? "real" : o.disk_costs ? "modelled" : "free";
   r.host = o.sync_kernels ? "synchronous" : "ahead";
   r.write_behind = o.write_behind;
+  r.nvme_read_ahead = o.nvme_read_ahead;
   r.warmup = o.warmup;
   r.measured = measured;
   r.wall_step_time_s = secs / measured;

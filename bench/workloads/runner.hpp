@@ -72,6 +72,8 @@ struct RunOptions {
   bool sync_kernels = false;
   //! The pager's Config::write_behind (for every policy whose run replays the access trace).
   bool write_behind = true;
+  //! The pager's NvmeConfig::read_ahead (for every policy whose run replays the access trace).
+  bool nvme_read_ahead = true;
   std::string device = "sim";  // "cuda": the real GPU, busy kernels instead of modelled ones
   bool verify = false;         // write and check every tensor's bytes (always on with --device cuda)
   std::string pin_log;         // the pager's pin_log.file (tests read the pins it saw)
@@ -98,20 +100,21 @@ struct Budgets {
 struct RunResult {
   std::string policy;  // lru, fifo, clock, trace, belady, naive
   double ratio = 0;
-  double step_time_s = 0;       // device time (on the simulator, its model)
-  std::string vmm_costs;        // "modelled", "mapping-free" or "free" (the simulator), "real" (--device cuda)
-  std::string disk_costs;       // "modelled" or "free" (the simulator's model clock), "real" (wall timing, a GPU)
-  std::string host;             // "ahead" or "synchronous" (RunOptions::sync_kernels)
-  bool write_behind = false;    // RunOptions::write_behind
-  int warmup = 0;               // iterations run before the measured ones (RunOptions::warmup)
-  int measured = 0;             // iterations measured: the figures below are their mean
-  double wall_step_time_s = 0;  // wall clock, host and NVMe I/O included
-  double bytes_moved = 0;       // host<->device, per iteration: bytes_in + bytes_out
-  double bytes_in = 0;          // host to device (page-ins), per iteration
-  double bytes_out = 0;         // device to host (write-backs and write-behind copies), per iteration
-  double bus_bytes_per_s = 0;   // the modelled bus, each direction (RunOptions::bus_gbs)
-  double disk_read_bytes = 0;   // from the NVMe tier, per iteration
-  double disk_write_bytes = 0;  // to the NVMe tier, per iteration
+  double step_time_s = 0;        // device time (on the simulator, its model)
+  std::string vmm_costs;         // "modelled", "mapping-free" or "free" (the simulator), "real" (--device cuda)
+  std::string disk_costs;        // "modelled" or "free" (the simulator's model clock), "real" (wall timing, a GPU)
+  std::string host;              // "ahead" or "synchronous" (RunOptions::sync_kernels)
+  bool write_behind = false;     // RunOptions::write_behind
+  bool nvme_read_ahead = false;  // RunOptions::nvme_read_ahead
+  int warmup = 0;                // iterations run before the measured ones (RunOptions::warmup)
+  int measured = 0;              // iterations measured: the figures below are their mean
+  double wall_step_time_s = 0;   // wall clock, host and NVMe I/O included
+  double bytes_moved = 0;        // host<->device, per iteration: bytes_in + bytes_out
+  double bytes_in = 0;           // host to device (page-ins), per iteration
+  double bytes_out = 0;          // device to host (write-backs and write-behind copies), per iteration
+  double bus_bytes_per_s = 0;    // the modelled bus, each direction (RunOptions::bus_gbs)
+  double disk_read_bytes = 0;    // from the NVMe tier, per iteration
+  double disk_write_bytes = 0;   // to the NVMe tier, per iteration
   //! The modelled drive's busy time per iteration (disk_costs "modelled"; 0 otherwise): disk_read_bytes
   //! over its read speed plus disk_write_bytes over its write speed. Never below the lower bound's
   //! disk_s; a step well above it had the drive idle while the device or the host worked.

@@ -235,6 +235,12 @@ int main(int argc, char** argv) {
                  "the next write, so the eviction moves nothing (on, the default, as the pager's), or never (off; "
                  "docs/architecture.md \"Write-behind\")")
       ->check(CLI::IsMember({"on", "off"}));
+  std::string read_ahead = "on";
+  app.add_option("--nvme-read-ahead", read_ahead,
+                 "While the trace replays, read the NVMe pages of the next pins into the host tier ahead of them, "
+                 "without waiting (on, the default, as the pager's nvme.read_ahead), or only when a pin needs them "
+                 "(off; docs/architecture.md \"NVMe tier\")")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--json", json, "Also write the records (as in summary.json) to this file");
   std::string timeline;
   app.add_option("--timeline", timeline,
@@ -268,6 +274,7 @@ int main(int argc, char** argv) {
   o.mapping_calls_free = vmm_costs == "mapping-free";
   o.disk_costs = disk_costs == "on";
   o.write_behind = write_behind == "on";
+  o.nvme_read_ahead = read_ahead == "on";
   if (page_mib % 2 != 0) {
     std::fprintf(stderr, "tvmm-bench: --page-mib %zu is not a multiple of the 2 MiB granularity\n", page_mib);
     return 2;

@@ -146,6 +146,10 @@ struct NvmeConfig {
   unsigned queue_depth = 32;
   //! Open the files with O_DIRECT (bypass the page cache). Turn off only for filesystems without it.
   bool direct = true;
+  //! While an access trace replays (trace prefetch, or an eviction policy that reads the trace), read
+  //! the NVMe pages of the next pins into the host tier ahead of them, one read in flight, without
+  //! waiting for it: the drive works while the program goes on (docs/architecture.md, "NVMe tier").
+  bool read_ahead = true;
 };
 
 //! Configuration of a `tvmm::Pager`. Defaults suit a small simulated run; `validate()` is called by

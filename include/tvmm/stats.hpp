@@ -59,6 +59,8 @@ struct Stats {
   std::uint64_t evictions = 0;           //!< Pages evicted from the device tier.
   std::uint64_t clean_evictions = 0;     //!< Of those, with a current host or NVMe copy, or discarded: no copy.
   std::uint64_t prefetched = 0;          //!< Pages made resident by prefetch() or trace prefetch.
+  std::uint64_t nvme_read_ahead = 0;     //!< Pages read from NVMe into the host tier ahead of their pins
+                                         //!< (trace replay), counted in nvme_to_host too.
   std::uint64_t written_behind = 0;      //!< Pages copied to the host tier while they stayed resident
                                          //!< (Config::write_behind), counted in device_to_host too.
   std::uint64_t kept_mappings = 0;       //!< Page-ins into the frame the page's address was still mapped to

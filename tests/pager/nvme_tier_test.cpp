@@ -578,6 +578,7 @@ TEST(NvmeSpill, WithATraceSmallPagesNeededNearlyAsLateGoFirst) {
   Config c = test::small_config(1, 4, kBig);
   c.nvme.paths = {dir.path()};
   c.nvme.budget = 16 * kBig;
+  c.nvme.read_ahead = false;  // the spill's order alone
   c.eviction = "belady";
   Pager p(c);
   std::vector<Tensor> ts;
@@ -773,6 +774,116 @@ TEST_F(NvmePipeline, EachPageReadFromNvmeIsCopiedToTheDeviceAsSoonAsItIsVerified
   EXPECT_EQ(pinned.get(), 0u);
   EXPECT_EQ(pager_->stats().nvme_to_host.pages, 8u);
   expect_intact({{&b, 2}, {&c, 3}});
+}
+
+// --- read-ahead: the next pins' NVMe pages, read into the host tier without waiting ----------------------
+
+// Pins each of `ts` in order once per iteration, `iterations` times: checks the pattern it holds and
+// writes a new one. `on_nvme_before_pin` (if given) counts, in the last iteration, the pins whose tensor
+// was on the NVMe tier just before them.
+void traced_loop(Pager& p, std::vector<Tensor>& ts, std::vector<std::uint64_t>& seed, int iterations,
+                 std::size_t* on_nvme_before_pin = nullptr) {
+  for (int it = 0; it < iterations; ++it) {
+    p.mark_iteration();
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      if (on_nvme_before_pin != nullptr && it + 1 == iterations && ts[i].tier() == Tier::nvme) ++*on_nvme_before_pin;
+      auto pin = ts[i].pin(Access::read_write);
+      if (seed[i] != 0) {
+        EXPECT_EQ(test::mismatches(pin.data(), kPage, seed[i]), 0u) << "tensor " << i << " iteration " << it;
+      }
+      seed[i] = static_cast<std::uint64_t>(1000 * it + i + 1);
+      test::fill(pin.data(), kPage, seed[i]);
+    }
+  }
+}
+
+// Twelve one-page tensors in a loop, two device pages and four host pages: half the tensors live on NVMe.
+// Once the trace replays, each pin reads the next NVMe page ahead (PagerImpl::read_ahead), so no pin
+// finds its page still on NVMe, and every byte comes back.
+TEST(NvmeReadAhead, TheNextPinsPagesAreReadAheadAndComeBackIntact) {
+  test::TempDir dir;
+  Config c = nvme_config(2, 4, 32, {dir.path()});
+  c.eviction = "belady";
+  Pager p(c);
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 12; ++i) ts.push_back(p.allocate(kPage));
+  std::vector<std::uint64_t> seed(ts.size(), 0);
+  traced_loop(p, ts, seed, 2);  // recorded, then replayed once
+  const Stats before = p.stats();
+  std::size_t on_nvme = 0;
+  traced_loop(p, ts, seed, 3, &on_nvme);
+  const Stats after = p.stats();
+  const auto reads = after.nvme_to_host.pages - before.nvme_to_host.pages;
+  const auto ahead = after.nvme_read_ahead - before.nvme_read_ahead;
+  EXPECT_GE(reads, 3u * 4u) << "about half the tensors come from NVMe in each iteration";
+  EXPECT_EQ(ahead, reads) << "every one of them read ahead of its pin";
+  EXPECT_EQ(on_nvme, 0u) << "no pin found its page still on NVMe";
+  p.check_invariants();
+}
+
+// A read-ahead that fails leaves its page on NVMe, untouched: the page's own pin reads it again.
+TEST(NvmeReadAhead, AFailedReadAheadLeavesThePageForItsPinToRead) {
+  test::TempDir dir;
+  Config c = nvme_config(2, 4, 32, {dir.path()});
+  c.eviction = "belady";
+  storage::StorageOptions o{{dir.path()}, kPage, 32, 8, true, true};
+  auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("posix", o));
+  storage::FaultyStorage& f = *faulty;
+  Pager p = vmm::make_pager(c, device::make_device_backend(c), std::move(faulty));
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 12; ++i) ts.push_back(p.allocate(kPage));
+  std::vector<std::uint64_t> seed(ts.size(), 0);
+  traced_loop(p, ts, seed, 2);
+  const Stats before = p.stats();
+  ASSERT_GT(before.nvme_read_ahead, 0u);
+  // Every other read fails, four times: each a read-ahead, whose page stays on NVMe for its pin.
+  f.set_rules({FaultRule::of(FaultRule::Kind::eio).on(IoOp::read).every(2).at_most(4)});
+  traced_loop(p, ts, seed, 1);
+  const Stats after = p.stats();
+  EXPECT_EQ(f.fired(), 4u);
+  EXPECT_EQ(after.nvme_read_errors - before.nvme_read_errors, 4u);
+  f.clear();
+  traced_loop(p, ts, seed, 2);  // and every byte still comes back
+  p.check_invariants();
+}
+
+// A tensor freed while its page's read-ahead is still running waits for the read before its slots go.
+TEST(NvmeReadAhead, FreeingATensorWaitsForItsReadAhead) {
+  test::TempDir dir;
+  Config c = nvme_config(2, 4, 32, {dir.path()});
+  c.eviction = "belady";
+  storage::StorageOptions o{{dir.path()}, kPage, 32, 8, true, true};
+  auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("posix", o));
+  storage::FaultyStorage& f = *faulty;
+  Pager p = vmm::make_pager(c, device::make_device_backend(c), std::move(faulty));
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 12; ++i) ts.push_back(p.allocate(kPage));
+  std::vector<std::uint64_t> seed(ts.size(), 0);
+  traced_loop(p, ts, seed, 2);
+  // The next iteration's first pins are read ahead at mark_iteration, their reads held by the backend.
+  // The read-ahead the last pin started has ended by then (the posix backend's thread runs it): the
+  // mark publishes it, which makes room for the next.
+  f.set_rules({FaultRule::of(FaultRule::Kind::hold).on(IoOp::read)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  p.mark_iteration();
+  ASSERT_GT(f.held(), 0u);
+  std::size_t reading = 0;
+  while (reading < ts.size() && ts[reading].tier() != Tier::transit) ++reading;
+  ASSERT_LT(reading, ts.size()) << "a page being read ahead is in transit";
+  auto release = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    f.release_held(100);
+  });
+  ts[reading].reset();  // waits for the read, then frees the page's slots
+  release.get();
+  f.clear();
+  p.check_invariants();
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    if (i == reading) continue;
+    auto pin = ts[i].pin(Access::read);
+    EXPECT_EQ(test::mismatches(pin.data(), kPage, seed[i]), 0u) << "tensor " << i;
+  }
+  p.check_invariants();
 }
 
 // --- injected faults ------------------------------------------------------------------------------------

@@ -69,6 +69,10 @@ std::string pager_report(const json& j, const std::string& source) {
        static_cast<unsigned long long>(num(j, "evictions")), static_cast<unsigned long long>(num(j, "clean_evictions")),
        static_cast<unsigned long long>(num(j, "prefetched")),
        static_cast<unsigned long long>(num(j, "trace_divergences")));
+  if (j.contains("nvme_read_ahead") && num(j, "nvme_read_ahead") != 0) {  // older stats files lack it
+    line(o, "read ahead from NVMe into the host tier, before their pins: %llu pages",
+         static_cast<unsigned long long>(num(j, "nvme_read_ahead")));
+  }
   if (j.contains("written_behind")) {  // stats files from before write-behind lack it
     line(o, "written behind (copied to the host while resident, so that their eviction moves nothing): %llu pages",
          static_cast<unsigned long long>(num(j, "written_behind")));

@@ -449,6 +449,10 @@ std::vector<ConfigKey> make_keys() {
                           "open the tier's files with O_DIRECT (bypass the page cache); false only for filesystems "
                           "without O_DIRECT",
                           [](Config& c) -> bool& { return c.nvme.direct; }));
+  keys.push_back(bool_key("nvme", "read_ahead",
+                          "while an access trace replays, read the NVMe pages of the next pins into the host tier "
+                          "ahead of them, one read in flight, without waiting for it",
+                          [](Config& c) -> bool& { return c.nvme.read_ahead; }));
   keys.push_back({"pager",
                   "wait_timeout_ms",
                   KeyType::number,

@@ -78,6 +78,7 @@ Stats PagerImpl::stats() const {
     s.nvme_corrupt_reads = c.corrupt_reads.load(std::memory_order_relaxed);
   }
   s.prefetched = observe_.counters.prefetched.load(std::memory_order_relaxed);
+  s.nvme_read_ahead = observe_.counters.read_ahead.load(std::memory_order_relaxed);
   s.trace_divergences = prefetch_.trace().divergences();
   s.stall_ns = observe_.counters.stall_ns.load(std::memory_order_relaxed);
   s.allocations = observe_.counters.allocations.load(std::memory_order_relaxed);

@@ -200,6 +200,11 @@ PagerImpl::~PagerImpl() {
   for (Allocation* backing : arena_pages) drop_owner(backing);
   {
     Lock lk(mu_);
+    try {
+      while (!reads_ahead_.empty()) finish_reads(lk, true);  // normally none: freeing a tensor waits for its reads
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "tvmm: finishing the last NVMe read-aheads failed: %s\n", ex.what());
+    }
     (void)xfer_->drain();
     try {
       reap(lk);  // publishes the victims of finished evictions

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -387,7 +388,15 @@ class PagerImpl {
   //! allocations are skipped. Returns the number freed (a page on its way counts once its slot is
   //! free); throws io_error / out_of_memory (ENOSPC) if a write failed, after putting every page back
   //! where it was.
-  std::size_t spill(Lock& lk, std::size_t want);
+  //! With `only` (a trace replaying), only the pages it lets go.
+  struct SpillOnly {
+    double above_key;        //!< whose spill_key is above this
+    std::size_t after_pins;  //!< and whose next use is more than this many pins away
+  };
+  std::size_t spill(Lock& lk, std::size_t want, std::optional<SpillOnly> only = std::nullopt);
+  //! Where a trace ranks `p`, next used `next_use` pins from now, for a spill (highest first): its next
+  //! use over the bytes it moves to the drive and back plus a request's fixed cost.
+  [[nodiscard]] double spill_key(const PageEntry& p, std::size_t next_use) const noexcept;
   //! Loads up to a queue depth of `a`'s NVMe pages onto the device: reads each into a host slot,
   //! verifies its checksum and queues its page-in at once, while later reads are still running. The
   //! pages keep their NVMe slots as clean copies. Returns the number loaded; throws io_error naming
@@ -396,6 +405,28 @@ class PagerImpl {
   //! Between 1 and `want` free host slots, spilling or waiting for them; throws out_of_memory at the
   //! deadline.
   std::vector<std::uint32_t> acquire_host_slots(Lock& lk, std::size_t want, Clock::time_point deadline);
+  //! NVMe read-ahead, while a trace replays and NvmeConfig::read_ahead (after each pin; mu_ not held):
+  //! reads the NVMe pages that the next kReadAheadPins pins need into host slots, nearest first, up to
+  //! kReadAheadPages in flight, submitted without waiting, so the drive works while the thread goes on
+  //! queueing the device's work (a pin that needs such a page waits only for what is left of its read).
+  //! A slot comes free, or from a spill (at most one per call) of a page that the spill ranks above the
+  //! one read (spill_key): the host tier keeps what it would rather keep. Each page stays in transit
+  //! until finish_reads publishes it on the host tier, keeping its NVMe slot as a clean copy. A failure
+  //! leaves the page on NVMe for its pin to read (logged).
+  void read_ahead() noexcept;
+  //! Publishes the read-aheads that have ended, oldest first (on the model clock, those whose modelled
+  //! end has passed). With `block`, waits for the oldest first, without mu_. True if any was published.
+  bool finish_reads(Lock& lk, bool block);
+  //! Whether a read-ahead of one of pages [first, first + count) is in flight (mu_ held).
+  [[nodiscard]] bool reading_ahead(std::uint32_t first, std::uint32_t count) const noexcept;
+  //! How far and how much read-ahead runs. Each page read ahead holds a host slot from its read to its
+  //! page-in, which the host tier's other pages then lack: over 34 replay rows (six traces at 1.5-4x,
+  //! six held-out ones at 2x and 3x; docs/benchmarks.md, "NVMe read-ahead") one page in flight took
+  //! 0.973x the step of no read-ahead and slowed one row by more than 1% (MobileNetV2 at 3x, 1.1%); two
+  //! or four took 0.974-0.975x but slowed three rows by 4-10% (more pages written and read back); with
+  //! four, looking 32 pins ahead rather than 8 took ResNet-18 at 2x from 27.29 to 28.62 ms.
+  static constexpr std::size_t kReadAheadPins = 8;
+  static constexpr std::size_t kReadAheadPages = 1;
   //! A free NVMe slot, or one taken back from a page that keeps a copy elsewhere.
   std::optional<std::uint32_t> acquire_nvme_slot() noexcept;
 
@@ -441,12 +472,17 @@ class PagerImpl {
   std::uint64_t host_only_pages_ = 0;  // pages of allocations kept off NVMe; guarded by mu_
   std::uint64_t capacity_spare_ = 0;   // pages beyond the device tier's frames that allocations may use
   std::unordered_map<device::DevPtr, Allocation*> owned_;  // owned allocations by base; guarded by mu_
-  std::deque<LoadBatch> loads_;                            // page-ins not yet retired
-  std::deque<EvictionBatch> evictions_;                    // write-backs not yet retired
-  std::deque<LoadBatch> behind_;                           // write-behind copies not yet retired
-  WriteBehind write_behind_;                               // which writes to copy behind; guarded by mu_
-  std::vector<std::uint64_t> behind_todo_;                 // tensors to copy behind once unpinned (mu_)
-  std::atomic<bool> behind_waiting_{false};                // behind_todo_ is not empty (a hint for pin)
+  struct ReadAhead {
+    std::uint32_t page;
+    std::chrono::steady_clock::time_point end;  // on a modelled drive, when the read ends (else its submission)
+  };
+  std::vector<ReadAhead> reads_ahead_;       // read-aheads in flight, in the order submitted; guarded by mu_
+  std::deque<LoadBatch> loads_;              // page-ins not yet retired
+  std::deque<EvictionBatch> evictions_;      // write-backs not yet retired
+  std::deque<LoadBatch> behind_;             // write-behind copies not yet retired
+  WriteBehind write_behind_;                 // which writes to copy behind; guarded by mu_
+  std::vector<std::uint64_t> behind_todo_;   // tensors to copy behind once unpinned (mu_)
+  std::atomic<bool> behind_waiting_{false};  // behind_todo_ is not empty (a hint for pin)
   // Slow-path pins since the last reap that found only pages on the device and left them pending
   // (pin_slow; under mu_). At kReapAfterPins such pins one reaps: a page-in that ended unnoticed, or
   // an oldest batch no page names any more (its pages evicted or freed before it was retired), keeps

@@ -119,6 +119,7 @@ void PagerImpl::pin(Allocation* a, PageSpan span, Access access, device::StreamH
   }
   a->refs.fetch_add(1, std::memory_order_relaxed);
   prefetch_ahead(prefetch_.on_pin(a, span, access));
+  read_ahead();
   write_behind(a, access);
   observe_.pin(a->id, n, access, hit, stream);
   if (const auto next = prefetch_.after(a, span)) prefetch_after(a, *next);
@@ -133,6 +134,7 @@ void PagerImpl::mark_iteration() {
     write_behind_.on_iteration(host_->fills());
   }
   prefetch_ahead(prefetch_.on_iteration());
+  read_ahead();
 }
 
 void PagerImpl::prefetch_ahead(const std::vector<AccessTrace::Ahead>& ahead) noexcept {
@@ -403,6 +405,12 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, PageSpan
       continue;
     }
     if (!busy) break;
+    // Pages read ahead from NVMe: wait for what is left of their reads (the oldest first, as the drive
+    // serves them), then load them from the host tier.
+    if (reading_ahead(table_.index_of(*pages), span.count)) {
+      finish_reads(lk, true);
+      continue;
+    }
     // Pages whose eviction's write-back still runs: a pin that reads them loads them back from that
     // copy's host slot, its page-in queued behind the copy, instead of waiting for the copy here (the
     // calling thread would lose its lead over the device: docs/architecture.md, "Eviction").

@@ -196,6 +196,7 @@ bool PagerImpl::wait_progress(Lock& lk, Clock::time_point deadline) {
     reap(lk);
     return true;
   }
+  if (!reads_ahead_.empty() && finish_reads(lk, true)) return true;  // pages in transit until published
   return wait_for_change(lk, deadline);
 }
 

@@ -94,7 +94,12 @@ void PagerImpl::run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::
   observe_.nvme_batch(what, start, ios.size());
 }
 
-std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
+double PagerImpl::spill_key(const PageEntry& p, std::size_t next_use) const noexcept {
+  const double weight = static_cast<double>(nvme_->io_bytes(used_bytes(p)) + kMoveOverheadBytes);
+  return next_use == policies::AccessTrace::kNever ? 1e300 : (static_cast<double>(next_use) + 1) / weight;
+}
+
+std::size_t PagerImpl::spill(Lock& lk, std::size_t want, std::optional<SpillOnly> only) {
   if (!nvme_) return 0;
   reap(lk);
   std::size_t freed = 0;
@@ -152,8 +157,8 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     // whole page needed later (ResNet-18 at 2x: 60 MiB read per step by next use alone, 52 weighed).
     for (Candidate& c : order) {
       const std::size_t next = prefetch_.trace().next_use(c.page->owner->id);
-      const double weight = static_cast<double>(nvme_->io_bytes(used_bytes(*c.page)) + kMoveOverheadBytes);
-      c.key = next == policies::AccessTrace::kNever ? 1e300 : (static_cast<double>(next) + 1) / weight;
+      c.key = spill_key(*c.page, next);
+      if (only && (c.key <= only->above_key || next <= only->after_pins)) c.key = -1;  // left out below
     }
     std::stable_sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) { return a.key > b.key; });
   }
@@ -171,6 +176,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   ios.reserve(most);
   for (const Candidate& c : order) {
     if (freed + chosen.size() >= want) break;
+    if (c.key < 0) break;  // sorted: the rest are left out too
     PageEntry& p = *c.page;
     if (c.arrives != nullptr ? !on_the_way(p) : !on_host(p)) continue;
     if (!give_slot(p)) break;  // no NVMe slot left: spill what was claimed so far
@@ -290,6 +296,113 @@ std::vector<std::uint32_t> PagerImpl::acquire_host_slots(Lock& lk, std::size_t w
                           std::to_string(nvme_->budget()) + " slots used) takes no more; raise host or NVMe budgets");
     }
   }
+}
+
+bool PagerImpl::reading_ahead(std::uint32_t first, std::uint32_t count) const noexcept {
+  return std::any_of(reads_ahead_.begin(), reads_ahead_.end(),
+                     [&](const ReadAhead& r) { return r.page >= first && r.page - first < count; });
+}
+
+void PagerImpl::read_ahead() noexcept {
+  if (!nvme_ || !cfg_.nvme.read_ahead || !prefetch_.replaying()) return;
+  try {
+    std::vector<AccessTrace::Ahead> next;
+    prefetch_.trace().upcoming(kReadAheadPins, next);
+    Lock lk(mu_);
+    if (!reads_ahead_.empty()) finish_reads(lk, false);
+    const std::size_t most = std::min<std::size_t>(kReadAheadPages, cfg_.nvme.queue_depth);
+    reads_ahead_.reserve(most);
+    // The first NVMe page of the next pins, and how many pins away it is needed (searched afresh after a
+    // spill, which unlocks: tensors may have been freed or loaded meanwhile).
+    auto first_on_nvme = [&](std::size_t& distance) -> PageEntry* {
+      for (const AccessTrace::Ahead& pin : next) {
+        if (pin.discard) continue;  // that pin overwrites the tensor: nothing to read
+        auto it = by_id_.find(pin.tensor);
+        if (it == by_id_.end() || it->second->arena != nullptr || it->second->host_only) continue;
+        PageEntry* pages = pages_of(it->second) + pin.first;
+        for (std::uint32_t i = 0; i < pin.pages; ++i) {
+          if (pages[i].state() == PageState::nvme) {
+            distance = pin.distance;
+            return &pages[i];
+          }
+        }
+      }
+      return nullptr;
+    };
+    bool spilled = false;  // one spill per call: it writes on this thread
+    while (reads_ahead_.size() < most) {
+      std::size_t distance = 0;
+      PageEntry* p = first_on_nvme(distance);
+      if (p == nullptr) return;
+      auto slot = host_copies_->acquire_slot();
+      if (!slot) {
+        // Room only by moving to NVMe (its write runs here) a page that the spill ranks above this one,
+        // and that is not needed within the read-ahead's reach: one needed sooner could be read back
+        // ahead at the next pin, and a page that leaves the device before this one's pin (just used,
+        // needed next much later) may be the better one to spill, which only a spill then can take.
+        if (spilled || spill(lk, 1, SpillOnly{spill_key(*p, distance), kReadAheadPins}) == 0) return;
+        spilled = true;
+        continue;
+      }
+      p->set_state(PageState::transit);
+      p->host_slot = *slot;
+      const NvmeTier::Io io{
+          storage::IoOp::read, p->nvme_slot, host_->ptr(*slot), p->checksum, 0, nvme_->io_bytes(used_bytes(*p))};
+      const auto submitted = dev_->timeline_clock();
+      if (!nvme_->submit_async(io, table_.index_of(*p))) {
+        host_->release(std::exchange(p->host_slot, kNoSlot));
+        p->set_state(PageState::nvme);
+        cv_.notify_all();
+        return;
+      }
+      reads_ahead_.push_back({table_.index_of(*p), dev_->storage_io_served(false, nvme_->bytes_of(io), submitted)});
+    }
+  } catch (const std::exception& ex) {
+    // A hint, like prefetch: the pages stay where they are and their pins read them.
+    std::fprintf(stderr, "tvmm: NVMe read-ahead failed: %s\n", ex.what());
+  }
+}
+
+bool PagerImpl::finish_reads(Lock& lk, bool block) {
+  bool any = false;
+  while (!reads_ahead_.empty()) {
+    const ReadAhead r = reads_ahead_.front();
+    NvmeTier::Io io{};
+    bool ended = false;
+    // The drive serves the reads in the order submitted: the oldest ends first (on a modelled drive
+    // exactly; on a real one nearly, and a later one that ended first waits for its turn here).
+    if (block || dev_->models_storage()) {
+      if (!block && !dev_->storage_io_done_by_now(r.end)) break;
+      reads_ahead_.erase(reads_ahead_.begin());
+      lk.unlock();
+      ended = nvme_->wait_async(r.page, io);
+      dev_->storage_io_waited(r.end);
+      lk.lock();
+    } else {
+      if (!nvme_->poll_async(r.page, io)) break;
+      reads_ahead_.erase(reads_ahead_.begin());
+      ended = true;
+    }
+    block = false;
+    any = true;
+    PageEntry& p = table_[r.page];
+    if (ended && io.error == 0) {
+      p.set_state(PageState::host);  // its NVMe slot stays, a clean copy
+      note_host(p);
+      note_slot_kept(p);
+      observe_.counters.read_ahead.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      host_->release(std::exchange(p.host_slot, kNoSlot));
+      p.set_state(PageState::nvme);
+      std::fprintf(stderr, "tvmm: reading %s ahead from NVMe slot %u failed (%s); its pin reads it again\n",
+                   page_label(p, r.page - p.owner->first_page, page_size_).c_str(), p.nvme_slot,
+                   !ended                           ? "lost"
+                   : io.error == NvmeTier::kCorrupt ? "checksum mismatch"
+                                                    : storage::errno_text(-io.error).c_str());
+    }
+    cv_.notify_all();
+  }
+  return any;
 }
 
 std::size_t PagerImpl::stage_in(Lock& lk, Allocation* a, PageSpan span, Clock::time_point deadline) {

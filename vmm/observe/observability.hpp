@@ -34,8 +34,9 @@ class Observability {
 
   //! The counters behind Stats (relaxed atomics: the hot paths add to them directly).
   struct Counters {
-    std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, stall_ns{0}, allocations{0},
-        live_bytes{0}, live_tensors{0}, clean_evictions{0}, kept_mappings{0}, remap_ns{0}, written_behind{0};
+    std::atomic<std::uint64_t> pins{0}, hits{0}, misses{0}, evictions{0}, prefetched{0}, read_ahead{0}, stall_ns{0},
+        allocations{0}, live_bytes{0}, live_tensors{0}, clean_evictions{0}, kept_mappings{0}, remap_ns{0},
+        written_behind{0};
   };
   Counters counters;
 

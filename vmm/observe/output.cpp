@@ -47,6 +47,7 @@ std::string to_json(const Stats& s) {
   field("kept_mappings", s.kept_mappings);
   field("remap_ns", s.remap_ns);
   field("prefetched", s.prefetched);
+  field("nvme_read_ahead", s.nvme_read_ahead);
   field("written_behind", s.written_behind);
   field("trace_divergences", s.trace_divergences);
   field("stall_ns", s.stall_ns);
