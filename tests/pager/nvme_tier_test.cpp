@@ -778,44 +778,68 @@ TEST_F(NvmePipeline, EachPageReadFromNvmeIsCopiedToTheDeviceAsSoonAsItIsVerified
 
 // --- read-ahead: the next pins' NVMe pages, read into the host tier without waiting ----------------------
 
-// Pins each of `ts` in order once per iteration, `iterations` times: checks the pattern it holds and
-// writes a new one. `on_nvme_before_pin` (if given) counts, in the last iteration, the pins whose tensor
-// was on the NVMe tier just before them.
+// Pins each of `ts` in order once per iteration, `iterations` times, and checks the pattern it holds;
+// with Access::read_write, writes a new one. `on_nvme_before_pin` (if given) counts, in the last
+// iteration, the pins whose tensor was on the NVMe tier just before them.
 void traced_loop(Pager& p, std::vector<Tensor>& ts, std::vector<std::uint64_t>& seed, int iterations,
-                 std::size_t* on_nvme_before_pin = nullptr) {
+                 Access access = Access::read, std::size_t* on_nvme_before_pin = nullptr) {
   for (int it = 0; it < iterations; ++it) {
     p.mark_iteration();
     for (std::size_t i = 0; i < ts.size(); ++i) {
       if (on_nvme_before_pin != nullptr && it + 1 == iterations && ts[i].tier() == Tier::nvme) ++*on_nvme_before_pin;
-      auto pin = ts[i].pin(Access::read_write);
-      if (seed[i] != 0) {
-        EXPECT_EQ(test::mismatches(pin.data(), kPage, seed[i]), 0u) << "tensor " << i << " iteration " << it;
-      }
+      auto pin = ts[i].pin(access);
+      EXPECT_EQ(test::mismatches(pin.data(), kPage, seed[i]), 0u) << "tensor " << i << " iteration " << it;
+      if (access == Access::read) continue;
       seed[i] = static_cast<std::uint64_t>(1000 * it + i + 1);
       test::fill(pin.data(), kPage, seed[i]);
     }
   }
 }
 
-// Twelve one-page tensors in a loop, two device pages and four host pages: half the tensors live on NVMe.
-// Once the trace replays, each pin reads the next NVMe page ahead (PagerImpl::read_ahead), so no pin
-// finds its page still on NVMe, and every byte comes back.
-TEST(NvmeReadAhead, TheNextPinsPagesAreReadAheadAndComeBackIntact) {
-  test::TempDir dir;
+// Sixteen one-page tensors written in turn, with two device pages: those that end on NVMe (ten with a
+// host tier of four pages) are kept, the others freed, which leaves the host tier empty: read-ahead takes
+// free host slots only, and read-only pins of pages with current NVMe copies drop them again without a
+// write-back. Their seeds go to `seed`.
+std::vector<Tensor> kept_on_nvme(Pager& p, std::vector<std::uint64_t>& seed) {
+  std::vector<Tensor> all = written_pages(p, 16, 500);
+  std::vector<Tensor> ts;
+  seed.clear();
+  for (std::uint64_t i = 0; i < all.size(); ++i) {
+    if (all[i].tier() != Tier::nvme) continue;
+    ts.push_back(std::move(all[i]));
+    seed.push_back(500 + i);
+  }
+  return ts;
+}
+
+// Two device pages, four host pages, eviction by next use (so the trace replays), on the model clock with a
+// modelled drive: which reads have ended at each pin, and so what the host tier holds, does not depend on
+// the storage backend's timing.
+Config read_ahead_config(const test::TempDir& dir) {
   Config c = nvme_config(2, 4, 32, {dir.path()});
   c.eviction = "belady";
+  c.sim.timing = "model";
+  c.sim.disk.read_bytes_per_s = c.sim.disk.write_bytes_per_s = 1e9;
+  return c;
+}
+
+// Ten one-page tensors in a loop, two device pages and four host pages, all ten on NVMe to begin with.
+// Once the trace replays, each pin reads the next NVMe page ahead into a free host slot
+// (PagerImpl::read_ahead), so no pin finds its page still on NVMe, and every byte comes back.
+TEST(NvmeReadAhead, TheNextPinsPagesAreReadAheadAndComeBackIntact) {
+  test::TempDir dir;
+  Config c = read_ahead_config(dir);
   Pager p(c);
-  std::vector<Tensor> ts;
-  for (int i = 0; i < 12; ++i) ts.push_back(p.allocate(kPage));
-  std::vector<std::uint64_t> seed(ts.size(), 0);
+  std::vector<std::uint64_t> seed;
+  std::vector<Tensor> ts = kept_on_nvme(p, seed);
   traced_loop(p, ts, seed, 2);  // recorded, then replayed once
   const Stats before = p.stats();
   std::size_t on_nvme = 0;
-  traced_loop(p, ts, seed, 3, &on_nvme);
+  traced_loop(p, ts, seed, 3, Access::read, &on_nvme);
   const Stats after = p.stats();
   const auto reads = after.nvme_to_host.pages - before.nvme_to_host.pages;
   const auto ahead = after.nvme_read_ahead - before.nvme_read_ahead;
-  EXPECT_GE(reads, 3u * 4u) << "about half the tensors come from NVMe in each iteration";
+  EXPECT_GE(reads, 3u * 8u) << "most of the ten come from NVMe in each iteration";
   EXPECT_EQ(ahead, reads) << "every one of them read ahead of its pin";
   EXPECT_EQ(on_nvme, 0u) << "no pin found its page still on NVMe";
   p.check_invariants();
@@ -824,15 +848,13 @@ TEST(NvmeReadAhead, TheNextPinsPagesAreReadAheadAndComeBackIntact) {
 // A read-ahead that fails leaves its page on NVMe, untouched: the page's own pin reads it again.
 TEST(NvmeReadAhead, AFailedReadAheadLeavesThePageForItsPinToRead) {
   test::TempDir dir;
-  Config c = nvme_config(2, 4, 32, {dir.path()});
-  c.eviction = "belady";
+  Config c = read_ahead_config(dir);
   storage::StorageOptions o{{dir.path()}, kPage, 32, 8, true, true};
   auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("posix", o));
   storage::FaultyStorage& f = *faulty;
   Pager p = vmm::make_pager(c, device::make_device_backend(c), std::move(faulty));
-  std::vector<Tensor> ts;
-  for (int i = 0; i < 12; ++i) ts.push_back(p.allocate(kPage));
-  std::vector<std::uint64_t> seed(ts.size(), 0);
+  std::vector<std::uint64_t> seed;
+  std::vector<Tensor> ts = kept_on_nvme(p, seed);
   traced_loop(p, ts, seed, 2);
   const Stats before = p.stats();
   ASSERT_GT(before.nvme_read_ahead, 0u);
@@ -847,35 +869,28 @@ TEST(NvmeReadAhead, AFailedReadAheadLeavesThePageForItsPinToRead) {
   p.check_invariants();
 }
 
-// A tensor freed while its page's read-ahead is still running waits for the read before its slots go.
-TEST(NvmeReadAhead, FreeingATensorWaitsForItsReadAhead) {
+// A tensor freed while its page's read-ahead is still in flight: the read is finished (waited for, on
+// the thread that frees) before the page's slots go, and the other tensors keep every byte. The read
+// the last pin started is still running (on the model clock, and for 20 ms of wall time) when the loop
+// ends.
+TEST(NvmeReadAhead, FreeingATensorMidReadAheadFinishesTheReadFirst) {
   test::TempDir dir;
-  Config c = nvme_config(2, 4, 32, {dir.path()});
-  c.eviction = "belady";
+  Config c = read_ahead_config(dir);
   storage::StorageOptions o{{dir.path()}, kPage, 32, 8, true, true};
   auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("posix", o));
   storage::FaultyStorage& f = *faulty;
   Pager p = vmm::make_pager(c, device::make_device_backend(c), std::move(faulty));
-  std::vector<Tensor> ts;
-  for (int i = 0; i < 12; ++i) ts.push_back(p.allocate(kPage));
-  std::vector<std::uint64_t> seed(ts.size(), 0);
-  traced_loop(p, ts, seed, 2);
-  // The next iteration's first pins are read ahead at mark_iteration, their reads held by the backend.
-  // The read-ahead the last pin started has ended by then (the posix backend's thread runs it): the
-  // mark publishes it, which makes room for the next.
-  f.set_rules({FaultRule::of(FaultRule::Kind::hold).on(IoOp::read)});
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  p.mark_iteration();
-  ASSERT_GT(f.held(), 0u);
+  std::vector<std::uint64_t> seed;
+  std::vector<Tensor> ts = kept_on_nvme(p, seed);
+  // Reads take 20 ms of wall time from the second iteration on: the last read-ahead is still running.
+  traced_loop(p, ts, seed, 1);
+  f.set_rules({FaultRule::of(FaultRule::Kind::latency).on(IoOp::read).delay(std::chrono::milliseconds(20))});
+  traced_loop(p, ts, seed, 1);
+  ASSERT_GT(p.stats().nvme_read_ahead, 0u);
   std::size_t reading = 0;
   while (reading < ts.size() && ts[reading].tier() != Tier::transit) ++reading;
   ASSERT_LT(reading, ts.size()) << "a page being read ahead is in transit";
-  auto release = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    f.release_held(100);
-  });
-  ts[reading].reset();  // waits for the read, then frees the page's slots
-  release.get();
+  ts[reading].reset();  // finishes the read, then frees the page's slots
   f.clear();
   p.check_invariants();
   for (std::size_t i = 0; i < ts.size(); ++i) {

@@ -388,12 +388,7 @@ class PagerImpl {
   //! allocations are skipped. Returns the number freed (a page on its way counts once its slot is
   //! free); throws io_error / out_of_memory (ENOSPC) if a write failed, after putting every page back
   //! where it was.
-  //! With `only` (a trace replaying), only the pages it lets go.
-  struct SpillOnly {
-    double above_key;        //!< whose spill_key is above this
-    std::size_t after_pins;  //!< and whose next use is more than this many pins away
-  };
-  std::size_t spill(Lock& lk, std::size_t want, std::optional<SpillOnly> only = std::nullopt);
+  std::size_t spill(Lock& lk, std::size_t want);
   //! Where a trace ranks `p`, next used `next_use` pins from now, for a spill (highest first): its next
   //! use over the bytes it moves to the drive and back plus a request's fixed cost.
   [[nodiscard]] double spill_key(const PageEntry& p, std::size_t next_use) const noexcept;
@@ -409,9 +404,9 @@ class PagerImpl {
   //! reads the NVMe pages that the next kReadAheadPins pins need into host slots, nearest first, up to
   //! kReadAheadPages in flight, submitted without waiting, so the drive works while the thread goes on
   //! queueing the device's work (a pin that needs such a page waits only for what is left of its read).
-  //! A slot comes free, or from a spill (at most one per call) of a page that the spill ranks above the
-  //! one read (spill_key): the host tier keeps what it would rather keep. Each page stays in transit
-  //! until finish_reads publishes it on the host tier, keeping its NVMe slot as a clean copy. A failure
+  //! Only into a free host slot, and only while another stays free for evictions' write-backs: it
+  //! never spills or drops a kept host copy to make room. Each page stays in transit until
+  //! finish_reads publishes it on the host tier, keeping its NVMe slot as a clean copy. A failure
   //! leaves the page on NVMe for its pin to read (logged).
   void read_ahead() noexcept;
   //! Publishes the read-aheads that have ended, oldest first (on the model clock, those whose modelled
@@ -420,11 +415,12 @@ class PagerImpl {
   //! Whether a read-ahead of one of pages [first, first + count) is in flight (mu_ held).
   [[nodiscard]] bool reading_ahead(std::uint32_t first, std::uint32_t count) const noexcept;
   //! How far and how much read-ahead runs. Each page read ahead holds a host slot from its read to its
-  //! page-in, which the host tier's other pages then lack: over 34 replay rows (six traces at 1.5-4x,
-  //! six held-out ones at 2x and 3x; docs/benchmarks.md, "NVMe read-ahead") one page in flight took
-  //! 0.973x the step of no read-ahead and slowed one row by more than 1% (MobileNetV2 at 3x, 1.1%); two
-  //! or four took 0.974-0.975x but slowed three rows by 4-10% (more pages written and read back); with
-  //! four, looking 32 pins ahead rather than 8 took ResNet-18 at 2x from 27.29 to 28.62 ms.
+  //! page-in, which the host tier's other pages then lack (docs/benchmarks.md, "NVMe read-ahead"):
+  //! with slots made by spilling, one page in flight took 0.973x the step of no read-ahead over 34
+  //! replay rows (six traces at 1.5-4x, six held-out ones at 2x and 3x) where two or four took
+  //! 0.974-0.975x but slowed three rows by 4-10% (more pages written and read back), and with four,
+  //! looking 32 pins ahead rather than 8 took ResNet-18 at 2x from 27.29 to 28.62 ms.
+  //! Free slots only (now): 0.983x, no row slower by more than 1%.
   static constexpr std::size_t kReadAheadPins = 8;
   static constexpr std::size_t kReadAheadPages = 1;
   //! A free NVMe slot, or one taken back from a page that keeps a copy elsewhere.

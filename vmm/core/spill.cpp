@@ -99,7 +99,7 @@ double PagerImpl::spill_key(const PageEntry& p, std::size_t next_use) const noex
   return next_use == policies::AccessTrace::kNever ? 1e300 : (static_cast<double>(next_use) + 1) / weight;
 }
 
-std::size_t PagerImpl::spill(Lock& lk, std::size_t want, std::optional<SpillOnly> only) {
+std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   if (!nvme_) return 0;
   reap(lk);
   std::size_t freed = 0;
@@ -155,11 +155,7 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want, std::optional<SpillOnly
     // less: NvmeTier::io_bytes) plus a request's fixed cost, as eviction weighs bus copies
     // (kMoveOverheadBytes): spilling small pages needed soon can cost the drive less than spilling a
     // whole page needed later (ResNet-18 at 2x: 60 MiB read per step by next use alone, 52 weighed).
-    for (Candidate& c : order) {
-      const std::size_t next = prefetch_.trace().next_use(c.page->owner->id);
-      c.key = spill_key(*c.page, next);
-      if (only && (c.key <= only->above_key || next <= only->after_pins)) c.key = -1;  // left out below
-    }
+    for (Candidate& c : order) c.key = spill_key(*c.page, prefetch_.trace().next_use(c.page->owner->id));
     std::stable_sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) { return a.key > b.key; });
   }
   // 1. Claim them (a host page queued twice is claimed once: the second time it is in transit), then
@@ -176,7 +172,6 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want, std::optional<SpillOnly
   ios.reserve(most);
   for (const Candidate& c : order) {
     if (freed + chosen.size() >= want) break;
-    if (c.key < 0) break;  // sorted: the rest are left out too
     PageEntry& p = *c.page;
     if (c.arrives != nullptr ? !on_the_way(p) : !on_host(p)) continue;
     if (!give_slot(p)) break;  // no NVMe slot left: spill what was claimed so far
@@ -312,38 +307,29 @@ void PagerImpl::read_ahead() noexcept {
     if (!reads_ahead_.empty()) finish_reads(lk, false);
     const std::size_t most = std::min<std::size_t>(kReadAheadPages, cfg_.nvme.queue_depth);
     reads_ahead_.reserve(most);
-    // The first NVMe page of the next pins, and how many pins away it is needed (searched afresh after a
-    // spill, which unlocks: tensors may have been freed or loaded meanwhile).
-    auto first_on_nvme = [&](std::size_t& distance) -> PageEntry* {
+    // The first NVMe page of the next pins.
+    auto first_on_nvme = [&]() -> PageEntry* {
       for (const AccessTrace::Ahead& pin : next) {
         if (pin.discard) continue;  // that pin overwrites the tensor: nothing to read
         auto it = by_id_.find(pin.tensor);
         if (it == by_id_.end() || it->second->arena != nullptr || it->second->host_only) continue;
         PageEntry* pages = pages_of(it->second) + pin.first;
         for (std::uint32_t i = 0; i < pin.pages; ++i) {
-          if (pages[i].state() == PageState::nvme) {
-            distance = pin.distance;
-            return &pages[i];
-          }
+          if (pages[i].state() == PageState::nvme) return &pages[i];
         }
       }
       return nullptr;
     };
-    bool spilled = false;  // one spill per call: it writes on this thread
     while (reads_ahead_.size() < most) {
-      std::size_t distance = 0;
-      PageEntry* p = first_on_nvme(distance);
+      // Only into a free slot, and never the last: a page read ahead must not take room that an
+      // eviction's write-back would otherwise find free, nor make a spill or drop a kept host copy
+      // (docs/benchmarks.md, "NVMe read-ahead": reading ahead by spilling cost a synthetic training loop
+      // with a host tier of eight pages 19%).
+      if (host_->free_count() < 2) return;
+      PageEntry* p = first_on_nvme();
       if (p == nullptr) return;
-      auto slot = host_copies_->acquire_slot();
-      if (!slot) {
-        // Room only by moving to NVMe (its write runs here) a page that the spill ranks above this one,
-        // and that is not needed within the read-ahead's reach: one needed sooner could be read back
-        // ahead at the next pin, and a page that leaves the device before this one's pin (just used,
-        // needed next much later) may be the better one to spill, which only a spill then can take.
-        if (spilled || spill(lk, 1, SpillOnly{spill_key(*p, distance), kReadAheadPins}) == 0) return;
-        spilled = true;
-        continue;
-      }
+      const auto slot = host_->try_acquire();
+      if (!slot) return;
       p->set_state(PageState::transit);
       p->host_slot = *slot;
       const NvmeTier::Io io{
