@@ -301,12 +301,13 @@ bool PagerImpl::reading_ahead(std::uint32_t first, std::uint32_t count) const no
 void PagerImpl::read_ahead() noexcept {
   if (!nvme_ || !cfg_.nvme.read_ahead || !prefetch_.replaying()) return;
   try {
-    std::vector<AccessTrace::Ahead> next;
-    prefetch_.trace().upcoming(kReadAheadPins, next);
     Lock lk(mu_);
     if (!reads_ahead_.empty()) finish_reads(lk, false);
     const std::size_t most = std::min<std::size_t>(kReadAheadPages, cfg_.nvme.queue_depth);
+    if (reads_ahead_.size() >= most || host_->free_count() < 2) return;  // the common case: nothing to do
     reads_ahead_.reserve(most);
+    std::vector<AccessTrace::Ahead> next;
+    prefetch_.trace().upcoming(kReadAheadPins, next);  // the trace's lock after mu_, as prefetch_ahead
     // The first NVMe page of the next pins.
     auto first_on_nvme = [&]() -> PageEntry* {
       for (const AccessTrace::Ahead& pin : next) {
