@@ -420,7 +420,8 @@ class PagerImpl {
   //! replay rows (six traces at 1.5-4x, six held-out ones at 2x and 3x) where two or four took
   //! 0.974-0.975x but slowed three rows by 4-10% (more pages written and read back), and with four,
   //! looking 32 pins ahead rather than 8 took ResNet-18 at 2x from 27.29 to 28.62 ms.
-  //! Free slots only (now): 0.983x, no row slower by more than 1%.
+  //! Free slots only (now): 0.983x, no replay row slower by more than 1%; over the quick suite's 15
+  //! synthetic rows 0.996x, with `infer` at 1.5x 5.5% slower.
   static constexpr std::size_t kReadAheadPins = 8;
   static constexpr std::size_t kReadAheadPages = 1;
   //! A free NVMe slot, or one taken back from a page that keeps a copy elsewhere.
