@@ -69,6 +69,14 @@ std::string timeline_path(const std::string& file, bool only_run, const std::str
   return (p.parent_path() / (p.stem().string() + "." + tag + p.extension().string())).string();
 }
 
+// An option taking "on" (the default) or "off" for `flag`.
+void add_on_off(CLI::App& app, const std::string& name, bool& flag, const std::string& help) {
+  flag = true;
+  app.add_option_function<std::string>(
+         name, [&flag](const std::string& v) { flag = v == "on"; }, help)
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
 // The trace files shipped in bench/traces, found next to the source tree or the binary.
 std::string shipped_trace(const std::string& name) {
   for (const auto& dir : {std::string(TVMM_SOURCE_DIR) + "/bench/traces", std::string("bench/traces")}) {
@@ -220,27 +228,21 @@ int main(int argc, char** argv) {
                  "docs/benchmarks.md \"VMM call costs\"), nothing (off), or all but the mapping calls (mapping-free: "
                  "map, set-access, unmap and create free, to measure what they add to a step)")
       ->check(CLI::IsMember({"on", "off", "mapping-free"}));
-  std::string disk_costs = "on";
-  app.add_option("--disk-costs", disk_costs,
-                 "With --timing model, the simulator's clock charges NVMe reads and writes the time a PCIe 4.0 "
-                 "data-centre drive takes (on, the default: 6.5 GB/s read, 3.5 GB/s write, one I/O after another; "
-                 "docs/benchmarks.md \"Disk time\") or nothing (off). With --timing wall the real drive counts")
-      ->check(CLI::IsMember({"on", "off"}));
+  add_on_off(app, "--disk-costs", o.disk_costs,
+             "With --timing model, the simulator's clock charges NVMe reads and writes the time a PCIe 4.0 "
+             "data-centre drive takes (on, the default: 6.5 GB/s read, 3.5 GB/s write, one I/O after another; "
+             "docs/benchmarks.md \"Disk time\") or nothing (off). With --timing wall the real drive counts");
   app.add_flag("--sync-kernels", o.sync_kernels,
                "The host waits for each kernel before the next kernel's pins, as a program that reads results "
                "between kernels: only prefetch overlaps page-ins with compute (summary.json: host = synchronous)");
-  std::string write_behind = "on";
-  app.add_option("--write-behind", write_behind,
-                 "Copy a write to the host right after its kernel where earlier iterations evicted its data before "
-                 "the next write, so the eviction moves nothing (on, the default, as the pager's), or never (off; "
-                 "docs/architecture.md \"Write-behind\")")
-      ->check(CLI::IsMember({"on", "off"}));
-  std::string read_ahead = "on";
-  app.add_option("--nvme-read-ahead", read_ahead,
-                 "While the trace replays, read the NVMe pages of the next pins into the host tier ahead of them, "
-                 "without waiting (on, the default, as the pager's nvme.read_ahead), or only when a pin needs them "
-                 "(off; docs/architecture.md \"NVMe tier\")")
-      ->check(CLI::IsMember({"on", "off"}));
+  add_on_off(app, "--write-behind", o.write_behind,
+             "Copy a write to the host right after its kernel where earlier iterations evicted its data before "
+             "the next write, so the eviction moves nothing (on, the default, as the pager's), or never (off; "
+             "docs/architecture.md \"Write-behind\")");
+  add_on_off(app, "--nvme-read-ahead", o.nvme_read_ahead,
+             "While the trace replays, read the NVMe pages of the next pins into the host tier ahead of them, "
+             "without waiting (on, the default, as the pager's nvme.read_ahead), or only when a pin needs them "
+             "(off; docs/architecture.md \"NVMe tier\")");
   app.add_option("--json", json, "Also write the records (as in summary.json) to this file");
   std::string timeline;
   app.add_option("--timeline", timeline,
@@ -272,9 +274,6 @@ int main(int argc, char** argv) {
   o.device = device;
   o.vmm_costs = vmm_costs != "off";
   o.mapping_calls_free = vmm_costs == "mapping-free";
-  o.disk_costs = disk_costs == "on";
-  o.write_behind = write_behind == "on";
-  o.nvme_read_ahead = read_ahead == "on";
   if (page_mib % 2 != 0) {
     std::fprintf(stderr, "tvmm-bench: --page-mib %zu is not a multiple of the 2 MiB granularity\n", page_mib);
     return 2;
