@@ -823,6 +823,24 @@ Config read_ahead_config(const test::TempDir& dir) {
   return c;
 }
 
+// A pager set up as read_ahead_config says, over posix storage wrapped in FaultyStorage (`faulty`), with
+// the tensors kept_on_nvme.
+struct FaultyReadAhead {
+  test::TempDir dir;
+  storage::FaultyStorage* faulty = nullptr;
+  std::unique_ptr<Pager> pager;
+  std::vector<std::uint64_t> seed;
+  std::vector<Tensor> ts;  // destroyed first, before their pager
+  FaultyReadAhead() {
+    const Config c = read_ahead_config(dir);
+    storage::StorageOptions o{{dir.path()}, kPage, 32, 8, true, true};
+    auto storage = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("posix", o));
+    faulty = storage.get();
+    pager = std::make_unique<Pager>(vmm::make_pager(c, device::make_device_backend(c), std::move(storage)));
+    ts = kept_on_nvme(*pager, seed);
+  }
+};
+
 // Ten one-page tensors in a loop, two device pages and four host pages, all ten on NVMe to begin with.
 // Once the trace replays, each pin reads the next NVMe page ahead into a free host slot
 // (PagerImpl::read_ahead), so no pin finds its page still on NVMe, and every byte comes back.
@@ -847,14 +865,11 @@ TEST(NvmeReadAhead, TheNextPinsPagesAreReadAheadAndComeBackIntact) {
 
 // A read-ahead that fails leaves its page on NVMe, untouched: the page's own pin reads it again.
 TEST(NvmeReadAhead, AFailedReadAheadLeavesThePageForItsPinToRead) {
-  test::TempDir dir;
-  Config c = read_ahead_config(dir);
-  storage::StorageOptions o{{dir.path()}, kPage, 32, 8, true, true};
-  auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("posix", o));
-  storage::FaultyStorage& f = *faulty;
-  Pager p = vmm::make_pager(c, device::make_device_backend(c), std::move(faulty));
-  std::vector<std::uint64_t> seed;
-  std::vector<Tensor> ts = kept_on_nvme(p, seed);
+  FaultyReadAhead r;
+  Pager& p = *r.pager;
+  storage::FaultyStorage& f = *r.faulty;
+  std::vector<Tensor>& ts = r.ts;
+  std::vector<std::uint64_t>& seed = r.seed;
   traced_loop(p, ts, seed, 2);
   const Stats before = p.stats();
   ASSERT_GT(before.nvme_read_ahead, 0u);
@@ -874,14 +889,11 @@ TEST(NvmeReadAhead, AFailedReadAheadLeavesThePageForItsPinToRead) {
 // the last pin started is still running (on the model clock, and for 20 ms of wall time) when the loop
 // ends.
 TEST(NvmeReadAhead, FreeingATensorMidReadAheadFinishesTheReadFirst) {
-  test::TempDir dir;
-  Config c = read_ahead_config(dir);
-  storage::StorageOptions o{{dir.path()}, kPage, 32, 8, true, true};
-  auto faulty = std::make_unique<storage::FaultyStorage>(storage::make_storage_backend("posix", o));
-  storage::FaultyStorage& f = *faulty;
-  Pager p = vmm::make_pager(c, device::make_device_backend(c), std::move(faulty));
-  std::vector<std::uint64_t> seed;
-  std::vector<Tensor> ts = kept_on_nvme(p, seed);
+  FaultyReadAhead r;
+  Pager& p = *r.pager;
+  storage::FaultyStorage& f = *r.faulty;
+  std::vector<Tensor>& ts = r.ts;
+  std::vector<std::uint64_t>& seed = r.seed;
   // Reads take 20 ms of wall time from the second iteration on: the last read-ahead is still running.
   traced_loop(p, ts, seed, 1);
   f.set_rules({FaultRule::of(FaultRule::Kind::latency).on(IoOp::read).delay(std::chrono::milliseconds(20))});
