@@ -389,9 +389,6 @@ class PagerImpl {
   //! free); throws io_error / out_of_memory (ENOSPC) if a write failed, after putting every page back
   //! where it was.
   std::size_t spill(Lock& lk, std::size_t want);
-  //! Where a trace ranks `p`, next used `next_use` pins from now, for a spill (highest first): its next
-  //! use over the bytes it moves to the drive and back plus a request's fixed cost.
-  [[nodiscard]] double spill_key(const PageEntry& p, std::size_t next_use) const noexcept;
   //! Loads up to a queue depth of `a`'s NVMe pages onto the device: reads each into a host slot,
   //! verifies its checksum and queues its page-in at once, while later reads are still running. The
   //! pages keep their NVMe slots as clean copies. Returns the number loaded; throws io_error naming

@@ -94,11 +94,6 @@ void PagerImpl::run_nvme(Lock& lk, std::span<NvmeTier::Io> ios, const NvmeTier::
   observe_.nvme_batch(what, start, ios.size());
 }
 
-double PagerImpl::spill_key(const PageEntry& p, std::size_t next_use) const noexcept {
-  const double weight = static_cast<double>(nvme_->io_bytes(used_bytes(p)) + kMoveOverheadBytes);
-  return next_use == policies::AccessTrace::kNever ? 1e300 : (static_cast<double>(next_use) + 1) / weight;
-}
-
 std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
   if (!nvme_) return 0;
   reap(lk);
@@ -155,7 +150,11 @@ std::size_t PagerImpl::spill(Lock& lk, std::size_t want) {
     // less: NvmeTier::io_bytes) plus a request's fixed cost, as eviction weighs bus copies
     // (kMoveOverheadBytes): spilling small pages needed soon can cost the drive less than spilling a
     // whole page needed later (ResNet-18 at 2x: 60 MiB read per step by next use alone, 52 weighed).
-    for (Candidate& c : order) c.key = spill_key(*c.page, prefetch_.trace().next_use(c.page->owner->id));
+    for (Candidate& c : order) {
+      const std::size_t next = prefetch_.trace().next_use(c.page->owner->id);
+      const double weight = static_cast<double>(nvme_->io_bytes(used_bytes(*c.page)) + kMoveOverheadBytes);
+      c.key = next == policies::AccessTrace::kNever ? 1e300 : (static_cast<double>(next) + 1) / weight;
+    }
     std::stable_sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) { return a.key > b.key; });
   }
   // 1. Claim them (a host page queued twice is claimed once: the second time it is in transit), then
