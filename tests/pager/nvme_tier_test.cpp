@@ -1,9 +1,10 @@
-// The NVMe tier in the pager, in five sections (marked "// --- ..."):
+// The NVMe tier in the pager, in six sections (marked "// --- ..."):
 // - integrity across the three tiers: device -> host -> NVMe and back, every byte checked, on uring and
 //   posix, over one and several directories; pins whose tensors fill a tiny host tier, on one thread
 //   and two; what a page moves to the drive and what a modelled drive's time delays;
 // - spill order: which pages a full host tier sends to NVMe;
 // - page-by-page pipelining of device copies and NVMe I/O;
+// - read-ahead: the next pins' NVMe pages read into free host slots without waiting;
 // - injected faults: every storage fault surfaces without losing data;
 // - fallback and traces on disk: the automatic posix fallback, and no trace of the tier's files left.
 #include <gtest/gtest.h>
