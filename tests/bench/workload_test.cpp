@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <sstream>
 #include <string_view>
 #include <utility>
@@ -375,6 +376,76 @@ TEST(Workloads, SamplingResidencyLeavesTheMeasuredIterationsAlone) {
   for (std::size_t i = 0; i < plain.driver.size(); ++i) {
     EXPECT_EQ(sampled.driver[i].calls, plain.driver[i].calls) << plain.driver[i].call;
   }
+}
+
+// A trace no one tuned for, drawn at random: 4 to 24 storages from empty to 12 MiB (partial last pages,
+// storages below a page), 8 to 60 ops that name up to four storages, some twice, some none, with and
+// without recorded costs.
+Trace random_trace(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](std::uint64_t lo, std::uint64_t hi) {
+    return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng);
+  };
+  Trace t;
+  t.meta["model"] = "random" + std::to_string(seed);
+  const auto storages = pick(4, 24);
+  const char* kinds[] = {"param", "grad", "state", "input", "temp"};
+  for (std::uint64_t i = 0; i < storages; ++i) {
+    const auto c = pick(0, 99);
+    const std::uint64_t bytes = c < 5    ? 0
+                                : c < 25 ? pick(1, 256 * 1024)
+                                : c < 90 ? pick(256 * 1024, 12 * MiB)
+                                         : 2 * MiB;
+    t.storages.push_back({bytes, kinds[pick(0, 4)], "s" + std::to_string(i)});
+  }
+  const auto ops = pick(8, 60);
+  for (std::uint64_t k = 0; k < ops; ++k) {
+    TraceOp op{"op" + std::to_string(k), static_cast<double>(pick(0, 400)), {}, {}};
+    for (auto n = pick(0, 4); n > 0; --n) op.reads.push_back(static_cast<std::uint32_t>(pick(0, storages - 1)));
+    for (auto n = pick(0, 2); n > 0; --n) op.writes.push_back(static_cast<std::uint32_t>(pick(0, storages - 1)));
+    if (pick(0, 1) == 1) {
+      op.flops = static_cast<double>(pick(0, 10'000'000'000ULL));
+      op.bytes = static_cast<double>(pick(0, 100'000'000ULL));
+    }
+    t.ops.push_back(std::move(op));
+  }
+  return t;
+}
+
+// Random traces through the whole replay path and all three tiers: half the working set on the host,
+// the rest on NVMe, the drive modelled (so NVMe read-ahead runs on the drive's timeline). Every tensor's
+// bytes are written and checked each iteration, for the policies that replay the trace (trace
+// prefetch with read-ahead, Belady) and one that does not (LRU). A trace whose largest kernel does not
+// fit at this ratio is refused with the ratio it would run at.
+TEST(Workloads, RandomTracesReplayWithEveryByteIntactAcrossTheThreeTiers) {
+  const test::TempDir dir;
+  RunOptions o;
+  o.iterations = 3;
+  o.warmup = 1;
+  o.verify = true;
+  o.host_fraction = 0.5;
+  o.disk_dir = dir.path();
+  o.disk_costs = true;
+  int ran = 0, on_nvme = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const auto w = make_replay(random_trace(seed), "replay:random", 1.0, 64 * 1024);
+    try {
+      (void)budgets_for(w, o, 1.5);
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("or less (--ratios "), std::string::npos) << e.what();
+      continue;
+    }
+    for (const char* policy : {"trace", "belady", "lru"}) {
+      const auto r = run_pager(w, o, policy, 1.5);
+      EXPECT_GT(r.verified_bytes, 0u) << policy;
+      EXPECT_EQ(r.mismatched_bytes, 0u) << policy;
+      on_nvme += r.disk_read_bytes > 0 ? 1 : 0;
+    }
+    ++ran;
+  }
+  EXPECT_GE(ran, 4) << "most random traces fit at 1.5x";
+  EXPECT_GE(on_nvme, ran) << "the runs read pages back from NVMe";
 }
 
 }  // namespace
