@@ -1,7 +1,8 @@
 // The NVMe tier in the pager, in six sections (marked "// --- ..."):
 // - integrity across the three tiers: device -> host -> NVMe and back, every byte checked, on uring and
 //   posix, over one and several directories; pins whose tensors fill a tiny host tier, on one thread
-//   and two; what a page moves to the drive and what a modelled drive's time delays;
+//   and two; what a page moves to the drive and what a modelled drive's time delays; where an
+//   unmodified page goes when evicted;
 // - spill order: which pages a full host tier sends to NVMe;
 // - page-by-page pipelining of device copies and NVMe I/O;
 // - read-ahead: the next pins' NVMe pages read into free host slots without waiting;
@@ -308,6 +309,46 @@ TEST(NvmeTier, CapacityCountsTheNvmeBudgetAndUnmodifiedPagesAreNotWrittenAgain) 
   EXPECT_LE(st.host_to_nvme.pages, ts.size()) << "unmodified pages were written to NVMe again";
   EXPECT_GT(st.clean_evictions, 0u);
   p.check_invariants();
+}
+
+// A page read back from NVMe unmodified needs no write-back when evicted again. Where the host tier
+// has room to spare by then, it goes there all the same (its NVMe copy kept), and its next pin loads it
+// over the bus, not from the drive; in a full host tier it is dropped and read from NVMe again.
+TEST(NvmeTier, AnUnmodifiedPageEvictedGoesToSpareHostRoomInsteadOfBeingDropped) {
+  for (const bool room : {true, false}) {
+    SCOPED_TRACE(room ? "host tier emptied" : "host tier full");
+    test::TempDir dir;
+    Pager p(nvme_config(2, 8, 16, {dir.path()}));
+    std::vector<Tensor> ts = written_pages(p, 12, 300);  // 2 on the device, 8 on the host, 2 on NVMe
+    const auto v = static_cast<std::size_t>(
+        std::find_if(ts.begin(), ts.end(), [](const Tensor& t) { return t.tier() == Tier::nvme; }) - ts.begin());
+    ASSERT_LT(v, ts.size()) << "no tensor went to NVMe";
+    Tensor t = std::move(ts[v]);
+    {
+      // Read back from NVMe through a full host tier (no room to keep a host copy): its slot stays
+      // the one current copy.
+      auto pin = t.pin(Access::read);
+      ASSERT_EQ(test::mismatches(pin.data(), kPage, 300 + v), 0u);
+    }
+    if (room) ts.clear();  // every other page freed: 8 host slots free, beyond the 3 that stay free
+    const auto read_back = p.stats().nvme_to_host.pages, written = p.stats().host_to_nvme.pages;
+    std::vector<Tensor> fresh = written_pages(p, 2, 900);  // the device's two frames: `t` is evicted
+    EXPECT_EQ(t.tier(), room ? Tier::host : Tier::nvme);
+    {
+      auto pin = t.pin(Access::read);
+      EXPECT_EQ(test::mismatches(pin.data(), kPage, 300 + v), 0u);
+    }
+    EXPECT_EQ(p.stats().nvme_to_host.pages, read_back + (room ? 0u : 1u));
+    if (room) {
+      EXPECT_EQ(p.stats().host_to_nvme.pages, written) << "nothing written to NVMe: `t` went to free slots";
+    }
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      if (i == v) continue;
+      auto pin = ts[i].pin(Access::read);
+      ASSERT_EQ(test::mismatches(pin.data(), kPage, 300 + i), 0u) << "tensor " << i;
+    }
+    p.check_invariants();
+  }
 }
 
 TEST(NvmeTier, ADiscardedTensorLetsItsSlotsGoAndIsNotReadBack) {

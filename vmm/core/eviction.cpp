@@ -159,8 +159,29 @@ void PagerImpl::evict(std::vector<PageEntry*>& victims, Frames& got) {
     throw;
   }
   const std::size_t claimed = victims.size();
+  auto needs_slot = [](const PageEntry& v) {
+    return v.host_slot == kNoSlot && !v.droppable(v.word.load(std::memory_order_acquire));
+  };
+  std::size_t needing = static_cast<std::size_t>(
+      std::count_if(victims.begin(), victims.end(), [&](const PageEntry* v) { return needs_slot(*v); }));
   std::erase_if(victims, [&](PageEntry* v) {
-    if (v->host_slot != kNoSlot || v->droppable(v->word.load(std::memory_order_acquire))) return false;
+    if (!needs_slot(*v)) {
+      // A page whose NVMe copy is current needs no write-back and is dropped, unless the host tier has
+      // room to spare: then it is copied there, keeping its NVMe slot as the clean copy, so that its
+      // next page-in comes over the bus rather than from the drive, and a spill later lets the slot go
+      // without writing (a weight streamed by `infer` at 2x: 12.16 -> 10.15 ms per step; see
+      // kCleanVictimSpareSlots for what must stay free).
+      const auto w = v->word.load(std::memory_order_acquire);
+      if (v->host_slot == kNoSlot && v->clean_on_nvme(w) && !word::discarded(w) && !word::host_copy(w) &&
+          host_->free_count() > needing + kCleanVictimSpareSlots) {
+        if (auto s = host_->try_acquire()) {
+          v->host_slot = *s;
+          given.push_back(v);
+        }
+      }
+      return false;
+    }
+    --needing;
     // select_victims counted (or freed) the slots, lendable ones included.
     if (auto s = host_->try_acquire()) {
       v->host_slot = *s;

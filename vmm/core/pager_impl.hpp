@@ -421,6 +421,14 @@ class PagerImpl {
   //! synthetic rows 0.996x, with `infer` at 1.5x 5.5% slower.
   static constexpr std::size_t kReadAheadPins = 8;
   static constexpr std::size_t kReadAheadPages = 1;
+  //! Read-ahead reads only while this many host slots are free (one stays free for an eviction's
+  //! write-back).
+  static constexpr std::size_t kReadAheadFreeSlots = 2;
+  //! An evicted page whose NVMe copy is current is copied to a free host slot rather than dropped only
+  //! while this many more slots stay free than its eviction batch's write-backs take: the next pin's
+  //! victim's write-back, and read-ahead's kReadAheadFreeSlots (evict; docs/benchmarks.md, "Clean
+  //! victims onto free host slots"). With one rather than three, `infer` at 1.5x took 7% longer.
+  static constexpr std::size_t kCleanVictimSpareSlots = kReadAheadFreeSlots + 1;
   //! A free NVMe slot, or one taken back from a page that keeps a copy elsewhere.
   std::optional<std::uint32_t> acquire_nvme_slot() noexcept;
 

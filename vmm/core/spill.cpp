@@ -303,7 +303,8 @@ void PagerImpl::read_ahead() noexcept {
     Lock lk(mu_);
     if (!reads_ahead_.empty()) finish_reads(lk, false);
     const std::size_t most = std::min<std::size_t>(kReadAheadPages, cfg_.nvme.queue_depth);
-    if (reads_ahead_.size() >= most || host_->free_count() < 2) return;  // the common case: nothing to do
+    // The common case: nothing to do.
+    if (reads_ahead_.size() >= most || host_->free_count() < kReadAheadFreeSlots) return;
     reads_ahead_.reserve(most);
     std::vector<AccessTrace::Ahead> next;
     prefetch_.trace().upcoming(kReadAheadPins, next);  // the trace's lock after mu_, as prefetch_ahead
@@ -325,7 +326,7 @@ void PagerImpl::read_ahead() noexcept {
       // eviction's write-back would otherwise find free, nor make a spill or drop a kept host copy
       // (docs/benchmarks.md, "NVMe read-ahead": reading ahead by spilling cost a synthetic training loop
       // with a host tier of eight pages 19%).
-      if (host_->free_count() < 2) return;
+      if (host_->free_count() < kReadAheadFreeSlots) return;
       PageEntry* p = first_on_nvme();
       if (p == nullptr) return;
       const auto slot = host_->try_acquire();
