@@ -333,6 +333,7 @@ TEST(NvmeTier, AnUnmodifiedPageEvictedGoesToSpareHostRoomInsteadOfBeingDropped) 
     if (room) ts.clear();  // every other page freed: 8 host slots free, beyond the 3 that stay free
     const auto read_back = p.stats().nvme_to_host.pages, written = p.stats().host_to_nvme.pages;
     std::vector<Tensor> fresh = written_pages(p, 2, 900);  // the device's two frames: `t` is evicted
+    ASSERT_TRUE(test::eventually([&] { return t.tier() != Tier::transit; })) << "its eviction never ended";
     EXPECT_EQ(t.tier(), room ? Tier::host : Tier::nvme);
     {
       auto pin = t.pin(Access::read);
