@@ -4,6 +4,9 @@
 # declare. One more C function is exported on purpose: tvmm_internal_error_slot (vmm/api/c_api.cpp), the
 # last-error slot shared with libtvmm_preload.so.
 set -euo pipefail
+# No `printf ... | grep -q` below: grep -q exits at its first match, printf may then die of SIGPIPE, and
+# pipefail turns the match into a failure (it reported a declared function as missing, once, in CI's
+# ASan stage). Here-strings have no writer to kill.
 lib="$1"
 header="$2"
 declared=$(grep -o 'tvmm_[a-z_]*(' "$header" | tr -d '(' | sort -u)
@@ -14,7 +17,7 @@ symbols=$(nm -D --defined-only "$lib" | awk '$2 != "A" { print $3 }' | c++filt)
 total=$(printf '%s\n' "$symbols" | grep -c . || true)
 bad=$(printf '%s\n' "$symbols" | grep -Ev "^tvmm_[a-z_]+$|^((typeinfo|typeinfo name|vtable) for )?tvmm::($public)\b" || true)
 for c in $(printf '%s\n' "$symbols" | grep -E '^tvmm_[a-z_]+$' || true); do
-  if [ "$c" != tvmm_internal_error_slot ] && ! printf '%s\n' "$declared" | grep -qx "$c"; then bad+=$'\n'"$c (not in tvmm.h)"; fi
+  if [ "$c" != tvmm_internal_error_slot ] && ! grep -qx -- "$c" <<<"$declared"; then bad+=$'\n'"$c (not in tvmm.h)"; fi
 done
 bad=$(printf '%s\n' "$bad" | grep . || true)
 if [ -n "$bad" ]; then
@@ -25,7 +28,7 @@ fi
 # Declared in the public headers, so they must be there (a program calling one would not link):
 for must in '^tvmm::to_json(\[abi:cxx11\])?\(tvmm::Stats const&\)$' '^typeinfo for tvmm::config_error$' \
             '^typeinfo for tvmm::error$' '^vtable for tvmm::out_of_memory$' '^tvmm_version$'; do
-  if ! printf '%s\n' "$symbols" | grep -qE "$must"; then
+  if ! grep -qE -- "$must" <<<"$symbols"; then
     echo "libtvmm.so does not export $must"
     exit 1
   fi

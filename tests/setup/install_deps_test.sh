@@ -28,15 +28,15 @@ run() {  # $1: folder of stubs; prints stderr, returns the script's status
 
 stubs "$tmp/nosudo" none
 out=$(run "$tmp/nosudo") && fail "no sudo: it succeeded"
-echo "$out" | grep -q "sudo is not installed" || fail "no sudo: $out"
-echo "$out" | grep -q "su -c 'apt-get update && apt-get install -y cmake g++" || fail "no sudo, no command: $out"
-echo "$out" | grep -q "usermod -aG sudo alice" || fail "no sudo, no sudo rights hint: $out"
+grep -q "sudo is not installed" <<<"$out" || fail "no sudo: $out"
+grep -q "su -c 'apt-get update && apt-get install -y cmake g++" <<<"$out" || fail "no sudo, no command: $out"
+grep -q "usermod -aG sudo alice" <<<"$out" || fail "no sudo, no sudo rights hint: $out"
 [ ! -e "$tmp/nosudo/calls" ] || fail "no sudo: something was run: $(cat "$tmp/nosudo/calls")"
 
 stubs "$tmp/password" password
 out=$(run "$tmp/password") && fail "sudo with a password and no terminal: it succeeded"
-echo "$out" | grep -q "no terminal" || fail "sudo with a password, no terminal: $out"
-echo "$out" | grep -q "su -c 'apt-get update && apt-get install -y" || fail "password, no command: $out"
+grep -q "no terminal" <<<"$out" || fail "sudo with a password, no terminal: $out"
+grep -q "su -c 'apt-get update && apt-get install -y" <<<"$out" || fail "password, no command: $out"
 [ ! -e "$tmp/password/calls" ] || fail "sudo was run without a terminal: $(cat "$tmp/password/calls")"
 
 stubs "$tmp/free" free
