@@ -124,10 +124,11 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
     char fits[160];
     std::snprintf(fits, sizeof fits, "it runs at %.2fx or less (--ratios %.2f)", std::floor(most * 100) / 100,
                   std::floor(most * 100) / 100);
-    throw std::invalid_argument("its largest kernel's operands need " + std::to_string(b.kernel_pages) +
-                                " device pages at once, but at " + at + " the device holds " +
-                                std::to_string(b.frames) + " (of a working set of " + std::to_string(b.working_pages) +
-                                " pages); " + fits);
+    auto pages = [](std::size_t n) { return std::to_string(n) + (n == 1 ? " page" : " pages"); };
+    throw std::invalid_argument("its largest kernel's operands need " + std::to_string(b.kernel_pages) + " device " +
+                                (b.kernel_pages == 1 ? "page" : "pages") + " at once, but at " + at +
+                                " the device holds " + std::to_string(b.frames) + " (of a working set of " +
+                                pages(b.working_pages) + "); " + fits);
   }
   if (o.host_fraction <= 0) {
     b.host_pages = b.total_pages + 2;

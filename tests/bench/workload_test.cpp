@@ -204,6 +204,20 @@ TEST(Workloads, AKernelThatCannotFitTheDeviceIsRefusedWithTheReason) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("it runs at 2.66x or less"), std::string::npos) << e.what();
   }
+  // One page, in the singular.
+  Workload one;
+  one.name = "one-page";
+  one.tensor_bytes = {2 * MiB};
+  one.step = {{{{0, Access::write}}, 1, {}}};
+  try {
+    (void)budgets_for(one, o, 2.0);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("need 1 device page at once, but at 2.00x the device holds 0 (of a "
+                                         "working set of 1 page)"),
+              std::string::npos)
+        << e.what();
+  }
   o.host_fraction = 0.5;
   const auto b = budgets_for(w, o, 2.0);
   EXPECT_EQ(b.frames, 16u);
