@@ -57,7 +57,9 @@ struct Stats {
   std::uint64_t hits = 0;                //!< Pages found resident at pin time.
   std::uint64_t misses = 0;              //!< Pages that had to be made resident at pin or prefetch time.
   std::uint64_t evictions = 0;           //!< Pages evicted from the device tier.
-  std::uint64_t clean_evictions = 0;     //!< Of those, with a current host or NVMe copy, or discarded: no copy.
+  std::uint64_t clean_evictions = 0;     //!< Of those, dropped with no copy: a current host or NVMe copy, or
+                                         //!< discarded (a page with only a current NVMe copy, copied to spare
+                                         //!< host room instead, is not counted).
   std::uint64_t prefetched = 0;          //!< Pages made resident by prefetch() or trace prefetch.
   std::uint64_t nvme_read_ahead = 0;     //!< Pages read from NVMe into the host tier ahead of their pins
                                          //!< (trace replay), counted in nvme_to_host too.
