@@ -104,6 +104,36 @@ TEST(KeptMappings, RemapTimeCountsTheCallsOfAPageMovedToAnotherFrameOnly) {
   p.check_invariants();
 }
 
+// Where mapping calls are costly, a page-in into a frame that no write-back of its eviction batch
+// copies from is mapped before those write-backs are queued (PagerImpl::map_early), so its access grant
+// does not wait for them (cuMemSetAccess waits for the device-to-host copies in flight: docs/gpu.md).
+// b's first page takes the free frame and its second a's frame, whose write-back takes 10 ms: only the
+// second page's grant waits (the simulator's cap, 400 us). Granted together after the write-back was
+// queued, both would wait: 842 us.
+TEST(KeptMappings, APageInAFrameNoWriteBackCopiesFromIsMappedBeforeTheWriteBacksAreQueued) {
+  using std::chrono::microseconds;
+  Config c = test::small_config(2, 8);
+  c.sim.timing = "model";
+  c.sim.vmm_costs.map = microseconds(1);
+  c.sim.vmm_costs.set_access = microseconds(20);
+  c.sim.vmm_costs.set_access_d2h_wait = microseconds(400);
+  c.sim.bandwidth_bytes_per_s = 64.0 * KiB / 0.01;  // a page's copy takes 10 ms
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(c, dev);
+  Tensor a = p.allocate(64 * KiB, {"a"});
+  write(a, 1);  // one frame left free
+  Tensor b = p.allocate(128 * KiB, {"b"});
+  const auto before = p.stats().remap_ns;
+  const auto kept = p.stats().kept_mappings;
+  write(b, 2);                                       // a's frame after its write-back
+  EXPECT_EQ(p.stats().remap_ns - before, 442'000u);  // map 1 + grant 20, then map 1 + grant 20 + wait 400
+  EXPECT_EQ(p.stats().kept_mappings, kept);          // b's early map is not a kept mapping
+  EXPECT_EQ(a.tier(), Tier::host);
+  EXPECT_EQ(mismatches(b, 2), 0u);
+  EXPECT_EQ(mismatches(a, 1), 0u);
+  p.check_invariants();
+}
+
 namespace {
 
 // Three frames and four one-page tensors: a, b, c written in turn, then d evicts a (the least recently

@@ -67,6 +67,15 @@ std::size_t PagerImpl::load_pages(Lock& lk, std::vector<PageEntry*>& todo, Acces
 }
 
 void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) {
+  std::size_t early = 0;  // pages whose remap map_early made: not kept mappings
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i]->mapped == got.frames[i] && std::exchange(pages[i]->mapped_early, false)) ++early;
+  }
+  const std::size_t remapped = map_pages(pages, got.frames);
+  observe_.counters.kept_mappings.fetch_add(pages.size() - remapped - early, std::memory_order_relaxed);
+}
+
+std::size_t PagerImpl::map_pages(std::span<PageEntry* const> pages, std::span<const std::uint32_t> frames) {
   // A frame stays mapped at the addresses of the pages that left it (PageEntry::mapped): one physical
   // allocation may be mapped at several addresses (CUDA Programming Guide, Virtual Memory Management,
   // "Virtual Aliasing Support": several cuMemMap calls of one allocation at different addresses;
@@ -74,7 +83,7 @@ void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) 
   // unmapped"), and nothing uses an evicted page's address (the pin contract), so a mapping only has
   // to go when its page returns to another frame. cuMemMap "can only create mappings on VA range
   // reservations that are not currently mapped" (cuda.h): hence the unmap first. Every use at the new
-  // address is ordered after `got.after`.
+  // address is ordered after the frame's page-in.
   std::vector<MapRequest> reqs;
   std::vector<std::size_t> remapped;  // reqs[r] maps pages[remapped[r]]
   reqs.reserve(pages.size());
@@ -82,10 +91,11 @@ void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) 
   const auto started = dev_->host_clock();
   for (std::size_t i = 0; i < pages.size(); ++i) {
     PageEntry* p = pages[i];
-    if (p->mapped == got.frames[i]) continue;  // kept: no driver call
+    if (p->mapped == frames[i]) continue;  // kept: no driver call
+    p->mapped_early = false;
     // A failed unmap leaves the address mapped, and the map below then fails and says so.
     if (p->mapped != kNoFrame && xfer_->try_unmap(va_of(*p))) p->mapped = kNoFrame;
-    reqs.push_back({va_of(*p), device_->chunk(got.frames[i])});
+    reqs.push_back({va_of(*p), device_->chunk(frames[i])});
     remapped.push_back(i);
   }
   if (!reqs.empty()) {
@@ -108,8 +118,55 @@ void PagerImpl::map_chunk(std::span<PageEntry* const> pages, const Frames& got) 
     const auto per_page = (dev_->host_clock() - started) / static_cast<std::int64_t>(reqs.size());
     remap_cost_ = remap_cost_.count() == 0 ? per_page : (7 * remap_cost_ + per_page) / 8;
   }
-  for (const std::size_t i : remapped) pages[i]->mapped = got.frames[i];
-  observe_.counters.kept_mappings.fetch_add(pages.size() - remapped.size(), std::memory_order_relaxed);
+  for (const std::size_t i : remapped) pages[i]->mapped = frames[i];
+  return remapped.size();
+}
+
+void PagerImpl::map_early(std::span<PageEntry* const> pages, const Frames& got,
+                          std::span<PageEntry* const> victims) noexcept {
+  // The frames the pages will have once the victims' frames join `got`: pair_frames gives each page
+  // the frame its address is still mapped to where it can, the others the rest. Only those others need
+  // mapping calls; making them now, before evict() queues the victims' write-backs, keeps their access
+  // grants from waiting for those copies (cuMemSetAccess waits for the device-to-host copies in flight
+  // on an H200: docs/gpu.md, "Access grants wait for device-to-host copies"). Each such page is mapped
+  // at a frame no page of the chunk is mapped to, so that pair_frames then gives it that frame.
+  try {
+    const std::size_t n = std::min(pages.size(), got.frames.size() + victims.size());
+    std::vector<std::uint32_t> coming(got.frames);
+    for (const PageEntry* v : victims) coming.push_back(v->frame);
+    // The frames no write-back of this batch will copy from: those held already, and those of victims
+    // that will be dropped. A page-in into any other frame follows that frame's write-back anyway, and
+    // its mapping calls, made after the copies are queued, overlap them (load_chunk).
+    std::vector<std::uint32_t> quiet(got.frames);
+    for (const PageEntry* v : victims) {
+      if (v->droppable(v->word.load(std::memory_order_acquire))) quiet.push_back(v->frame);
+    }
+    std::vector<std::uint32_t> sorted(coming);
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<std::uint32_t> wanted;  // the frames the chunk's addresses are mapped to, sorted
+    wanted.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) wanted.push_back(pages[i]->mapped);
+    std::sort(wanted.begin(), wanted.end());
+    auto in = [](const std::vector<std::uint32_t>& v, std::uint32_t f) {
+      return std::binary_search(v.begin(), v.end(), f);
+    };
+    std::vector<PageEntry*> remap;
+    std::vector<std::uint32_t> frames;
+    std::size_t next = 0;  // the next frame of `quiet` to consider
+    for (std::size_t i = 0; i < n; ++i) {
+      PageEntry* p = pages[i];
+      if (in(sorted, p->mapped)) continue;  // keeps its mapping
+      while (next < quiet.size() && in(wanted, quiet[next])) ++next;
+      if (next == quiet.size()) break;
+      remap.push_back(p);
+      frames.push_back(quiet[next++]);
+    }
+    if (remap.empty()) return;
+    map_pages(remap, frames);
+    for (PageEntry* p : remap) p->mapped_early = true;
+  } catch (...) {
+    // Only earlier than they would be otherwise: map_chunk makes the calls again and reports a failure.
+  }
 }
 
 void PagerImpl::abort_chunk(Frames& got) noexcept {
@@ -278,6 +335,7 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const
     if (!std::exchange(reaped, false)) reap(lk);
     std::vector<PageEntry*> victims = select_victims(count - got.frames.size(), protect, pages);
     if (!victims.empty()) {
+      if (remaps_costly()) map_early(pages, got, victims);
       evict(victims, got);  // leaves out (and restores) a victim it finds no host slot for
       if (!victims.empty()) continue;
     }

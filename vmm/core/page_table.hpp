@@ -113,6 +113,9 @@ struct PageEntry {
   //! The page left the device with live contents since write-behind last copied it (or since it was
   //! allocated): write-behind copies only such pages of a tensor (PagerImpl::copy_behind). Guarded by mu_.
   bool left_live = false;
+  //! `mapped` was set by a page-in's mapping calls made before its victims' write-backs were queued
+  //! (PagerImpl::map_early): that page-in counts it as a remap, not as a kept mapping. Guarded by mu_.
+  bool mapped_early = false;
   Allocation* owner = nullptr;  //!< the allocation this page belongs to
   Event* ready = nullptr;       //!< page-in completion while pending (one reference held)
   std::uint64_t checksum = 0;   //!< XXH3 of the NVMe slot's data, seeded with the slot

@@ -319,6 +319,15 @@ class PagerImpl {
   //! mapping: no driver call); a page mapped to another frame is unmapped first. All or nothing: on
   //! failure no page has a new mapping.
   void map_chunk(std::span<PageEntry* const> pages, const Frames& got);
+  //! Maps frames[i] at pages[i] as map_chunk does (the same all or nothing); returns how many pages
+  //! needed the calls (the others' addresses were mapped there already).
+  std::size_t map_pages(std::span<PageEntry* const> pages, std::span<const std::uint32_t> frames);
+  //! Before evict() queues the write-backs of `victims` (claimed, their frames about to join `got`):
+  //! maps each page of `pages` that will not keep its mapping at a frame no write-back of the batch
+  //! copies from and no page of `pages` is mapped to (pair_frames then gives it that frame), so that
+  //! its access grant does not wait for the write-backs. Best effort: on failure map_chunk makes the
+  //! calls again.
+  void map_early(std::span<PageEntry* const> pages, const Frames& got, std::span<PageEntry* const> victims) noexcept;
   //! After a failure once mapped: drains the copies queued (or, if the device cannot drain, keeps the
   //! frames out of the pool). The pages keep their mappings, as evicted pages do. The caller restores
   //! the pages' states.

@@ -157,12 +157,16 @@ std::size_t PagerImpl::unmap_range(std::uint32_t first, std::uint32_t count) noe
     std::uint32_t j = i + 1;
     while (j < end && table_[j].mapped != kNoFrame) ++j;
     if (xfer_->try_unmap(va_.addr(i), j - i)) {
-      for (std::uint32_t k = i; k < j; ++k) table_[k].mapped = kNoFrame;
+      for (std::uint32_t k = i; k < j; ++k) {
+        table_[k].mapped = kNoFrame;
+        table_[k].mapped_early = false;
+      }
     } else {
       // A run that fails as a whole is retried page by page, so only the pages that fail stay mapped.
       for (std::uint32_t k = i; k < j; ++k) {
         if (j - i > 1 && xfer_->try_unmap(va_.addr(k))) {
           table_[k].mapped = kNoFrame;
+          table_[k].mapped_early = false;
         } else {
           ++failed;
         }
