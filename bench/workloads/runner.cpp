@@ -397,7 +397,8 @@ RunResult run_pager(const Workload& w, const RunOptions& o, const std::string& p
   ts.reserve(w.tensor_bytes.size());
   for (auto bytes : w.tensor_bytes) ts.push_back(pager.allocate(bytes));
 
-  // Byte checking: always on the GPU, on request on the simulator (its CPU kernels take real time).
+  // Byte checking: always on the GPU, on request on the simulator (its CPU kernels take real time, which
+  // counts under --timing wall only).
   std::unique_ptr<ByteCheck> bytes_check;
 #if defined(TVMM_HAVE_CUDA)
   if (gpu != nullptr) bytes_check = std::make_unique<GpuCheck>(*gpu, stream);

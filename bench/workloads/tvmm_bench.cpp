@@ -251,7 +251,8 @@ int main(int argc, char** argv) {
                  "runs, one file each, named FILE with the workload, ratio and policy before its extension");
   app.add_flag("--verify", o.verify,
                "Write and check every tensor's bytes with the pattern kernels (always on with --device cuda; on "
-               "the simulator the CPU kernels add real time to the modelled step)");
+               "the simulator, CPU kernels that take no device time with --timing model and their real time "
+               "with --timing wall)");
   CLI11_PARSE(app, argc, argv);
   if (iterations_opt->count() == 0) o.iterations = o.warmup + 4;
   // --suite and --quick measure a count of their own after the warm-up.

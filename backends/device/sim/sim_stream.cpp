@@ -249,7 +249,9 @@ void SimStream::execute(const SimOp& op) {
       if (timing_ == Timing::model) t_seen = start;
       const auto t0 = DeviceClock::now();
       op.fn(op.user);
-      clock_ = start + (DeviceClock::now() - t0);
+      // In model timing host work takes no device time (as everywhere in the model): the function's
+      // wall time would make the stream's later modelled times depend on how the OS ran this thread.
+      clock_ = timing_ == Timing::model ? start : start + (DeviceClock::now() - t0);
       break;
     }
     case SimOp::Kind::busy:
