@@ -132,8 +132,9 @@ void PagerImpl::map_early(std::span<PageEntry* const> pages, const Frames& got,
   // at a frame no page of the chunk is mapped to, so that pair_frames then gives it that frame.
   try {
     const std::size_t n = std::min(pages.size(), got.frames.size() + victims.size());
-    std::vector<std::uint32_t> coming(got.frames);
+    std::vector<std::uint32_t> coming(got.frames);  // every frame the chunk will have, sorted below
     for (const PageEntry* v : victims) coming.push_back(v->frame);
+    std::sort(coming.begin(), coming.end());
     // The frames no write-back of this batch will copy from: those held already, and those of victims
     // that will be dropped. A page-in into any other frame follows that frame's write-back anyway, and
     // its mapping calls, made after the copies are queued, overlap them (load_chunk).
@@ -141,8 +142,6 @@ void PagerImpl::map_early(std::span<PageEntry* const> pages, const Frames& got,
     for (const PageEntry* v : victims) {
       if (v->droppable(v->word.load(std::memory_order_acquire))) quiet.push_back(v->frame);
     }
-    std::vector<std::uint32_t> sorted(coming);
-    std::sort(sorted.begin(), sorted.end());
     std::vector<std::uint32_t> wanted;  // the frames the chunk's addresses are mapped to, sorted
     wanted.reserve(n);
     for (std::size_t i = 0; i < n; ++i) wanted.push_back(pages[i]->mapped);
@@ -155,7 +154,7 @@ void PagerImpl::map_early(std::span<PageEntry* const> pages, const Frames& got,
     std::size_t next = 0;  // the next frame of `quiet` to consider
     for (std::size_t i = 0; i < n; ++i) {
       PageEntry* p = pages[i];
-      if (in(sorted, p->mapped)) continue;  // keeps its mapping
+      if (in(coming, p->mapped)) continue;  // keeps its mapping
       while (next < quiet.size() && in(wanted, quiet[next])) ++next;
       if (next == quiet.size()) break;
       remap.push_back(p);
