@@ -1,5 +1,6 @@
 // The simulator's own tests (modelled device time, model-timing queries and waits, streams created
-// mid-run, faults on unmapped memory, throttling, VMM call costs) and the FaultyDevice adaptor's.
+// mid-run, faults on unmapped memory, throttling, the copy engines' order, VMM call costs) and the
+// FaultyDevice adaptor's.
 // The contracts every backend keeps are in device_backend_test.cpp (the conformance suite).
 #include <gtest/gtest.h>
 
@@ -263,6 +264,101 @@ TEST(SimDevice, AModelledHostFunctionTakesNoDeviceTime) {
     EXPECT_TRUE(dev.destroy_event(b).ok());
     EXPECT_TRUE(dev.destroy_stream(s).ok());
   }
+}
+
+// Two streams copying in one direction under timing "model": the copies take the bus in the order
+// they were queued, whichever stream's worker the OS runs first. Here s's worker is held 20 ms of
+// wall time (by a host function, which takes no device time) before its copy, so t's worker reaches
+// the copy engine first; until 2026-12-01 it took the first slot then, and which copy went first
+// depended on thread scheduling (write-backs beside write-behind's copies: runs differed by 1-2%).
+TEST(SimDevice, ModelledCopiesOfTwoStreamsTakeTheBusInTheOrderTheyWereQueued) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  c.bandwidth_bytes_per_s = 1e9;  // 1 MB in 1 ms
+  c.timing = "model";
+  SimDevice dev(c, 4 * 64 * KiB);
+  constexpr std::size_t mb = 1'000'000;
+  void* h = nullptr;
+  void* d = nullptr;
+  ASSERT_TRUE(dev.alloc_host(2 * mb, &h).ok());
+  ASSERT_TRUE(dev.alloc_host(2 * mb, &d).ok());
+  StreamHandle s = nullptr, t = nullptr;
+  ASSERT_TRUE(dev.create_stream(&s).ok());
+  ASSERT_TRUE(dev.create_stream(&t).ok());
+  ASSERT_TRUE(align_stream_clocks(dev, {s, t}));
+  EventHandle start = nullptr, first = nullptr, second = nullptr;
+  for (EventHandle* e : {&start, &first, &second}) ASSERT_TRUE(dev.create_event(e, EventKind::timing).ok());
+  ASSERT_TRUE(dev.record_event(start, s).ok());
+  ASSERT_TRUE(dev.launch_host(
+                     s, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }, nullptr)
+                  .ok());
+  ASSERT_TRUE(dev.memcpy_async(d, h, mb, CopyKind::device_to_host, s).ok());  // queued first
+  ASSERT_TRUE(dev.record_event(first, s).ok());
+  ASSERT_TRUE(
+      dev.memcpy_async(static_cast<char*>(d) + mb, static_cast<char*>(h) + mb, mb, CopyKind::device_to_host, t).ok());
+  ASSERT_TRUE(dev.record_event(second, t).ok());
+  ASSERT_TRUE(dev.synchronize_stream(s).ok());
+  ASSERT_TRUE(dev.synchronize_stream(t).ok());
+  auto us = [&](EventHandle to) {
+    std::chrono::nanoseconds out{0};
+    EXPECT_TRUE(dev.event_elapsed(start, to, &out).ok());
+    return std::chrono::duration_cast<std::chrono::microseconds>(out).count();
+  };
+  EXPECT_EQ(us(first), 1'000);   // without the order: 2'000 (t's copy went first)
+  EXPECT_EQ(us(second), 2'000);  // after the copy queued before it
+  for (EventHandle e : {start, first, second}) EXPECT_TRUE(dev.destroy_event(e).ok());
+  EXPECT_TRUE(dev.destroy_stream(s).ok());
+  EXPECT_TRUE(dev.destroy_stream(t).ok());
+  EXPECT_TRUE(dev.free_host(h, 2 * mb).ok());
+  EXPECT_TRUE(dev.free_host(d, 2 * mb).ok());
+}
+
+// ... and a copy queued later but ready sooner is not held behind an earlier copy that waits for a
+// kernel: it takes a free stretch of the bus before that copy's slot where it fits, and goes after it
+// where it does not.
+TEST(SimDevice, AModelledCopyReadySoonerTakesAFreeStretchBeforeALaterSlot) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  c.bandwidth_bytes_per_s = 1e9;  // 1 MB in 1 ms
+  c.timing = "model";
+  SimDevice dev(c, 4 * 64 * KiB);
+  constexpr std::size_t mb = 1'000'000;
+  constexpr std::size_t big = 9'500'000;  // 9.5 ms: more than the 9 ms left before the waiting copy
+  void* h = nullptr;
+  void* d = nullptr;
+  ASSERT_TRUE(dev.alloc_host(2 * mb + big, &h).ok());
+  ASSERT_TRUE(dev.alloc_host(2 * mb + big, &d).ok());
+  StreamHandle k = nullptr, s = nullptr, t = nullptr;
+  for (StreamHandle* st : {&k, &s, &t}) ASSERT_TRUE(dev.create_stream(st).ok());
+  ASSERT_TRUE(align_stream_clocks(dev, {k, s, t}));
+  EventHandle start = nullptr, kernel = nullptr, waited = nullptr, sooner = nullptr, large = nullptr;
+  for (EventHandle* e : {&start, &kernel, &waited, &sooner, &large})
+    ASSERT_TRUE(dev.create_event(e, EventKind::timing).ok());
+  ASSERT_TRUE(dev.record_event(start, k).ok());
+  ASSERT_TRUE(dev.launch_busy(k, std::chrono::milliseconds(10)).ok());
+  ASSERT_TRUE(dev.record_event(kernel, k).ok());
+  // s: a copy after the kernel (queued first); t: two copies ready at once (queued after it).
+  ASSERT_TRUE(dev.stream_wait_event(s, kernel).ok());
+  ASSERT_TRUE(dev.memcpy_async(d, h, mb, CopyKind::device_to_host, s).ok());
+  ASSERT_TRUE(dev.record_event(waited, s).ok());
+  auto at = [](void* p, std::size_t off) { return static_cast<char*>(p) + off; };
+  ASSERT_TRUE(dev.memcpy_async(at(d, mb), at(h, mb), mb, CopyKind::device_to_host, t).ok());
+  ASSERT_TRUE(dev.record_event(sooner, t).ok());
+  ASSERT_TRUE(dev.memcpy_async(at(d, 2 * mb), at(h, 2 * mb), big, CopyKind::device_to_host, t).ok());
+  ASSERT_TRUE(dev.record_event(large, t).ok());
+  for (StreamHandle st : {k, s, t}) ASSERT_TRUE(dev.synchronize_stream(st).ok());
+  auto us = [&](EventHandle to) {
+    std::chrono::nanoseconds out{0};
+    EXPECT_TRUE(dev.event_elapsed(start, to, &out).ok());
+    return std::chrono::duration_cast<std::chrono::microseconds>(out).count();
+  };
+  EXPECT_EQ(us(waited), 11'000);  // the kernel's 10 ms, then its own slot
+  EXPECT_EQ(us(sooner), 1'000);   // before it, at once
+  EXPECT_EQ(us(large), 20'500);   // no room before it: after it
+  for (EventHandle e : {start, kernel, waited, sooner, large}) EXPECT_TRUE(dev.destroy_event(e).ok());
+  for (StreamHandle st : {k, s, t}) EXPECT_TRUE(dev.destroy_stream(st).ok());
+  EXPECT_TRUE(dev.free_host(h, 2 * mb + big).ok());
+  EXPECT_TRUE(dev.free_host(d, 2 * mb + big).ok());
 }
 
 TEST(SimDevice, ElapsedTimeIsNotReadyUntilBothEventsComplete) {

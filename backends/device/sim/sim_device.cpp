@@ -87,8 +87,11 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
   timing_ = config.timing == "model" ? sim::Timing::model : sim::Timing::wall;
   costs_ = config.vmm_costs;
   disk_ = config.disk;
-  h2d_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
-  d2h_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency);
+  // Model timing: copies take their bus slots in the order they were queued (CopyEngine), so modelled
+  // figures repeat exactly.
+  const bool ordered = timing_ == sim::Timing::model;
+  h2d_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency, ordered);
+  d2h_ = std::make_unique<sim::CopyEngine>(config.bandwidth_bytes_per_s, config.copy_latency, ordered);
 }
 
 SimDevice::~SimDevice() {

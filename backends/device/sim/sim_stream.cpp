@@ -191,6 +191,8 @@ void SimStream::enqueue(SimOp op, void (*queued)(const SimOp& op, void* ctx) noe
     std::lock_guard lk(mu_);
     op.queued = host_now(timing_);
     queue_.push_back(op);  // may throw (std::bad_alloc): then nothing is queued
+    // Queued for good: the copy's place in its engine's order (before the worker can take it).
+    if (op.kind == SimOp::Kind::copy) queue_.back().ticket = engine(op.copy_kind)->take_ticket();
     if (queued != nullptr) queued(queue_.back(), ctx);
     ++submitted_;
     wake = worker_waiting_;
@@ -239,8 +241,8 @@ void SimStream::execute(const SimOp& op) {
   const auto start = std::max(clock_, op.queued);
   switch (op.kind) {
     case SimOp::Kind::copy:
-      clock_ = (op.copy_kind == CopyKind::host_to_device ? h2d_ : d2h_)
-                   ->copy(op.dst, op.src, op.bytes, start, op.file_src.fd >= 0 ? &op.file_src : nullptr,
+      clock_ = engine(op.copy_kind)
+                   ->copy(op.dst, op.src, op.bytes, start, op.ticket, op.file_src.fd >= 0 ? &op.file_src : nullptr,
                           op.file_dst.fd >= 0 ? &op.file_dst : nullptr);
       break;
     case SimOp::Kind::host: {

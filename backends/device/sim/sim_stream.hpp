@@ -13,15 +13,14 @@
 // completed by the thread's host time (work the simulator has run but that ends later in device
 // time is not ready). To know that, a query waits in wall time until the simulator has run the
 // recorded work or has got past the thread's host time on that stream (StreamProgress), so what a
-// thread sees does not depend on how fast the simulator runs against the host, and a run's modelled
-// figures repeat exactly, as long as one stream at a time copies in each direction: a copy engine
-// (CopyEngine) serves two streams' copies in the order their workers reach it, which the OS's
-// scheduling decides (the pager's write-behind copies, on a stream of their own beside its
-// write-backs, make runs differ by about 1-2%). (A stream's host function must therefore not wait for a thread that
-// queries an event recorded after it; CUDA forbids API calls from host functions anyway:
-// cuLaunchHostFunc. The same holds for FaultyDevice's gates, which block a stream in a host step
+// thread sees does not depend on how fast the simulator runs against the host; and the copy engines
+// give copies their bus slots in the order they were queued (CopyEngine, ordered), not in the order
+// the OS runs the stream workers, so a run's modelled figures repeat exactly. (A stream's host
+// function must therefore not wait for a thread that queries an event recorded after it; CUDA forbids API calls from
+// host functions anyway: cuLaunchHostFunc. The same holds for FaultyDevice's gates, which block a stream in a host step
 // until a test releases them: tests that use them keep wall timing.) A copy takes its slot on the
-// direction's bus (CopyEngine), a busy kernel its duration, a host callable its real run time, and a
+// direction's bus (CopyEngine), a busy kernel its duration, a host callable its real run time (none
+// with Timing::model), and a
 // wait ends at the modelled completion time of the record it waits for. The worker then sleeps until
 // the wall clock reaches the operation's modelled end, so work never completes early; when it
 // completes late (the OS woke the thread late, or a memcpy ran slower than the modelled bus), the
@@ -141,6 +140,7 @@ struct SimOp {
   std::shared_ptr<const SimEvent::Record> until;  // wait: the one it waits for (null: none)
   std::chrono::nanoseconds duration{0};           // busy
   DeviceClock::time_point queued{};               // the queuing thread's host time
+  std::uint64_t ticket = 0;                       // copy: its place in its engine's order (CopyEngine::take_ticket)
 };
 
 class SimStream {
@@ -168,6 +168,9 @@ class SimStream {
  private:
   void run();
   void execute(const SimOp& op);  // on the worker thread; advances clock_
+  [[nodiscard]] CopyEngine* engine(CopyKind kind) const noexcept {
+    return kind == CopyKind::host_to_device ? h2d_ : d2h_;
+  }
 
   CopyEngine* const h2d_;
   CopyEngine* const d2h_;
