@@ -13,7 +13,10 @@
 //   (a write-back queued after a write-behind copy that waits for a kernel) is not held behind the
 //   earlier one's slot. A worker waits (in wall time) until the copies queued before its own have
 //   reserved theirs; that cannot deadlock, since whatever an operation waits for was queued before it
-//   (cuStreamWaitEvent waits for a record made before the call).
+//   (cuStreamWaitEvent waits for a record made before the call). Unless a host function blocks until
+//   a host thread acts (CUDA forbids API calls in one, cuLaunchHostFunc): then the copies queued
+//   after the ones behind it, on any stream, wait too, so a test that holds a stream in a host step
+//   (FaultyDevice's gates) keeps wall timing.
 // A thread per engine modelled the same thing but cost two extra thread wake-ups per copy (measured:
 // ~107 us fixed cost per copy on a 2-core VM, more than a 2 MiB memcpy).
 
