@@ -12,10 +12,10 @@
 //   before slots reserved already where it fits between them: a copy queued later but ready sooner
 //   (a write-back queued after a write-behind copy that waits for a kernel) is not held behind the
 //   earlier one's slot. A worker waits (in wall time) until the copies queued before its own have
-//   reserved theirs; that cannot deadlock, since whatever an operation waits for was queued before it
-//   (cuStreamWaitEvent waits for a record made before the call). Unless a host function blocks until
-//   a host thread acts (CUDA forbids API calls in one, cuLaunchHostFunc): then the copies queued
-//   after the ones behind it, on any stream, wait too, so a test that holds a stream in a host step
+//   reserved theirs. That cannot deadlock, since whatever an operation waits for was queued before it
+//   (cuStreamWaitEvent waits for a record made before the call), unless a host function blocks until
+//   a host thread acts (CUDA forbids API calls in one, cuLaunchHostFunc): the copies queued after
+//   the ones behind it, on any stream, would wait too. So a test that holds a stream in a host step
 //   (FaultyDevice's gates) keeps wall timing.
 // A thread per engine modelled the same thing but cost two extra thread wake-ups per copy (measured:
 // ~107 us fixed cost per copy on a 2-core VM, more than a 2 MiB memcpy).
@@ -47,11 +47,12 @@ class CopyEngine {
   //! later tickets wait for it forever.
   std::uint64_t take_ticket() noexcept;
 
-  // Performs a copy that a stream issues at device time `start` (with its ticket, 0 for none); returns
-  // its device end time, once the wall clock has reached it. Unthrottled, the copy takes the memcpy's real time. With
-  // `from` and `to` set (a copy between two device addresses) the bytes move between the physical memory behind them
-  // with copy_file_range, as a GPU's copy engine moves them, untouched by any host thread. With both addresses null it
-  // moves nothing and takes the time (a managed-memory prefetch).
+  // Performs a copy that a stream issues at device time `start` (with its ticket, 0 for none);
+  // returns its device end time, once the wall clock has reached it. Unthrottled, the copy takes the
+  // memcpy's real time. With `from` and `to` set (a copy between two device addresses) the bytes move
+  // between the physical memory behind them with copy_file_range, as a GPU's copy engine moves them,
+  // untouched by any host thread. With both addresses null it moves nothing and takes the time (a
+  // managed-memory prefetch).
   std::chrono::steady_clock::time_point copy(void* dst, const void* src, std::size_t bytes,
                                              std::chrono::steady_clock::time_point start, std::uint64_t ticket = 0,
                                              const FileSpan* from = nullptr, const FileSpan* to = nullptr);

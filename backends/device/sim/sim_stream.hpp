@@ -16,13 +16,13 @@
 // thread sees does not depend on how fast the simulator runs against the host; and the copy engines
 // give copies their bus slots in the order they were queued (CopyEngine, ordered), not in the order
 // the OS runs the stream workers, so a run's modelled figures repeat exactly. (A stream's host
-// function must therefore not wait for a thread that queries an event recorded after it; CUDA forbids API calls from
-// host functions anyway: cuLaunchHostFunc. The same holds for FaultyDevice's gates, which block a stream in a host step
-// until a test releases them: tests that use them keep wall timing.) A copy takes its slot on the
-// direction's bus (CopyEngine), a busy kernel its duration, a host callable its real run time (none
-// with Timing::model), and a
-// wait ends at the modelled completion time of the record it waits for. The worker then sleeps until
-// the wall clock reaches the operation's modelled end, so work never completes early; when it
+// function must therefore not wait for a thread that queries an event recorded after it; CUDA
+// forbids API calls from host functions anyway: cuLaunchHostFunc. The same holds for FaultyDevice's
+// gates, which block a stream in a host step until a test releases them: tests that use them keep
+// wall timing.) A copy takes its slot on the direction's bus (CopyEngine), a busy kernel its
+// duration, a host callable its real run time (none with Timing::model), and a wait ends at the
+// modelled completion time of the record it waits for. The worker then sleeps until the wall clock
+// reaches the operation's modelled end, so work never completes early; when it
 // completes late (the OS woke the thread late, or a memcpy ran slower than the modelled bus), the
 // lateness does not carry into later modelled times. Events carry the device time of their
 // completion, so elapsed device time (event_elapsed) measures the model: a benchmark's result does
