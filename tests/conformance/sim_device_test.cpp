@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -35,6 +36,24 @@ bool align_stream_clocks(SimDevice& dev, std::initializer_list<StreamHandle> str
   for (StreamHandle s : streams) ok = ok && dev.record_event(e, s).ok() && dev.synchronize_event(e).ok();
   return dev.destroy_event(e).ok() && ok;
 }
+
+// A simulated device on model timing (the host's own time between calls does not count) whose buses
+// move 1 MB in 1 ms, plus `latency` per copy.
+SimDeviceConfig modelled_1gbs_bus(std::chrono::nanoseconds latency = {}) {
+  SimDeviceConfig c;
+  c.granularity = 64 * KiB;
+  c.bandwidth_bytes_per_s = 1e9;
+  c.copy_latency = latency;
+  c.timing = "model";
+  return c;
+}
+
+// The device time from `from` to `to` (timing events), in whole microseconds.
+std::int64_t elapsed_us(SimDevice& dev, EventHandle from, EventHandle to) {
+  std::chrono::nanoseconds out{0};
+  EXPECT_TRUE(dev.event_elapsed(from, to, &out).ok());
+  return std::chrono::duration_cast<std::chrono::microseconds>(out).count();
+}
 }  // namespace
 
 // Simulator-specific: unmapped device addresses are really inaccessible, and throttling models a bus.
@@ -42,12 +61,7 @@ bool align_stream_clocks(SimDevice& dev, std::initializer_list<StreamHandle> str
 // durations, copies their bus slots (latency + bytes / bandwidth, one direction at a time), waits the
 // time of the event waited for. However late the OS wakes the stream threads, these do not change.
 TEST(SimDevice, DeviceTimeIsTheModelledTimeExactly) {
-  SimDeviceConfig c;
-  c.granularity = 64 * KiB;
-  c.bandwidth_bytes_per_s = 1e9;  // 1 MB in 1 ms
-  c.copy_latency = std::chrono::microseconds(10);
-  c.timing = "model";  // the host's own time between calls does not count
-  SimDevice dev(c, 4 * 64 * KiB);
+  SimDevice dev(modelled_1gbs_bus(std::chrono::microseconds(10)), 4 * 64 * KiB);
   constexpr std::size_t mb = 1'000'000;
   void* h = nullptr;
   void* d = nullptr;
@@ -72,11 +86,7 @@ TEST(SimDevice, DeviceTimeIsTheModelledTimeExactly) {
       dev.memcpy_async(static_cast<char*>(d) + mb, static_cast<char*>(h) + mb, mb, CopyKind::host_to_device, t).ok());
   ASSERT_TRUE(dev.record_event(e3, t).ok());
   ASSERT_TRUE(dev.synchronize_stream(t).ok());
-  auto us = [&](EventHandle from, EventHandle to) {
-    std::chrono::nanoseconds out{0};
-    EXPECT_TRUE(dev.event_elapsed(from, to, &out).ok());
-    return std::chrono::duration_cast<std::chrono::microseconds>(out).count();
-  };
+  auto us = [&](EventHandle from, EventHandle to) { return elapsed_us(dev, from, to); };
   EXPECT_EQ(us(e0, e1), 4'000 + 1'010);
   EXPECT_EQ(us(e0, e2), 4'000 + 1'010 + 2'000);
   EXPECT_EQ(us(e2, e3), 1'010);
@@ -272,11 +282,7 @@ TEST(SimDevice, AModelledHostFunctionTakesNoDeviceTime) {
 // the copy engine first; until 2026-12-01 it took the first slot then, and which copy went first
 // depended on thread scheduling (write-backs beside write-behind's copies: runs differed by 1-2%).
 TEST(SimDevice, ModelledCopiesOfTwoStreamsTakeTheBusInTheOrderTheyWereQueued) {
-  SimDeviceConfig c;
-  c.granularity = 64 * KiB;
-  c.bandwidth_bytes_per_s = 1e9;  // 1 MB in 1 ms
-  c.timing = "model";
-  SimDevice dev(c, 4 * 64 * KiB);
+  SimDevice dev(modelled_1gbs_bus(), 4 * 64 * KiB);
   constexpr std::size_t mb = 1'000'000;
   void* h = nullptr;
   void* d = nullptr;
@@ -299,11 +305,7 @@ TEST(SimDevice, ModelledCopiesOfTwoStreamsTakeTheBusInTheOrderTheyWereQueued) {
   ASSERT_TRUE(dev.record_event(second, t).ok());
   ASSERT_TRUE(dev.synchronize_stream(s).ok());
   ASSERT_TRUE(dev.synchronize_stream(t).ok());
-  auto us = [&](EventHandle to) {
-    std::chrono::nanoseconds out{0};
-    EXPECT_TRUE(dev.event_elapsed(start, to, &out).ok());
-    return std::chrono::duration_cast<std::chrono::microseconds>(out).count();
-  };
+  auto us = [&](EventHandle to) { return elapsed_us(dev, start, to); };
   EXPECT_EQ(us(first), 1'000);   // without the order: 2'000 (t's copy went first)
   EXPECT_EQ(us(second), 2'000);  // after the copy queued before it
   for (EventHandle e : {start, first, second}) EXPECT_TRUE(dev.destroy_event(e).ok());
@@ -317,11 +319,7 @@ TEST(SimDevice, ModelledCopiesOfTwoStreamsTakeTheBusInTheOrderTheyWereQueued) {
 // kernel: it takes a free stretch of the bus before that copy's slot where it fits, and goes after it
 // where it does not.
 TEST(SimDevice, AModelledCopyReadySoonerTakesAFreeStretchBeforeALaterSlot) {
-  SimDeviceConfig c;
-  c.granularity = 64 * KiB;
-  c.bandwidth_bytes_per_s = 1e9;  // 1 MB in 1 ms
-  c.timing = "model";
-  SimDevice dev(c, 4 * 64 * KiB);
+  SimDevice dev(modelled_1gbs_bus(), 4 * 64 * KiB);
   constexpr std::size_t mb = 1'000'000;
   constexpr std::size_t big = 9'500'000;  // 9.5 ms: more than the 9 ms left before the waiting copy
   void* h = nullptr;
@@ -347,11 +345,7 @@ TEST(SimDevice, AModelledCopyReadySoonerTakesAFreeStretchBeforeALaterSlot) {
   ASSERT_TRUE(dev.memcpy_async(at(d, 2 * mb), at(h, 2 * mb), big, CopyKind::device_to_host, t).ok());
   ASSERT_TRUE(dev.record_event(large, t).ok());
   for (StreamHandle st : {k, s, t}) ASSERT_TRUE(dev.synchronize_stream(st).ok());
-  auto us = [&](EventHandle to) {
-    std::chrono::nanoseconds out{0};
-    EXPECT_TRUE(dev.event_elapsed(start, to, &out).ok());
-    return std::chrono::duration_cast<std::chrono::microseconds>(out).count();
-  };
+  auto us = [&](EventHandle to) { return elapsed_us(dev, start, to); };
   EXPECT_EQ(us(waited), 11'000);  // the kernel's 10 ms, then its own slot
   EXPECT_EQ(us(sooner), 1'000);   // before it, at once
   EXPECT_EQ(us(large), 20'500);   // no room before it: after it
