@@ -198,6 +198,14 @@ Trace read_trace(const std::string& path) {
   const std::string why = got < 0 ? std::string(msg) : "";
   gzclose(f);
   if (got < 0) throw std::runtime_error("reading trace " + path + " failed: " + why + " (a truncated .gz file?)");
+  // At the end of the input gzread returns what it has, and 0 after it; Z_BUF_ERROR then means "the input
+  // file ended in the middle of a gzip stream" (zlib.h, gzread). What was read is a prefix of the trace,
+  // which may well parse (a cut after a flushed line): refuse it rather than replay part of a model.
+  if (err == Z_BUF_ERROR) {
+    throw std::runtime_error("reading trace " + path + " failed: the file ends in the middle of its gzip stream (" +
+                             std::to_string(text.size()) +
+                             " bytes decompressed): it is truncated; copy or record it again");
+  }
   return parse_trace(text, path);
 }
 

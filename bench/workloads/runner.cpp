@@ -9,6 +9,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include "kernels/pattern.hpp"
 #include "policies/belady.hpp"
 #include "vmm/api/make_pager.hpp"
@@ -138,7 +140,38 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
     // Every tensor stays allocated (a discarded one too): device and host must hold them all, or NVMe does.
     if (b.frames + b.host_pages < b.total_pages + 2) b.nvme_pages = b.total_pages + 2;
   }
+  // The host tier (at most every page the workload has) and, on the simulator, the device's memory live in
+  // this machine's memory. A run that cannot hold them there is refused before it starts: the kernel's
+  // out-of-memory killer would end it without a word (a 234 MiB trace in 1 GiB pages asked for 148 GiB).
+  const std::size_t held_pages = std::min(b.host_pages, b.total_pages + 2) + (o.device == "cuda" ? 0 : b.frames);
+  const std::size_t available = available_memory();
+  if (available != 0 && held_pages > available / o.page_bytes) {
+    char at[32];
+    std::snprintf(at, sizeof at, "%.2fx", ratio);
+    throw std::invalid_argument(
+        "at " + std::string(at) + " in pages of " + format_bytes(o.page_bytes) + ", the " +
+        (o.device == "cuda" ? std::string() : std::to_string(b.frames) + " simulated device pages and the ") +
+        std::to_string(std::min(b.host_pages, b.total_pages + 2)) + " host-tier pages would take up to " +
+        format_bytes(held_pages * o.page_bytes) + " of this machine's memory, which has " + format_bytes(available) +
+        " available; use smaller pages (--page-mib), a host tier smaller than the working set (--host-fraction above 0, "
+        "the rest on NVMe in --disk-dir), or a smaller workload");
+  }
   return b;
+}
+
+std::size_t available_memory() noexcept {
+  // MemAvailable: what can be allocated without swapping (proc(5)); else the physical memory.
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f) != nullptr)
+      found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<std::size_t>(kib) * 1024;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(size) : 0;
 }
 
 Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {

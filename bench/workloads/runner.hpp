@@ -95,7 +95,13 @@ struct Budgets {
   std::size_t nvme_pages = 0;     // 0 = no NVMe tier
   std::size_t kernel_pages = 0;   // most pages one kernel pins at once
 };
+//! Throws std::invalid_argument, saying why, where the largest kernel's operands do not fit the device at
+//! `ratio`, or where the host tier (and on the simulator the device's memory) could take more of this
+//! machine's memory than available_memory() says is free.
 [[nodiscard]] Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio);
+//! The memory this machine can give a new run: MemAvailable (proc(5)), else its physical memory; 0 if
+//! neither is known.
+[[nodiscard]] std::size_t available_memory() noexcept;
 
 struct RunResult {
   std::string policy;  // lru, fifo, clock, trace, belady, naive

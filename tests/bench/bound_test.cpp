@@ -272,6 +272,28 @@ TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
 // (runs of 30 kernels on two tensors, then the next pair). No run beats that, all in memory included, and
 // every policy's step stays above it at 2x; byte checks add a verify per pin that reads and a fill per
 // pin that writes.
+// A run whose host tier and simulated device could take more of this machine's memory than it has free
+// is refused with what to change, before anything is allocated: the kernel's out-of-memory killer once
+// ended such a run (a trace in 1 GiB pages) without a word. The same workload in 2 MiB pages runs.
+TEST(Workloads, ARunThatCouldTakeMoreMemoryThanTheMachineHasIsRefused) {
+  const std::size_t available = available_memory();
+  ASSERT_GT(available, 0u);
+  const std::size_t gib = std::size_t{1} << 30;
+  const Workload w = make_scan(available / gib + 8, 1 * MiB, 10);  // each 1 MiB tensor takes a whole page
+  RunOptions o;
+  o.page_bytes = gib;
+  try {
+    (void)budgets_for(w, o, 2.0);
+    ADD_FAILURE() << "a run needing more than " << available << " bytes was not refused";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("host-tier pages would take up to"), std::string::npos) << what;
+    EXPECT_NE(what.find("--page-mib"), std::string::npos) << what;
+  }
+  o.page_bytes = 2 * MiB;
+  EXPECT_NO_THROW((void)budgets_for(w, o, 2.0));
+}
+
 TEST(Workloads, TheLowerBoundCountsTheProgramsLaunches) {
   Workload w;
   w.name = "short-kernels";
