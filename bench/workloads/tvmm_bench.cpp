@@ -197,7 +197,9 @@ int main(int argc, char** argv) {
                  "Host tier = this x the device budget; the rest goes to an NVMe tier in --disk-dir (0 = the host "
                  "holds everything; the suites use 0.5)")
       ->check(CLI::Range(0.0, 1000.0));
-  app.add_option("--disk-dir", o.disk_dir, "Directory for the NVMe tier and the kernel peer's file (default /var/tmp; a disk: on tmpfs the kernel peer is skipped and the NVMe tier runs at memory speed under --timing wall)")
+  app.add_option("--disk-dir", o.disk_dir,
+                 "Directory for the NVMe tier and the kernel peer's file (default /var/tmp; a disk: on tmpfs the "
+                 "kernel peer is skipped and the NVMe tier runs at memory speed under --timing wall)")
       ->check(CLI::ExistingDirectory);
   auto* bus_option = app.add_option("--bus-gbs", o.bus_gbs,
                                     "Modelled bus bandwidth per direction, GB/s (default 25; replay on a GPU "

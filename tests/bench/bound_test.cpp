@@ -266,12 +266,6 @@ TEST(Workloads, NoPolicyRunsFasterThanTheLowerBound) {
   }
 }
 
-// With the simulator's costs on, the launches bind where kernels are shorter than a launch: one thread
-// makes them all, one after another. 240 kernels of 1 us over eight 2 MiB tensors: the launches take
-// 240 x 4.6 us = 1.1 ms per iteration against 0.24 ms of compute, and against 0.34 ms of loads at 2x
-// (runs of 30 kernels on two tensors, then the next pair). No run beats that, all in memory included, and
-// every policy's step stays above it at 2x; byte checks add a verify per pin that reads and a fill per
-// pin that writes.
 // A run whose host tier and simulated device could take more of this machine's memory than it has free
 // is refused with what to change, before anything is allocated: the kernel's out-of-memory killer once
 // ended such a run (a trace in 1 GiB pages) without a word. The same workload in 2 MiB pages runs.
@@ -294,6 +288,12 @@ TEST(Workloads, ARunThatCouldTakeMoreMemoryThanTheMachineHasIsRefused) {
   EXPECT_NO_THROW((void)budgets_for(w, o, 2.0));
 }
 
+// With the simulator's costs on, the launches bind where kernels are shorter than a launch: one thread
+// makes them all, one after another. 240 kernels of 1 us over eight 2 MiB tensors: the launches take
+// 240 x 4.6 us = 1.1 ms per iteration against 0.24 ms of compute, and against 0.34 ms of loads at 2x
+// (runs of 30 kernels on two tensors, then the next pair). No run beats that, all in memory included, and
+// every policy's step stays above it at 2x; byte checks add a verify per pin that reads and a fill per
+// pin that writes.
 TEST(Workloads, TheLowerBoundCountsTheProgramsLaunches) {
   Workload w;
   w.name = "short-kernels";
