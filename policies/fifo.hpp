@@ -7,9 +7,9 @@ namespace tvmm::policies {
 
 class FifoPolicy final : public ListPolicy {
  public:
-  explicit FifoPolicy(std::uint32_t page_count) : ListPolicy(page_count) {}
+  explicit FifoPolicy(std::uint32_t page_count) : ListPolicy(page_count) { tracks_use_ = true; }
   [[nodiscard]] const char* name() const noexcept override { return "fifo"; }
-  void touch(PageIndex /*first*/, std::size_t /*n*/) override {}
+  void touch(PageIndex first, std::size_t n) override { note_use(first, n); }
 };
 
 }  // namespace tvmm::policies

@@ -1,15 +1,40 @@
 #include "policies/list_policy.hpp"
 
+#include <algorithm>
+#include <array>
 #include <mutex>
 
 namespace tvmm::policies {
 
-ListPolicy::ListPolicy(std::uint32_t page_count) : nodes_(std::make_unique<Node[]>(page_count)) {}
+namespace {
+// Rounds added to twice the longest recent gap between uses before a page counts as dead (select).
+constexpr std::uint32_t kDeadMargin = 8;
+}  // namespace
+
+ListPolicy::ListPolicy(std::uint32_t page_count)
+    : nodes_(std::make_unique<Node[]>(page_count)),
+      used_in_(std::make_unique<std::atomic<std::uint32_t>[]>(page_count)) {}
+
+void ListPolicy::note_use(PageIndex first, std::size_t n) noexcept {
+  const std::uint32_t now = round_.load(std::memory_order_relaxed);
+  std::uint32_t longest = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t was = used_in_[first + i].exchange(now, std::memory_order_relaxed);
+    if (was != 0) longest = std::max(longest, now - was);  // 0: never used before
+  }
+  // A racy maximum: a lost update only lowers the estimate for a while.
+  if (longest > reuse_now_.load(std::memory_order_relaxed)) reuse_now_.store(longest, std::memory_order_relaxed);
+}
 
 ListPolicy::~ListPolicy() { list_.clear(); }
 
 void ListPolicy::insert(PageIndex page) {
   on_insert(page);
+  // A page resident for the first time counts as used when loaded (its age starts there); one coming
+  // back keeps its latest use, so that its next use measures the whole gap.
+  std::uint32_t never = 0;
+  (void)used_in_[page].compare_exchange_strong(never, round_.load(std::memory_order_relaxed),
+                                               std::memory_order_relaxed);
   std::lock_guard lk(mu_);
   list_.push_back(node(page));
 }
@@ -27,6 +52,7 @@ void ListPolicy::remove(PageIndex page) {
 
 std::size_t ListPolicy::select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) {
   std::lock_guard lk(mu_);
+  round_.fetch_add(1, std::memory_order_relaxed);
   std::size_t taken = 0;
   // Each page is visited at most twice: once to use up a second chance, once more as a candidate.
   std::size_t budget = 2 * list_.size();
@@ -51,11 +77,31 @@ std::size_t ListPolicy::select(std::size_t max, common::FunctionRef<bool(PageInd
   std::size_t taken = 0;
   {
     std::lock_guard lk(mu_);
+    const std::uint32_t now = round_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (now - window_start_ >= std::max<std::size_t>(64, list_.size())) {
+      reuse_before_ = reuse_now_.exchange(0, std::memory_order_relaxed);
+      window_start_ = now;
+    }
+    const std::uint32_t reuse = std::max(reuse_before_, reuse_now_.load(std::memory_order_relaxed));
+    // The list's own next victims: a preferred page among them is no override.
+    std::array<PageIndex, 16> own{};
+    std::size_t owns = 0;
+    for (auto it = list_.begin(); it != list_.end() && owns < std::min<std::size_t>(max, own.size()); ++it)
+      own[owns++] = index_of(*it);
+    std::size_t overrides = 0;
     for (std::size_t i = 0; i < prefer.size() && taken < max; ++i) {
       Node& n = node(prefer[i]);
+      const bool in_turn = std::find(own.begin(), own.begin() + owns, prefer[i]) != own.begin() + owns;
+      if (tracks_use_ && !in_turn && overrides < owns) {
+        // The page the list would take instead: unused for much longer than any page went between two
+        // uses lately, it is likely dead, and sparing it would evict a live page.
+        const std::uint32_t idle = now - used_in_[own[overrides]].load(std::memory_order_relaxed);
+        if (idle > std::uint64_t{2} * reuse + kDeadMargin) continue;
+      }
       if (!n.hook.is_linked() || !claim(prefer[i])) continue;
       list_.erase(list_.iterator_to(n));
       ++taken;
+      if (!in_turn) ++overrides;
     }
   }
   return taken + (taken < max ? ListPolicy::select(max - taken, claim) : 0);

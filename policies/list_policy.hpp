@@ -7,6 +7,8 @@
 
 #include <boost/intrusive/list.hpp>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "common/spin_lock.hpp"
@@ -25,11 +27,19 @@ class ListPolicy : public EvictionPolicy {
   void restore(PageIndex page) final;
   void remove(PageIndex page) final;
   std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim) override;
-  //! The preferred pages go first, wherever they are in the list (O(|prefer|), no walk of the list),
-  //! then the list's own order, second chances included. Recency is a weak guide in a training step's
-  //! loop (LRU evicts the page needed soonest there): measured on the six traces with the simulator's
-  //! VMM costs on, a window of the coldest pages kept fewer mappings and ran slower than the whole
-  //! list (docs/benchmarks.md, "VMM call costs").
+  //! The preferred pages go first, wherever they are in the list (O(|prefer|) and the list's first
+  //! `max` pages), then the list's own order, second chances included. Recency is a weak guide in a
+  //! training step's loop (LRU evicts the page needed soonest there): measured on the six traces with
+  //! the simulator's VMM costs on, a window of the coldest pages kept fewer mappings and ran slower
+  //! than the whole list (docs/benchmarks.md, "VMM call costs").
+  //! One exception (policies that set `tracks_use_`): a preferred page outside the list's next victims
+  //! is passed over where the victim it would spare has gone unused for more than twice the longest
+  //! gap between two uses of any page lately, plus kDeadMargin rounds (rounds: select calls; "lately":
+  //! this window of max(64, list size) rounds and the one before). Such a page is likely dead, and
+  //! sparing it evicts a live one: after a pass over more tensors than fit, a loop over a part that fits
+  //! otherwise had pairs of tensors sharing a frame evict each other on every pass, for good
+  //! (docs/benchmarks.md, "A loop the list policies kept moving"). It helps LRU, whose dead pages
+  //! reach the front; FIFO's and CLOCK's next victims need not be the dead ones.
   std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
                      std::span<const PageIndex> prefer) override;
   [[nodiscard]] std::size_t size() const final;
@@ -49,6 +59,11 @@ class ListPolicy : public EvictionPolicy {
   virtual void on_insert(PageIndex /*page*/) {}
   //! Moves the linked pages among [first, first + n) to the back (most recently used); takes the lock.
   void move_to_back(PageIndex first, std::size_t n);
+  //! Notes a use of the pages [first, first + n) (lock-free): every touch() of LRU, FIFO and CLOCK. A
+  //! policy that calls it from touch() sets `tracks_use_`, and select(max, claim, prefer) then leaves
+  //! out the overrides that would spare a likely dead page.
+  void note_use(PageIndex first, std::size_t n) noexcept;
+  bool tracks_use_ = false;
 
   [[nodiscard]] PageIndex index_of(const Node& node) const noexcept {
     return static_cast<PageIndex>(&node - nodes_.get());
@@ -57,6 +72,13 @@ class ListPolicy : public EvictionPolicy {
 
   mutable common::SpinLock mu_;
   std::unique_ptr<Node[]> nodes_;  // one per page of the page table
+  // Ages, in eviction rounds (select calls): a page's latest use, and the longest gap between two uses of
+  // a page seen lately (this window's and the previous window's); see select(max, claim, prefer).
+  std::unique_ptr<std::atomic<std::uint32_t>[]> used_in_;  // per page: the round of its latest use
+  std::atomic<std::uint32_t> round_{1};
+  std::atomic<std::uint32_t> reuse_now_{0};   // the longest gap between uses in this window
+  std::uint32_t reuse_before_ = 0;            // ... and in the previous one (under mu_)
+  std::uint32_t window_start_ = 1;            // (under mu_)
   List list_;                      // front = next victim
 };
 

@@ -174,6 +174,31 @@ TEST(KeptMappings, WhereMapsAreCostlyEvictionPrefersThePageInTheOldFrame) {
   s.pager->check_invariants();
 }
 
+// A loop over tensors that fit, after a pass over more than fit (a program that writes all its tensors,
+// then trains on a part): LRU's preference for the page in an incoming page's old frame, anywhere in its
+// list, had pairs of looped tensors that share a frame evict each other on every pass, forever, while
+// the cold pages the pass left stayed. The list's own victim now goes where it has gone unused far longer
+// than any page lately went between two uses; the loop then stops moving data.
+TEST(KeptMappings, ALoopThatFitsStopsMovingAfterAPassOverMoreTensors) {
+  Config c = test::small_config(8, 64);
+  c.eviction = "lru";
+  c.sim.vmm_costs = SimDeviceConfig::VmmCosts::published();
+  device::FaultyDevice* dev = nullptr;
+  Pager p = make_faulty_pager(c, dev);
+  std::vector<Tensor> ts;
+  for (std::size_t i = 0; i < 24; ++i) ts.push_back(p.allocate(64 * KiB));
+  for (std::size_t i = 0; i < 24; ++i) write(ts[i], i + 1);  // tensor i leaves its address on frame i % 8
+  const std::size_t loop[] = {0, 8, 1, 9, 2, 10};             // three pairs sharing frames: 6 of 8 frames
+  auto pass = [&] {
+    for (const std::size_t t : loop) ASSERT_EQ(mismatches(ts[t], t + 1), 0u);
+  };
+  for (int i = 0; i < 60; ++i) pass();
+  const auto misses = p.stats().misses;
+  for (int i = 0; i < 10; ++i) pass();
+  EXPECT_EQ(p.stats().misses, misses) << "the loop still moves pages after 60 passes";
+  p.check_invariants();
+}
+
 // Where mapping is cheap (the simulator charging nothing), the policy's own choice stands.
 TEST(KeptMappings, WhereMapsAreCheapThePolicyChooses) {
   HolderScenario s(false);
