@@ -3,9 +3,7 @@
 namespace tvmm::policies {
 
 ClockPolicy::ClockPolicy(std::uint32_t page_count)
-    : ListPolicy(page_count), referenced_(std::make_unique<std::atomic<std::uint8_t>[]>(page_count)) {
-  tracks_use_ = true;
-}
+    : ListPolicy(page_count, true), referenced_(std::make_unique<std::atomic<std::uint8_t>[]>(page_count)) {}
 
 void ClockPolicy::touch(PageIndex first, std::size_t n) {
   note_use(first, n);

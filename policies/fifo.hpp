@@ -7,7 +7,7 @@ namespace tvmm::policies {
 
 class FifoPolicy final : public ListPolicy {
  public:
-  explicit FifoPolicy(std::uint32_t page_count) : ListPolicy(page_count) { tracks_use_ = true; }
+  explicit FifoPolicy(std::uint32_t page_count) : ListPolicy(page_count, true) {}
   [[nodiscard]] const char* name() const noexcept override { return "fifo"; }
   void touch(PageIndex first, std::size_t n) override { note_use(first, n); }
 };

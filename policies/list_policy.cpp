@@ -11,8 +11,9 @@ namespace {
 constexpr std::uint32_t kDeadMargin = 8;
 }  // namespace
 
-ListPolicy::ListPolicy(std::uint32_t page_count)
-    : nodes_(std::make_unique<Node[]>(page_count)),
+ListPolicy::ListPolicy(std::uint32_t page_count, bool tracks_use)
+    : tracks_use_(tracks_use),
+      nodes_(std::make_unique<Node[]>(page_count)),
       used_in_(std::make_unique<std::atomic<std::uint32_t>[]>(page_count)) {}
 
 void ListPolicy::note_use(PageIndex first, std::size_t n) noexcept {

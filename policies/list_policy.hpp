@@ -18,8 +18,9 @@ namespace tvmm::policies {
 
 class ListPolicy : public EvictionPolicy {
  public:
-  //! For a page table of `page_count` pages.
-  explicit ListPolicy(std::uint32_t page_count);
+  //! For a page table of `page_count` pages. `tracks_use`: the policy's touch() calls note_use(), and
+  //! select(max, claim, prefer) leaves out the overrides that would spare a likely dead page.
+  explicit ListPolicy(std::uint32_t page_count, bool tracks_use = false);
   ~ListPolicy() override;
 
   void insert(PageIndex page) final;
@@ -32,7 +33,7 @@ class ListPolicy : public EvictionPolicy {
   //! training step's loop (LRU evicts the page needed soonest there): measured on the six traces with
   //! the simulator's VMM costs on, a window of the coldest pages kept fewer mappings and ran slower
   //! than the whole list (docs/benchmarks.md, "VMM call costs").
-  //! One exception (policies that set `tracks_use_`): a preferred page outside the list's next victims
+  //! One exception (policies built with `tracks_use`): a preferred page outside the list's next victims
   //! is passed over where the victim it would spare has gone unused for more than twice the longest
   //! gap between two uses of any page lately, plus kDeadMargin rounds (rounds: select calls; "lately":
   //! this window of max(64, list size) rounds and the one before). Such a page is likely dead, and
@@ -59,11 +60,9 @@ class ListPolicy : public EvictionPolicy {
   virtual void on_insert(PageIndex /*page*/) {}
   //! Moves the linked pages among [first, first + n) to the back (most recently used); takes the lock.
   void move_to_back(PageIndex first, std::size_t n);
-  //! Notes a use of the pages [first, first + n) (lock-free): every touch() of LRU, FIFO and CLOCK. A
-  //! policy that calls it from touch() sets `tracks_use_`, and select(max, claim, prefer) then leaves
-  //! out the overrides that would spare a likely dead page.
+  //! Notes a use of the pages [first, first + n) (lock-free): every touch() of LRU, FIFO and CLOCK, which
+  //! are built with `tracks_use`.
   void note_use(PageIndex first, std::size_t n) noexcept;
-  bool tracks_use_ = false;
 
   [[nodiscard]] PageIndex index_of(const Node& node) const noexcept {
     return static_cast<PageIndex>(&node - nodes_.get());
@@ -71,15 +70,16 @@ class ListPolicy : public EvictionPolicy {
   [[nodiscard]] Node& node(PageIndex page) noexcept { return nodes_[page]; }
 
   mutable common::SpinLock mu_;
+  const bool tracks_use_;
   std::unique_ptr<Node[]> nodes_;  // one per page of the page table
   // Ages, in eviction rounds (select calls): a page's latest use, and the longest gap between two uses of
   // a page seen lately (this window's and the previous window's); see select(max, claim, prefer).
   std::unique_ptr<std::atomic<std::uint32_t>[]> used_in_;  // per page: the round of its latest use
   std::atomic<std::uint32_t> round_{1};
-  std::atomic<std::uint32_t> reuse_now_{0};   // the longest gap between uses in this window
-  std::uint32_t reuse_before_ = 0;            // ... and in the previous one (under mu_)
-  std::uint32_t window_start_ = 1;            // (under mu_)
-  List list_;                      // front = next victim
+  std::atomic<std::uint32_t> reuse_now_{0};  // the longest gap between uses in this window
+  std::uint32_t reuse_before_ = 0;           // ... and in the previous one (under mu_)
+  std::uint32_t window_start_ = 1;           // (under mu_)
+  List list_;                                // front = next victim
 };
 
 }  // namespace tvmm::policies

@@ -7,7 +7,7 @@ namespace tvmm::policies {
 
 class LruPolicy final : public ListPolicy {
  public:
-  explicit LruPolicy(std::uint32_t page_count) : ListPolicy(page_count) { tracks_use_ = true; }
+  explicit LruPolicy(std::uint32_t page_count) : ListPolicy(page_count, true) {}
   [[nodiscard]] const char* name() const noexcept override { return "lru"; }
   void touch(PageIndex first, std::size_t n) override;
 };

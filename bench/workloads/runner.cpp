@@ -143,7 +143,8 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
   // The host tier (at most every page the workload has) and, on the simulator, the device's memory live in
   // this machine's memory. A run that cannot hold them there is refused before it starts: the kernel's
   // out-of-memory killer would end it without a word (a 234 MiB trace in 1 GiB pages asked for 148 GiB).
-  const std::size_t held_pages = std::min(b.host_pages, b.total_pages + 2) + (o.device == "cuda" ? 0 : b.frames);
+  const std::size_t host_held = std::min(b.host_pages, b.total_pages + 2);
+  const std::size_t held_pages = host_held + (o.device == "cuda" ? 0 : b.frames);
   const std::size_t available = available_memory();
   if (available != 0 && held_pages > available / o.page_bytes) {
     char at[32];
@@ -151,10 +152,10 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
     throw std::invalid_argument(
         "at " + std::string(at) + " in pages of " + format_bytes(o.page_bytes) + ", the " +
         (o.device == "cuda" ? std::string() : std::to_string(b.frames) + " simulated device pages and the ") +
-        std::to_string(std::min(b.host_pages, b.total_pages + 2)) + " host-tier pages would take up to " +
-        format_bytes(held_pages * o.page_bytes) + " of this machine's memory, which has " + format_bytes(available) +
-        " available; use smaller pages (--page-mib), a host tier smaller than the working set (--host-fraction above 0, "
-        "the rest on NVMe in --disk-dir), or a smaller workload");
+        std::to_string(host_held) + " host-tier pages would take up to " + format_bytes(held_pages * o.page_bytes) +
+        " of this machine's memory, which has " + format_bytes(available) +
+        " available; use smaller pages (--page-mib), a host tier smaller than the working set "
+        "(--host-fraction above 0, the rest on NVMe in --disk-dir), or a smaller workload");
   }
   return b;
 }

@@ -13,6 +13,17 @@
 namespace tvmm::bench {
 namespace {
 
+// Reading `path` throws, naming the file and saying it is truncated.
+void expect_refused_as_truncated(const std::string& path, const std::string& name) {
+  try {
+    (void)read_trace(path);
+    ADD_FAILURE() << "a truncated trace was read: " << name;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
 Trace sample() {
   Trace t;
   t.meta = {{"model", "hand-made"}, {"note", "two words"}};
@@ -115,13 +126,7 @@ TEST(TraceFormat, BadInputSaysWhereAndWhat) {
   for (int i = 0; i < 2000; ++i) big.ops.push_back(big.ops[static_cast<std::size_t>(i) % 4]);
   write_trace(path, big);
   std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
-  try {
-    (void)read_trace(path);
-    ADD_FAILURE() << "a truncated trace was read";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("cut.trace.gz"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
-  }
+  expect_refused_as_truncated(path, "cut.trace.gz");
 }
 
 // A gzip file cut right after a flushed line decompresses to a shorter trace that parses: it is refused as
@@ -145,13 +150,7 @@ TEST(TraceFormat, AGzipFileCutAfterAFlushedLineIsRefusedAsTruncated) {
   ASSERT_GT(cut, 0);
   EXPECT_EQ(read_trace(path).ops.size(), big.ops.size());  // whole, it reads
   std::filesystem::resize_file(path, static_cast<std::uintmax_t>(cut));
-  try {
-    (void)read_trace(path);
-    ADD_FAILURE() << "a trace cut after a flushed line was read";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("flushed.trace.gz"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
-  }
+  expect_refused_as_truncated(path, "flushed.trace.gz");
 }
 
 // Version 2: each op may carry its flops and bytes; a trace without them is still written (and read) as

@@ -188,7 +188,7 @@ TEST(KeptMappings, ALoopThatFitsStopsMovingAfterAPassOverMoreTensors) {
   std::vector<Tensor> ts;
   for (std::size_t i = 0; i < 24; ++i) ts.push_back(p.allocate(64 * KiB));
   for (std::size_t i = 0; i < 24; ++i) write(ts[i], i + 1);  // tensor i leaves its address on frame i % 8
-  const std::size_t loop[] = {0, 8, 1, 9, 2, 10};             // three pairs sharing frames: 6 of 8 frames
+  const std::size_t loop[] = {0, 8, 1, 9, 2, 10};            // three pairs sharing frames: 6 of 8 frames
   auto pass = [&] {
     for (const std::size_t t : loop) ASSERT_EQ(mismatches(ts[t], t + 1), 0u);
   };
