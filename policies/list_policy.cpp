@@ -9,10 +9,13 @@ namespace tvmm::policies {
 namespace {
 // Rounds added to twice the longest recent gap between uses before a page counts as dead (select).
 constexpr std::uint32_t kDeadMargin = 8;
+// Pages of the page table the probe for likely dead pages looks at per select (select).
+constexpr std::uint32_t kDeadProbes = 16;
 }  // namespace
 
 ListPolicy::ListPolicy(std::uint32_t page_count, bool tracks_use)
     : tracks_use_(tracks_use),
+      page_count_(page_count),
       nodes_(std::make_unique<Node[]>(page_count)),
       used_in_(std::make_unique<std::atomic<std::uint32_t>[]>(page_count)) {}
 
@@ -84,6 +87,25 @@ std::size_t ListPolicy::select(std::size_t max, common::FunctionRef<bool(PageInd
       window_start_ = now;
     }
     const std::uint32_t reuse = std::max(reuse_before_, reuse_now_.load(std::memory_order_relaxed));
+    auto dead = [&](PageIndex page) {
+      return now - used_in_[page].load(std::memory_order_relaxed) > std::uint64_t{2} * reuse + kDeadMargin;
+    };
+    // The probe: the next kDeadProbes pages of the page table (a cursor that wraps), for a likely dead
+    // resident page to take in place of an override.
+    std::uint32_t probes = tracks_use_ ? std::min(kDeadProbes, page_count_) : 0;
+    auto take_dead = [&] {
+      for (; probes > 0; --probes) {
+        const PageIndex page = probe_;
+        probe_ = probe_ + 1 < page_count_ ? probe_ + 1 : 0;
+        Node& d = node(page);
+        if (d.hook.is_linked() && dead(page) && claim(page)) {
+          list_.erase(list_.iterator_to(d));
+          --probes;
+          return true;
+        }
+      }
+      return false;
+    };
     // The list's own next victims: a preferred page among them is no override.
     std::array<PageIndex, 16> own{};
     std::size_t owns = 0;
@@ -92,14 +114,19 @@ std::size_t ListPolicy::select(std::size_t max, common::FunctionRef<bool(PageInd
     std::size_t overrides = 0;
     for (std::size_t i = 0; i < prefer.size() && taken < max; ++i) {
       Node& n = node(prefer[i]);
+      if (!n.hook.is_linked()) continue;
       const bool in_turn = std::find(own.begin(), own.begin() + owns, prefer[i]) != own.begin() + owns;
-      if (tracks_use_ && !in_turn && overrides < owns) {
+      if (tracks_use_ && !in_turn) {
         // The page the list would take instead: unused for much longer than any page went between two
-        // uses lately, it is likely dead, and sparing it would evict a live page.
-        const std::uint32_t idle = now - used_in_[own[overrides]].load(std::memory_order_relaxed);
-        if (idle > std::uint64_t{2} * reuse + kDeadMargin) continue;
+        // uses lately, it is likely dead, and sparing it would evict a live page (LRU's case).
+        if (overrides < owns && dead(own[overrides])) continue;
+        // A likely dead page elsewhere in the list goes instead of the override (FIFO's and CLOCK's case).
+        if (take_dead()) {
+          ++taken;
+          continue;
+        }
       }
-      if (!n.hook.is_linked() || !claim(prefer[i])) continue;
+      if (!claim(prefer[i])) continue;
       list_.erase(list_.iterator_to(n));
       ++taken;
       if (!in_turn) ++overrides;

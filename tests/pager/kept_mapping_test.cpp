@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "faulty_pager.hpp"
 #include "test_support.hpp"
@@ -175,20 +177,25 @@ TEST(KeptMappings, WhereMapsAreCostlyEvictionPrefersThePageInTheOldFrame) {
 }
 
 // A loop over tensors that fit, after a pass over more than fit (a program that writes all its tensors,
-// then trains on a part): LRU's preference for the page in an incoming page's old frame, anywhere in its
-// list, had pairs of looped tensors that share a frame evict each other on every pass, forever, while
-// the cold pages the pass left stayed. The list's own victim now goes where it has gone unused far longer
-// than any page lately went between two uses; the loop then stops moving data.
-TEST(KeptMappings, ALoopThatFitsStopsMovingAfterAPassOverMoreTensors) {
+// then trains on a part): the list policies' preference for the page in an incoming page's old frame,
+// anywhere in their lists, had pairs of looped tensors that share a frame evict each other on every
+// pass, forever, while the cold pages the pass left stayed. A page unused far longer than any page lately
+// went between two uses now goes before any such override: LRU's next victim, or one that FIFO's and
+// CLOCK's probe finds elsewhere in their lists. The loop then stops moving data, with each list policy.
+class LoopAfterAPass : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LoopAfterAPass, StopsMovingData) {
   Config c = test::small_config(8, 64);
-  c.eviction = "lru";
+  c.eviction = GetParam();
   c.sim.vmm_costs = SimDeviceConfig::VmmCosts::published();
   device::FaultyDevice* dev = nullptr;
   Pager p = make_faulty_pager(c, dev);
   std::vector<Tensor> ts;
   for (std::size_t i = 0; i < 24; ++i) ts.push_back(p.allocate(64 * KiB));
   for (std::size_t i = 0; i < 24; ++i) write(ts[i], i + 1);  // tensor i leaves its address on frame i % 8
-  const std::size_t loop[] = {0, 8, 1, 9, 2, 10};            // three pairs sharing frames: 6 of 8 frames
+  // Tensors 16-23 stay resident after the writes, in that order in FIFO's list. The loop keeps 16 and 17
+  // (the front of FIFO's list, in use) and has two pairs that share frames 2 and 3: 6 of 8 frames.
+  const std::size_t loop[] = {16, 17, 2, 10, 3, 11};
   auto pass = [&] {
     for (const std::size_t t : loop) ASSERT_EQ(mismatches(ts[t], t + 1), 0u);
   };
@@ -196,8 +203,12 @@ TEST(KeptMappings, ALoopThatFitsStopsMovingAfterAPassOverMoreTensors) {
   const auto misses = p.stats().misses;
   for (int i = 0; i < 10; ++i) pass();
   EXPECT_EQ(p.stats().misses, misses) << "the loop still moves pages after 60 passes";
+  for (std::size_t i = 0; i < 24; ++i) EXPECT_EQ(mismatches(ts[i], i + 1), 0u);
   p.check_invariants();
 }
+
+INSTANTIATE_TEST_SUITE_P(KeptMappings, LoopAfterAPass, ::testing::Values("lru", "fifo", "clock"),
+                         [](const ::testing::TestParamInfo<const char*>& param) { return std::string(param.param); });
 
 // Where mapping is cheap (the simulator charging nothing), the policy's own choice stands.
 TEST(KeptMappings, WhereMapsAreCheapThePolicyChooses) {

@@ -195,6 +195,33 @@ TEST(Clock, APageWhoseEvictionFailedKeepsItsReferenceBit) {
   EXPECT_EQ(take(clock, 1), (std::vector<std::size_t>{1}));
 }
 
+// The list policies' preference for a page anywhere in the list (the holder of an incoming page's old
+// frame) gives way to a likely dead page: one unused for more than twice the longest recent gap between
+// two uses plus 8 rounds. LRU's next victim is the dead page (2) itself; FIFO's and CLOCK's (page 0 here)
+// is in use, and their probe finds the dead page elsewhere in the list. With no dead page, the preferred
+// page (7) goes.
+template <class Policy>
+void dead_page_goes_before_an_override() {
+  auto run = [](bool pages_2_to_5_idle) {
+    Policy policy(8);
+    for (PageIndex p = 0; p < 8; ++p) policy.insert(p);
+    for (int round = 0; round < 20; ++round) {
+      policy.touch(0, 2);  // 0 and 1
+      policy.touch(6, 2);  // 6 and 7
+      if (!pages_2_to_5_idle) policy.touch(2, 4);
+      (void)policy.select(0, [](PageIndex) { return true; });  // a round that evicts nothing
+    }
+    const PageIndex prefer[] = {7};
+    return take(policy, 1, prefer);
+  };
+  EXPECT_EQ(run(true), (std::vector<std::size_t>{2}));
+  EXPECT_EQ(run(false), (std::vector<std::size_t>{7}));
+}
+
+TEST(Fifo, ALikelyDeadPageGoesBeforeAPreferredPage) { dead_page_goes_before_an_override<FifoPolicy>(); }
+TEST(Clock, ALikelyDeadPageGoesBeforeAPreferredPage) { dead_page_goes_before_an_override<ClockPolicy>(); }
+TEST(Lru, ALikelyDeadPageGoesBeforeAPreferredPage) { dead_page_goes_before_an_override<LruPolicy>(); }
+
 TEST(Policies, TheRegistryBuildsEachNameAndRejectsOthers) {
   AccessTrace trace;
   PolicyContext ctx;
