@@ -19,7 +19,9 @@
 //                those the policy rates as good enough victims; the base class ignores `prefer`. The
 //                pager prefers the pages holding the frames that the pages it loads are still mapped
 //                to (PageEntry::mapped): evicting one of those saves the incoming page the driver's
-//                map, access grant and unmap.
+//                map, access grant and unmap. A policy may offer another candidate in a preferred
+//                page's place where preferring it would cost more than the calls (ListPolicy: a likely
+//                dead page goes first).
 // insert, restore, touch and remove must not throw: the pager calls them where a failure could not be
 // rolled back (publishing a page-in, giving failed victims back). select may throw (std::bad_alloc)
 // before or between claims; the pager then gives the claimed pages back.

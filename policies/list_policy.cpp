@@ -17,7 +17,8 @@ ListPolicy::ListPolicy(std::uint32_t page_count, bool tracks_use)
     : tracks_use_(tracks_use),
       page_count_(page_count),
       nodes_(std::make_unique<Node[]>(page_count)),
-      used_in_(std::make_unique<std::atomic<std::uint32_t>[]>(page_count)) {}
+      used_in_(std::make_unique<std::atomic<std::uint32_t>[]>(page_count)),
+      loaded_in_(std::make_unique<std::atomic<std::uint32_t>[]>(page_count)) {}
 
 void ListPolicy::note_use(PageIndex first, std::size_t n) noexcept {
   const std::uint32_t now = round_.load(std::memory_order_relaxed);
@@ -36,9 +37,10 @@ void ListPolicy::insert(PageIndex page) {
   on_insert(page);
   // A page resident for the first time counts as used when loaded (its age starts there); one coming
   // back keeps its latest use, so that its next use measures the whole gap.
+  const std::uint32_t now = round_.load(std::memory_order_relaxed);
   std::uint32_t never = 0;
-  (void)used_in_[page].compare_exchange_strong(never, round_.load(std::memory_order_relaxed),
-                                               std::memory_order_relaxed);
+  (void)used_in_[page].compare_exchange_strong(never, now, std::memory_order_relaxed);
+  loaded_in_[page].store(now, std::memory_order_relaxed);
   std::lock_guard lk(mu_);
   list_.push_back(node(page));
 }
@@ -87,8 +89,12 @@ std::size_t ListPolicy::select(std::size_t max, common::FunctionRef<bool(PageInd
       window_start_ = now;
     }
     const std::uint32_t reuse = std::max(reuse_before_, reuse_now_.load(std::memory_order_relaxed));
+    // Idle since its latest use or its latest load, whichever came last: a page just loaded (a prefetch
+    // of a page long unused) is not dead before its use.
     auto dead = [&](PageIndex page) {
-      return now - used_in_[page].load(std::memory_order_relaxed) > std::uint64_t{2} * reuse + kDeadMargin;
+      const std::uint32_t since =
+          std::max(used_in_[page].load(std::memory_order_relaxed), loaded_in_[page].load(std::memory_order_relaxed));
+      return now - since > std::uint64_t{2} * reuse + kDeadMargin;
     };
     // The probe: the next kDeadProbes pages of the page table (a cursor that wraps), for a likely dead
     // resident page to take in place of an override.

@@ -33,16 +33,17 @@ class ListPolicy : public EvictionPolicy {
   //! training step's loop (LRU evicts the page needed soonest there): measured on the six traces with
   //! the simulator's VMM costs on, a window of the coldest pages kept fewer mappings and ran slower
   //! than the whole list (docs/benchmarks.md, "VMM call costs").
-  //! One exception (policies built with `tracks_use`): no preferred page outside the list's next victims
-  //! goes while a likely dead page stays: one unused for more than twice the longest gap between two uses
-  //! of any page lately, plus kDeadMargin rounds (rounds: select calls; "lately": this window of max(64,
-  //! list size) rounds and the one before). Where the victim the override would spare is such a page
-  //! (LRU's dead pages reach the front), the list's order stands; otherwise a probe of the next
-  //! kDeadProbes pages of the page table (a cursor that wraps; FIFO's and CLOCK's dead pages sit anywhere
-  //! in their lists) takes a likely dead page it finds in the override's place. Sparing a dead page evicts
-  //! a live one: after a pass over more tensors than fit, a loop over a part that fits otherwise had pairs
-  //! of tensors sharing a frame evict each other on every pass, for good (docs/benchmarks.md, "A loop the
-  //! list policies kept moving").
+  //! One exception (policies built with `tracks_use`): an override (a preferred page outside the list's
+  //! next victims) gives way to a likely dead page, one unused and not loaded for more than twice the
+  //! longest gap between two uses of any page lately, plus kDeadMargin rounds (rounds: select calls;
+  //! "lately": this window of max(64, list size) rounds and the one before). Where the victim the
+  //! override would spare is such a page (LRU's dead pages reach the front), the list's order stands;
+  //! otherwise a probe of the next kDeadProbes pages of the page table (a cursor that wraps; FIFO's and
+  //! CLOCK's dead pages sit anywhere in their lists) takes the first likely dead page it finds in the
+  //! override's place. Best effort: a page the probe has not reached yet is not seen. Sparing a dead
+  //! page evicts a live one: after a pass over more tensors than fit, a loop over a part that fits
+  //! otherwise had pairs of tensors sharing a frame evict each other on every pass, for good
+  //! (docs/benchmarks.md, "A loop the list policies kept moving").
   std::size_t select(std::size_t max, common::FunctionRef<bool(PageIndex)> claim,
                      std::span<const PageIndex> prefer) override;
   [[nodiscard]] std::size_t size() const final;
@@ -77,7 +78,8 @@ class ListPolicy : public EvictionPolicy {
   std::unique_ptr<Node[]> nodes_;  // one per page of the page table
   // Ages, in eviction rounds (select calls): a page's latest use, and the longest gap between two uses of
   // a page seen lately (this window's and the previous window's); see select(max, claim, prefer).
-  std::unique_ptr<std::atomic<std::uint32_t>[]> used_in_;  // per page: the round of its latest use
+  std::unique_ptr<std::atomic<std::uint32_t>[]> used_in_;    // per page: the round of its latest use
+  std::unique_ptr<std::atomic<std::uint32_t>[]> loaded_in_;  // ... and of its latest insert
   std::atomic<std::uint32_t> round_{1};
   std::atomic<std::uint32_t> reuse_now_{0};  // the longest gap between uses in this window
   std::uint32_t reuse_before_ = 0;           // ... and in the previous one (under mu_)

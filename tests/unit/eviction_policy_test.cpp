@@ -218,9 +218,38 @@ void dead_page_goes_before_an_override() {
   EXPECT_EQ(run(false), (std::vector<std::size_t>{7}));
 }
 
+// A page loaded again after a long idle time (a prefetch) is not dead before its use, and a dead page
+// whose claim is refused (pinned) is passed over for the next: pages 2-5 idle, 2 loaded again, 3 pinned.
+template <class Policy>
+void dead_pages_skip_a_fresh_load_and_a_refusal() {
+  Policy policy(8);
+  for (PageIndex p = 0; p < 8; ++p) policy.insert(p);
+  for (int round = 0; round < 20; ++round) {
+    policy.touch(0, 2);
+    policy.touch(6, 2);
+    (void)policy.select(0, [](PageIndex) { return true; });
+  }
+  policy.remove(2);
+  policy.insert(2);
+  const PageIndex prefer[] = {7};
+  std::vector<std::size_t> offered;
+  EXPECT_EQ(policy.select(
+                1,
+                [&](PageIndex page) {
+                  offered.push_back(page);
+                  return page != 3;
+                },
+                prefer),
+            1u);
+  EXPECT_EQ(offered, (std::vector<std::size_t>{3, 4}));
+}
+
 TEST(Fifo, ALikelyDeadPageGoesBeforeAPreferredPage) { dead_page_goes_before_an_override<FifoPolicy>(); }
 TEST(Clock, ALikelyDeadPageGoesBeforeAPreferredPage) { dead_page_goes_before_an_override<ClockPolicy>(); }
 TEST(Lru, ALikelyDeadPageGoesBeforeAPreferredPage) { dead_page_goes_before_an_override<LruPolicy>(); }
+TEST(Fifo, DeadPagesSkipAFreshLoadAndARefusal) { dead_pages_skip_a_fresh_load_and_a_refusal<FifoPolicy>(); }
+TEST(Clock, DeadPagesSkipAFreshLoadAndARefusal) { dead_pages_skip_a_fresh_load_and_a_refusal<ClockPolicy>(); }
+TEST(Lru, DeadPagesSkipAFreshLoadAndARefusal) { dead_pages_skip_a_fresh_load_and_a_refusal<LruPolicy>(); }
 
 TEST(Policies, TheRegistryBuildsEachNameAndRejectsOthers) {
   AccessTrace trace;
