@@ -196,10 +196,10 @@ TEST(Clock, APageWhoseEvictionFailedKeepsItsReferenceBit) {
 }
 
 // The list policies' preference for a page anywhere in the list (the holder of an incoming page's old
-// frame) gives way to a likely dead page: one unused for more than twice the longest recent gap between
-// two uses plus 8 rounds. LRU's next victim is the dead page (2) itself; FIFO's and CLOCK's (page 0 here)
-// is in use, and their probe finds the dead page elsewhere in the list. With no dead page, the preferred
-// page (7) goes.
+// frame) gives way to a likely dead page: one neither used nor loaded for more than twice the longest
+// recent gap between two uses plus 8 rounds. LRU's next victim is the dead page (2) itself; FIFO's and
+// CLOCK's (page 0 here) is in use, and their probe finds the dead page elsewhere in the list. With no
+// dead page, the preferred page (7) goes.
 template <class Policy>
 void dead_page_goes_before_an_override() {
   auto run = [](bool pages_2_to_5_idle) {
