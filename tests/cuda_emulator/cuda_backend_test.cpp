@@ -270,6 +270,9 @@ TEST(CudaOnEmulator, ATransparentPageTheGpuHasNoFrameForStartsOnTheHost) {
                    "the host-located pool has all 4 frames in use"),
             std::string::npos)
       << m;
+  // The GPU is short, not the host: the advice is about GPU memory only.
+  EXPECT_NE(m.find("or lower TVMM_DEVICE_BUDGET"), std::string::npos) << m;
+  EXPECT_EQ(m.find("TVMM_HOST_BUDGET"), std::string::npos) << m;
   EXPECT_EQ(heap->usage().used, 5 * 2 * MiB);  // the failed allocation left nothing behind
   // Host pages and idle budget, but no memory for a frame now: a quiescent point does not drain for nothing.
   const auto drains = heap->counters().drains;

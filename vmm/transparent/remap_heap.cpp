@@ -59,9 +59,19 @@ void RemapHeap::no_frame() {
                                      std::to_string(t.budget()) + " frames (other allocations hold the rest)"
                                : "all " + std::to_string(t.budget()) + " frames in use";
   };
+  // The advice names the pool whose memory ran out: the device pool's comes from the GPU, the
+  // host-located pool's from the machine's RAM.
+  std::string advice;
+  if (device_->short_of_memory())
+    advice = "; free the GPU memory other allocations or processes hold, or lower TVMM_DEVICE_BUDGET";
+  if (host_->short_of_memory()) {
+    advice += std::string(advice.empty() ? "; " : "; and ") +
+              "this machine could not give the host-located pool more memory: free host memory, or lower "
+              "TVMM_HOST_BUDGET (" +
+              format_bytes(static_cast<std::size_t>(host_->budget()) * page()) + ") to what the machine can hold";
+  }
   throw out_of_memory("tvmm: no memory for a new page: the device pool has " + state(*device_) +
-                      " and the host-located pool has " + state(*host_) +
-                      "; free the GPU memory other allocations or processes hold, or lower TVMM_DEVICE_BUDGET");
+                      " and the host-located pool has " + state(*host_) + advice);
 }
 
 ChunkLocation RemapHeap::do_place(DevPtr va, ChunkLocation wanted) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <new>
 #include <sstream>
 
@@ -93,7 +94,8 @@ void* TransparentHeap::allocate(std::size_t bytes) {
 }
 
 DevPtr TransparentHeap::allocate_block(Lock& lk, std::size_t bytes, std::size_t asked, bool program, bool& drained) {
-  const std::size_t n = (bytes + page_ - 1) / page_;
+  // Rounded up without `bytes + page_ - 1`, which wraps to 0 pages for sizes near SIZE_MAX.
+  const std::size_t n = bytes / page_ + (bytes % page_ != 0 ? 1 : 0);
   const bool capture = capturing();  // no drain, so no move and no release now
   auto free_pages = [&] { return device_pages_ + host_pages_ - used_pages_; };
   if (n > free_pages() && !capture && (!ordered_.empty() || deferred_ != 0)) ++counters_.alloc_retries;
@@ -253,13 +255,22 @@ void TransparentHeap::release_small(Lock& lk, std::map<DevPtr, Small>::iterator 
   }
 }
 
+namespace {
+// The error for a free of `p`, which is no live allocation's start; the address in hex, as %p prints it.
+invalid_argument not_live(DevPtr p) {
+  char at[24];
+  std::snprintf(at, sizeof at, "%#llx", static_cast<unsigned long long>(p));
+  return invalid_argument(std::string("tvmm: free of ") + at +
+                          ", which is not a live allocation's start (freed twice, or a pointer into an allocation)");
+}
+}  // namespace
+
 void TransparentHeap::free(void* ptr) {
   Lock lk(mu_);
   const auto p = reinterpret_cast<DevPtr>(ptr);
   Freeable* f = live(p);
   if (f == nullptr) {
-    throw invalid_argument("tvmm: free of " + std::to_string(p) +
-                           ", which is not a live allocation's start (freed twice, or a pointer into an allocation)");
+    throw not_live(p);
   }
   ++counters_.frees;
   // As cudaFree does, wait for device work that may still use the memory; during a capture (also one
@@ -281,9 +292,7 @@ void TransparentHeap::free_after(void* ptr, device::StreamHandle stream) {
     const auto p = reinterpret_cast<DevPtr>(ptr);
     Freeable* f = live(p);
     if (f == nullptr) {
-      throw invalid_argument("tvmm: free of " + std::to_string(p) +
-                             ", which is not a live allocation's start (freed twice, or a pointer into an "
-                             "allocation)");
+      throw not_live(p);
     }
     if (capturing()) {
       ++counters_.frees;
@@ -430,7 +439,7 @@ void TransparentHeap::release_deferred(Lock& lk) {
 std::size_t TransparentHeap::give_back_device_memory(std::size_t bytes) {
   Lock lk(mu_);
   if (capturing() || bytes == 0) return 0;
-  const std::size_t want = (bytes + page_ - 1) / page_;
+  const std::size_t want = bytes / page_ + (bytes % page_ != 0 ? 1 : 0);
   std::size_t got = do_give_back(want, 0);
   if (got < want) {
     bool drained = false;
