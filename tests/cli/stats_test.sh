@@ -22,6 +22,12 @@ for want in "transparent mode (vmm on the sim device)" "budgets: device 16 MiB, 
   grep -qF "$want" <<<"$out" || fail "missing '$want' in the transparent report:" "$out"
 done
 
+# Frees that waited are counted by how: in stream order (a GPU) and at a quiescent point (the simulator).
+sed -E -e 's/"stream_ordered_frees": [0-9]+/"stream_ordered_frees": 7/' -e 's/"deferred_frees": [0-9]+/"deferred_frees": 5/' \
+  "$dir/transparent.json" >"$dir/frees.json"
+out=$("$tvmm" stats "$dir/frees.json")
+grep -qF "(7 in stream order, 5 at a quiescent point)" <<<"$out" || fail "frees not counted by how they waited:" "$out"
+
 echo '{"pins": 3}' >"$dir/partial.json"
 if err=$("$tvmm" stats "$dir/partial.json" 2>&1); then fail "a partial stats file was accepted"; fi
 grep -q 'not a tvmm stats file' <<<"$err" || fail "unhelpful error:" "$err"

@@ -114,8 +114,14 @@ std::string transparent_report(const json& j, const std::string& source) {
   line(o, "budgets: device %s, host %s", bytes(num(j, "device_budget")).c_str(), bytes(num(j, "host_budget")).c_str());
   line(o, "in use at exit: %s (%s on the device); peak %s", bytes(num(j, "bytes_in_use")).c_str(),
        bytes(num(j, "bytes_on_device")).c_str(), bytes(num(j, "peak_bytes")).c_str());
-  line(o, "allocations %llu, frees %llu (%llu stream-ordered)", static_cast<unsigned long long>(num(j, "allocations")),
-       static_cast<unsigned long long>(num(j, "frees")), static_cast<unsigned long long>(num(j, "deferred_frees")));
+  // Frees that waited: in stream order on the freeing stream (stream_ordered_frees: cudaFreeAsync and
+  // PyTorch's frees on a GPU), or for the next quiescent point (deferred_frees: the same calls on the
+  // simulated GPU, which cannot wait on the program's streams). Files from before the first lack it.
+  const auto ordered = j.find("stream_ordered_frees");
+  line(o, "allocations %llu, frees %llu (%llu in stream order, %llu at a quiescent point)",
+       static_cast<unsigned long long>(num(j, "allocations")), static_cast<unsigned long long>(num(j, "frees")),
+       static_cast<unsigned long long>(ordered != j.end() ? num(j, "stream_ordered_frees") : 0),
+       static_cast<unsigned long long>(num(j, "deferred_frees")));
   line(o, "pages demoted to the host %llu (%s), promoted to the device %llu (%s)",
        static_cast<unsigned long long>(num(j, "pages_demoted")), bytes(num(j, "bytes_demoted")).c_str(),
        static_cast<unsigned long long>(num(j, "pages_promoted")), bytes(num(j, "bytes_promoted")).c_str());
