@@ -33,12 +33,21 @@ namespace {
 
 // ---- logging ---------------------------------------------------------------------------------------
 
+// Any case. A value that names no level says so once on stderr (directly: log() itself asks for the
+// level) and means the default, so that a typo never silences failures nor goes unnoticed.
 Level parse_level(const char* v) noexcept {
   if (v == nullptr || *v == '\0') return Level::warn;
-  if (std::strcmp(v, "off") == 0 || std::strcmp(v, "none") == 0) return Level::off;
-  if (std::strcmp(v, "error") == 0) return Level::error;
-  if (std::strcmp(v, "info") == 0) return Level::info;
-  if (std::strcmp(v, "debug") == 0) return Level::debug;
+  if (strcasecmp(v, "off") == 0 || strcasecmp(v, "none") == 0) return Level::off;
+  if (strcasecmp(v, "error") == 0) return Level::error;
+  if (strcasecmp(v, "warn") == 0 || strcasecmp(v, "warning") == 0) return Level::warn;
+  if (strcasecmp(v, "info") == 0) return Level::info;
+  if (strcasecmp(v, "debug") == 0) return Level::debug;
+  char buf[256];
+  const int n = std::snprintf(buf, sizeof buf,
+                              "tvmm: TVMM_LOG=%.64s is not a level; use off, error, warn (the default, used now), "
+                              "info or debug\n",
+                              v);
+  if (n > 0) (void)!::write(2, buf, std::min(static_cast<std::size_t>(n), sizeof buf - 1));
   return Level::warn;
 }
 
@@ -298,6 +307,18 @@ vmm::TransparentHeap* create_heap(int device) {
       "transparent mode (%s) on the %s device %d: %s; device budget %s, host budget %s, pages of %s", h->mechanism(),
       h->device().properties().name.c_str(), device, why.c_str(), format_bytes(h->config().device_budget).c_str(),
       format_bytes(h->config().host_budget).c_str(), format_bytes(h->config().page_size).c_str());
+  // The host budget is taken as given (host-located frames are made as pages need them), so a budget
+  // beyond what the machine holds fails only once its memory runs out: said now, where it is set.
+  if (const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGESIZE);
+      device == 0 && pages > 0 && size > 0) {
+    const auto ram = static_cast<std::size_t>(pages) * static_cast<std::size_t>(size);
+    if (h->config().host_budget > ram) {
+      log(Level::warn,
+          "the host budget (%s) is more than this machine's memory (%s): allocations fail once the machine "
+          "runs out; lower TVMM_HOST_BUDGET (host.budget) to what it can hold",
+          format_bytes(h->config().host_budget).c_str(), format_bytes(ram).c_str());
+    }
+  }
   if (auto* remap = dynamic_cast<vmm::RemapHeap*>(h); remap != nullptr && h->device().properties().host_accessible) {
     g_remap_heap.store(remap, std::memory_order_release);
     install_fault_handler();
