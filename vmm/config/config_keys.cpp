@@ -249,7 +249,7 @@ std::vector<ConfigKey> make_keys() {
                           "page is an error)",
                           false, [](Config& c) -> std::size_t& { return c.device_budget; }));
   keys.push_back(size_key("device", "page_size",
-                          "unit of residency; \"auto\" = the backend's granularity, else a multiple of it", true,
+                          "unit of residency; \"auto\" (or 0) = the backend's granularity, else a multiple of it", true,
                           [](Config& c) -> std::size_t& { return c.page_size; }));
   keys.push_back(size_key("device", "va_size",
                           "device address reservation; bounds the total size of live tensors; \"auto\" = 4 x "
