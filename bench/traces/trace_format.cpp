@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -137,8 +138,8 @@ Trace parse_trace(const std::string& text, const std::string& source) {
                           : "op needs: op <time_us> <name> <read ids|-> <written ids|-> [flops=<n>] [bytes=<n>]");
       }
       TraceOp op;
-      if (!parse_number(f[1], op.time_us) || !(op.time_us >= 0))
-        fail(source, n, "op time \"" + f[1] + "\" is not a non-negative number of microseconds");
+      if (!parse_number(f[1], op.time_us) || !(op.time_us >= 0) || !std::isfinite(op.time_us))
+        fail(source, n, "op time \"" + f[1] + "\" is not a finite, non-negative number of microseconds");
       op.name = f[2];
       op.reads = parse_ids(f[3], t.storages.size(), source, n);
       op.writes = parse_ids(f[4], t.storages.size(), source, n);
@@ -150,8 +151,8 @@ Trace parse_trace(const std::string& text, const std::string& source) {
           fail(source, n, "op field \"" + f[i] + "\": expected flops=<n> or bytes=<n>");
         }
         if (*field >= 0) fail(source, n, "op field " + key + " given twice");
-        if (!parse_number(value, *field) || !(*field >= 0))
-          fail(source, n, "op " + key + " \"" + value + "\" is not a non-negative number");
+        if (!parse_number(value, *field) || !(*field >= 0) || !std::isfinite(*field))
+          fail(source, n, "op " + key + " \"" + value + "\" is not a finite, non-negative number");
       }
       t.ops.push_back(std::move(op));
     } else {

@@ -8,6 +8,10 @@
 #include <stdexcept>
 
 namespace tvmm::bench {
+namespace {
+// The longest op replay models, in microseconds: the device clock counts nanoseconds in 64 bits.
+constexpr double kMaxOpUs = 1e9;
+}  // namespace
 
 std::size_t Workload::total_bytes() const {
   return std::accumulate(tensor_bytes.begin(), tensor_bytes.end(), std::size_t{0});
@@ -137,9 +141,20 @@ Workload make_replay(const Trace& trace, const std::string& name, const OpTime& 
     w.tensor_bytes.push_back(trace.storages[s].bytes);
   }
   double carried_us = 0;  // time of ops that touched no kept storage, added to the next kernel
-  for (const auto& op : trace.ops) {
+  for (std::size_t i = 0; i < trace.ops.size(); ++i) {
+    const TraceOp& op = trace.ops[i];
     Kernel k;
-    k.compute_us = carried_us + (time.gpu != nullptr ? op_time_us(op, trace, *time.gpu) : op.time_us * time.cpu_scale);
+    const double us = time.gpu != nullptr ? op_time_us(op, trace, *time.gpu) : op.time_us * time.cpu_scale;
+    // The device clock counts whole nanoseconds in 64 bits: an op of 1e300 flops (or time) would wrap it.
+    if (!(us <= kMaxOpUs)) {
+      char what[160];
+      std::snprintf(what, sizeof what, "%g us as modelled (%s)", us,
+                    time.gpu != nullptr ? "its flops= and bytes= on the GPU profile" : "its time x --compute-scale");
+      throw std::invalid_argument("trace " + name + ": op " + std::to_string(i + 1) + " of the trace (" + op.name +
+                                  ") takes " + what +
+                                  ", more than replay models (10^9 us, 1000 s per op); check its values");
+    }
+    k.compute_us = carried_us + us;
     auto add = [&](std::uint32_t storage, Access a) {
       const auto t = tensor_of[storage];
       if (t == none) return;

@@ -105,7 +105,10 @@ TEST(TraceFormat, BadInputSaysWhereAndWhat) {
             std::string::npos);
   EXPECT_NE(expect_error(head + "storage 5 64 temp y\n").find("ids must be 0, 1, 2... in order (expected 1)"),
             std::string::npos);
-  EXPECT_NE(expect_error(head + "op -3 f 0 -\n").find("not a non-negative number"), std::string::npos);
+  EXPECT_NE(expect_error(head + "op -3 f 0 -\n").find("not a finite, non-negative number"), std::string::npos);
+  // from_chars reads "inf": an infinite time once wrapped the device clock ("the duration is negative").
+  EXPECT_NE(expect_error(head + "op inf f 0 -\n").find("t.trace:3: op time \"inf\" is not a finite"),
+            std::string::npos);
   EXPECT_NE(expect_error(head + "op 1 f 0,,0 -\n").find("bad storage id list"), std::string::npos);
   EXPECT_NE(expect_error(head + "opp 1 f 0 -\n").find("unknown record \"opp\""), std::string::npos);
   EXPECT_NE(expect_error(head + "storage 1 lots temp y\n").find("not a whole number"), std::string::npos);
@@ -170,7 +173,9 @@ TEST(TraceFormat, OpCostsRoundTripAndVersionOneStaysReadable) {
   const std::string head = "tvmm-trace 2\nstorage 0 64 temp x\n";
   EXPECT_NE(expect_error(head + "op 1 f 0 - watts=3\n").find("expected flops=<n> or bytes=<n>"), std::string::npos);
   EXPECT_NE(expect_error(head + "op 1 f 0 - flops=1 flops=2\n").find("given twice"), std::string::npos);
-  EXPECT_NE(expect_error(head + "op 1 f 0 - bytes=-4\n").find("not a non-negative number"), std::string::npos);
+  EXPECT_NE(expect_error(head + "op 1 f 0 - bytes=-4\n").find("not a finite, non-negative number"), std::string::npos);
+  EXPECT_NE(expect_error(head + "op 1 f 0 - flops=infinity\n").find("t.trace:3: op flops \"infinity\" is not a finite"),
+            std::string::npos);
   EXPECT_NE(expect_error("tvmm-trace 1\nstorage 0 64 temp x\nop 1 f 0 - flops=1\n").find("op needs"),
             std::string::npos);
   EXPECT_NE(expect_error("tvmm-trace 3\n").find("must be \"tvmm-trace 2\""), std::string::npos);

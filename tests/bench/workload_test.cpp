@@ -71,6 +71,25 @@ TEST(Workloads, EveryRegisteredWorkloadBuildsIntoTensorsAndKernels) {
   EXPECT_THROW((void)find_workload("replay")->make(sizes, "/nonexistent/x.trace.gz"), std::exception);
 }
 
+// An op whose modelled time would wrap the device clock (64-bit nanoseconds) is refused, naming the op
+// and where its time comes from; every run once failed with "the duration is negative".
+TEST(Workloads, ReplayRefusesAnOpLongerThanItCanModel) {
+  Trace t = hand_made();
+  t.ops[2].time_us = 1e300;
+  try {
+    (void)make_replay(t, "replay:hand", 1.0, 1 * MiB);
+    ADD_FAILURE() << "an op of 1e300 us was replayed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("op 3 of the trace (addcmul_) takes 1e+300 us as modelled (its time x "
+                                         "--compute-scale), more than replay models"),
+              std::string::npos)
+        << e.what();
+  }
+  t.ops[2].time_us = 7;  // within the limit, but scaled past it
+  EXPECT_THROW((void)make_replay(t, "replay:hand", 1e300, 1 * MiB), std::invalid_argument);
+  EXPECT_NO_THROW((void)make_replay(t, "replay:hand", 1e6, 1 * MiB));
+}
+
 TEST(Workloads, ReplayMapsStoragesToTensorsAndOpsToKernels) {
   const auto w = make_replay(hand_made(), "replay:hand", 0.5, 1 * MiB);
   EXPECT_EQ(w.tensor_bytes, (std::vector<std::size_t>{4 * MiB, 2 * MiB, 3 * MiB}));  // the scalar is left out
