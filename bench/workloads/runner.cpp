@@ -153,9 +153,12 @@ Budgets budgets_for(const Workload& w, const RunOptions& o, double ratio) {
         "at " + std::string(at) + " in pages of " + format_bytes(o.page_bytes) + ", the " +
         (o.device == "cuda" ? std::string() : std::to_string(b.frames) + " simulated device pages and the ") +
         std::to_string(host_held) + " host-tier pages would take up to " + format_bytes(held_pages * o.page_bytes) +
-        " of this machine's memory, which has " + format_bytes(available) +
-        " available; use smaller pages (--page-mib), a host tier smaller than the working set "
-        "(--host-fraction above 0, the rest on NVMe in --disk-dir), or a smaller workload");
+        " of this machine's memory, which has " + format_bytes(available) + " available; use " +
+        (o.page_bytes > 2 * MiB ? "smaller pages (--page-mib), " : "") +
+        (o.host_fraction <= 0 ? "a host tier smaller than the working set (--host-fraction above 0, the rest on "
+                                "NVMe in --disk-dir), "
+                              : "a smaller --host-fraction, ") +
+        "or a smaller workload");
   }
   return b;
 }
@@ -286,34 +289,62 @@ BoundSplit window_program(const char* name, const Workload& w, std::size_t frame
   std::vector<std::int64_t> bytes(tensors);
   for (std::size_t t = 0; t < tensors; ++t) bytes[t] = static_cast<std::int64_t>(w.tensor_bytes[t]);
   const auto capacity = static_cast<std::int64_t>(frames * page_bytes);
-  // read_next[k * tensors + t] (write-backs only): after kernel k (its pins, then its discards), tensor t's
-  // next event, in the cycle of iterations, is a pin that reads its contents. Built backwards over two
-  // cycles.
-  std::vector<std::uint8_t> read_next(write_backs ? n * tensors : 0, 0);
-  if (write_backs) {
-    std::vector<std::uint8_t> next(tensors, 0);  // the next event from here on reads
-    for (std::size_t step = 2 * n; step-- > 0;) {
-      const Kernel& k = w.step[step % n];
-      if (step < n)
-        std::copy(next.begin(), next.end(), read_next.begin() + static_cast<std::ptrdiff_t>(step * tensors));
-      for (const auto t : k.discards) next[t] = 0;
-      for (auto p = k.pins.rbegin(); p != k.pins.rend(); ++p) next[p->tensor] = p->access != Access::write ? 1 : 0;
-    }
+  // events[t] (write-backs only): kernel k's first event on tensor t, for each kernel that has one, in
+  // kernel order: whether it is a pin that reads t's contents (its first pin of t, else a discard: no).
+  // reads_after(k, t): t's next event after kernel k (its pins, then its discards), in the cycle of
+  // iterations, is a pin that reads. (A table of kernels x tensors took 10 GB for a trace of 100k ops
+  // and 100k storages.)
+  std::vector<std::vector<std::pair<std::uint32_t, bool>>> events(write_backs ? tensors : 0);
+  std::size_t events_per_iteration = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const Kernel& kernel = w.step[k];
+    events_per_iteration += kernel.pins.size() + kernel.discards.size() + 1;
+    if (!write_backs) continue;
+    auto note = [&](std::uint32_t t, bool reads) {
+      if (events[t].empty() || events[t].back().first != k)
+        events[t].emplace_back(static_cast<std::uint32_t>(k), reads);
+    };
+    for (const auto& p : kernel.pins) note(p.tensor, p.access != Access::write);
+    for (const auto t : kernel.discards) note(t, false);
+  }
+  auto reads_after = [&](std::size_t k, std::uint32_t t) {
+    const auto& e = events[t];
+    const auto it = std::upper_bound(e.begin(), e.end(), k, [](std::size_t x, const auto& ev) { return x < ev.first; });
+    return (it != e.end() ? *it : e.front()).second;  // t has an event in kernel k at least
+  };
+  // Runs are at most one iteration long; on traces so long that growing every run that far would take
+  // more than kWindowWork event visits, at most max_run kernels. Each run considered gives a bound, so
+  // considering fewer gives a looser one, never a wrong one.
+  constexpr double kWindowWork = 1e8;
+  std::size_t max_run = n;
+  if (const double work = static_cast<double>(total) * static_cast<double>(events_per_iteration); work > kWindowWork) {
+    max_run = std::max<std::size_t>(
+        1, static_cast<std::size_t>(kWindowWork / static_cast<double>(total) /
+                                    (static_cast<double>(events_per_iteration) / static_cast<double>(n))));
+    max_run = std::min(max_run, n);
+    std::fprintf(stderr,
+                 "tvmm-bench: %s: %zu kernels per iteration; its runs are limited to %zu kernels (a looser bound)\n",
+                 name, n, max_run);
   }
   // first[t]: how the run's first event on tensor t treats its contents; last[t]: whether the run leaves
-  // data of t that is read later (its last write-or-discard of t was a write).
+  // data of t that is read later (its last write-or-discard of t was a write). Reset through `touched`.
   enum : std::uint8_t { absent, needs, no_data };
   enum : std::uint8_t { unknown, produced, not_produced };
-  std::vector<std::uint8_t> first(tensors), last(tensors);
+  std::vector<std::uint8_t> first(tensors, absent), last(tensors, unknown);
+  std::vector<std::uint32_t> touched;
   std::vector<double> f(total + 1, 0.0);      // f[j]: the bound for the first j kernels
   std::vector<BoundRun> last_run(total + 1);  // the last run of f[j]'s split
   for (std::size_t j = 1; j <= total; ++j) {
-    std::fill(first.begin(), first.end(), absent);
-    std::fill(last.begin(), last.end(), unknown);
-    const std::uint8_t* reads_after = write_backs ? read_next.data() + ((j - 1) % n) * tensors : nullptr;
+    for (const auto t : touched) {
+      first[t] = absent;
+      last[t] = unknown;
+    }
+    touched.clear();
+    const std::size_t after = (j - 1) % n;  // the run ends with this kernel of the iteration
     std::int64_t need = 0, out = 0;
     double compute = 0, best = 0;
     auto set_first = [&](std::uint32_t t, std::uint8_t how) {
+      if (first[t] == absent && last[t] == unknown) touched.push_back(t);
       if (first[t] == needs) need -= bytes[t];
       first[t] = how;
       if (how == needs) need += bytes[t];
@@ -322,7 +353,7 @@ BoundSplit window_program(const char* name, const Workload& w, std::size_t frame
     // growing leftwards, the first one seen.
     auto set_last = [&](std::uint32_t t, bool wrote) {
       if (!write_backs || last[t] != unknown) return;
-      last[t] = wrote && reads_after[t] != 0 ? produced : not_produced;
+      last[t] = wrote && reads_after(after, t) ? produced : not_produced;
       if (last[t] == produced) out += bytes[t];
     };
     const auto excess_s = [&](std::int64_t x) {
@@ -330,7 +361,7 @@ BoundSplit window_program(const char* name, const Workload& w, std::size_t frame
     };
     // Grow the run [i, j] leftwards: kernel i's events become the run's first (its pins, then its
     // discards, so set the discards first and let the pins override them).
-    for (std::size_t i = j; i >= 1 && j - i < n; --i) {
+    for (std::size_t i = j; i >= 1 && j - i < max_run; --i) {
       const Kernel& k = w.step[(i - 1) % n];
       compute += k.compute_us * 1e-6;
       for (const auto t : k.discards) {

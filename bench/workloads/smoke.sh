@@ -28,6 +28,9 @@ if err=$("$bench" --workload train --layers 3 --tensor-mib 2 --ratios 6,8 --iter
   echo "a run in which no ratio could run exited 0:"; echo "$err"; exit 1
 fi
 grep -q "no ratio could run" <<<"$err" || { echo "no summary of the refusal: $err"; exit 1; }
+# The summary gives each ratio's reason, not the last one's only (their reasons may differ).
+grep -Eq "no ratio could run, so it has no results \(at 6.00x: .*; at 8.00x: " <<<"$err" ||
+  { echo "the summary does not give each ratio's reason: $err"; exit 1; }
 grep -Eq "need [0-9]+ device pages at once.*it runs at [0-9.]+x or less" <<<"$err" ||
   { echo "the refusal does not say what the kernel needs: $err"; exit 1; }
 # Every byte written and checked through the pager (the CPU pattern kernels on the simulator).

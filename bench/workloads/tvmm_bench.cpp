@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
     RunOptions jo = o;  // this job's options: a replay on a GPU profile crosses that GPU's bus
     if (job.bus_gbs > 0 && bus_option->count() == 0) jo.bus_gbs = job.bus_gbs;
     std::size_t ratios_run = 0;
-    std::string last_refusal;
+    std::string refusals;  // why each ratio was skipped, if every one was
     std::optional<RunResult> in_memory;
     std::string in_memory_skipped = wants("memory") ? "" : "not asked for (--peers)";
     for (double ratio : job.ratios) {
@@ -382,7 +382,9 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         std::fprintf(stderr, "%stvmm-bench: %s at %.2fx skipped: %s\n", tty ? "\n" : "", w.name.c_str(), ratio,
                      e.what());
-        last_refusal = e.what();
+        char at[32];
+        std::snprintf(at, sizeof at, "at %.2fx: ", ratio);
+        refusals += (refusals.empty() ? "" : "; ") + std::string(at) + e.what();
         done += per_ratio;
         continue;
       }
@@ -486,7 +488,7 @@ int main(int argc, char** argv) {
       }
     }
     if (ratios_run == 0 && !job.ratios.empty()) {  // nothing of this workload ran: say so, and fail
-      refused.push_back(w.name + ": no ratio could run, so it has no results (" + last_refusal + ")");
+      refused.push_back(w.name + ": no ratio could run, so it has no results (" + refusals + ")");
       ++failures;
     }
   }

@@ -45,6 +45,24 @@ TEST(Workloads, TheWindowBoundCountsThePagesARunOfKernelsMustLoad) {
 
 // tvmm drops a page whose host copy is current, with or without an NVMe tier, so Belady must too, or
 // it would not bound tvmm's bytes.
+// A trace of 8000 kernels on 8000 tensors: the window program once kept a table of kernels x tensors
+// (64 MB here, 10 GB for 100k of each) and grew every run up to a whole iteration (over 10^9 steps); it
+// now looks each tensor's next event up and limits the runs' length on such traces. Each kernel reads
+// and writes its own page in 10 us with a bus that moves a page in 10 ns: the compute binds every run,
+// and the bound is the iteration's compute, as without the limit.
+TEST(Workloads, TheWindowProgramOfALongTraceIsStillItsComputeWhereTheComputeBinds) {
+  Workload w;
+  w.name = "long";
+  constexpr std::uint32_t n = 8000;
+  for (std::uint32_t k = 0; k < n; ++k) {
+    w.tensor_bytes.push_back(2 * MiB);
+    w.step.push_back({{{k, Access::read_write}}, 10, {}});
+  }
+  const double bus = 2.0 * MiB / 10e-9;
+  EXPECT_NEAR(lower_bound_split(w, 2, 2 * MiB, bus).per_iteration_s, n * 10e-6, 1e-9);
+  EXPECT_NEAR(window_bound_s(w, 2, 2 * MiB, bus), n * 10e-6, 1e-9);
+}
+
 TEST(Workloads, BeladyDropsCleanPagesWithOrWithoutAnNvmeTier) {
   const auto w = two_in_turn(Access::read, false);  // two 2-page tensors, read in turn, never written
   RunOptions o;
