@@ -27,8 +27,8 @@ Workload scan(const WorkloadSizes& s, const std::string&) {
 }
 Workload replay(const WorkloadSizes& s, const std::string& trace_path) {
   const auto trace = read_trace(trace_path);
-  const auto model =
-      trace.meta.count("model") ? trace.meta.at("model") : std::filesystem::path(trace_path).filename().string();
+  const auto model = trace.meta.count("model") && !trace.meta.at("model").empty() ? name_part(trace.meta.at("model"))
+                                                                                  : trace_stem(trace_path);
   const OpTime time{s.compute_scale, s.op_time == "cpu" ? nullptr : &gpu_profile(s.op_time)};
   return make_replay(trace, "replay:" + model, time, s.min_mib * kMiB);
 }
@@ -46,5 +46,23 @@ constexpr WorkloadInfo kWorkloads[] = {
 std::span<const WorkloadInfo> workloads() noexcept { return kWorkloads; }
 
 const WorkloadInfo* find_workload(std::string_view name) noexcept { return common::find_by_name(workloads(), name); }
+
+std::string name_part(std::string s) {
+  for (auto& c : s) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                       c == '_' || c == '+' || c == '-';
+    if (!plain) c = '_';
+  }
+  return s.empty() ? "_" : s;
+}
+
+std::string trace_stem(const std::string& path) {
+  std::string s = std::filesystem::path(path).filename().string();
+  for (const std::string end : {".gz", ".trace"}) {
+    if (s.size() > end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0)
+      s.resize(s.size() - end.size());
+  }
+  return name_part(s);
+}
 
 }  // namespace tvmm::bench

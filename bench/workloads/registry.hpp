@@ -39,5 +39,10 @@ struct WorkloadInfo {
 std::span<const WorkloadInfo> workloads() noexcept;
 //! The workload named `name`, or null.
 const WorkloadInfo* find_workload(std::string_view name) noexcept;
+//! `s` with every character but letters, digits and . _ + - replaced by '_': a trace's model name or
+//! file name becomes part of workload names, file names, CSV fields and gnuplot strings.
+std::string name_part(std::string s);
+//! A trace file's name without its directory and its .gz and .trace endings, as name_part makes it.
+std::string trace_stem(const std::string& path);
 
 }  // namespace tvmm::bench

@@ -18,6 +18,12 @@ check random-zipf "$("$bench" --workload random --zipf 1.1 --tensors 12 --tensor
 check scan "$("$bench" --workload scan --tensors 8 --tensor-mib 2 "${small[@]}")"
 check replay:resnet18 "$("$bench" --workload replay --trace "$src/bench/traces/resnet18.trace.gz" --min-mib 4 \
   "${small[@]}")"
+# Two traces of one model (here one file twice) get two names, so their rows and files stay apart.
+two=$("$bench" --workload replay --trace "$src/bench/traces/resnet18.trace.gz" "$src/bench/traces/resnet18.trace.gz" \
+  --min-mib 4 --iterations 3 --ratios 2 --policies lru --peers none 2>&1)
+grep -q "^workload replay:resnet18:" <<<"$two" && grep -q "^workload replay:resnet18-resnet18:" <<<"$two" &&
+  grep -q "is replay:resnet18 too; its runs are named replay:resnet18-resnet18" <<<"$two" ||
+  { echo "two traces of one model were not told apart:"; echo "$two"; exit 1; }
 # A replay without --trace is refused with the fix.
 if err=$("$bench" --workload replay 2>&1); then echo "replay without --trace succeeded"; exit 1; fi
 grep -q -- "needs --trace FILE" <<<"$err" || { echo "unclear error: $err"; exit 1; }

@@ -314,7 +314,21 @@ int main(int argc, char** argv) {
                      workload.c_str());
         return 2;
       }
-      for (const auto& t : traces) jobs.push_back({build(workload, sizes, t), ratios, true, profile_bus_gbs(sizes)});
+      for (const auto& t : traces) {
+        auto w = build(workload, sizes, t);
+        // Two traces of one model (capture.py names the model, not its sizes) would share their rows, CSV
+        // files and plots: the later one is named after its file too.
+        const std::string named = w.name;
+        auto taken = [&] {
+          return std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.workload.name == w.name; });
+        };
+        for (int k = 1; taken(); ++k) w.name = named + "-" + trace_stem(t) + (k == 1 ? "" : "-" + std::to_string(k));
+        if (w.name != named) {
+          std::fprintf(stderr, "tvmm-bench: %s is %s too; its runs are named %s\n", t.c_str(), named.c_str(),
+                       w.name.c_str());
+        }
+        jobs.push_back({std::move(w), ratios, true, profile_bus_gbs(sizes)});
+      }
     } else {
       if (quick) {
         sizes.layers = 6;

@@ -90,6 +90,26 @@ TEST(Workloads, ReplayRefusesAnOpLongerThanItCanModel) {
   EXPECT_NO_THROW((void)make_replay(t, "replay:hand", 1e6, 1 * MiB));
 }
 
+// A trace's model name (or file name) becomes part of file names, CSV fields and gnuplot strings: a
+// comma, quote or slash in it once split CSV rows and broke plots.gp.
+TEST(Workloads, AReplaysNameKeepsToCharactersSafeInFilesAndTables) {
+  EXPECT_EQ(name_part("resnet18_b4-1.5x+v2"), "resnet18_b4-1.5x+v2");
+  EXPECT_EQ(name_part("../evil/x,y\"z w"), ".._evil_x_y_z_w");
+  EXPECT_EQ(name_part(""), "_");
+  EXPECT_EQ(trace_stem("/a/b/gpt2.trace.gz"), "gpt2");
+  EXPECT_EQ(trace_stem("my model.trace"), "my_model");
+  EXPECT_EQ(trace_stem("x.gz"), "x");
+  const test::TempDir dir;
+  Trace t = hand_made();
+  t.meta["model"] = "../evil/x,y\"z";
+  write_trace(dir.path() + "/odd.trace.gz", t);
+  WorkloadSizes sizes;
+  EXPECT_EQ(find_workload("replay")->make(sizes, dir.path() + "/odd.trace.gz").name, "replay:.._evil_x_y_z");
+  t.meta.erase("model");
+  write_trace(dir.path() + "/no model.trace.gz", t);
+  EXPECT_EQ(find_workload("replay")->make(sizes, dir.path() + "/no model.trace.gz").name, "replay:no_model");
+}
+
 TEST(Workloads, ReplayMapsStoragesToTensorsAndOpsToKernels) {
   const auto w = make_replay(hand_made(), "replay:hand", 0.5, 1 * MiB);
   EXPECT_EQ(w.tensor_bytes, (std::vector<std::size_t>{4 * MiB, 2 * MiB, 3 * MiB}));  // the scalar is left out
