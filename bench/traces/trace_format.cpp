@@ -14,7 +14,7 @@ namespace tvmm::bench {
 namespace {
 
 [[noreturn]] void fail(const std::string& source, std::size_t line, const std::string& what) {
-  throw std::runtime_error(source + ":" + std::to_string(line) + ": " + what);
+  throw std::runtime_error(source + (line == 0 ? "" : ":" + std::to_string(line)) + ": " + what);
 }
 
 std::vector<std::string> split_ws(const std::string& line, std::size_t max_fields) {
@@ -92,7 +92,11 @@ Trace parse_trace(const std::string& text, const std::string& source) {
   std::uint64_t total_bytes = 0;  // of the storages so far (at most kMaxTraceBytes)
   while (std::getline(in, line)) {
     ++n;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    // Tabs separate fields as spaces do; trailing blanks (and CR, from CRLF files) and a UTF-8 byte order
+    // mark at the start are not part of the text.
+    std::replace(line.begin(), line.end(), '\t', ' ');
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (n == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     if (line.empty() || line[0] == '#') continue;
     if (!header) {
       if (line == "tvmm-trace 1") {
@@ -198,7 +202,8 @@ Trace read_trace(const std::string& path) {
   const char* msg = gzerror(f, &err);
   const std::string why = got < 0 ? std::string(msg) : "";
   gzclose(f);
-  if (got < 0) throw std::runtime_error("reading trace " + path + " failed: " + why + " (a truncated .gz file?)");
+  if (got < 0)
+    throw std::runtime_error("reading trace " + path + " failed: " + why + " (a corrupt or truncated .gz file?)");
   // At the end of the input gzread returns what it has, and 0 after it; Z_BUF_ERROR then means "the input
   // file ended in the middle of a gzip stream" (zlib.h, gzread). What was read is a prefix of the trace,
   // which may well parse (a cut after a flushed line): refuse it rather than replay part of a model.

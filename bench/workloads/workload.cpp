@@ -7,6 +7,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "tvmm/config.hpp"
+
 namespace tvmm::bench {
 namespace {
 // The longest op replay models, in microseconds: the device clock counts nanoseconds in 64 bits.
@@ -189,9 +191,12 @@ Workload make_replay(const Trace& trace, const std::string& name, const OpTime& 
   for (std::uint32_t t = 0; t < last.size(); ++t) {
     if (last[t] != unseen && born[t]) w.step[last[t]].discards.push_back(t);
   }
-  if (w.step.empty())
-    throw std::invalid_argument("trace " + name + ": no op touches a storage of at least " + std::to_string(min_bytes) +
-                                " bytes; nothing to replay");
+  if (w.step.empty() && trace.ops.empty())
+    throw std::invalid_argument("trace " + name + " has no op; nothing to replay");
+  if (w.step.empty()) {
+    throw std::invalid_argument("trace " + name + ": no op touches a storage of at least " + format_bytes(min_bytes) +
+                                " (--min-mib leaves smaller ones out); nothing to replay");
+  }
   return w;
 }
 

@@ -97,8 +97,16 @@ TEST(TraceFormat, ShippedTracesAreRealTrainingSteps) {
   }
 }
 
+// Files edited by hand or written by other tools: a byte order mark, tabs between fields and blanks at
+// the ends of lines read as the plain text does (each was refused with a message that missed the cause).
+TEST(TraceFormat, AByteOrderMarkTabsAndTrailingBlanksReadAsPlainText) {
+  const std::string plain = "tvmm-trace 1\nstorage 0 64 temp x\nop 1.5 f 0 -\n";
+  const std::string edited = "\xEF\xBB\xBFtvmm-trace 1 \r\nstorage\t0\t64 temp x\t\nop 1.5\tf 0 -  \n";
+  EXPECT_EQ(parse_trace(edited, "edited"), parse_trace(plain, "plain"));
+}
+
 TEST(TraceFormat, BadInputSaysWhereAndWhat) {
-  EXPECT_NE(expect_error("").find("empty trace"), std::string::npos);
+  EXPECT_NE(expect_error("").find("t.trace: empty trace"), std::string::npos);  // no line 0
   EXPECT_NE(expect_error("hello\n").find("t.trace:1: not a tvmm trace"), std::string::npos);
   const std::string head = "tvmm-trace 1\nstorage 0 64 temp x\n";
   EXPECT_NE(expect_error(head + "op 1 f 0,1 -\n").find("t.trace:3: storage 1 is used before its storage line"),

@@ -110,6 +110,23 @@ TEST(Workloads, AReplaysNameKeepsToCharactersSafeInFilesAndTables) {
   EXPECT_EQ(find_workload("replay")->make(sizes, dir.path() + "/no model.trace.gz").name, "replay:no_model");
 }
 
+// A trace with nothing to replay says why: no op at all, or none on a storage --min-mib keeps.
+TEST(Workloads, ReplayOfNothingSaysWhy) {
+  Trace t = hand_made();
+  auto message = [](const Trace& trace, std::size_t min_bytes) {
+    try {
+      (void)make_replay(trace, "replay:hand", 1.0, min_bytes);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(t, 64 * MiB).find("no op touches a storage of at least 64 MiB (--min-mib leaves smaller ones out)"),
+            std::string::npos);
+  t.ops.clear();
+  EXPECT_NE(message(t, 0).find("trace replay:hand has no op"), std::string::npos);
+}
+
 TEST(Workloads, ReplayMapsStoragesToTensorsAndOpsToKernels) {
   const auto w = make_replay(hand_made(), "replay:hand", 0.5, 1 * MiB);
   EXPECT_EQ(w.tensor_bytes, (std::vector<std::size_t>{4 * MiB, 2 * MiB, 3 * MiB}));  // the scalar is left out
