@@ -508,13 +508,14 @@ class PagerImpl {
   //! mu_. 0 until a page has been mapped.
   std::chrono::nanoseconds remap_cost_{0};
   //! Whether a remap costs enough that eviction should prefer the page holding an incoming page's old
-  //! frame (select_victims): at least 10 µs per 2 MiB of page (at least 10 µs), a quarter of copying it
-  //! at 50 GB/s. A GPU's driver takes tens of µs (docs/benchmarks.md, "VMM call costs"); the
-  //! simulator's host clock counts only the costs it models (none unless configured). Where mapping is
-  //! cheaper, a remap is not worth a possible extra page-in.
-  [[nodiscard]] bool remaps_costly() const noexcept {
-    return remap_cost_ >= std::chrono::microseconds(10) * std::max<std::int64_t>(1, page_size_ >> 21);
-  }
+  //! frame (select_victims): at least 10 µs of host time per page, whatever the page size. A GPU's driver
+  //! takes tens of µs per mapping, large or small (docs/benchmarks.md, "VMM call costs"); the
+  //! simulator's host clock counts only the costs it models (none unless configured), and with none
+  //! eviction is exactly the policy's. Until 2026-12-02 the threshold grew with the page (10 µs per
+  //! 2 MiB, a quarter of copying it at 50 GB/s), so with 8 MiB pages and more the preference was off
+  //! on a GPU's costs: the pages a pin writes afresh, which copy nothing, were remapped on every load
+  //! (docs/benchmarks.md, "Kept mappings with pages of 8 and 16 MiB").
+  [[nodiscard]] bool remaps_costly() const noexcept { return remap_cost_ >= std::chrono::microseconds(10); }
 };
 
 //! Builds a public Pager around an implementation (for tests that supply their own backend).
