@@ -11,8 +11,10 @@
 
 namespace tvmm::bench {
 namespace {
-// The longest op replay models, in microseconds: the device clock counts nanoseconds in 64 bits.
+// The longest op, and step, replay models, in microseconds: the device clock counts nanoseconds in 64
+// bits (292 years), over every iteration of a run.
 constexpr double kMaxOpUs = 1e9;
+constexpr double kMaxStepUs = 1e12;
 }  // namespace
 
 std::size_t Workload::total_bytes() const {
@@ -143,6 +145,7 @@ Workload make_replay(const Trace& trace, const std::string& name, const OpTime& 
     w.tensor_bytes.push_back(trace.storages[s].bytes);
   }
   double carried_us = 0;  // time of ops that touched no kept storage, added to the next kernel
+  double step_us = 0;
   for (std::size_t i = 0; i < trace.ops.size(); ++i) {
     const TraceOp& op = trace.ops[i];
     Kernel k;
@@ -157,6 +160,7 @@ Workload make_replay(const Trace& trace, const std::string& name, const OpTime& 
                                   ", more than replay models (10^9 us, 1000 s per op); check its values");
     }
     k.compute_us = carried_us + us;
+    step_us += us;
     auto add = [&](std::uint32_t storage, Access a) {
       const auto t = tensor_of[storage];
       if (t == none) return;
@@ -190,6 +194,12 @@ Workload make_replay(const Trace& trace, const std::string& name, const OpTime& 
   }
   for (std::uint32_t t = 0; t < last.size(); ++t) {
     if (last[t] != unseen && born[t]) w.step[last[t]].discards.push_back(t);
+  }
+  if (!(step_us <= kMaxStepUs)) {
+    char what[64];
+    std::snprintf(what, sizeof what, "%g us", step_us);
+    throw std::invalid_argument("trace " + name + ": its ops take " + what +
+                                " per step as modelled, more than replay models (10^12 us); check their values");
   }
   if (w.step.empty() && trace.ops.empty())
     throw std::invalid_argument("trace " + name + " has no op; nothing to replay");

@@ -88,6 +88,9 @@ TEST(Workloads, ReplayRefusesAnOpLongerThanItCanModel) {
   t.ops[2].time_us = 7;  // within the limit, but scaled past it
   EXPECT_THROW((void)make_replay(t, "replay:hand", 1e300, 1 * MiB), std::invalid_argument);
   EXPECT_NO_THROW((void)make_replay(t, "replay:hand", 1e6, 1 * MiB));
+  // Each op within the limit, but the step past what the clock holds over a run.
+  t.ops.assign(2000, TraceOp{"mm", 9e8, {0}, {1}});
+  EXPECT_THROW((void)make_replay(t, "replay:hand", 1.0, 1 * MiB), std::invalid_argument);
 }
 
 // A trace's model name (or file name) becomes part of file names, CSV fields and gnuplot strings: a
