@@ -51,7 +51,10 @@ std::vector<std::uint32_t> parse_ids(const std::string& field, std::size_t stora
     const auto j = std::min(field.find(',', i), field.size());
     std::uint32_t id = 0;
     if (!parse_number(field.substr(i, j - i), id))
-      fail(source, line, "bad storage id list \"" + field + "\": expected comma-separated ids or -");
+      fail(source, line,
+           "bad storage id list \"" + field + "\": expected comma-separated ids or -" +
+               (field.find('=') != std::string::npos ? " (an op lists its READS and WRITES before flops= and bytes=)"
+                                                     : ""));
     if (id >= storages)
       fail(source, line,
            "storage " + std::to_string(id) + " is used before its storage line (there are " + std::to_string(storages) +

@@ -181,6 +181,7 @@ TEST(TraceFormat, OpCostsRoundTripAndVersionOneStaysReadable) {
   const std::string head = "tvmm-trace 2\nstorage 0 64 temp x\n";
   EXPECT_NE(expect_error(head + "op 1 f 0 - watts=3\n").find("expected flops=<n> or bytes=<n>"), std::string::npos);
   EXPECT_NE(expect_error(head + "op 1 f 0 - flops=1 flops=2\n").find("given twice"), std::string::npos);
+  EXPECT_NE(expect_error(head + "op 1 f 0 flops=1\n").find("READS and WRITES before flops="), std::string::npos);
   EXPECT_NE(expect_error(head + "op 1 f 0 - bytes=-4\n").find("not a finite, non-negative number"), std::string::npos);
   EXPECT_NE(expect_error(head + "op 1 f 0 - flops=infinity\n").find("t.trace:3: op flops \"infinity\" is not a finite"),
             std::string::npos);
