@@ -20,6 +20,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/physical_memory.hpp"
 #include "preload/launch_gate.hpp"
 #include "tvmm/errors.hpp"
 #include "vmm/api/last_error.hpp"
@@ -309,15 +310,11 @@ vmm::TransparentHeap* create_heap(int device) {
       format_bytes(h->config().host_budget).c_str(), format_bytes(h->config().page_size).c_str());
   // The host budget is taken as given (host-located frames are made as pages need them), so a budget
   // beyond what the machine holds fails only once its memory runs out: said now, where it is set.
-  if (const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGESIZE);
-      device == 0 && pages > 0 && size > 0) {
-    const auto ram = static_cast<std::size_t>(pages) * static_cast<std::size_t>(size);
-    if (h->config().host_budget > ram) {
-      log(Level::warn,
-          "the host budget (%s) is more than this machine's memory (%s): allocations fail once the machine "
-          "runs out; lower TVMM_HOST_BUDGET (host.budget) to what it can hold",
-          format_bytes(h->config().host_budget).c_str(), format_bytes(ram).c_str());
-    }
+  if (const std::size_t ram = common::physical_memory(); device == 0 && ram != 0 && h->config().host_budget > ram) {
+    log(Level::warn,
+        "the host budget (%s) is more than this machine's memory (%s): allocations fail once the machine "
+        "runs out; lower TVMM_HOST_BUDGET (host.budget) to what it can hold",
+        format_bytes(h->config().host_budget).c_str(), format_bytes(ram).c_str());
   }
   if (auto* remap = dynamic_cast<vmm::RemapHeap*>(h); remap != nullptr && h->device().properties().host_accessible) {
     g_remap_heap.store(remap, std::memory_order_release);

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "common/physical_memory.hpp"
 #include "kernels/pattern.hpp"
 #include "policies/belady.hpp"
 #include "vmm/api/make_pager.hpp"
@@ -174,8 +175,7 @@ std::size_t available_memory() noexcept {
     std::fclose(f);
     if (found) return static_cast<std::size_t>(kib) * 1024;
   }
-  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && size > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(size) : 0;
+  return common::physical_memory();
 }
 
 Reference reference(const Workload& w, const RunOptions& o, const Budgets& b) {

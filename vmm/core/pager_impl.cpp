@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backends/storage/slot_files.hpp"
+#include "common/physical_memory.hpp"
 #include "common/scope_guard.hpp"
 #include "policies/registry.hpp"
 #include "vmm/core/check.hpp"
@@ -91,13 +92,11 @@ std::unique_ptr<AddressSpace> PagerImpl::reserve_address_space(const Config& giv
   }
   // The page table takes host memory for every page of the reservation, allocated at once.
   const std::size_t table_bytes = cfg_.va_size / page_size_ * sizeof(PageEntry);
-  const long phys_pages = ::sysconf(_SC_PHYS_PAGES), host_page = ::sysconf(_SC_PAGESIZE);
-  if (phys_pages > 0 && host_page > 0 && table_bytes > std::size_t(phys_pages) * std::size_t(host_page) / 4) {
+  if (const std::size_t ram = common::physical_memory(); ram != 0 && table_bytes > ram / 4) {
     throw config_error("the page table for a " + format_bytes(cfg_.va_size) + " address reservation (" +
                        va_size_origin(given, cfg_) + ") needs " + format_bytes(table_bytes) + " of host memory (" +
                        std::to_string(sizeof(PageEntry)) + " B per " + format_bytes(page_size_) +
-                       " page), more than a quarter of this machine's " +
-                       format_bytes(std::size_t(phys_pages) * std::size_t(host_page)) +
+                       " page), more than a quarter of this machine's " + format_bytes(ram) +
                        "; set device.va_size to the total size of the tensors you need live at once, or raise "
                        "device.page_size");
   }

@@ -9,6 +9,7 @@
 
 #include "backends/device/sim/copy_engine.hpp"
 #include "backends/device/sim/sim_stream.hpp"
+#include "common/physical_memory.hpp"
 #include "tvmm/errors.hpp"
 
 namespace tvmm::device {
@@ -37,10 +38,8 @@ constexpr std::uint64_t host_bit = std::uint64_t{1} << 63;
 std::size_t chunk_offset(std::uint64_t handle) noexcept { return (handle & ~host_bit) - 1; }
 
 std::size_t physical_ram() noexcept {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long size = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && size > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(size)
-                               : std::size_t{1} << 34;
+  const std::size_t ram = common::physical_memory();
+  return ram != 0 ? ram : std::size_t{1} << 34;
 }
 
 int open_memory(const char* name, std::size_t bytes) {
