@@ -14,6 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
+
+#include "bench/workloads/registry.hpp"
 
 namespace tvmm::bench {
 namespace {
@@ -290,12 +293,7 @@ std::string gnuplot_script(const std::vector<std::string>& workloads, const std:
 
 }  // namespace
 
-std::string file_name(std::string s) {
-  for (auto& c : s) {
-    if (c == ':' || c == '/' || c == ' ') c = '_';
-  }
-  return s;
-}
+std::string file_name(std::string s) { return name_part(std::move(s)); }
 
 bool write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

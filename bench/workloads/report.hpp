@@ -63,7 +63,8 @@ std::string summary_json(const std::vector<Record>& records);
 //! The fields every summary.json record has (docs/benchmarks.md lists them; a test checks both).
 const std::vector<std::string>& summary_fields();
 
-//! `s` (a workload's name, "replay:gpt2") as part of a file name: ':', '/' and ' ' made '_'.
+//! `s` (a workload's name, "replay:gpt2") as part of a file name: name_part (registry.hpp), so ':' and
+//! anything else but letters, digits and . _ + - made '_'.
 std::string file_name(std::string s);
 
 //! Writes `text` to `path`; false, with the reason on stderr, when it cannot.
