@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <system_error>
 
+#include "tvmm/config.hpp"
 #include "tvmm/errors.hpp"
 
 namespace tvmm::topology {
@@ -103,8 +105,11 @@ Placement decide(const Topology& topo, std::string_view numa, bool strict, std::
 HostBuffer::HostBuffer(const Topology* topo, const Placement& placement, std::size_t bytes) : bytes_(bytes) {
   p_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p_ == MAP_FAILED) {
+    const int err = errno;
     p_ = nullptr;
-    throw std::bad_alloc();
+    // Address space, not memory (MAP_NORESERVE): only a budget beyond what the process may map fails here.
+    throw out_of_memory("cannot reserve " + format_bytes(bytes) + " of address space for the host tier (mmap: " +
+                        std::strerror(err) + "); lower host.budget (TVMM_HOST_BUDGET)");
   }
   if (placement.kind == Placement::Kind::none || topo == nullptr) {
     outcome_ = "unbound: " + (placement.why.empty() ? std::string("no placement") : placement.why);

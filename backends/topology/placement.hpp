@@ -34,7 +34,8 @@ Placement decide(const Topology& topo, std::string_view numa, bool strict, std::
 //! Anonymous memory for the host tier, bound as `placement` says before it is touched.
 class HostBuffer {
  public:
-  //! `topo` may be null when the placement is none. Throws std::bad_alloc if mmap fails.
+  //! `topo` may be null when the placement is none. Throws tvmm::out_of_memory (a std::bad_alloc)
+  //! naming host.budget if mmap cannot reserve the address space.
   HostBuffer(const Topology* topo, const Placement& placement, std::size_t bytes);
   ~HostBuffer();
   HostBuffer(const HostBuffer&) = delete;

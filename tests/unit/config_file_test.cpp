@@ -132,8 +132,8 @@ TEST(ConfigFile, BadValuesSayWhatWasExpected) {
       {"[device]\nbudget = true\n", "test.toml:2:10", "device.budget = true: expected a size like \"512MiB\""},
       {"[device]\nbudget = \"lots\"\n", "test.toml:2:10", "device.budget = \"lots\": expected a size"},
       {"[device]\nbudget = -5\n", "test.toml:2:10", "device.budget = -5: expected a size"},
-      {"[device.sim]\nbandwidth_gbs = -1\n", "test.toml:2:17", "expected a number of GB/s >= 0"},
-      {"[pager]\nwait_timeout_ms = 0\n", "test.toml:2:19", "expected a number of milliseconds >= 1"},
+      {"[device.sim]\nbandwidth_gbs = -1\n", "test.toml:2:17", "expected a number of GB/s from 0 to 1e9"},
+      {"[pager]\nwait_timeout_ms = 0\n", "test.toml:2:19", "expected a whole number of milliseconds >= 1"},
       {"[policy.eviction]\nname = 5\n", "test.toml:2:8", "policy.eviction.name = 5: expected one of"},
       {"[policy.eviction]\nname = \"lur\"\n", "test.toml:2:8", "Did you mean 'lru'?"},
       {"[device]\nbackend = \"cuda9\"\n", "test.toml:2:11", "expected one of: \"sim\""},
@@ -206,15 +206,17 @@ TEST(ConfigFile, PrintedConfigurationReadsBackTheSame) {
   c.device_budget = 96 * MiB;
   c.page_size = 4 * MiB;
   c.sim.bandwidth_bytes_per_s = 12.5e9;
-  c.sim.copy_latency = std::chrono::microseconds(7);
   c.eviction = "fifo";
   c.wait_timeout = std::chrono::milliseconds(1234);
+  c.bus_bytes_per_s = 25.123456789e9;                       // printed with 6 digits, it read back as 25.1235
+  c.sim.copy_latency = std::chrono::microseconds(1234567);  // and this as 1.23457e+06
   const auto text = to_toml(c);
   const auto back = parse_config(text);
   EXPECT_EQ(to_toml(back), text);
   EXPECT_EQ(back.device_budget, c.device_budget);
   EXPECT_EQ(back.eviction, "fifo");
   EXPECT_EQ(back.sim.copy_latency, c.sim.copy_latency);
+  EXPECT_EQ(back.bus_bytes_per_s, c.bus_bytes_per_s);
 }
 
 TEST(ConfigFile, EveryExampleConfigLoadsAndBuildsAPager) {
@@ -373,6 +375,54 @@ TEST(ConfigFile, DeviceOrdinalIsAutoByDefaultOrANumber) {
   EXPECT_EQ(parse_config("[device]\nordinal = \"auto\"\n").cuda_device, -1);
   const std::string bad = error_of("[device]\nordinal = \"first\"\n");
   EXPECT_TRUE(has(bad, "\"auto\" or a GPU number")) << bad;
+}
+
+// A run of digits too long for a double was std::stod's out_of_range, which no caller expects: the C
+// API called it an internal error and `tvmm check-config` aborted.
+TEST(ConfigFile, ADeviceOrdinalOfManyDigitsIsAConfigError) {
+  const std::string digits(400, '9');
+  const std::string bad = error_of("[device]\nordinal = \"" + digits + "\"\n");
+  EXPECT_TRUE(has(bad, "test.toml:2:11")) << bad;
+  EXPECT_TRUE(has(bad, "a GPU number from 0 to 1024")) << bad;
+  EXPECT_TRUE(has(error_of("[device]\nordinal = \"1025\"\n"), "from 0 to 1024"));
+  EXPECT_EQ(parse_config("[device]\nordinal = \"1024\"\n").cuda_device, 1024);
+  ScopedEnv env("TVMM_DEVICE_ORDINAL", digits.c_str());
+  Config c;
+  try {
+    (void)apply_environment(c);
+    ADD_FAILURE() << "a 400-digit TVMM_DEVICE_ORDINAL was accepted";
+  } catch (const config_error& e) {
+    EXPECT_TRUE(has(e.what(), "TVMM_DEVICE_ORDINAL")) << e.what();
+  }
+}
+
+// The largest finite number a file can hold: a number key refuses it at its line (GB/s keys overflowed
+// to an infinite byte rate, which validate() then reported under the C++ member's name, with no line).
+TEST(ConfigFile, EveryNumberKeyRefusesTheLargestDoubleAtItsLine) {
+  std::size_t checked = 0;
+  for (const auto& k : vmm::config_keys()) {
+    if (k.type != vmm::KeyType::number) continue;
+    const std::string name = std::string(k.section) + "." + std::string(k.key);
+    const std::string m = error_of("[" + std::string(k.section) + "]\n" + std::string(k.key) + " = 1e308\n");
+    EXPECT_TRUE(has(m, "test.toml:2:")) << name << ": " << m;
+    EXPECT_TRUE(has(m, name + " = 1e+308: expected")) << name << ": " << m;
+    ++checked;
+  }
+  EXPECT_GE(checked, 8u);
+}
+
+// An error quotes the value as given: a whole number past the limit used to print as "1e+09".
+TEST(ConfigFile, AnErrorQuotesTheNumberAsGiven) {
+  const std::string m = error_of("[policy.prefetch]\ndistance = 1000000001\n");
+  EXPECT_TRUE(has(m, "policy.prefetch.distance = 1000000001: expected a whole number from 0 to 1e9")) << m;
+}
+
+// A malformed PCI bus id is refused at its line, not later by validate() under the member's name.
+TEST(ConfigFile, AMalformedPciBusIdIsRefusedAtItsLine) {
+  const std::string m = error_of("[device.sim]\npci_bus_id = \"garbage\"\n");
+  EXPECT_TRUE(has(m, "test.toml:2:14")) << m;
+  EXPECT_TRUE(has(m, "device.sim.pci_bus_id = \"garbage\": expected a PCI bus id")) << m;
+  EXPECT_EQ(parse_config("[device.sim]\npci_bus_id = \"0000:65:00.0\"\n").sim.pci_bus_id, "0000:65:00.0");
 }
 
 // Every number and size key refuses nan and inf (TOML has both), in a file and in the environment.

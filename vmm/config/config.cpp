@@ -42,23 +42,30 @@ void Config::validate() const {
     }
   }
   if (device_budget == 0) {
-    throw config_error("device_budget is 0: the device tier needs at least one page; set it to e.g. 256 MiB");
+    throw config_error(
+        "device.budget (Config::device_budget) is 0: the device tier needs at least one page; set it to e.g. "
+        "\"256MiB\"");
   }
   if (host_budget == 0) {
-    throw config_error("host_budget is 0: evicted pages need a host tier of at least one page; set it to e.g. 1 GiB");
+    throw config_error(
+        "host.budget (Config::host_budget) is 0: evicted pages need a host tier of at least one page; set it "
+        "to e.g. \"1GiB\"");
   }
   if (wait_timeout.count() <= 0) {
-    throw config_error("wait_timeout must be positive (it bounds how long a pin waits for others to unpin)");
+    throw config_error(
+        "pager.wait_timeout_ms (Config::wait_timeout) must be positive (it bounds how long a pin waits for "
+        "others to unpin)");
   }
   if (sim.granularity == 0 || (sim.granularity & (sim.granularity - 1)) != 0) {
-    throw config_error("sim.granularity = " + std::to_string(sim.granularity) +
+    throw config_error("device.sim.granularity (Config::sim.granularity) = " + format_bytes(sim.granularity) +
                        " must be a power of two (a real GPU reports 2 MiB)");
   }
   if (!std::isfinite(sim.bandwidth_bytes_per_s) || sim.bandwidth_bytes_per_s < 0.0) {
     throw config_error("sim.bandwidth_bytes_per_s = " + std::to_string(sim.bandwidth_bytes_per_s) +
                        ": expected a finite number of bytes per second >= 0 (0 = unthrottled)");
   }
-  if (sim.copy_latency.count() < 0) throw config_error("sim.copy_latency must be >= 0");
+  if (sim.copy_latency.count() < 0)
+    throw config_error("device.sim.copy_latency_us (Config::sim.copy_latency) must be >= 0");
   for (const auto& [what, speed] : {std::pair{"sim.disk.read_bytes_per_s", sim.disk.read_bytes_per_s},
                                     std::pair{"sim.disk.write_bytes_per_s", sim.disk.write_bytes_per_s}}) {
     if (!std::isfinite(speed) || speed < 0.0) {
@@ -72,11 +79,11 @@ void Config::validate() const {
   }
   if (host_numa != "auto" && host_numa != "none" && host_numa != "interleave" &&
       (host_numa.empty() || host_numa.find_first_not_of("0123456789") != std::string::npos)) {
-    throw config_error("host_numa = \"" + host_numa +
+    throw config_error("host.numa (Config::host_numa) = \"" + host_numa +
                        "\": expected \"auto\", \"none\", \"interleave\" or a NUMA node id such as \"0\"");
   }
   if (unsigned d, b, v, f; !sim.pci_bus_id.empty() && !topology::parse_pci_bus_id(sim.pci_bus_id, &d, &b, &v, &f)) {
-    throw config_error("sim.pci_bus_id = \"" + sim.pci_bus_id +
+    throw config_error("device.sim.pci_bus_id (Config::sim.pci_bus_id) = \"" + sim.pci_bus_id +
                        "\": expected a PCI bus id like \"0000:65:00.0\" (as lspci -D prints it), or \"\"");
   }
   if (nvme.budget != 0 && nvme.paths.empty()) {

@@ -1,17 +1,19 @@
 #include "vmm/config/config_keys.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <optional>
-#include <sstream>
+#include <system_error>
 #include <tuple>
 
 #include "backends/device/registry.hpp"
 #include "backends/storage/registry.hpp"
+#include "backends/topology/topology.hpp"
 #include "common/registry.hpp"
 #include "policies/registry.hpp"
 #include "tvmm/errors.hpp"
@@ -19,9 +21,11 @@
 namespace tvmm::vmm {
 
 std::string toml_number(double d) {
-  std::ostringstream os;
-  os << d;
-  return os.str();
+  // The shortest text that reads back as the same double (std::to_chars without a precision), so a
+  // printed configuration loads back unchanged and an error quotes the value given.
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
+  return ec == std::errc{} ? std::string(buf, end) : std::string("nan");
 }
 
 // A TOML basic string: quotes, backslashes and control characters escaped, so it reads back the same.
@@ -126,6 +130,13 @@ std::uint64_t whole(double d, double max) {
   return static_cast<std::uint64_t>(d);
 }
 
+// GB/s as bytes per second; throws config_error("") above 1e9 GB/s, where the product would grow
+// out of a finite double for the largest numbers a file can hold.
+double gbs(double v) {
+  if (!(v <= 1e9)) throw config_error("");
+  return v * 1e9;
+}
+
 // A size as a TOML string with the largest binary unit that divides it: "256MiB", "4096B".
 std::string toml_size(std::size_t bytes, bool allows_auto) {
   if (bytes == 0 && allows_auto) return "\"auto\"";
@@ -203,7 +214,7 @@ ConfigKey micros_key(std::string_view section, std::string_view key, const char*
   return ConfigKey{section,
                    key,
                    KeyType::number,
-                   "a number of microseconds >= 0",
+                   "a number of microseconds from 0 to 1e9 (1000 s)",
                    meaning,
                    false,
                    0.0,
@@ -259,14 +270,21 @@ std::vector<ConfigKey> make_keys() {
       {"device",
        "ordinal",
        KeyType::text,
-       "\"auto\" or a GPU number >= 0",
+       "\"auto\" or a GPU number from 0 to 1024",
        "which GPU the cuda backend uses, as the driver numbers them (CUDA_VISIBLE_DEVICES applies); "
        "\"auto\" = the process's current device (what torch.cuda.set_device chose), else 0",
        false,
        0.0,
        {"auto"},
        [](Config& c, const KeyValue& v) {
-         c.cuda_device = v.text == "auto" ? -1 : static_cast<int>(whole(std::stod(v.text), 1024));
+         if (v.text == "auto") {
+           c.cuda_device = -1;
+           return;
+         }
+         // The loader passes digits only. More than four are over the limit, and std::stod of a long run
+         // of them would throw out_of_range rather than config_error.
+         if (v.text.size() > 4) throw config_error("");
+         c.cuda_device = static_cast<int>(whole(std::stod(v.text), 1024));
        },
        [](const Config& c) { return c.cuda_device < 0 ? std::string("\"auto\"") : std::to_string(c.cuda_device); },
        true});
@@ -277,13 +295,13 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"device",
                   "bus_gbs",
                   KeyType::number,
-                  "a number of GB/s >= 0",
+                  "a number of GB/s from 0 to 1e9",
                   "cuda backend: the speed device-to-host copies reach over the link to the host, in GB/s "
                   "(1e9 bytes/s), by which write-behind judges that bus idle; 0 = the PCIe link's, from sysfs",
                   false,
                   0.0,
                   {},
-                  [](Config& c, const KeyValue& v) { c.bus_bytes_per_s = v.number * 1e9; },
+                  [](Config& c, const KeyValue& v) { c.bus_bytes_per_s = gbs(v.number); },
                   [](const Config& c) { return toml_number(c.bus_bytes_per_s / 1e9); }});
   keys.push_back(size_key("device.sim", "capacity",
                           "physical memory of the simulated GPU (a hard limit); \"auto\" = the "
@@ -294,12 +312,12 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"device.sim",
                   "bandwidth_gbs",
                   KeyType::number,
-                  "a number of GB/s >= 0",
+                  "a number of GB/s from 0 to 1e9",
                   "modelled bus bandwidth per copy direction in GB/s (1e9 bytes/s); 0 = unthrottled",
                   false,
                   0.0,
                   {},
-                  [](Config& c, const KeyValue& v) { c.sim.bandwidth_bytes_per_s = v.number * 1e9; },
+                  [](Config& c, const KeyValue& v) { c.sim.bandwidth_bytes_per_s = gbs(v.number); },
                   [](const Config& c) { return toml_number(c.sim.bandwidth_bytes_per_s / 1e9); }});
   for (const auto& [key, meaning, field] :
        {std::tuple{"disk_read_gbs",
@@ -313,12 +331,12 @@ std::vector<ConfigKey> make_keys() {
     keys.push_back({"device.sim",
                     key,
                     KeyType::number,
-                    "a number of GB/s >= 0",
+                    "a number of GB/s from 0 to 1e9",
                     meaning,
                     false,
                     0.0,
                     {},
-                    [f = field](Config& c, const KeyValue& v) { c.sim.disk.*f = v.number * 1e9; },
+                    [f = field](Config& c, const KeyValue& v) { c.sim.disk.*f = gbs(v.number); },
                     [f = field](const Config& c) { return toml_number(c.sim.disk.*f / 1e9); }});
   }
   keys.push_back(micros_key("device.sim", "copy_latency_us", "modelled fixed cost of every copy, in microseconds",
@@ -368,7 +386,13 @@ std::vector<ConfigKey> make_keys() {
                   false,
                   0.0,
                   {},
-                  [](Config& c, const KeyValue& v) { c.sim.pci_bus_id = v.text; },
+                  [](Config& c, const KeyValue& v) {
+                    if (unsigned d, b, dev, f;
+                        !v.text.empty() && !topology::parse_pci_bus_id(v.text, &d, &b, &dev, &f)) {
+                      throw config_error("");
+                    }
+                    c.sim.pci_bus_id = v.text;
+                  },
                   [](const Config& c) { return toml_string(c.sim.pci_bus_id); }});
   keys.push_back({"device.sim",
                   "timing",
@@ -456,7 +480,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"pager",
                   "wait_timeout_ms",
                   KeyType::number,
-                  "a number of milliseconds >= 1",
+                  "a whole number of milliseconds >= 1",
                   "how long a pin waits for other threads to unpin before failing with out_of_memory",
                   false,
                   1.0,
@@ -480,7 +504,7 @@ std::vector<ConfigKey> make_keys() {
       {"policy.prefetch",
        "distance",
        KeyType::number,
-       "a whole number >= 0",
+       "a whole number from 0 to 1e9",
        "how far ahead prefetch runs: pins (trace) or pages (sequential); 0 = the mode's default (1 pin, 4 pages)",
        false,
        0.0,
@@ -503,7 +527,7 @@ std::vector<ConfigKey> make_keys() {
   keys.push_back({"policy.eviction",
                   "keep_recent",
                   KeyType::number,
-                  "a whole number of pins >= 0",
+                  "a whole number of pins from 0 to 1e9",
                   "belady only: pages of tensors pinned in the last N pins are evicted only when no other page can be "
                   "(their write-backs would wait for the kernels that just used them); 0 = pure farthest next use",
                   false,

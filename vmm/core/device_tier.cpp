@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
+#include "tvmm/config.hpp"
+#include "tvmm/errors.hpp"
 #include "vmm/core/check.hpp"
 
 namespace tvmm::vmm {
@@ -14,7 +17,16 @@ DeviceTier::DeviceTier(device::DeviceBackend& dev, std::size_t page_size, std::u
   free_.reserve(budget_frames);
   free_at_.assign(budget_frames, kNotFree);
   gone_.reserve(budget_frames);  // release_idle (noexcept) never allocates
-  if (window == Window::mapped) TVMM_CHECK(dev_.reserve(std::size_t{budget_frames} * page_size_, &window_));
+  if (window == Window::mapped) {
+    const std::size_t bytes = std::size_t{budget_frames} * page_size_;
+    const device::Status st = dev_.reserve(bytes, &window_);
+    if (st.code == device::Errc::out_of_memory) {
+      // The window spans the whole budget: a budget beyond the address space the backend can reserve.
+      throw out_of_memory("cannot reserve " + format_bytes(bytes) + " of device address space for the " +
+                          std::to_string(budget_frames) + " frames of device.budget; lower device.budget");
+    }
+    TVMM_CHECK(st);
+  }
 }
 
 DeviceTier::~DeviceTier() {

@@ -20,18 +20,18 @@ Config resolve_config(Config cfg, const device::DeviceProperties& props) {
   const std::size_t g = props.granularity;
   if (cfg.page_size == 0) cfg.page_size = g;
   if (cfg.page_size % g != 0) {
-    throw config_error("page_size = " + format_bytes(cfg.page_size) + " is not a multiple of the " + props.name +
+    throw config_error("device.page_size = " + format_bytes(cfg.page_size) + " is not a multiple of the " + props.name +
                        " backend's granularity " + format_bytes(g) + "; use " + format_bytes(g) + ", " +
                        format_bytes(2 * g) + ", " + format_bytes(4 * g) + ", ...");
   }
   const std::size_t p = cfg.page_size;
   if (cfg.device_budget < p) {
-    throw config_error("device_budget = " + format_bytes(cfg.device_budget) + " is smaller than one page (" +
-                       format_bytes(p) + "); raise it or lower page_size");
+    throw config_error("device.budget = " + format_bytes(cfg.device_budget) + " is smaller than one page (" +
+                       format_bytes(p) + "); raise it or lower device.page_size");
   }
   if (cfg.host_budget < p) {
-    throw config_error("host_budget = " + format_bytes(cfg.host_budget) + " is smaller than one page (" +
-                       format_bytes(p) + "); raise it or lower page_size");
+    throw config_error("host.budget = " + format_bytes(cfg.host_budget) + " is smaller than one page (" +
+                       format_bytes(p) + "); raise it or lower device.page_size");
   }
   cfg.device_budget = cfg.device_budget / p * p;
   cfg.host_budget = cfg.host_budget / p * p;
@@ -41,21 +41,28 @@ Config resolve_config(Config cfg, const device::DeviceProperties& props) {
   }
   cfg.nvme.budget = cfg.nvme.budget / p * p;
   if (cfg.nvme.budget != 0 && cfg.host_budget < 2 * p) {
-    throw config_error("host_budget = " + format_bytes(cfg.host_budget) + " holds fewer than 2 pages of " +
+    throw config_error("host.budget = " + format_bytes(cfg.host_budget) + " holds fewer than 2 pages of " +
                        format_bytes(p) +
                        ", which the NVMe tier needs (one to stage a page read from NVMe, one "
-                       "for the page it displaces); raise host_budget");
+                       "for the page it displaces); raise host.budget");
+  }
+  // Frames and host slots are numbered with 32 bits (the constructor's casts would wrap).
+  for (auto [key, bytes] : {std::pair{"device.budget", cfg.device_budget}, std::pair{"host.budget", cfg.host_budget}}) {
+    if (bytes / p > UINT32_MAX - 1) {
+      throw config_error(std::string(key) + " = " + format_bytes(bytes) + " holds more than 2^32 pages of " +
+                         format_bytes(p) + "; lower it or raise device.page_size");
+    }
   }
   if (cfg.nvme.budget / p > UINT32_MAX - 1) {
     throw config_error("nvme.budget = " + format_bytes(cfg.nvme.budget) + " holds more than 2^32 pages of " +
-                       format_bytes(p) + "; lower it or raise page_size");
+                       format_bytes(p) + "; lower it or raise device.page_size");
   }
   if (cfg.device_budget > props.capacity) {
-    throw config_error("device_budget = " + format_bytes(cfg.device_budget) + " exceeds the device's memory (" +
+    throw config_error("device.budget = " + format_bytes(cfg.device_budget) + " exceeds the device's memory (" +
                        format_bytes(props.capacity) + "); lower it");
   }
   if (props.free_memory != 0 && cfg.device_budget > props.free_memory) {
-    throw config_error("device_budget = " + format_bytes(cfg.device_budget) +
+    throw config_error("device.budget = " + format_bytes(cfg.device_budget) +
                        " exceeds the device's free memory: " + format_bytes(props.free_memory) + " of " +
                        format_bytes(props.capacity) + " are free, " + format_bytes(props.capacity - props.free_memory) +
                        " are held by other allocations (of this process or others: nvidia-smi lists them); lower "
@@ -63,12 +70,16 @@ Config resolve_config(Config cfg, const device::DeviceProperties& props) {
                        format_bytes(props.free_memory / cfg.page_size * cfg.page_size) +
                        ", or free device memory first");
   }
+  // "Wait forever" (milliseconds::max()) would overflow the deadline, steady_clock::now() + timeout, and
+  // fail every wait at once: 10^12 ms (31 years) is the longest a policy file can ask for, and is forever.
+  cfg.wait_timeout = std::min(cfg.wait_timeout, std::chrono::milliseconds(1'000'000'000'000));
   if (cfg.va_size == 0) cfg.va_size = default_va_size(cfg);
-  cfg.va_size = (cfg.va_size + p - 1) / p * p;
-  if (cfg.va_size / p > UINT32_MAX) {
-    throw config_error("va_size = " + format_bytes(cfg.va_size) + " holds more than 2^32 pages of " + format_bytes(p) +
-                       "; lower va_size or raise page_size");
+  // Counted without rounding up first, which would wrap for a size near SIZE_MAX.
+  if (cfg.va_size / p + (cfg.va_size % p != 0 ? 1 : 0) > UINT32_MAX) {
+    throw config_error("device.va_size = " + format_bytes(cfg.va_size) + " holds more than 2^32 pages of " +
+                       format_bytes(p) + "; lower device.va_size or raise device.page_size");
   }
+  cfg.va_size = (cfg.va_size + p - 1) / p * p;
   return cfg;
 }
 

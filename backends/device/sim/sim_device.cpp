@@ -75,7 +75,8 @@ SimDevice::SimDevice(const SimDeviceConfig& config, std::size_t device_budget)
                        " must be a power of two and a multiple of the host page size (" + std::to_string(host_page) +
                        "); the default is 2 MiB");
   }
-  if (props.capacity == 0) throw config_error("sim.capacity resolves to 0 bytes; set device_budget or sim.capacity");
+  if (props.capacity == 0)
+    throw config_error("sim.capacity resolves to 0 bytes; set device.budget or device.sim.capacity");
   device_mem_.fd = open_memory("tvmm-sim-device", props.capacity);
   try {
     host_mem_.fd = open_memory("tvmm-sim-host", host_mem_.granules.free_total());
