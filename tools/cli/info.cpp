@@ -1,12 +1,16 @@
 #include "tools/cli/info.hpp"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #if defined(TVMM_HAVE_CUDA)
@@ -144,16 +148,67 @@ std::string limit_json(rlim_t v) { return v == RLIM_INFINITY ? "null" : std::to_
 
 }  // namespace
 
+void drop_outputs(Config& config) {
+  for (auto [key, path] : {std::pair{"stats.file", &config.stats_file}, std::pair{"pin_log.file", &config.pin_log_file},
+                           std::pair{"timeline.file", &config.timeline_file}}) {
+    if (path->empty() || *path == "-") {
+      path->clear();
+      continue;
+    }
+    // fopen(path, "w") needs write access to the file if it exists, else to its directory.
+    struct stat st {};
+    const bool exists = ::stat(path->c_str(), &st) == 0;
+    const std::size_t slash = path->find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path->substr(0, slash);
+    int err = 0;
+    if (exists && S_ISDIR(st.st_mode)) {
+      err = EISDIR;
+    } else if (::access(exists ? path->c_str() : dir.c_str(), exists ? W_OK : W_OK | X_OK) != 0) {
+      err = errno;
+    }
+    if (err != 0) {
+      throw config_error(std::string(key) + " = \"" + *path + "\": cannot open it for writing (" +
+                         std::generic_category().message(err) +
+                         "); give a path in a writable directory, or \"-\" for standard error");
+    }
+    path->clear();
+  }
+}
+
+bool no_gpu_here(const std::string& error_name) {
+  // "driver": libcuda.so.1 missing or too old (cuda_api.cpp); the driver's own name when cuInit finds no
+  // GPU or none it can drive.
+  return error_name == "driver" || error_name == "CUDA_ERROR_NO_DEVICE" || error_name == "CUDA_ERROR_NOT_INITIALIZED" ||
+         error_name == "CUDA_ERROR_INSUFFICIENT_DRIVER" || error_name == "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH" ||
+         error_name == "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE";
+}
+
 int run_info(const InfoOptions& o) {
   // The configuration first: a bad one is the one error this command reports as such.
   std::optional<Pager> pager;
+  std::string backend_note;  // why the placement is not the configured backend's
   try {
     Config cfg;
-    if (!o.config.empty()) cfg = o.use_env ? load_config(o.config) : parse_config(read_config_file(o.config), o.config);
+    if (!o.config.empty()) {
+      cfg = o.use_env ? load_config(o.config) : parse_config(read_config_file(o.config), o.config);
+    } else if (o.use_env) {
+      (void)apply_environment(cfg);  // what a program with no policy file gets (tvmm_pager_create(NULL))
+    }
     // The placement does not depend on the NVMe tier, whose drives may not be on this machine.
     cfg.nvme.budget = 0;
-    pager.emplace(cfg);
-  } catch (const error& e) {
+    drop_outputs(cfg);
+    try {
+      pager.emplace(cfg);
+    } catch (const device_error& e) {
+      // A GPU config (or TVMM_DEVICE_BACKEND=cuda) on a machine with no GPU: the report is still worth
+      // having, the placement then for the simulated device, and says so.
+      if (cfg.device_backend != "cuda" || !no_gpu_here(e.error_name())) throw;
+      backend_note =
+          std::string("the cuda backend cannot start here (") + e.what() + "): the placement is the simulated device's";
+      cfg.device_backend = "sim";
+      pager.emplace(cfg);
+    }
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "tvmm info: %s\n", e.what());
     return 1;
   }
@@ -231,7 +286,8 @@ int run_info(const InfoOptions& o) {
          ", \"host_policy\": " + json_string(placement.host_policy) +
          ", \"host_reason\": " + json_string(placement.host_reason) +
          ", \"host_outcome\": " + json_string(placement.host_outcome) +
-         ", \"threads\": " + json_string(placement.threads) + "}\n}\n";
+         ", \"threads\": " + json_string(placement.threads) +
+         ", \"note\": " + (backend_note.empty() ? std::string("null") : json_string(backend_note)) + "}\n}\n";
     std::fputs(j.c_str(), stdout);
     return 0;
   }
@@ -287,6 +343,7 @@ int run_info(const InfoOptions& o) {
   std::printf("\nPlacement%s:\n", o.config.empty() ? " (default configuration)" : (" for " + o.config).c_str());
   std::printf("  host tier: %s\n    why: %s\n    result: %s\n  worker threads: %s\n", placement.host_policy.c_str(),
               placement.host_reason.c_str(), placement.host_outcome.c_str(), placement.threads.c_str());
+  if (!backend_note.empty()) std::printf("  note: %s\n", backend_note.c_str());
   return 0;
 }
 

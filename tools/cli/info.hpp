@@ -4,7 +4,19 @@
 
 #include <string>
 
+#include "tvmm/config.hpp"
+
 namespace tvmm::cli {
+
+//! The output files of `config` (stats.file, pin_log.file, timeline.file) checked as a pager would
+//! check them, but without opening them (a pager opens them with "w" and writes them when it is
+//! destroyed), then cleared: a command that only inspects a configuration must not overwrite the
+//! files of a real run. Throws tvmm::config_error for a path that could not be written.
+void drop_outputs(Config& config);
+
+//! True for a device_error that says there is no GPU or no driver here (rather than that the config
+//! asks for something the GPUs present do not have): `error_name` of that error.
+bool no_gpu_here(const std::string& error_name);
 
 struct InfoOptions {
   std::string config;  // "" = defaults

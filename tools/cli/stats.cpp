@@ -1,6 +1,10 @@
 #include "tools/cli/stats.hpp"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -166,9 +170,15 @@ std::string describe_stats(const std::string& text, const std::string& source) {
 }
 
 int run_stats(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "tvmm stats: %s is a directory; give the file that stats.file or TVMM_STATS named\n",
+                 path.c_str());
+    return 1;
+  }
   std::ifstream in(path);
   if (!in) {
-    std::fprintf(stderr, "tvmm stats: cannot read %s\n", path.c_str());
+    std::fprintf(stderr, "tvmm stats: cannot read %s (%s)\n", path.c_str(), std::strerror(errno));
     return 1;
   }
   std::stringstream text;

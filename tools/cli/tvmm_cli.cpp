@@ -22,12 +22,17 @@ int check_config(const std::string& path, bool use_env) {
     std::string from_env;
     for (const auto& name : overrides) from_env += " " + name;
     const char* env_line = use_env ? (from_env.empty() ? " none" : from_env.c_str()) : " ignored (--no-env)";
-    // Building a pager resolves what depends on the backend (page size, budgets against capacity).
+    // Building a pager resolves what depends on the backend (page size, budgets against capacity). It
+    // opens no output file: checking a config must not overwrite a real run's stats or timeline.
+    tvmm::Config quiet = cfg;
+    tvmm::cli::drop_outputs(quiet);
     std::optional<tvmm::Pager> pager;
     try {
-      pager.emplace(cfg);
+      pager.emplace(quiet);
     } catch (const tvmm::device_error& e) {
-      if (cfg.device_backend != "cuda") throw;
+      // Only the absence of a driver or GPU is "not checked": a GPU that lacks what the config asks for
+      // (an ordinal past the last GPU, VMM, GPUDirect RDMA) is an error here as it would be at start.
+      if (cfg.device_backend != "cuda" || !tvmm::cli::no_gpu_here(e.error_name())) throw;
       // A GPU config checked on a machine without the GPU: the keys are valid; say what was not checked.
       std::printf(
           "# %s: every key is valid; not checked against the device (%s)\n# environment overrides:%s\n"
@@ -35,10 +40,14 @@ int check_config(const std::string& path, bool use_env) {
           path.c_str(), e.what(), env_line, tvmm::to_toml(cfg).c_str());
       return 0;
     }
+    tvmm::Config effective = pager->config();
+    effective.stats_file = cfg.stats_file;
+    effective.pin_log_file = cfg.pin_log_file;
+    effective.timeline_file = cfg.timeline_file;
     std::printf("# %s is valid for the %s backend\n# environment overrides:%s\n# effective configuration:\n%s",
-                path.c_str(), pager->backend_name(), env_line, tvmm::to_toml(pager->config()).c_str());
+                path.c_str(), pager->backend_name(), env_line, tvmm::to_toml(effective).c_str());
     return 0;
-  } catch (const tvmm::error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "tvmm check-config: %s\n", e.what());
     return 1;
   }

@@ -78,10 +78,16 @@ CudaDevice::Opened CudaDevice::open(const cuda::Api& api, int ordinal, bool gpu_
                   ? static_cast<int>(current)
                   : 0;
   }
-  if (ordinal < 0 || ordinal >= count) {
+  if (count == 0) {  // the driver's own name for it (cuInit returns it on a machine with no GPU)
     throw device_error(
-        "no CUDA device " + std::to_string(ordinal) + ": the driver sees " + std::to_string(count) + " GPU(s)",
-        "invalid_device");
+        "no CUDA device: the driver sees no GPU (is a GPU visible? check nvidia-smi and "
+        "CUDA_VISIBLE_DEVICES)",
+        "CUDA_ERROR_NO_DEVICE");
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    throw device_error("no CUDA device " + std::to_string(ordinal) + ": the driver sees " + std::to_string(count) +
+                           " GPU(s), numbered from 0 (device.ordinal, TVMM_DEVICE_ORDINAL)",
+                       "invalid_device");
   }
   Opened o;
   if (CUresult r = api.DeviceGet(&o.dev, ordinal); r != CUDA_SUCCESS) throw fail("cuDeviceGet", r);
