@@ -237,7 +237,9 @@ class TVMM_API Tensor {
   //! and, like any eviction, only after the work queued on earlier stream pins has completed. The next
   //! pin sees undefined contents: pin with Access::write to fill the tensor again (a pin that may write
   //! before the eviction keeps the page, with whatever it holds). Throws `tvmm::invalid_argument`,
-  //! changing nothing, while a pin of the tensor is alive.
+  //! changing nothing, while a pin of the tensor is alive. A tensor smaller than
+  //! `policy.admission.min_bytes` stays on the device for its whole life: there discard frees nothing
+  //! (and, for one that shares a page with other small tensors, does not check for pins).
   void discard();
   //! Where the page holding byte `offset` of this tensor lives now.
   [[nodiscard]] Tier tier(std::size_t offset = 0) const;

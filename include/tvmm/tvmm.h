@@ -27,7 +27,9 @@ typedef enum tvmm_status {
   TVMM_ERROR_CONFIG = 3,           /**< a bad configuration file or TVMM_* variable */
   TVMM_ERROR_DEVICE = 4,           /**< the device backend failed (no GPU, driver error) */
   TVMM_ERROR_IO = 5,               /**< the NVMe tier's storage failed */
-  TVMM_ERROR_INTERNAL = 6          /**< anything else (a bug: please report it) */
+  TVMM_ERROR_INTERNAL = 6,         /**< anything else (a bug: please report it) */
+  TVMM_ERROR_TIMEOUT = 7           /**< pages stayed in transit (another thread's transfer of them)
+                                        longer than pager.wait_timeout_ms; the data is unchanged */
 } tvmm_status;
 
 /** How pinned code uses a tensor's pages (tvmm::Access). */

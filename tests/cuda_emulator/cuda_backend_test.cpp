@@ -245,7 +245,7 @@ TEST(CudaOnEmulator, AFrameTheGpuCannotCreateMakesThePagerEvictInstead) {
   Tensor big = p.allocate(6 * MiB);
   const std::string m = test::message_of([&] { auto pin = big.pin(Access::write); });
   EXPECT_NE(m.find("the device has memory for only 2 pages (4 MiB) of the 8 budgeted now"), std::string::npos) << m;
-  EXPECT_EQ(m.find("raise device_budget"), std::string::npos) << m;
+  EXPECT_EQ(m.find("raise device.budget"), std::string::npos) << m;
   p.check_invariants();
 }
 

@@ -95,6 +95,25 @@ TEST(Admission, BelowThresholdButLargerThanAPageIsPinnedForLife) {
   p.check_invariants();
 }
 
+// The pager's own pin of a tensor kept for life is not the user's: discard used to refuse such a tensor
+// forever ("page 0 is pinned; release every pin of the tensor first"), with no pin of the user's alive.
+TEST(Admission, ATensorPinnedForLifeCanBeDiscardedOnceTheUsersPinsAreGone) {
+  Pager p(admission_config(4, 16, 120 * KiB));
+  auto mid = p.allocate(100 * KiB);  // 2 pages, under the threshold: pinned for life
+  {
+    auto pin = mid.pin(Access::write);
+    EXPECT_THROW(mid.discard(), invalid_argument);  // the user's pin still counts
+  }
+  EXPECT_NO_THROW(mid.discard());
+  EXPECT_EQ(mid.tier(0), Tier::device);  // it stays where it is kept
+  {
+    auto pin = mid.pin(Access::write);  // and is pinned as before
+    test::fill(pin.data(), mid.size(), 3);
+    EXPECT_EQ(test::mismatches(pin.data(), mid.size(), 3), 0u);
+  }
+  p.check_invariants();
+}
+
 TEST(Admission, FreedSmallAllocationsAreReusedAndEmptyPagesReleased) {
   Pager p(admission_config(2, 8, 16 * KiB));
   for (int round = 0; round < 50; ++round) {

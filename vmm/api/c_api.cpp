@@ -79,6 +79,8 @@ tvmm_status status_of_current_exception() noexcept {
     return failed(TVMM_ERROR_DEVICE, e.what());
   } catch (const io_error& e) {
     return failed(TVMM_ERROR_IO, e.what());
+  } catch (const timeout_error& e) {
+    return failed(TVMM_ERROR_TIMEOUT, e.what());
   } catch (const std::bad_alloc&) {
     return failed(TVMM_ERROR_OUT_OF_MEMORY, "out of host memory");
   } catch (const std::exception& e) {
@@ -148,6 +150,7 @@ const char* tvmm_status_name(tvmm_status status) {
     case TVMM_ERROR_DEVICE: return "TVMM_ERROR_DEVICE";
     case TVMM_ERROR_IO: return "TVMM_ERROR_IO";
     case TVMM_ERROR_INTERNAL: return "TVMM_ERROR_INTERNAL";
+    case TVMM_ERROR_TIMEOUT: return "TVMM_ERROR_TIMEOUT";
   }
   return "TVMM_ERROR_(unknown status)";
 }

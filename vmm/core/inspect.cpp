@@ -99,7 +99,7 @@ Stats PagerImpl::stats() const {
   return s;
 }
 
-std::string PagerImpl::describe_device() const {
+std::string PagerImpl::describe_device(std::uint64_t* pinned_pages) const {
   std::uint64_t pinned = 0, transit = 0, resident = 0;
   for (std::uint32_t i = 0; i < table_.size(); ++i) {
     const auto w = table_[i].word.load();
@@ -108,9 +108,16 @@ std::string PagerImpl::describe_device() const {
     if (word::pins(w) != 0) ++pinned;
     if (word::state(w) == PageState::transit) ++transit;
   }
+  if (pinned_pages != nullptr) *pinned_pages = pinned;
   return std::to_string(device_->budget()) + " device pages (" +
          format_bytes(std::uint64_t{device_->budget()} * page_size_) + "), " + std::to_string(resident) +
          " holding data, " + std::to_string(pinned) + " pinned, " + std::to_string(transit) + " in transit";
+}
+
+std::string PagerImpl::life_pins_note() const {
+  if (cfg_.min_bytes <= page_size_) return "";  // small tensors share arena pages, a few at most
+  return " (tensors smaller than policy.admission.min_bytes = " + format_bytes(cfg_.min_bytes) +
+         " stay pinned for life)";
 }
 
 // Correct while other threads use the pager: everything but the pin counts changes only under mu_,

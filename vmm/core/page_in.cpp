@@ -357,9 +357,23 @@ PagerImpl::Frames PagerImpl::acquire_frames(Lock& lk, std::span<PageEntry* const
     // Nothing evictable now: the device is full of pinned or in-transit pages, or the host tier has no
     // slot for a victim until a page-in completes. Wait for a transfer, an unpin or the deadline.
     if (!wait_progress(lk, deadline)) {
-      throw out_of_memory("tvmm: no device frame can be freed: " + describe_device() + "; waited " +
-                          std::to_string(cfg_.wait_timeout.count()) +
-                          " ms for pins to be released. The pinned working set exceeds the device budget");
+      std::uint64_t pinned = 0;
+      const std::string device = describe_device(&pinned);
+      // Say which of the two it was: pins that hold the frames, or victims with nowhere to go.
+      std::string why;
+      if (pinned + count > device_->budget()) {
+        why = "The pinned working set exceeds the device budget: release pins sooner or raise device.budget" +
+              life_pins_note();
+      } else if (host_->free_count() == 0) {
+        why = "The pages that could be evicted had no host slot for their write-backs: the host tier's " +
+              std::to_string(host_->budget()) + " pages were all held" +
+              (nvme_ ? " and none could be spilled to NVMe (other pins' page-ins held them)" : "") +
+              "; raise host.budget";
+      } else {
+        why = "Nothing could be evicted in that time (transfers did not finish)";
+      }
+      throw out_of_memory("tvmm: no device frame can be freed: " + device + "; waited " +
+                          std::to_string(cfg_.wait_timeout.count()) + " ms for pins to be released. " + why);
     }
   }
   pair_frames(pages, got);

@@ -384,7 +384,10 @@ class PagerImpl {
   bool wait_for_change(Lock& lk, Clock::time_point deadline);
   // Waits for the oldest transfer in flight (and retires it), or else as wait_for_change.
   bool wait_progress(Lock& lk, Clock::time_point deadline);
-  [[nodiscard]] std::string describe_device() const;
+  [[nodiscard]] std::string describe_device(std::uint64_t* pinned_pages = nullptr) const;
+  // For an error about pinned pages: " (tensors smaller than policy.admission.min_bytes = X stay pinned
+  // for life)" where such tensors can take whole pages, else "".
+  [[nodiscard]] std::string life_pins_note() const;
 
   // --- NVMe tier (vmm/core/spill.cpp); all with mu_ held, and those taking `lk` unlock it for I/O ---
   //! Records that `p` entered the host tier (candidates for spilling, newest first).

@@ -326,7 +326,7 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
                                            "the tensor"
                                      : "the device budget is " + std::to_string(budget) + " pages (" +
                                            format_bytes(std::uint64_t{budget} * page_size_) +
-                                           "); raise device_budget or split the tensor"));
+                                           "); raise device.budget or split the tensor"));
     }
     std::uint64_t unpinned = 0;
     for (std::uint32_t i = 0; i < n; ++i) unpinned += word::pins(pages[i].word.load()) == 0 ? 1 : 0;
@@ -338,7 +338,8 @@ void PagerImpl::pin_slow(Allocation* a, PageSpan span, Access access, device::St
                           std::to_string(unpinned) + " more are needed; no pin was released within " +
                           std::to_string(cfg_.wait_timeout.count()) +
                           " ms. The pinned working set exceeds the device budget: release pins sooner or "
-                          "raise device_budget");
+                          "raise device.budget" +
+                          life_pins_note());
     }
   }
 
@@ -425,7 +426,9 @@ std::vector<EventRef> PagerImpl::make_resident(Lock& lk, Allocation* a, PageSpan
     // Another thread is moving some of these pages (evicting them, or loading them for its own pin).
     if (!wait_progress(lk, deadline)) {
       throw timeout_error("tvmm: pinning " + tensor_label(a) + ": its pages stayed in transit for " +
-                          std::to_string(cfg_.wait_timeout.count()) + " ms");
+                          std::to_string(cfg_.wait_timeout.count()) +
+                          " ms, moved by another thread (its data is unchanged); try again, or raise "
+                          "pager.wait_timeout_ms");
     }
   }
   return pending_page_ins(a, span);
@@ -523,11 +526,14 @@ void PagerImpl::discard(Allocation* a) {
   const auto deadline = Clock::now() + cfg_.wait_timeout;
   // 1. A pinned page may be in use: refuse, changing nothing. Then wait for transfers other threads run
   //    on these pages (evictions, prefetches, spills); pages leave transit only under mu_.
+  // A tensor under policy.admission.min_bytes holds a pin of the pager's own on every page for its whole
+  // life (its pages stay resident, so step 2 leaves them be): only pins beyond that one are the user's.
+  const std::uint32_t own = a->pinned_for_life ? 1 : 0;
   for (;;) {
     bool busy = false;
     for (std::uint32_t i = 0; i < a->pages; ++i) {
       const std::uint64_t w = pages[i].word.load(std::memory_order_acquire);
-      if (word::pins(w) != 0) {
+      if (word::pins(w) > own) {
         throw invalid_argument("tvmm: cannot discard " + tensor_label(a) + ": page " + std::to_string(i) +
                                " is pinned; release every pin of the tensor first (its data is unchanged)");
       }
@@ -535,9 +541,9 @@ void PagerImpl::discard(Allocation* a) {
     }
     if (!busy) break;
     if (!wait_progress(lk, deadline)) {
-      throw device_error("tvmm: cannot discard " + tensor_label(a) + ": transfers of its pages did not finish in " +
-                             std::to_string(cfg_.wait_timeout.count()) + " ms (its data is unchanged)",
-                         "timeout");
+      throw timeout_error("tvmm: cannot discard " + tensor_label(a) + ": transfers of its pages did not finish in " +
+                          std::to_string(cfg_.wait_timeout.count()) +
+                          " ms (its data is unchanged); try again, or raise pager.wait_timeout_ms");
     }
   }
   // 2. Let the copies go. Host and NVMe pages become fresh now. Resident pages stay mapped (work queued
