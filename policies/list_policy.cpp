@@ -68,6 +68,9 @@ std::size_t ListPolicy::select(std::size_t max, common::FunctionRef<bool(PageInd
     if (second_chance(page)) {
       it = list_.erase(it);
       list_.push_back(n);
+      // The list's last page (its only one, or the last a scan reached) goes on as a candidate: the scan
+      // used to end here, with no victim, and the pin waited out pager.wait_timeout_ms.
+      if (it == list_.end()) it = list_.iterator_to(n);
     } else if (claim(page)) {
       it = list_.erase(it);
       ++taken;

@@ -141,6 +141,23 @@ TEST(Clock, AllReferencedStillYieldsVictims) {
   EXPECT_EQ(take(clock, 1), (std::vector<std::size_t>{0}));  // a full sweep clears all bits
 }
 
+// A second chance for the list's last page ended the scan with no victim: with one page resident, a
+// CLOCK pager waited out its whole wait_timeout at every eviction (tvmm-bench --workload scan --tensors
+// 2 --tensor-mib 2 --ratios 2 --policies clock took 30 s).
+TEST(Clock, TheLastPagesSecondChanceStillYieldsIt) {
+  ClockPolicy one(1);
+  one.insert(0);
+  one.touch(0, 1);
+  EXPECT_EQ(take(one, 1), (std::vector<std::size_t>{0}));
+  ClockPolicy two(2);  // the first refused, the second referenced: the scan reaches the end with a chance
+  two.insert(0);
+  two.insert(1);
+  two.touch(1, 1);
+  std::vector<PageIndex> got;
+  EXPECT_EQ(two.select(1, [&](PageIndex p) { return p == 0 ? false : (got.push_back(p), true); }), 1u);
+  EXPECT_EQ(got, (std::vector<PageIndex>{1}));
+}
+
 TEST(Lfu, VictimsInOrderOfFewestUsesThenArrival) {
   LfuPolicy lfu(5);
   for (PageIndex p = 0; p < 5; ++p) lfu.insert(p);
