@@ -12,11 +12,16 @@
 // on the simulator, its modelled time, so the host's scheduling noise and memcpy speed do not enter
 // it. The wall-clock step time, which includes the NVMe tier's real disk I/O, is reported beside it
 // and is what the kernel-as-pager peer is compared with.
+#include <sys/stat.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -70,6 +75,39 @@ std::string timeline_path(const std::string& file, bool only_run, const std::str
 }
 
 // An option taking "on" (the default) or "off" for `flag`.
+// CLI::Range lets nan through (every comparison with it is false), and nan then fails deep inside a
+// run ("the duration is negative"): a range that refuses it at the option.
+CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Range(lo, hi) & CLI::Validator(
+                                  [](std::string& text) {
+                                    return std::isnan(std::strtod(text.c_str(), nullptr))
+                                               ? "Value " + text + " is not a number"
+                                               : std::string();
+                                  },
+                                  "", "not nan");
+}
+
+// A file the results will be written to (`option` names it in the message): its directory must exist
+// and be writable, and the path, if it exists, be a file this process can write.
+bool writable_file(const char* option, const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  std::error_code ec;
+  const char* problem = nullptr;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    problem = "there is no such directory to write it in";
+  } else if (std::filesystem::is_directory(path, ec)) {
+    problem = "it is a directory";
+  } else if (::access(dir.c_str(), W_OK | X_OK) != 0 && !std::filesystem::exists(path, ec)) {
+    problem = "its directory is not writable";
+  } else if (std::filesystem::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) {
+    problem = "it is not writable";
+  }
+  if (problem == nullptr) return true;
+  std::fprintf(stderr, "tvmm-bench: %s %s: %s; name a file in a writable directory\n", option, path.c_str(), problem);
+  return false;
+}
+
 void add_on_off(CLI::App& app, const std::string& name, bool& flag, const std::string& help) {
   flag = true;
   app.add_option_function<std::string>(
@@ -152,12 +190,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--tensors", sizes.tensors, "random, scan: tensors")->check(CLI::Range(1, 100000));
   app.add_option("--accesses", sizes.accesses, "random: pins per iteration")->check(CLI::Range(1, 1000000));
-  app.add_option("--zipf", sizes.zipf, "random: Zipf skew s (0 = uniform)")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--zipf", sizes.zipf, "random: Zipf skew s (0 = uniform)")->check(finite_range(0.0, 10.0));
   app.add_option("--trace", traces, "replay: trace file(s) (bench/traces/*.trace.gz; docs/trace-format.md)")
       ->check(CLI::ExistingFile);
   app.add_option("--compute-scale", sizes.compute_scale,
                  "replay with --op-time cpu: modelled compute = recorded op time x this")
-      ->check(CLI::Range(0.0, 1000.0));
+      ->check(finite_range(0.0, 1000.0));
   std::vector<std::string> op_times = {"cpu"};
   for (const auto& p : gpu_profiles()) op_times.push_back(p.name);
   app.add_option("--op-time", sizes.op_time,
@@ -179,7 +217,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 999));
   app.add_option("--ratios", ratios, "Oversubscription ratios (working set / device budget)")
       ->delimiter(',')
-      ->check(CLI::Range(1.0, 64.0));
+      ->check(finite_range(1.0, 64.0));
   std::string policy_help = "Policies (default: every one marked *):";
   for (const auto& name : policy_choices) {
     const auto* p = tvmm::policies::find_eviction_policy(name);
@@ -196,7 +234,7 @@ int main(int argc, char** argv) {
   app.add_option("--host-fraction", o.host_fraction,
                  "Host tier = this x the device budget; the rest goes to an NVMe tier in --disk-dir (0 = the host "
                  "holds everything; the suites use 0.5)")
-      ->check(CLI::Range(0.0, 1000.0));
+      ->check(finite_range(0.0, 1000.0));
   app.add_option("--disk-dir", o.disk_dir,
                  "Directory for the NVMe tier and the kernel peer's file (default /var/tmp; a disk: on tmpfs the "
                  "kernel peer is skipped and the NVMe tier runs at memory speed under --timing wall)")
@@ -204,15 +242,15 @@ int main(int argc, char** argv) {
   auto* bus_option = app.add_option("--bus-gbs", o.bus_gbs,
                                     "Modelled bus bandwidth per direction, GB/s (default 25; replay on a GPU "
                                     "profile: that GPU's)")
-                         ->check(CLI::Range(0.1, 1000.0));
+                         ->check(finite_range(0.1, 1000.0));
   std::size_t page_mib = 2;
   app.add_option("--page-mib", page_mib,
                  "Page size in MiB (a multiple of the 2 MiB granularity): each page is one allocation, mapped with "
                  "one call")
       ->check(CLI::Range(2, 1024));
-  app.add_option("--latency-us", o.latency_us, "Modelled cost per copy, microseconds")->check(CLI::Range(0.0, 1e6));
+  app.add_option("--latency-us", o.latency_us, "Modelled cost per copy, microseconds")->check(finite_range(0.0, 1e6));
   app.add_option("--compute-us", sizes.compute_us, "Modelled compute per kernel (train: per forward kernel), us")
-      ->check(CLI::Range(0.0, 1e7));
+      ->check(finite_range(0.0, 1e7));
   app.add_option("--distance", o.distance, "Trace prefetch distance, in pins")->check(CLI::Range(1, 1000));
   app.add_option("--keep-recent", o.keep_recent,
                  "The trace policy's eviction spares tensors pinned in the last N pins (0 = pure next use)")
@@ -265,12 +303,20 @@ int main(int argc, char** argv) {
     }
     o.iterations = o.warmup + count;
   };
-  if (!timeline.empty()) {  // before any run: a bad directory would fail every one of them
-    const auto dir = std::filesystem::path(timeline).parent_path();
+  // Where the results go, checked before any run: a bad path found after a 25-minute suite loses it all.
+  if (!timeline.empty() && !writable_file("--timeline", timeline)) return 2;
+  if (!json.empty() && !writable_file("--json", json)) return 2;
+  if (!out.empty()) {
+    if (::mkdir(out.c_str(), 0755) != 0 && errno != EEXIST) {
+      std::fprintf(stderr,
+                   "tvmm-bench: --out %s: cannot create the directory (%s); create its parent or name another\n",
+                   out.c_str(), std::strerror(errno));
+      return 2;
+    }
     std::error_code ec;
-    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
-      std::fprintf(stderr, "tvmm-bench: --timeline %s: no directory %s to write it in; create it or name another\n",
-                   timeline.c_str(), dir.c_str());
+    if (!std::filesystem::is_directory(out, ec) || ::access(out.c_str(), W_OK | X_OK) != 0) {
+      std::fprintf(stderr, "tvmm-bench: --out %s: not a directory this process can write in; name another\n",
+                   out.c_str());
       return 2;
     }
   }
@@ -348,6 +394,11 @@ int main(int argc, char** argv) {
                  "or more\n",
                  o.iterations, o.warmup, o.warmup + 1);
     return 2;
+  }
+  if (o.warmup == 0) {
+    std::fprintf(stderr,
+                 "tvmm-bench: --warmup 0 measures the first iteration, where no tensor has data to load yet: "
+                 "the bounds are a steady iteration's, and such a step can come in under them\n");
   }
 
   std::size_t total_runs = 0, done = 0;

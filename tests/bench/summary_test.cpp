@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -143,6 +144,31 @@ TEST(BenchSummary, ValidatesAgainstItsDocumentedFields) {
   }
 }
 
+// Steps of 0 (no compute, no costs, the working set in memory) on a log axis: gnuplot stopped at "all
+// points y value undefined", drawing none of the plots after it, and the run exited 1 with its results
+// written. The axis is linear there, and a plot gnuplot cannot draw no longer fails the run.
+TEST(BenchSummary, StepsOfZeroArePlottedAndTheRunSucceeds) {
+  test::TempDir dir;
+  const std::string out = dir.path() + "/out", log = dir.path() + "/stdout";
+  const int rc = std::system((std::string(TVMM_BENCH_BIN) +
+                              " --workload scan --tensors 4 --tensor-mib 2 --compute-us 0 --vmm-costs off --peers "
+                              "memory --policies lru --ratios 2 --iterations 3 --disk-dir " +
+                              disk_dir() + " --out " + out + " > " + log + " 2>&1")
+                                 .c_str());
+  ASSERT_EQ(WEXITSTATUS(rc), 0) << test::read_file(log);
+  EXPECT_NE(test::read_file(log).find("results in " + out), std::string::npos) << test::read_file(log);
+  const std::string gp = test::read_file(out + "/plots.gp");
+  const auto step_plot = gp.find("step_time_scan.png");
+  ASSERT_NE(step_plot, std::string::npos) << gp;
+  EXPECT_EQ(gp.find("logscale y", step_plot), gp.find("unset logscale y", step_plot) + 6) << gp;
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    EXPECT_EQ(test::read_file(log).find("gnuplot failed"), std::string::npos) << test::read_file(log);
+    for (const char* png : {"/step_time_scan.png", "/bytes_vs_belady_scan.png"}) {
+      EXPECT_GT(test::read_file(out + png).size(), 8u) << png;
+    }
+  }
+}
+
 TEST(BenchSummary, KernelPeerRunsUnderACgroupOrSaysWhy) {
   const auto w = make_scan(32, 2 * MiB, 50);
   KernelPagerOptions o;
@@ -217,8 +243,56 @@ TEST(BenchCli, TimelineWritesEachPolicyRunsPagerTimeline) {
   const int rc =
       std::system((common + " --ratios 2 --timeline " + dir.path() + "/missing/t.json > " + log + " 2>&1").c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 2);
-  EXPECT_NE(test::read_file(log).find("--timeline " + dir.path() + "/missing/t.json: no directory"), std::string::npos)
+  EXPECT_NE(test::read_file(log).find("--timeline " + dir.path() + "/missing/t.json: there is no such directory"),
+            std::string::npos)
       << test::read_file(log);
+}
+
+// --out and --json are checked before anything runs, as --timeline is: a bad path used to be found after
+// every run, losing a whole suite's results. No run's line is printed.
+TEST(BenchCli, ABadOutputPathIsRefusedBeforeAnyRun) {
+  test::TempDir dir;
+  const std::string common = std::string(TVMM_BENCH_BIN) +
+                             " --workload train --layers 3 --tensor-mib 2 --iterations 3 --policies lru --peers none "
+                             "--compute-us 100 --host-fraction 1 --ratios 2 --disk-dir " +
+                             disk_dir();
+  const std::string log = dir.path() + "/stdout";
+  std::ofstream(dir.path() + "/a-file") << "x";
+  const std::pair<std::string, std::string> cases[] = {
+      {" --out " + dir.path() + "/missing/deeper", "--out " + dir.path() + "/missing/deeper: cannot create"},
+      {" --out " + dir.path() + "/a-file", "--out " + dir.path() + "/a-file: not a directory"},
+      {" --json " + dir.path() + "/missing/s.json", "--json " + dir.path() + "/missing/s.json: there is no such"},
+      {" --json " + dir.path(), "--json " + dir.path() + ": it is a directory"},
+  };
+  for (const auto& [option, message] : cases) {
+    const int rc = std::system((common + option + " > " + log + " 2>&1").c_str());
+    EXPECT_EQ(WEXITSTATUS(rc), 2) << option;
+    const std::string text = test::read_file(log);
+    EXPECT_NE(text.find(message), std::string::npos) << option << ": " << text;
+    EXPECT_EQ(text.find("workload train"), std::string::npos) << option << " ran before refusing: " << text;
+  }
+  EXPECT_EQ(
+      std::system(
+          (common + " --out " + dir.path() + "/new --json " + dir.path() + "/new.json > " + log + " 2>&1").c_str()),
+      0)
+      << test::read_file(log);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/new/summary.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/new.json"));
+}
+
+// nan passes CLI::Range (every comparison with it is false) and used to fail deep inside a run, or run
+// as something else (--zipf nan ran uniform): every floating-point option refuses it.
+TEST(BenchCli, NanIsRefusedAtTheOption) {
+  test::TempDir dir;
+  const std::string log = dir.path() + "/stdout";
+  for (const char* option : {"--ratios", "--compute-us", "--host-fraction", "--latency-us", "--zipf", "--bus-gbs"}) {
+    const int rc = std::system((std::string(TVMM_BENCH_BIN) + " --workload random --tensors 4 --tensor-mib 2 " +
+                                option + " nan --peers none --policies lru > " + log + " 2>&1")
+                                   .c_str());
+    EXPECT_NE(WEXITSTATUS(rc), 0) << option;
+    EXPECT_NE(test::read_file(log).find("Value nan is not a number"), std::string::npos)
+        << option << ": " << test::read_file(log);
+  }
 }
 
 // --warmup N: N iterations run before the measured ones, recorded in each record. --iterations then
