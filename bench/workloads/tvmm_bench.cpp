@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -344,10 +345,22 @@ int main(int argc, char** argv) {
   if (std::find(peers.begin(), peers.end(), "none") != peers.end()) peers.clear();
   auto wants = [&](const char* peer) { return std::find(peers.begin(), peers.end(), peer) != peers.end(); };
 
+  // Options that --suite or --quick set themselves: each one given is said to be ignored.
+  auto ignored = [&](std::initializer_list<const char*> names, const char* who) {
+    for (const char* name : names) {
+      if (app.count(name) != 0) std::fprintf(stderr, "tvmm-bench: %s is ignored: %s sets its own\n", name, who);
+    }
+  };
   std::vector<Job> jobs;
   try {
     if (!suite.empty()) {
       jobs = suite_jobs(suite);
+      ignored({"--workload", "--ratios", "--layers", "--tensor-mib", "--compute-us", "--tensors", "--accesses",
+               "--zipf", "--trace", "--quick"},
+              suite == "quick" ? "--suite quick" : "--suite full");
+      if (app.count("--host-fraction") != 0 && o.host_fraction <= 0) {
+        std::fprintf(stderr, "tvmm-bench: --host-fraction 0 is ignored: the suites run with a host tier (0.5)\n");
+      }
       o.host_fraction = o.host_fraction > 0 ? o.host_fraction : 0.5;
       measure(suite == "quick" ? 2 : 6, suite == "quick" ? "--suite quick" : "--suite full");
       if (out.empty()) {
@@ -377,6 +390,7 @@ int main(int argc, char** argv) {
       }
     } else {
       if (quick) {
+        ignored({"--layers", "--tensor-mib", "--compute-us"}, "--quick");
         sizes.layers = 6;
         sizes.tensor_mib = 4;
         sizes.compute_us = 1000;
@@ -531,6 +545,16 @@ int main(int argc, char** argv) {
         }
       } else if (wants("um")) {
         ++done;
+      }
+      // The peers that run the pager verify their bytes too (with --verify): a wrong byte there fails the
+      // run as one of a policy does.
+      for (const auto& [who, run] :
+           {std::pair{"naive", &peer_set->naive}, std::pair{"all-in-memory", &peer_set->all_in_memory},
+            std::pair{"tvmm wall-clock", &peer_set->tvmm_wall}}) {
+        if (!*run || (*run)->mismatched_bytes == 0) continue;
+        std::fprintf(stderr, "%stvmm-bench: %s: the %s peer read %llu wrong bytes at %.2fx\n", tty ? "\n" : "",
+                     w.name.c_str(), who, static_cast<unsigned long long>((*run)->mismatched_bytes), ratio);
+        ++failures;
       }
       for (const auto& policy : policies) {
         auto po = jo;

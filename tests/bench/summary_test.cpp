@@ -295,6 +295,22 @@ TEST(BenchCli, NanIsRefusedAtTheOption) {
   }
 }
 
+// --quick sets the sizes itself: each size given with it is said to be ignored (they were, silently).
+TEST(BenchCli, QuickSaysWhichGivenSizesItIgnores) {
+  test::TempDir dir;
+  const std::string log = dir.path() + "/stdout";
+  const int rc = std::system((std::string(TVMM_BENCH_BIN) +
+                              " --workload scan --tensors 4 --tensor-mib 8 --compute-us 7 --quick --ratios 2 "
+                              "--policies lru --peers none --disk-dir " +
+                              disk_dir() + " > " + log + " 2>&1")
+                                 .c_str());
+  ASSERT_EQ(WEXITSTATUS(rc), 0) << test::read_file(log);
+  const std::string text = test::read_file(log);
+  EXPECT_NE(text.find("--tensor-mib is ignored: --quick sets its own"), std::string::npos) << text;
+  EXPECT_NE(text.find("--compute-us is ignored: --quick sets its own"), std::string::npos) << text;
+  EXPECT_EQ(text.find("--tensors is ignored"), std::string::npos) << text;  // --quick keeps the tensor count
+}
+
 // --warmup N: N iterations run before the measured ones, recorded in each record. --iterations then
 // defaults to N + 4; --quick and --suite set their own count (and say so when --iterations is given);
 // one that leaves nothing to measure is refused before anything runs. What is measured changes with
