@@ -10,6 +10,7 @@
 // activations, gradients and optimizer state; forward, backward, update) and run_pager.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,29 +33,33 @@ struct Options {
 };
 
 [[noreturn]] void usage(int code) {
-  std::fprintf(code == 0 ? stdout : stderr,
-               "usage: tvmm-demo [--quick] [--layers N] [--tensor-mib N] [--ratio X] [--iterations N]\n"
-               "                 [--bus-gbs X] [--compute-us X]\n"
-               "Runs one training loop whose tensors are X times the simulated device's memory four ways (all\n"
-               "in device memory, tvmm's default policy, tvmm with the recorded trace, naive swapping), prints\n"
-               "their step times, then checks every byte each of them moved.\n"
-               "  --quick           a small run (6 layers of 4 MiB tensors, 3 iterations)\n"
-               "  --layers N        layers, each with 4 tensors (default 12)\n"
-               "  --tensor-mib N    size of each tensor in MiB (default 8)\n"
-               "  --ratio X         tensors / device memory (default 3)\n"
-               "  --iterations N    training iterations per run, the first not measured (default 4)\n"
-               "  --bus-gbs X       the bus between device and host, GB/s per direction (default 25)\n"
-               "  --compute-us X    a forward kernel's time in microseconds (default 600)\n"
-               "environment: TVMM_STATS=FILE writes the default-policy run's final stats as JSON (read it with\n"
-               "  `tvmm stats FILE`), TVMM_TIMELINE=FILE its timeline for Perfetto (ui.perfetto.dev)\n");
+  std::fprintf(
+      code == 0 ? stdout : stderr,
+      "usage: tvmm-demo [--quick] [--layers N] [--tensor-mib N] [--ratio X] [--iterations N]\n"
+      "                 [--bus-gbs X] [--compute-us X]\n"
+      "Runs one training loop whose tensors are X times the simulated device's memory four ways (all\n"
+      "in device memory, tvmm's default policy, tvmm with the recorded trace, naive swapping), prints\n"
+      "their step times, then checks every byte each of them moved.\n"
+      "  --quick           a small run (6 layers of 4 MiB tensors, 3 iterations; the options above change it)\n"
+      "  --layers N        layers, each with 4 tensors (default 12; 1 to 1000)\n"
+      "  --tensor-mib N    size of each tensor in MiB (default 8; 1 to 4096)\n"
+      "  --ratio X         tensors / device memory (default 3; 1 to 64)\n"
+      "  --iterations N    training iterations per run, the first not measured (default 4; 2 to 1000)\n"
+      "  --bus-gbs X       the bus between device and host, GB/s per direction (default 25; 0.1 to 1000)\n"
+      "  --compute-us X    a forward kernel's time in microseconds (default 600; 0 to 1e7)\n"
+      "environment: TVMM_STATS=FILE writes the default-policy run's final stats as JSON (read it with\n"
+      "  `tvmm stats FILE`), TVMM_TIMELINE=FILE its timeline for Perfetto (ui.perfetto.dev)\n");
   std::exit(code);
 }
 
-double parse_number(const char* flag, const char* value, double min) {
+// A number from `min` to `max` (a whole one where `whole`); anything else is a usage error, before
+// the cast to the option's type (1e30 layers became 0, and 2^31 iterations a negative count).
+double parse_number(const char* flag, const char* value, double min, double max, bool whole = false) {
   char* end = nullptr;
   const double v = value != nullptr ? std::strtod(value, &end) : 0.0;
-  if (value == nullptr || end == value || *end != '\0' || !(v >= min)) {
-    std::fprintf(stderr, "tvmm-demo: %s needs a number >= %g, got '%s'\n", flag, min, value ? value : "");
+  if (value == nullptr || end == value || *end != '\0' || !(v >= min && v <= max) || (whole && v != std::floor(v))) {
+    std::fprintf(stderr, "tvmm-demo: %s needs %s from %g to %g, got '%s'\n", flag,
+                 whole ? "a whole number" : "a number", min, max, value ? value : "");
     usage(2);
   }
   return v;
@@ -62,28 +67,27 @@ double parse_number(const char* flag, const char* value, double min) {
 
 Options parse(int argc, char** argv) {
   Options o;
+  // --quick first, wherever it is: options given with it change its small run, in any order.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--quick") o.layers = 6, o.tensor_mib = 4, o.iterations = 3;
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
     if (a == "--help" || a == "-h") usage(0);
-    if (a == "--quick") {
-      o.layers = 6;
-      o.tensor_mib = 4;
-      o.iterations = 3;
-      continue;
-    }
+    if (a == "--quick") continue;
     if (a == "--layers")
-      o.layers = static_cast<std::size_t>(parse_number(a.c_str(), next, 1));
+      o.layers = static_cast<std::size_t>(parse_number(a.c_str(), next, 1, 1000, true));
     else if (a == "--tensor-mib")
-      o.tensor_mib = static_cast<std::size_t>(parse_number(a.c_str(), next, 1));
+      o.tensor_mib = static_cast<std::size_t>(parse_number(a.c_str(), next, 1, 4096, true));
     else if (a == "--ratio")
-      o.ratio = parse_number(a.c_str(), next, 1);
+      o.ratio = parse_number(a.c_str(), next, 1, 64);
     else if (a == "--iterations")
-      o.iterations = static_cast<int>(parse_number(a.c_str(), next, 2));
+      o.iterations = static_cast<int>(parse_number(a.c_str(), next, 2, 1000, true));
     else if (a == "--bus-gbs")
-      o.bus_gbs = parse_number(a.c_str(), next, 0.1);
+      o.bus_gbs = parse_number(a.c_str(), next, 0.1, 1000);
     else if (a == "--compute-us")
-      o.compute_us = parse_number(a.c_str(), next, 0);
+      o.compute_us = parse_number(a.c_str(), next, 0, 1e7);
     else {
       std::fprintf(stderr, "tvmm-demo: unknown option '%s'\n", a.c_str());
       usage(2);
