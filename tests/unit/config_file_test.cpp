@@ -87,7 +87,7 @@ TEST(ConfigFile, Sizes) {
   EXPECT_EQ(parse_size("64kib"), 64 * KiB);
   EXPECT_EQ(parse_size("1GB"), 1000000000u);
   EXPECT_EQ(parse_size("10B"), 10u);
-  for (const char* bad : {"", "MiB", "-1MiB", "1.2.3", "12 parsecs", "0.5B"}) {
+  for (const char* bad : {"", "MiB", "-1MiB", "1.2.3", "12 parsecs", ".", ".KiB"}) {  // "." and ".KiB" were 0
     try {
       (void)parse_size(bad);
       FAIL() << "accepted '" << bad << "'";
@@ -95,6 +95,16 @@ TEST(ConfigFile, Sizes) {
       EXPECT_TRUE(has(e.what(), "512MiB")) << e.what();  // says what a size looks like
     }
   }
+  // A byte count above 2^53 is exact (a double rounded 9007199254740993 to ...992).
+  EXPECT_EQ(parse_size("9007199254740993"), std::size_t{9007199254740993u});
+  // Too large, and not whole, say which (both were "is not a size").
+  for (const char* large : {"18446744073709551615", "16777215TiB", "99999999999999999999GiB", "1e30"}) {
+    const std::string m = test::message_of([&] { (void)parse_size(large); });
+    EXPECT_TRUE(has(m, large) && (has(m, "too large") || has(m, "512MiB"))) << large << ": " << m;
+  }
+  EXPECT_TRUE(has(test::message_of([] { (void)parse_size("16777215TiB"); }), "too large for a size"));
+  EXPECT_TRUE(has(test::message_of([] { (void)parse_size("1.1KiB"); }), "not a whole number of bytes"));
+  EXPECT_TRUE(has(test::message_of([] { (void)parse_size("0.5B"); }), "not a whole number of bytes"));
 }
 
 TEST(ConfigFile, MisspeltKeyGivesLocationAndClosestKey) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -330,35 +331,51 @@ std::size_t parse_size(std::string_view text) {
   };
   std::size_t i = 0;
   while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
-  if (i == 0) throw fail();
   const std::string number = t.substr(0, i);
-  if (std::count(number.begin(), number.end(), '.') > 1) throw fail();
-  const double value = std::strtod(number.c_str(), nullptr);
+  // At least one digit ("." and ".KiB" read as 0 before), and one point at most.
+  if (std::none_of(number.begin(), number.end(), [](char c) { return c != '.'; }) ||
+      std::count(number.begin(), number.end(), '.') > 1) {
+    throw fail();
+  }
   const std::string unit = lower(trim(std::string_view(t).substr(i)));
-  double scale = 0;
+  std::uint64_t scale = 0;
   if (unit.empty() || unit == "b")
     scale = 1;
   else if (unit == "kib")
-    scale = 1024.0;
+    scale = KiB;
   else if (unit == "mib")
-    scale = 1024.0 * 1024;
+    scale = MiB;
   else if (unit == "gib")
-    scale = 1024.0 * 1024 * 1024;
+    scale = GiB;
   else if (unit == "tib")
-    scale = 1024.0 * 1024 * 1024 * 1024;
+    scale = TiB;
   else if (unit == "kb")
-    scale = 1e3;
+    scale = 1'000;
   else if (unit == "mb")
-    scale = 1e6;
+    scale = 1'000'000;
   else if (unit == "gb")
-    scale = 1e9;
+    scale = 1'000'000'000;
   else if (unit == "tb")
-    scale = 1e12;
+    scale = 1'000'000'000'000;
   else
     throw fail();
-  const double bytes = value * scale;
-  if (bytes != std::floor(bytes) || bytes > static_cast<double>(std::numeric_limits<std::size_t>::max() / 2)) {
-    throw fail();
+  constexpr std::uint64_t kMax = std::numeric_limits<std::size_t>::max() / 2;
+  const auto too_large = [&] {
+    return config_error("\"" + std::string(text) + "\" is too large for a size: at most " + format_bytes(kMax));
+  };
+  std::uint64_t bytes = 0;
+  if (number.find('.') == std::string::npos) {
+    // A whole number: exact (a double would round a byte count above 2^53).
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), n);
+    if (ec != std::errc{} || __builtin_mul_overflow(n, scale, &bytes) || bytes > kMax) throw too_large();
+  } else {
+    const double value = std::strtod(number.c_str(), nullptr) * static_cast<double>(scale);
+    if (value > static_cast<double>(kMax)) throw too_large();
+    if (value != std::floor(value)) {
+      throw config_error("\"" + std::string(text) + "\" is not a whole number of bytes; write it in a smaller unit");
+    }
+    bytes = static_cast<std::uint64_t>(value);
   }
   return static_cast<std::size_t>(bytes);
 }
